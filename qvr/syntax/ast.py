@@ -1,0 +1,572 @@
+"""The QVR abstract syntax tree: frozen dataclasses with tuple children.
+
+Every node carries a `span` (offsets relative to the start of the top-level statement's
+chunk, see `qvr.syntax.chunks`; add the chunk's start for document offsets).  The tree
+records only what was written: names are not resolved and nothing semantic is stored here
+(the checker keeps its facts in side tables keyed by spans).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from qvr.text import Span
+
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    value: float
+    is_int: bool
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class StringLit:
+    text: str  # with quotes, as written
+    span: Span
+
+    @property
+    def value(self) -> str:
+        body = self.text[1:-1]
+        out, i = [], 0
+        while i < len(body):
+            c = body[i]
+            if c == "\\" and i + 1 < len(body):
+                nxt = body[i + 1]
+                out.append({"n": "\n", "t": "\t"}.get(nxt, nxt))
+                i += 2
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+
+
+# ---------------------------------------------------------------- types
+
+@dataclass(frozen=True, slots=True)
+class TName:
+    name: Name
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class TAtom:
+    kind: str  # "FinSet" | "Real"
+    size: int
+    kw_span: Span
+    size_span: Span
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class TProd:
+    factors: tuple["TypeExpr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class TParen:
+    inner: "TypeExpr"
+    span: Span
+
+
+TypeExpr = Union[TName, TAtom, TProd, TParen]
+
+
+# ---------------------------------------------------------------- options
+
+@dataclass(frozen=True, slots=True)
+class OVName:
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class OVList:
+    items: tuple["OptValue", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class OVCall:
+    name: Name
+    args: tuple["OptValue", ...]
+    span: Span
+
+
+OptValue = Union[OVName, Number, StringLit, OVList, OVCall]
+
+
+@dataclass(frozen=True, slots=True)
+class OptionEntry:
+    key: Name
+    value: Optional[OptValue]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class OptionBlock:
+    entries: tuple[OptionEntry, ...]
+    span: Span
+
+
+# ---------------------------------------------------------------- morphism expressions
+
+@dataclass(frozen=True, slots=True)
+class MName:
+    name: Name
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MCall:
+    callee: Name
+    args: tuple["CallArg", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MParen:
+    inner: "MorphExpr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MFan:
+    kw: Span
+    args: tuple["MorphExpr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MStack:
+    kw: Span
+    arg: "MorphExpr"
+    count: int
+    count_span: Span
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MRepeat:
+    kw: Span
+    arg: "MorphExpr"
+    count: Optional[int]
+    count_span: Optional[Span]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MScan:
+    kw: Span
+    arg: "MorphExpr"
+    init: Optional[tuple[Name, Name]]  # outside core
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MCompose:
+    left: "MorphExpr"
+    op: Name  # the operator token (`>>` in the core)
+    right: "MorphExpr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MTensor:
+    left: "MorphExpr"
+    op: Span
+    right: "MorphExpr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MPostfix:
+    base: "MorphExpr"
+    name: Name
+    args: Optional[tuple["CallArg", ...]]
+    span: Span
+
+
+MorphExpr = Union[MName, MCall, MParen, MFan, MStack, MRepeat, MScan, MCompose, MTensor, MPostfix]
+CallArg = Union[MorphExpr, Number, StringLit]
+
+
+# ---------------------------------------------------------------- let-expressions
+
+@dataclass(frozen=True, slots=True)
+class EName:
+    name: Name
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ECall:
+    callee: Name
+    args: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EMethod:
+    receiver: Name
+    method: Name
+    args: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EIndex:
+    base: Name
+    indices: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EList:
+    items: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EParen:
+    inner: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ENeg:
+    op: Span
+    operand: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EBinOp:
+    op: str
+    op_span: Span
+    left: "Expr"
+    right: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ELambda:
+    param: Name
+    body: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class FactorBinder:
+    name: Name
+    type: TypeExpr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class FactorCase:
+    label: int
+    label_span: Span
+    expr: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class FactorCases:
+    cases: tuple[FactorCase, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EFactor:
+    kw: Span
+    binders: tuple[FactorBinder, ...]
+    body: Union["Expr", FactorCases]
+    span: Span
+
+
+Expr = Union[Number, StringLit, EName, ECall, EMethod, EIndex, EList, EParen, ENeg, EBinOp, ELambda, EFactor]
+
+
+# ---------------------------------------------------------------- programs
+
+@dataclass(frozen=True, slots=True)
+class ParamKind:
+    kind: str  # "Real" | "FinSet" | "name" | "mor"
+    name: Optional[Name]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: Name
+    kind: Optional[ParamKind]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    items: tuple[Param, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class DAIndex:
+    base: Name
+    index: Name
+    span: Span
+
+
+DrawArg = Union[Number, Name, DAIndex]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: Name
+    args: Optional[tuple[DrawArg, ...]]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class TupleBind:  # outside core
+    names: tuple[Name, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class TupleReturn:  # outside core
+    items: tuple[tuple[Name, Optional[Name]], ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class SampleStep:
+    kw: Span
+    bind: Union[Name, TupleBind]
+    index: Optional[TypeExpr]
+    target: Target
+    options: Optional[OptionBlock]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveStep:
+    kw: Span
+    bind: Name
+    index: Optional[TypeExpr]
+    target: Target
+    options: Optional[OptionBlock]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MarginalizeStep:
+    kw: Span
+    bind: Name
+    index: Optional[TypeExpr]
+    target: Target
+    options: Optional[OptionBlock]
+    body: tuple["Step", ...]
+    header: Span
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class LetStep:
+    kw: Span
+    bind: Name
+    rhs: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreStep:
+    kw: Span
+    bind: Name
+    rhs: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnStep:
+    kw: Span
+    value: Union[Name, TupleReturn]
+    span: Span
+
+
+Step = Union[SampleStep, ObserveStep, MarginalizeStep, LetStep, ScoreStep, ReturnStep]
+
+
+# ---------------------------------------------------------------- deductions
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    head: Name
+    args: Optional[tuple["Pattern", ...]]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class CatStar:  # outside core
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class CatSet:  # outside core
+    names: tuple[Name, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class PragmaEntry:
+    key: Name
+    value: Optional[OptValue]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Pragma:
+    entries: tuple[PragmaEntry, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class AtomsEntry:
+    kw: Span
+    names: tuple[Name, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class BindersEntry:
+    kw: Span
+    names: tuple[Name, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class RuleEntry:
+    kw: Span
+    name: Name
+    premises: tuple[Pattern, ...]
+    turnstile: Span
+    conclusion: Pattern
+    pragma: Optional[Pragma]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class LexItem:
+    word: StringLit
+    category: Union[Pattern, CatStar, CatSet]
+    lf: Expr
+    pragma: Optional[Pragma]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class LexiconBlock:
+    kw: Span
+    items: tuple[LexItem, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class LexiconFile:  # outside core
+    kw: Span
+    path: StringLit
+    options: Optional[OptionBlock]
+    span: Span
+
+
+DedEntry = Union[AtomsEntry, BindersEntry, RuleEntry, LexiconBlock, LexiconFile]
+
+
+# ---------------------------------------------------------------- declarations
+
+@dataclass(frozen=True, slots=True)
+class CompositionDecl:
+    kw: Span
+    name: Name
+    level: Optional[Name]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectDecl:
+    kw: Span
+    name: Name
+    type: TypeExpr
+    options: Optional[OptionBlock]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MorphInit:
+    tilde: Span
+    expr: MorphExpr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MorphismDecl:
+    kw: Span
+    name: Name
+    dom: TypeExpr
+    cod: TypeExpr
+    options: Optional[OptionBlock]
+    init: Optional[MorphInit]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class LetDecl:
+    kw: Span
+    name: Name
+    expr: MorphExpr
+    where: Optional[tuple["LetDecl", ...]]  # outside core
+    where_kw: Optional[Span]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ExportDecl:
+    kw: Span
+    expr: MorphExpr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramDecl:
+    kw: Span
+    name: Name
+    params: Optional[Params]
+    dom: TypeExpr
+    cod: TypeExpr
+    options: Optional[OptionBlock]
+    body: tuple[Step, ...]
+    header: Span
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class DeductionDecl:
+    kw: Span
+    name: Name
+    dom: TypeExpr
+    cod: TypeExpr
+    options: Optional[OptionBlock]
+    entries: tuple[DedEntry, ...]
+    header: Span
+    span: Span
+
+
+Decl = Union[CompositionDecl, ObjectDecl, MorphismDecl, LetDecl, ExportDecl, ProgramDecl, DeductionDecl]

@@ -1,0 +1,416 @@
+"""Lowering from lark parse trees to the typed AST of `qvr.syntax.ast`.
+
+Only shape conversion happens here (plus reading numbers); no names are resolved.
+"""
+from __future__ import annotations
+
+from lark import Token, Transformer, v_args
+
+from qvr.syntax import ast as A
+from qvr.text import Span
+
+
+def _tsp(tok: Token) -> Span:
+    return Span(tok.start_pos, tok.end_pos)
+
+
+def _msp(meta) -> Span:
+    return Span(meta.start_pos, meta.end_pos)
+
+
+def _name(tok: Token) -> A.Name:
+    return A.Name(str(tok), _tsp(tok))
+
+
+def _number(toks) -> A.Number:
+    neg = toks[0].type == "MINUS"
+    lit = toks[-1]
+    text = str(lit)
+    is_int = lit.type == "INT"
+    value = int(text) if is_int else float(text)
+    if neg:
+        value = -value
+        text = "-" + text
+    return A.Number(value, is_int, text, Span(toks[0].start_pos, lit.end_pos))
+
+
+_PUNCT = {"LPAR", "RPAR", "LSQB", "RSQB", "LBRACE", "RBRACE", "EQUAL", "ARROW", "LARROW",
+          "DOT", "TILDE", "AT", "PRAGMA_OPEN", "TURNSTILE", "STAR", "AS", "IN", "COMMA"}
+
+
+def _strip(children):
+    return [c for c in children if not (isinstance(c, Token) and c.type in _PUNCT)]
+
+
+@v_args(meta=True)
+class ToAst(Transformer):
+    # ------------------------------------------------------------ start
+    def start(self, meta, children):
+        return [c for c in children if not isinstance(c, Token)]
+
+    # ------------------------------------------------------------ types
+    def type(self, meta, children):
+        factors = tuple(c for c in children if not isinstance(c, Token))
+        if len(factors) == 1:
+            return factors[0]
+        return A.TProd(factors, _msp(meta))
+
+    def type_name(self, meta, children):
+        return A.TName(_name(children[0]), _msp(meta))
+
+    def _atom(self, kind, meta, children):
+        kw, size = children
+        return A.TAtom(kind, int(size), _tsp(kw), _tsp(size), _msp(meta))
+
+    def type_finset(self, meta, children):
+        return self._atom("FinSet", meta, children)
+
+    def type_real(self, meta, children):
+        return self._atom("Real", meta, children)
+
+    def type_paren(self, meta, children):
+        return A.TParen(children[1], _msp(meta))
+
+    # ------------------------------------------------------------ options
+    def option_block(self, meta, children):
+        return A.OptionBlock(tuple(_strip(children)), _msp(meta))
+
+    def option_entry(self, meta, children):
+        key = _name(children[0])
+        value = children[2] if len(children) > 2 else None
+        return A.OptionEntry(key, value, _msp(meta))
+
+    def ov_name(self, meta, children):
+        return A.OVName(str(children[0]), _tsp(children[0]))
+
+    def ov_string(self, meta, children):
+        return A.StringLit(str(children[0]), _tsp(children[0]))
+
+    def ov_list(self, meta, children):
+        return A.OVList(tuple(_strip(children)), _msp(meta))
+
+    def ov_call(self, meta, children):
+        rest = _strip(children)
+        return A.OVCall(_name(rest[0]), tuple(rest[1:]), _msp(meta))
+
+    def signed_number(self, meta, children):
+        return _number(children)
+
+    # ------------------------------------------------------------ morphism expressions
+    def m_name(self, meta, children):
+        return A.MName(_name(children[0]), _msp(meta))
+
+    def m_call(self, meta, children):
+        return A.MCall(_name(children[0]), children[1], _msp(meta))
+
+    def call_args(self, meta, children):
+        return tuple(_strip(children))
+
+    def ca_string(self, meta, children):
+        return A.StringLit(str(children[0]), _tsp(children[0]))
+
+    def m_paren(self, meta, children):
+        return A.MParen(children[1], _msp(meta))
+
+    def m_fan(self, meta, children):
+        kw = children[0]
+        return A.MFan(_tsp(kw), tuple(_strip(children[1:])), _msp(meta))
+
+    def m_stack(self, meta, children):
+        kw, _, arg, count, _ = children
+        return A.MStack(_tsp(kw), arg, int(count), _tsp(count), _msp(meta))
+
+    def m_repeat(self, meta, children):
+        kw = children[0]
+        rest = _strip(children[1:])
+        arg = rest[0]
+        count = rest[1] if len(rest) > 1 else None
+        return A.MRepeat(_tsp(kw), arg, int(count) if count is not None else None,
+                         _tsp(count) if count is not None else None, _msp(meta))
+
+    def m_scan(self, meta, children):
+        kw = children[0]
+        rest = _strip(children[1:])
+        init = (_name(rest[1]), _name(rest[2])) if len(rest) > 1 else None
+        return A.MScan(_tsp(kw), rest[0], init, _msp(meta))
+
+    def m_compose(self, meta, children):
+        left, op, right = children
+        return A.MCompose(left, _name(op), right, _msp(meta))
+
+    def m_tensor(self, meta, children):
+        left, op, right = children
+        return A.MTensor(left, _tsp(op), right, _msp(meta))
+
+    def m_postfix(self, meta, children):
+        base, _dot, name = children[:3]
+        args = children[3] if len(children) > 3 else None
+        return A.MPostfix(base, _name(name), args, _msp(meta))
+
+    # ------------------------------------------------------------ declarations
+    def composition_decl(self, meta, children):
+        kw, name = children[0], children[1]
+        level = _name(children[3]) if len(children) > 3 else None
+        return A.CompositionDecl(_tsp(kw), _name(name), level, _msp(meta))
+
+    def object_decl(self, meta, children):
+        kw, name, typ = children[:3]
+        opts = children[3] if len(children) > 3 else None
+        return A.ObjectDecl(_tsp(kw), _name(name), typ, opts, _msp(meta))
+
+    def morphism_decl(self, meta, children):
+        kw, name, dom, _arrow, cod = children[:5]
+        opts = init = None
+        for c in children[5:]:
+            if isinstance(c, A.OptionBlock):
+                opts = c
+            elif isinstance(c, A.MorphInit):
+                init = c
+        return A.MorphismDecl(_tsp(kw), _name(name), dom, cod, opts, init, _msp(meta))
+
+    def morph_init(self, meta, children):
+        return A.MorphInit(_tsp(children[0]), children[1], _msp(meta))
+
+    def let_decl(self, meta, children):
+        kw, name, _eq, expr = children[:4]
+        where = where_kw = None
+        if len(children) > 4:
+            where_kw, where = children[4]
+        return A.LetDecl(_tsp(kw), _name(name), expr, where, where_kw, _msp(meta))
+
+    def where_block(self, meta, children):
+        return (_tsp(children[0]), tuple(children[1:]))
+
+    def export_decl(self, meta, children):
+        return A.ExportDecl(_tsp(children[0]), children[1], _msp(meta))
+
+    # ------------------------------------------------------------ programs
+    def program_decl(self, meta, children):
+        kw, name = children[0], children[1]
+        i = 2
+        params = None
+        if isinstance(children[i], A.Params):
+            params = children[i]
+            i += 1
+        dom, cod = children[i], children[i + 2]
+        i += 3
+        opts = None
+        if i < len(children) and isinstance(children[i], A.OptionBlock):
+            opts = children[i]
+            i += 1
+        body = tuple(children[i:])
+        header_end = (opts.span.end if opts else cod.span.end)
+        return A.ProgramDecl(_tsp(kw), _name(name), params, dom, cod, opts, body,
+                             Span(kw.start_pos, header_end), _msp(meta))
+
+    def params(self, meta, children):
+        return A.Params(tuple(_strip(children)), _msp(meta))
+
+    def param(self, meta, children):
+        kind = children[1] if len(children) > 1 else None
+        return A.Param(_name(children[0]), kind, _msp(meta))
+
+    def pk_real(self, meta, children):
+        return A.ParamKind("Real", None, _msp(meta))
+
+    def pk_finset(self, meta, children):
+        return A.ParamKind("FinSet", None, _msp(meta))
+
+    def pk_name(self, meta, children):
+        return A.ParamKind("name", _name(children[0]), _msp(meta))
+
+    def pk_mor(self, meta, children):
+        return A.ParamKind("mor", _name(children[0]), _msp(meta))
+
+    def _step_parts(self, children):
+        """(kw, bind, index, target, options) from a sample/observe/marginalize header."""
+        kw, bind = children[0], children[1]
+        index = target = opts = None
+        for c in children[2:]:
+            if isinstance(c, A.Target):
+                target = c
+            elif isinstance(c, A.OptionBlock):
+                opts = c
+            elif isinstance(c, Token):
+                continue
+            elif target is None:
+                index = c
+        if isinstance(bind, Token):
+            bind = _name(bind)
+        return _tsp(kw), bind, index, target, opts
+
+    def sample_step(self, meta, children):
+        kw, bind, index, target, opts = self._step_parts(children)
+        return A.SampleStep(kw, bind, index, target, opts, _msp(meta))
+
+    def observe_step(self, meta, children):
+        kw, bind, index, target, opts = self._step_parts(children)
+        return A.ObserveStep(kw, bind, index, target, opts, _msp(meta))
+
+    def marginalize_step(self, meta, children):
+        head = []
+        body = []
+        for c in children:
+            if isinstance(c, (A.SampleStep, A.ObserveStep, A.MarginalizeStep, A.LetStep,
+                              A.ScoreStep, A.ReturnStep)):
+                body.append(c)
+            else:
+                head.append(c)
+        kw, bind, index, target, opts = self._step_parts(head)
+        header_end = opts.span.end if opts else target.span.end
+        return A.MarginalizeStep(kw, bind, index, target, opts, tuple(body),
+                                 Span(kw.start, header_end), _msp(meta))
+
+    def tuple_bind(self, meta, children):
+        return A.TupleBind(tuple(_name(c) for c in _strip(children)), _msp(meta))
+
+    def let_step(self, meta, children):
+        return A.LetStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta))
+
+    def score_step(self, meta, children):
+        return A.ScoreStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta))
+
+    def return_step(self, meta, children):
+        value = children[1]
+        if isinstance(value, Token):
+            value = _name(value)
+        return A.ReturnStep(_tsp(children[0]), value, _msp(meta))
+
+    def tuple_return(self, meta, children):
+        return A.TupleReturn(tuple(_strip(children)), _msp(meta))
+
+    def return_item(self, meta, children):
+        rest = _strip(children)
+        return (_name(rest[0]), _name(rest[1]) if len(rest) > 1 else None)
+
+    def target(self, meta, children):
+        rest = _strip(children)
+        args = tuple(rest[1:]) if len(children) > 1 else None
+        return A.Target(_name(rest[0]), args, _msp(meta))
+
+    def da_name(self, meta, children):
+        return _name(children[0])
+
+    def da_index(self, meta, children):
+        rest = _strip(children)
+        return A.DAIndex(_name(rest[0]), _name(rest[1]), _msp(meta))
+
+    # ------------------------------------------------------------ let-expressions
+    def factor_expr(self, meta, children):
+        kw = children[0]
+        binders = tuple(c for c in children[1:] if isinstance(c, A.FactorBinder))
+        body = children[-1]
+        return A.EFactor(_tsp(kw), binders, body, _msp(meta))
+
+    def factor_binder(self, meta, children):
+        return A.FactorBinder(_name(children[0]), children[1], _msp(meta))
+
+    def factor_cases(self, meta, children):
+        return A.FactorCases(tuple(_strip(children)), _msp(meta))
+
+    def factor_case(self, meta, children):
+        label = children[0]
+        return A.FactorCase(int(label), _tsp(label), children[2], _msp(meta))
+
+    def e_binop(self, meta, children):
+        left, op, right = children
+        return A.EBinOp(str(op), _tsp(op), left, right, _msp(meta))
+
+    def e_neg(self, meta, children):
+        return A.ENeg(_tsp(children[0]), children[1], _msp(meta))
+
+    def e_int(self, meta, children):
+        return _number(children)
+
+    e_float = e_int
+
+    def e_string(self, meta, children):
+        return A.StringLit(str(children[0]), _tsp(children[0]))
+
+    def e_name(self, meta, children):
+        return A.EName(_name(children[0]), _msp(meta))
+
+    def e_call(self, meta, children):
+        rest = _strip(children)
+        return A.ECall(_name(rest[0]), tuple(rest[1:]), _msp(meta))
+
+    def e_method(self, meta, children):
+        rest = _strip(children)
+        return A.EMethod(_name(rest[0]), _name(rest[1]), tuple(rest[2:]), _msp(meta))
+
+    def e_index(self, meta, children):
+        rest = _strip(children)
+        return A.EIndex(_name(rest[0]), tuple(rest[1:]), _msp(meta))
+
+    def e_list(self, meta, children):
+        return A.EList(tuple(_strip(children)), _msp(meta))
+
+    def e_paren(self, meta, children):
+        return A.EParen(children[1], _msp(meta))
+
+    def e_lambda(self, meta, children):
+        return A.ELambda(_name(children[0]), children[2], _msp(meta))
+
+    # ------------------------------------------------------------ deductions
+    def deduction_decl(self, meta, children):
+        kw, name, dom, _arrow, cod = children[:5]
+        rest = children[5:]
+        opts = None
+        if rest and isinstance(rest[0], A.OptionBlock):
+            opts = rest[0]
+            rest = rest[1:]
+        header_end = opts.span.end if opts else cod.span.end
+        return A.DeductionDecl(_tsp(kw), _name(name), dom, cod, opts, tuple(rest),
+                               Span(kw.start_pos, header_end), _msp(meta))
+
+    def atoms_entry(self, meta, children):
+        return A.AtomsEntry(_tsp(children[0]), tuple(_name(c) for c in children[1:]), _msp(meta))
+
+    def binders_entry(self, meta, children):
+        return A.BindersEntry(_tsp(children[0]), tuple(_name(c) for c in children[1:]), _msp(meta))
+
+    def rule_entry(self, meta, children):
+        kw, name = children[0], children[1]
+        pats = []
+        turn = None
+        pragma = None
+        for c in children[2:]:
+            if isinstance(c, Token) and c.type == "TURNSTILE":
+                turn = c
+            elif isinstance(c, A.Pragma):
+                pragma = c
+            elif isinstance(c, A.Pattern):
+                pats.append(c)
+        return A.RuleEntry(_tsp(kw), _name(name), tuple(pats[:-1]), _tsp(turn), pats[-1],
+                           pragma, _msp(meta))
+
+    def lexicon_block(self, meta, children):
+        return A.LexiconBlock(_tsp(children[0]), tuple(children[1:]), _msp(meta))
+
+    def lexicon_file(self, meta, children):
+        kw, _from, path = children[:3]
+        opts = children[3] if len(children) > 3 else None
+        return A.LexiconFile(_tsp(kw), A.StringLit(str(path), _tsp(path)), opts, _msp(meta))
+
+    def lex_item(self, meta, children):
+        word, cat, _eq, lf = children[:4]
+        pragma = children[4] if len(children) > 4 else None
+        return A.LexItem(A.StringLit(str(word), _tsp(word)), cat, lf, pragma, _msp(meta))
+
+    def cat_star(self, meta, children):
+        return A.CatStar(_msp(meta))
+
+    def cat_set(self, meta, children):
+        return A.CatSet(tuple(_name(c) for c in _strip(children)), _msp(meta))
+
+    def pattern(self, meta, children):
+        rest = _strip(children)
+        args = tuple(rest[1:]) if len(children) > 1 else None
+        return A.Pattern(_name(rest[0]), args, _msp(meta))
+
+    def pragma(self, meta, children):
+        return A.Pragma(tuple(_strip(children)), _msp(meta))
+
+    def pragma_entry(self, meta, children):
+        value = children[2] if len(children) > 2 else None
+        return A.PragmaEntry(_name(children[0]), value, _msp(meta))
