@@ -1,0 +1,108 @@
+"""Symbols: what a top-level declaration binds, as the checker of later declarations sees it.
+
+Symbols are frozen and compare by meaning only (never by position), so that a declaration
+moved by an edit does not invalidate the checks of the declarations that use it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from qvr.sema.types import MorType, Ty
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectSym:
+    name: str
+    type: Ty  # the definition (not the alias)
+    kind: str = "object"
+
+
+@dataclass(frozen=True, slots=True)
+class MorphismSym:
+    name: str
+    type: MorType
+    role: Optional[str]
+    family: Optional[str] = None
+    stratum: Optional[str] = None  # relational | stochastic | None (unknown)
+    rule: Optional[str] = None
+    lookup_table: bool = False
+    init_text: Optional[str] = None
+    scale: Optional[float] = None
+    bins: Optional[int] = None
+    replica: Optional[tuple[int, int, str]] = None  # (index, count, group)
+    axis_names: tuple[str, ...] = ()
+    kind: str = "morphism"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSym:
+    name: str
+    members: tuple[str, ...]
+    type: MorType
+    kind: str = "group"
+
+
+@dataclass(frozen=True, slots=True)
+class LetSym:
+    name: str
+    type: MorType
+    stratum: Optional[str]
+    rule: Optional[str]
+    expr_text: str = ""
+    kind: str = "let"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSym:
+    name: str
+    type: MorType
+    param_style: str  # none | data | typed
+    params: tuple[tuple[str, Optional[str]], ...] = ()
+    effects: tuple[str, ...] = ()
+    kind: str = "program"
+
+    @property
+    def parametric(self) -> bool:
+        return self.param_style == "typed"
+
+
+@dataclass(frozen=True, slots=True)
+class DeductionSym:
+    name: str
+    type: MorType
+    semiring: str = "LogProb"
+    start: Optional[str] = None
+    atoms: tuple[str, ...] = ()
+    binders: tuple[str, ...] = ()
+    n_rules: int = 0
+    n_lexicon: int = 0
+    kind: str = "deduction"
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownSym:
+    """A name whose declaration had errors: uses of it draw no further diagnostics."""
+
+    name: str
+    namespace: str = "value"
+    kind: str = "unknown"
+
+
+def is_morphism_value(sym) -> bool:
+    return isinstance(sym, (MorphismSym, LetSym)) or (
+        isinstance(sym, ProgramSym) and not sym.parametric)
+
+
+def stratum_of(sym) -> Optional[str]:
+    if isinstance(sym, (MorphismSym, LetSym)):
+        return sym.stratum
+    if isinstance(sym, ProgramSym):
+        return "stochastic"
+    return None
+
+
+def rule_of(sym) -> Optional[str]:
+    if isinstance(sym, (MorphismSym, LetSym)):
+        return sym.rule
+    return None
