@@ -58,12 +58,13 @@ class Env:
     def __init__(self, prescan: dict, lines: list[int], name_spans: dict):
         self.values: dict[str, tuple] = {}  # name -> (symbol, decl index)
         self.types: dict[str, tuple] = {}
-        self.prescan = prescan  # (ns, name) -> sorted list of (decl index, line)
+        self.prescan = prescan  # (ns, name) -> sorted list of (decl index, line, keyword)
         self.lines = lines  # decl index -> 1-based line of its name
         self.name_spans = name_spans  # (ns, name) -> absolute span of the first declaration
         self.rule = ("product_fuzzy", "algebra")
         self.composition_index: Optional[int] = None
         self.first_body_index: Optional[int] = None
+        self.chunk_lines: list[int] = []  # decl index -> 1-based line of the chunk start
 
     # answers used both by checking and by dependency replay
     def answer(self, key: tuple, index: int):
@@ -75,9 +76,14 @@ class Env:
             e = self.types.get(key[1])
             return e[0] if e else None
         if kind == "later":
-            for i, line in self.prescan.get((key[1], key[2]), ()):
+            for i, line, _k in self.prescan.get((key[1], key[2]), ()):
                 if i > index:
                     return line
+            return None
+        if kind == "laterkind":
+            for i, line, k in self.prescan.get((key[1], key[2]), ()):
+                if i > index:
+                    return k
             return None
         if kind == "line":
             e = (self.values if key[1] == "value" else self.types).get(key[2])
@@ -89,6 +95,8 @@ class Env:
         if kind == "names":
             table = self.values if key[1] == "value" else self.types
             return frozenset(table)
+        if kind == "chunkline":
+            return self.chunk_lines[index]
         if kind == "composition_before":
             return self.composition_index is not None
         if kind == "body_before":
@@ -128,11 +136,18 @@ class DeclContext:
     def later(self, ns: str, name: str) -> Optional[int]:
         return self._ask(("later", ns, name))
 
+    def later_kind(self, ns: str, name: str) -> Optional[str]:
+        return self._ask(("laterkind", ns, name))
+
     def line_of(self, ns: str, name: str) -> Optional[int]:
         return self._ask(("line", ns, name))
 
     def loc_of(self, ns: str, name: str):
         return self._ask(("loc", ns, name))
+
+    def line_at(self, rel_offset: int) -> int:
+        """1-based document line of a chunk-relative offset (records a position dependency)."""
+        return self._ask(("chunkline",)) + self.text.count("\n", 0, rel_offset)
 
     def rule(self) -> tuple:
         return self._ask(("rule",))

@@ -175,11 +175,13 @@ STATEMENT_KEYWORDS = ("object", "morphism", "let", "program", "export", "composi
 
 def _in_header(tokens, tok) -> bool:
     """True while `tok` is on the first logical line before any `[` or `~`."""
+    seen_code = False
     for t in tokens:
         if t is tok:
             return True
-        if t.type in ("_NL", "LSQB", "TILDE", "_INDENT"):
+        if t.type in ("LSQB", "TILDE", "_INDENT") or (t.type == "_NL" and seen_code):
             return False
+        seen_code = seen_code or t.type != "_NL"
     return True
 
 
@@ -190,7 +192,7 @@ def _recognise_outside_core(tok, prev, tokens, keyword, text):
         return None
     # type positions of a declaration header
     if keyword in ("object", "morphism", "program", "deduction") and _in_header(tokens, tok):
-        colon_seen = any(x.type == "NAME" for x in tokens[:2])
+        colon_seen = True
         if prev.type == "NAME" and str(prev) in _TYPE_CONSTRUCTORS:
             return E.outside_core(Span(prev.start_pos, prev.end_pos), f"the object constructor `{prev}`")
         if t == "LBRACE":

@@ -1,0 +1,469 @@
+"""Checking of `program` declarations: header, steps, targets and scopes (section 7).
+
+Let-expressions (section 8) are checked by `check_letexpr`.  Locals live in a side table
+(`Scope`), never in the tree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from qvr.sema import errors as E
+from qvr.sema.check_decls import check_duplicate, check_family_shadow
+from qvr.sema.check_letexpr import LetChecker, Local
+from qvr.sema.check_morph import value_lookup_error
+from qvr.sema.context import DeclContext, LocalInfo
+from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES
+from qvr.sema.options import expect_names, read_options
+from qvr.sema.resolve import lookup_object, resolve_type
+from qvr.sema.suggest import suggest
+from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
+                              ProgramSym, UnknownSym)
+from qvr.sema.types import (UNKNOWN, MorType, Named, compatible, factors, is_discrete,
+                            is_unknown, spell)
+from qvr.syntax import ast as A
+from qvr.syntax.errors import outside_core
+
+OUTSIDE_PARAM_KINDS = {"FinSet", "Space", "Object", "Nat", "Mor"}
+MARGINAL_FAMILIES = ("Categorical", "Bernoulli", "ContinuousBernoulli")
+
+
+@dataclass
+class _Block:
+    grouped_coord: Optional[str] = None  # coordinate name of a grouped marginalize block
+
+
+def check_program(ctx: DeclContext, d: A.ProgramDecl) -> None:
+    ProgramChecker(ctx, d).run()
+
+
+class ProgramChecker(LetChecker):
+    def __init__(self, ctx: DeclContext, d: A.ProgramDecl):
+        super().__init__(ctx, d.name.text)
+        self.d = d
+        self.effects: set[str] = set()
+        self.returned = False
+        self.after_return_reported = False
+        self.input = UNKNOWN
+
+    # ------------------------------------------------------------ header
+    def run(self) -> None:
+        ctx, d = self.ctx, self.d
+        dup = check_duplicate(ctx, "value", d.name)
+        check_family_shadow(ctx, d.name)
+        dom = resolve_type(ctx, d.dom)
+        cod = resolve_type(ctx, d.cod)
+        self.input = dom
+        self.push_scope()  # parameters
+        style, params = self._params(dom)
+        opts = read_options(ctx, d.options, "program")
+        for key, entry in opts.items():
+            if key in ("effects", "over"):
+                ctx.report(outside_core(entry.key.span, f"the program option `{key}`"))
+            else:
+                ctx.report(E.unknown_option(entry.key.span, key, "a program", None))
+        self.prescan(d.body)
+        self.block(d.body, _Block(), top=True)
+        if not self.returned:
+            last = d.body[-1]
+            while isinstance(last, A.MarginalizeStep) and last.body:
+                last = last.body[-1]
+            ctx.report(E.missing_return(last.span, d.name.text))
+        self.finish()
+        ctx.fact(d.name.span, "def", ("value", d.name.text))
+        if not dup:
+            order = ("Sample", "Score", "Marginal")
+            ctx.bind("value", d.name.text,
+                     ProgramSym(d.name.text, MorType(dom, cod), style, params,
+                                tuple(e for e in order if e in self.effects)), d.name.span)
+
+    def _params(self, dom):
+        ctx, d = self.ctx, self.d
+        if d.params is None:
+            return "none", ()
+        items = d.params.items
+        typed = [p for p in items if p.kind is not None]
+        if typed and len(typed) != len(items):
+            ctx.report(E.mixed_params(d.params.span))
+        style = "typed" if typed else "data"
+        seen: dict[str, A.Name] = {}
+        facs = factors(dom) if not is_unknown(dom) else None
+        if style == "data" and facs is not None and len(facs) != len(items):
+            ctx.report(E.param_count(d.params.span, d.name.text, len(items), spell(dom), len(facs)))
+            facs = None
+        out = []
+        for i, p in enumerate(items):
+            if p.name.text in seen:
+                ctx.report(E.duplicate_parameter(p.name.span, p.name.text, seen[p.name.text].span))
+                continue
+            seen[p.name.text] = p.name
+            kind_text = None
+            if p.kind is not None:
+                k = p.kind
+                if k.kind == "Real":
+                    kind_text = "Real"
+                elif k.kind == "FinSet" or (k.kind in ("name", "mor") and k.name.text in OUTSIDE_PARAM_KINDS):
+                    label = "FinSet" if k.kind == "FinSet" else k.name.text
+                    ctx.report(outside_core(k.span, f"the parameter kind `{label}`"))
+                else:
+                    ctx.report(E.unknown_value(k.span, "parameter kind", k.name.text, ("Real",),
+                                               suggest(k.name.text, ("Real",))))
+            out.append((p.name.text, kind_text))
+            if style == "typed" or p.kind is not None:
+                self.bind_local(p.name, "parameter", None, "Real (parameter)", "numeric",
+                                detail="parameter")
+            else:
+                t = facs[i] if facs is not None else UNKNOWN
+                self.bind_local(p.name, "parameter", t if facs is not None else None,
+                                spell(t) if facs is not None else "?", "numeric", detail="data parameter")
+        return style, tuple(out)
+
+    # ------------------------------------------------------------ blocks and steps
+    def block(self, steps, blk: _Block, top: bool) -> None:
+        self.push_scope()
+        for step in steps:
+            if top and self.returned and not self.after_return_reported:
+                self.ctx.report(E.step_after_return(step.span))
+                self.after_return_reported = True
+            if isinstance(step, A.ReturnStep):
+                self.step_return(step, top)
+            elif isinstance(step, A.SampleStep):
+                self.step_draw(step, "sample", blk)
+            elif isinstance(step, A.ObserveStep):
+                self.step_draw(step, "observe", blk)
+            elif isinstance(step, A.MarginalizeStep):
+                self.step_marginalize(step, blk, top)
+            elif isinstance(step, A.LetStep):
+                self.step_let(step)
+            elif isinstance(step, A.ScoreStep):
+                self.step_score(step)
+        self.pop_scope()
+
+    def step_return(self, step: A.ReturnStep, top: bool) -> None:
+        ctx = self.ctx
+        ctx.fact(step.kw, "keyword", "return")
+        if not top:
+            ctx.report(E.return_in_block(step.span))
+        elif self.returned:
+            ctx.report(E.second_return(step.span))
+        else:
+            self.returned = True
+        if isinstance(step.value, A.TupleReturn):
+            ctx.report(outside_core(step.value.span, "tuple returns", plural=True))
+            return
+        self.use_local_strict(step.value)
+
+    def _index_annotation(self, index) -> tuple[Optional[object], str]:
+        """Resolve an index annotation `: I` (must be discrete, QVR309)."""
+        if index is None:
+            return None, ""
+        t = resolve_type(self.ctx, index)
+        if not is_unknown(t) and not is_discrete(t):
+            self.ctx.report(E.not_finite(index.span, "an index annotation", t))
+        return t, spell(t)
+
+    def step_draw(self, step, kind: str, blk: _Block) -> None:
+        ctx = self.ctx
+        self.effects.add("Sample" if kind == "sample" else "Score")
+        index_t, index_text = self._index_annotation(step.index)
+        res = self.target(step.target, kind, indexed=step.index is not None, blk=blk)
+        # options
+        opts = read_options(ctx, step.options, f"{kind} step")
+        if kind == "sample":
+            self._sample_options(opts, res, step)
+        else:
+            self._observe_options(opts, blk)
+        # the bound local (7.12)
+        if isinstance(step.bind, A.TupleBind):
+            ctx.report(outside_core(step.bind.span, "tuple bindings", plural=True))
+            for n in step.bind.names:
+                self.bind_local(n, kind, None, "?", "numeric", detail=f"{kind} step")
+            return
+        t, text = self._bound_type(res, index_t, index_text)
+        self.bind_local(step.bind, kind, t, text, "numeric", detail=f"{kind} step"
+                        + (f" · plate over {index_text}" if index_text else ""))
+
+    def _bound_type(self, res, index_t, index_text):
+        kind, payload = res
+        if kind == "morphism":
+            cod = payload.type.cod
+            if index_t is not None:
+                return None, f"[{index_text}] {spell(cod)}"
+            return cod, spell(cod)
+        if kind == "family":
+            sup = payload.support
+            return None, f"[{index_text}] {sup}" if index_text else sup
+        if kind == "template":
+            return None, "value"
+        return None, "?"
+
+    def _sample_options(self, opts, res, step) -> None:
+        ctx = self.ctx
+        lists = {}
+        for key, entry in opts.items():
+            if key not in ("over", "iid_over"):
+                ctx.report(E.unknown_option(entry.key.span, key, "a sample step",
+                                            suggest(key, ("over", "iid_over"))))
+                continue
+            if res[0] != "family":
+                if res[0] != "unknown":
+                    ctx.report(E.event_axes_need_family(entry.key.span))
+                continue
+            names = expect_names(ctx, entry)
+            if names is None:
+                continue
+            for n in names:
+                self._discrete_object(n)
+            lists[key] = names
+        if res[0] != "family":
+            return
+        fam = res[1]
+        if "over" in lists and len(lists["over"]) != fam.event_rank:
+            ctx.report(E.event_rank(opts["over"].key.span, fam.name, fam.event_rank, len(lists["over"])))
+        if "over" in lists and "iid_over" in lists:
+            over = {n.text for n in lists["over"]}
+            for n in lists["iid_over"]:
+                if n.text in over:
+                    ctx.report(E.both_lists(n.span, n.text, "over", "iid_over"))
+        if "iid_over" in lists and isinstance(step.index, A.TName):
+            if step.index.name.text not in {n.text for n in lists["iid_over"]}:
+                ctx.report(E.iid_needs_index(opts["iid_over"].key.span, step.index.name.text))
+
+    def _discrete_object(self, n) -> None:
+        name = A.Name(n.text, n.span)
+        sym = lookup_object(self.ctx, name)
+        if sym is not None:
+            t = Named(n.text, sym.type)
+            if not is_discrete(t):
+                self.ctx.report(E.not_finite(n.span, f"`{n.text}`", t))
+
+    def _observe_options(self, opts, blk: _Block) -> None:
+        ctx = self.ctx
+        for key, entry in opts.items():
+            if key != "via":
+                ctx.report(E.unknown_option(entry.key.span, key, "an observe step", suggest(key, ("via",))))
+                continue
+            v = entry.value
+            if isinstance(v, (A.OVList, A.OVCall)):
+                ctx.report(outside_core(entry.key.span, "product fibrations (`via` lists or calls)", plural=True))
+                continue
+            if not isinstance(v, A.OVName):
+                ctx.report(E.option_shape(entry.key.span, "via", "a name"))
+                continue
+            self.use_via(A.Name(v.text, v.span))
+            if blk.grouped_coord is None:
+                ctx.report(E.no_effect(entry.key.span, "`via` has no effect outside a marginalize block with `over`"))
+
+    def step_marginalize(self, step: A.MarginalizeStep, blk: _Block, top: bool) -> None:
+        ctx = self.ctx
+        self.effects.add("Marginal")
+        if not top:
+            ctx.report(outside_core(step.kw, "nested `marginalize` blocks", plural=True))
+        index_t, index_text = self._index_annotation(step.index)
+        opts = read_options(ctx, step.options, "marginalize step")
+        grouped = None
+        for key, entry in opts.items():
+            if key == "over":
+                v = entry.value
+                if isinstance(v, A.OVList):
+                    ctx.report(outside_core(entry.key.span, "product grouping (`over` lists)"))
+                    grouped = "?"  # still a grouped block, so its `via` and `a[z]` stay valid
+                elif isinstance(v, A.OVName):
+                    self._discrete_object(v)
+                    grouped = v.text
+                else:
+                    ctx.report(E.option_shape(entry.key.span, "over", "an object name"))
+            elif key == "reduction":
+                v = entry.value
+                if not isinstance(v, A.OVName):
+                    ctx.report(E.option_shape(entry.key.span, "reduction", "a name"))
+                elif v.text not in ("logsumexp", "sum", "mean"):
+                    opts_ = ("logsumexp", "sum", "mean")
+                    ctx.report(E.unknown_value(v.span, "reduction", v.text, opts_, suggest(v.text, opts_)))
+            else:
+                ctx.report(E.unknown_option(entry.key.span, key, "a marginalize step",
+                                            suggest(key, ("over", "reduction"))))
+        res = self.target(step.target, "marginalize", indexed=step.index is not None, blk=blk)
+        fam = res[1] if res[0] == "family" else None
+        if grouped is None:
+            if res[0] != "unknown" and (fam is None or fam.name not in MARGINAL_FAMILIES):
+                ctx.report(E.marginalize_requirement(step.target.span, "a marginalize block must draw from "
+                                                     "Categorical, Bernoulli or ContinuousBernoulli"))
+        else:
+            if step.index is None:
+                ctx.report(E.marginalize_requirement(step.bind.span, "a grouped marginalize needs a class "
+                                                     "annotation (`marginalize z : K <- …`)"))
+            if res[0] != "unknown" and (fam is None or fam.name != "Categorical"):
+                ctx.report(E.marginalize_requirement(step.target.span, "a grouped marginalize must draw from "
+                                                     "`Categorical`"))
+            elif fam is not None and step.target.args and not isinstance(step.target.args[0], A.Name):
+                ctx.report(E.marginalize_requirement(step.target.args[0].span, "the class probabilities of a "
+                                                     "grouped marginalize must be a program variable"))
+            observes = [s for s in step.body if isinstance(s, A.ObserveStep)]
+            if not observes:
+                ctx.report(E.marginalize_requirement(step.bind.span, "a grouped marginalize block needs at "
+                                                     "least one `observe` step"))
+            for s in observes:
+                keys = {e.key.text for e in (s.options.entries if s.options else ())}
+                if s.index is None:
+                    ctx.report(E.marginalize_requirement(s.bind.span, "an observe inside a grouped marginalize "
+                                                         "needs an index annotation (`observe y : N <- …`)"))
+                elif "via" not in keys:
+                    ctx.report(E.marginalize_requirement(s.bind.span, "an observe inside a grouped marginalize "
+                                                         "needs a `via` option"))
+        # the block, with the coordinate visible only inside it
+        self.push_scope()
+        if grouped is not None:
+            text = f"class index over {index_text or '?'}"
+        else:
+            text = self._bound_type(res, index_t, index_text)[1]
+        self.bind_local(step.bind, "marginalize", None, text, "numeric", detail="marginalize coordinate")
+        self.block(step.body, _Block(grouped_coord=step.bind.text if grouped else None), top=False)
+        self.pop_scope()
+
+    def step_let(self, step: A.LetStep) -> None:
+        self.ctx.fact(step.kw, "keyword", "let")
+        if isinstance(step.rhs, A.EName):
+            vkind = self.bare_local(step.rhs)
+        else:
+            vkind = self.infer(step.rhs)
+        self.bind_local(step.bind, "let", None, vkind if vkind != "unknown" else "numeric", vkind,
+                        detail="let step", axes=self.last_axes, counted=not self.returned)
+
+    def step_score(self, step: A.ScoreStep) -> None:
+        self.effects.add("Score")
+        vkind = self.infer(step.rhs)
+        if vkind in ("chart", "deduction"):
+            self.ctx.report(E.kind_mismatch(step.rhs.span, f"a score step needs a numeric value, got a {vkind}"))
+        self.bind_local(step.bind, "score", None, "numeric", "numeric", detail="score step")
+
+    # ------------------------------------------------------------ step targets (7.4)
+    def target(self, t: A.Target, kind: str, indexed: bool, blk: _Block):
+        """Resolve and check a step target; returns (kind, payload)."""
+        ctx = self.ctx
+        name = t.name.text
+        if name == self.owner:
+            ctx.report(E.self_call(t.name.span, name))
+            self._args_as_uses(t)
+            return ("unknown", None)
+        sym = ctx.value(name)
+        if sym is not None:
+            ctx.fact(t.name.span, "ref", ("value", name))
+        if isinstance(sym, UnknownSym):
+            self._args_as_uses(t)
+            return ("unknown", None)
+        if isinstance(sym, DeductionSym):
+            ctx.report(E.deduction_not_morphism(t.name.span, name, "drawn from"))
+            return ("unknown", None)
+        if isinstance(sym, GroupSym):
+            ctx.report(E.group_misuse(t.name.span, name, sym.members))
+            return ("unknown", None)
+        if isinstance(sym, ProgramSym) and sym.parametric:
+            ctx.use("value", name)
+            return self._template(t, sym, kind, indexed)
+        if isinstance(sym, (MorphismSym, LetSym, ProgramSym)):
+            ctx.use("value", name)
+            return self._morphism_target(t, sym)
+        fam = FAMILIES.get(name)
+        if fam is not None:
+            ctx.fact(t.name.span, "family", name)
+            return self._family_target(t, fam, blk)
+        line = ctx.later("value", name)
+        if line is not None:
+            ctx.report(E.used_before_declaration(t.name.span, name, line))
+        elif ctx.object(name) is not None:
+            ctx.report(E.object_not_morphism(t.name.span, name))
+        elif name in OUTSIDE_CORE_FAMILIES:
+            ctx.report(outside_core(t.name.span, f"family `{name}`"))
+        else:
+            s = suggest(name, set(FAMILIES) | set(ctx.names("value")))
+            if s and s not in FAMILIES:
+                ctx.suggest("value", s, name, "referenced and undefined")
+            ctx.report(E.unknown_target(t.name.span, name, s))
+        self._args_as_uses(t)
+        return ("unknown", None)
+
+    def _args_as_uses(self, t: A.Target) -> None:
+        for a in t.args or ():
+            if isinstance(a, A.Name):
+                self.use_local_quiet(a)
+
+    def _morphism_target(self, t: A.Target, sym):
+        from qvr.sema.check_morph import sym_info
+        ctx = self.ctx
+        info = sym_info(sym)
+        if info.known:
+            ctx.fact(t.name.span, "expr", (info.type, t.name.text))
+        if t.args is None:
+            if info.known and not compatible(info.type.dom, self.input):
+                ctx.report(E.input_type(t.name.span, t.name.text, info.type.dom, self.input))
+            return ("morphism", info) if info.known else ("unknown", None)
+        dom_factors = factors(info.type.dom) if info.known else None
+        ok_count = dom_factors is None or len(t.args) in (1, len(dom_factors))
+        if not ok_count:
+            n = len(dom_factors)
+            ctx.report(E.arity(t.name.span, t.name.text, n, "", len(t.args)))
+        for i, a in enumerate(t.args):
+            if isinstance(a, A.Number):
+                ctx.report(E.literal_to_morphism(a.span, t.name.text))
+                continue
+            if isinstance(a, A.DAIndex):
+                ctx.report(E.bracket_arg(a.span))
+                self.use_local_quiet(a.base)
+                continue
+            local = self.use_step_arg(a)
+            if local is None or local.type is None or not ok_count or dom_factors is None:
+                continue
+            expected = info.type.dom if len(t.args) == 1 else dom_factors[i]
+            if not compatible(local.type, expected):
+                ctx.report(E.arg_type(a.span, a.text, local.type, t.name.text, expected))
+        return ("morphism", info) if info.known else ("unknown", None)
+
+    def _template(self, t: A.Target, sym: ProgramSym, kind: str, indexed: bool):
+        ctx = self.ctx
+        if kind != "sample" or indexed:
+            ctx.report(E.template_misuse(t.name.span, t.name.text))
+            self._args_as_uses(t)
+            return ("unknown", None)
+        args = t.args or ()
+        if len(args) != len(sym.params):
+            ctx.report(E.arity(t.name.span, t.name.text, len(sym.params),
+                               ", ".join(p for p, _ in sym.params), len(args)))
+        for a in args:
+            if isinstance(a, A.Name):
+                self.use_step_arg(a)
+            elif isinstance(a, A.DAIndex):
+                ctx.report(E.bracket_arg(a.span))
+        return ("template", sym)
+
+    def _family_target(self, t: A.Target, fam, blk: _Block):
+        ctx = self.ctx
+        if fam.step == "no":
+            ctx.report(E.family_position(t.name.span, fam.name))
+            self._args_as_uses(t)
+            return ("unknown", None)
+        if t.args is None:
+            ctx.report(E.family_needs_args(t.name.span, fam.signature, fam.name))
+            return ("family", fam)
+        for a in t.args:
+            if isinstance(a, A.Name):
+                self.use_step_arg(a)
+            elif isinstance(a, A.DAIndex):
+                if blk.grouped_coord is None or a.index.text != blk.grouped_coord:
+                    ctx.report(E.bracket_arg(a.span))
+                    self.use_local_quiet(a.base)
+                else:
+                    self.use_step_arg(a.base)
+                    self.use_local_quiet(a.index)
+        if len(t.args) != len(fam.params):
+            ctx.report(E.arity(t.name.span, fam.name, len(fam.params),
+                               ", ".join(p for p, _ in fam.params), len(t.args)))
+            return ("family", fam)
+        for (pname, pkind), a in zip(fam.params, t.args):
+            if isinstance(a, A.Number) and pkind in ("vec", "mat"):
+                ctx.report(E.vector_literal(a.span, pname, fam.name, pkind))
+        if fam.name == "TruncatedNormal" and all(isinstance(a, A.Number) for a in t.args):
+            ctx.report(E.truncated_needs_variable(t.name.span))
+        from qvr.sema.check_decls import _literal_support
+        _literal_support(ctx, fam, list(zip(fam.params, t.args)))
+        return ("family", fam)
