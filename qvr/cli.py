@@ -35,7 +35,7 @@ def cmd_check(args) -> int:
     for msg in problems:
         print(f"qvr check: {msg}", file=sys.stderr)
         status = 2
-    n_err = n_warn = 0
+    n_err = n_warn = checked = 0
     for f in files:
         try:
             text = f.read_text(encoding="utf-8")
@@ -44,6 +44,7 @@ def cmd_check(args) -> int:
                   file=sys.stderr)
             status = 2
             continue
+        checked += 1
         doc = Document(text, str(f))
         diags = doc.diagnostics()
         n_err += sum(d.is_error for d in diags)
@@ -61,7 +62,7 @@ def cmd_check(args) -> int:
     if args.format == "json":
         print(json.dumps({"files": report}, indent=2))
     else:
-        summary = f"checked {len(files)} file{'s' if len(files) != 1 else ''}: {n_err} error" \
+        summary = f"checked {checked} file{'s' if checked != 1 else ''}: {n_err} error" \
                   f"{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}"
         print(summary, file=sys.stderr)
     if status == 2:

@@ -201,15 +201,14 @@ def split(text: str, pos: int = 0, stop=None):
         if starts_stmt and seen_code:
             # the statement begins at this line; trivia since the last code line move with it
             boundary = _trivia_start
-            if stop is not None and stop(boundary):
-                flush(boundary)
-                return out, boundary
             # split pending trivia off into the new chunk
             trivia_clean = cur_clean[_trivia_index:]
             del cur_clean[_trivia_index:]
             trivia_diags = [d for d in cur_diags if d.span.start >= boundary]
             cur_diags[:] = [d for d in cur_diags if d.span.start < boundary]
             flush(boundary)
+            if stop is not None and stop(boundary):
+                return out, boundary
             cur_start = boundary
             cur_clean = trivia_clean
             cur_diags = trivia_diags

@@ -1,0 +1,71 @@
+"""`qvr check`: text and JSON output, exit statuses, unreadable files."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "qvr.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_clean_examples_exit_zero():
+    out = run("check", "examples")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 errors" in out.stderr
+
+
+def test_text_format_has_location_source_and_caret(tmp_path):
+    f = tmp_path / "bad.qvr"
+    f.write_text("object Tok : FinSet 4\nlet g = polsh\n")
+    out = run("check", str(f))
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"{f}:2:9: error[QVR102]: undefined morphism `polsh`"
+    assert lines[1] == " 2 | let g = polsh"
+    assert lines[2] == "   |         ^^^^^"
+
+
+def test_json_format(tmp_path):
+    f = tmp_path / "bad.qvr"
+    f.write_text("object A : FinSet 3\nobject A : FinSet 4\n")
+    out = run("check", "--format", "json", str(f))
+    assert out.returncode == 1
+    data = json.loads(out.stdout)
+    d = data["files"][0]["diagnostics"][0]
+    assert data["files"][0]["path"] == str(f)
+    assert d == {"code": "QVR104", "severity": "error", "message": "`A` is already declared on line 1",
+                 "range": {"start": {"line": 1, "character": 7}, "end": {"line": 1, "character": 8}}}
+
+
+def test_warnings_only_exit_zero(tmp_path):
+    f = tmp_path / "w.qvr"
+    f.write_text("object A : FinSet 3\nexport A2\n".replace("export A2\n", "let Normal = identity(A)\n"))
+    out = run("check", str(f))
+    assert out.returncode == 0
+    assert "warning[QVR712]" in out.stdout
+
+
+def test_missing_and_unreadable_files_exit_two_but_others_checked(tmp_path):
+    good = tmp_path / "ok.qvr"
+    good.write_text("object A : FinSet 3\n")
+    bad = tmp_path / "bin.qvr"
+    bad.write_bytes(b"\xff\xfe\x00bad")
+    out = run("check", str(tmp_path / "missing.qvr"), str(bad), str(good))
+    assert out.returncode == 2
+    assert "missing.qvr: no such file or directory" in out.stderr
+    assert "bin.qvr: cannot read file" in out.stderr
+    assert "checked 1 file" in out.stderr
+
+
+def test_directories_are_searched_recursively(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "x.qvr").write_text("let g = nothing_here\n")
+    out = run("check", "--format", "json", str(tmp_path))
+    data = json.loads(out.stdout)
+    assert [f["path"].endswith("x.qvr") for f in data["files"]] == [True]
+    assert out.returncode == 1
