@@ -53,11 +53,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     text = generate(args.lines)
-    P._lark()  # grammar load is start-up cost, reported separately
     t0 = time.perf_counter()
-    P._parse_cached.cache_clear()
-    doc = Document(text)
-    cold = time.perf_counter() - t0
+    P._lark()  # grammar load (from lark's cache) is start-up cost, reported separately
+    grammar = time.perf_counter() - t0
+    colds = []
+    for _ in range(3):  # cold = no parse or check result cached
+        P._parse_cached.cache_clear()
+        t0 = time.perf_counter()
+        doc = Document(text)
+        colds.append(time.perf_counter() - t0)
+    cold = min(colds)
     assert not [d for d in doc.diagnostics() if d.is_error], "generated program must check clean"
 
     rng = random.Random(args.seed)
@@ -83,7 +88,9 @@ def main() -> None:
     p50, p95 = pct(inc, 0.5), pct(inc, 0.95)
     s50 = statistics.median(scratch)
     print(f"program: {args.lines} lines, {len(doc.chunks)} statements")
-    print(f"cold check:               {cold * 1000:8.1f} ms   (goal < 1000 ms)")
+    print(f"grammar load:             {grammar * 1000:8.1f} ms")
+    print(f"cold check (best of 3):   {cold * 1000:8.1f} ms   (goal < 1000 ms; runs: "
+          f"{', '.join(f'{c * 1000:.0f}' for c in colds)})")
     print(f"incremental edit  p50:    {p50 * 1000:8.2f} ms")
     print(f"incremental edit  p95:    {p95 * 1000:8.2f} ms   (goal < 5 ms)")
     print(f"from scratch      p50:    {s50 * 1000:8.1f} ms")

@@ -11,15 +11,30 @@ positions.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from qvr.diagnostics import Diagnostic
 from qvr.sema.context import Fact
-from qvr.sema.module import CheckCache, ModuleResult, check_chunks
+from qvr.sema.module import CheckCache, ModuleState, Slot
 from qvr.syntax.chunks import split
 from qvr.syntax.parser import parse_chunk
 from qvr.text import LineIndex, Position, Span
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Analysis allocates many small, long-lived objects: the cyclic collector would scan
+    them over and over (a third of a cold check).  Pause it for the duration."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -34,12 +49,19 @@ class Edit:
 class Document:
     def __init__(self, text: str, path: str = "<memory>", cache: Optional[CheckCache] = None):
         self.path = path
-        self.cache = cache or CheckCache()
+        self.state = ModuleState(cache)
+        with _gc_paused():
+            self._build(text)
+
+    def _build(self, text: str) -> None:
         self._set_text(text.replace("\r\n", "\n"))
         parts, _ = split(self.text)
-        self.starts = [s for s, _ in parts]
-        self.chunks = [c for _, c in parts]
-        self._analyse()
+        slots = [Slot(c, parse_chunk(c)) for _, c in parts]
+        lines, line = [], 1
+        for s in slots:
+            lines.append(line)
+            line += s.chunk.text.count("\n")
+        self.state.replace(0, 0, slots, [p for p, _ in parts], lines, moved=False)
 
     def _set_text(self, text: str) -> None:
         self.text = text
@@ -51,21 +73,43 @@ class Document:
             self._line_index = LineIndex(self.text)
         return self._line_index
 
+    # views used by tools and tests
+    @property
+    def chunks(self) -> list:
+        return [s.chunk for s in self.state.slots]
+
+    @property
+    def parsed(self) -> list:
+        return [s.parsed for s in self.state.slots]
+
+    @property
+    def starts(self) -> list[int]:
+        return self.state.starts
+
+    @property
+    def rechecked(self) -> int:
+        """How many declarations the last edit checked afresh."""
+        return self.state.rechecked
+
     # ------------------------------------------------------------ edits
     def apply_edits(self, edits: Iterable[Edit]) -> None:
-        for e in edits:
-            self._apply(e)
-        self._analyse()
+        with _gc_paused():
+            for e in edits:
+                self._apply(e)
 
     def set_text(self, text: str) -> None:
-        self.apply_edits([Edit(0, len(self.text), text.replace("\r\n", "\n"))])
+        self.apply_edits([Edit(0, len(self.text), text)])
 
     def _apply(self, e: Edit) -> None:
         start, end = max(0, min(e.start, len(self.text))), max(0, min(e.end, len(self.text)))
+        start, end = min(start, end), max(start, end)
         new = e.new_text.replace("\r\n", "\n")
+        removed = self.text[start:end]
         text = self.text[:start] + new + self.text[end:]
         delta = len(new) - (end - start)
-        starts = self.starts
+        line_delta = new.count("\n") - removed.count("\n")
+        st = self.state
+        starts = st.starts
         i = max(bisect.bisect_right(starts, start) - 2, 0)  # one chunk of slack before
         region = starts[i] if starts else 0
         old = set(starts[i + 1:])
@@ -76,37 +120,26 @@ class Document:
 
         parts, stop_at = split(text, region, stop)
         j = bisect.bisect_left(starts, stop_at - delta) if stop_at < len(text) else len(starts)
-        self.starts = starts[:i] + [s for s, _ in parts] + [s + delta for s in starts[j:]]
-        self.chunks = self.chunks[:i] + [c for _, c in parts] + self.chunks[j:]
-        self._set_text(text)
-
-    # ------------------------------------------------------------ analysis
-    def _analyse(self) -> None:
-        self.parsed = [parse_chunk(c) for c in self.chunks]
+        slots = [Slot(c, parse_chunk(c)) for _, c in parts]
+        line = st.start_lines[i] if i < len(st.start_lines) else 1
         lines = []
-        line = 1
-        for c in self.chunks:
+        for s in slots:
             lines.append(line)
-            line += c.text.count("\n")
-        self.start_lines = lines
-        chunks = self.chunks
-
-        def texts_lines(i: int, rel: int) -> int:
-            return lines[i] + chunks[i].text.count("\n", 0, rel)
-
-        self.result: ModuleResult = check_chunks(list(zip(self.chunks, self.parsed)), self.starts,
-                                                 lines, texts_lines, self.cache)
-
-    @property
-    def rechecked(self) -> int:
-        return self.result.rechecked
+            line += s.chunk.text.count("\n")
+        new_starts = starts[:i] + [p for p, _ in parts] + [s + delta for s in starts[j:]]
+        new_lines = st.start_lines[:i] + lines + [n + line_delta for n in st.start_lines[j:]]
+        self._set_text(text)
+        st.replace(i, j, slots, new_starts, new_lines, moved=delta != 0 or line_delta != 0)
 
     def diagnostics(self) -> list[Diagnostic]:
+        st = self.state
         out = []
-        for start, parsed, res in zip(self.starts, self.parsed, self.result.results):
-            out.extend(d.shift(start) for d in parsed.diagnostics)
-            out.extend(d.shift(start) for d in res.diagnostics)
-        out.extend(self.result.module_diagnostics)
+        for slot in st.diag_slots:
+            start = st.starts[slot.index]
+            out.extend(d.shift(start) for d in slot.parsed.diagnostics)
+            if slot.result is not None:
+                out.extend(d.shift(start) for d in slot.result.diagnostics)
+        out.extend(st.module_diagnostics())
         out.sort(key=lambda d: (d.span.start, d.span.end, d.code))
         return out
 
@@ -122,33 +155,37 @@ class Document:
 
     def facts_at(self, offset: int) -> list[tuple[Span, Fact]]:
         """Facts whose span contains `offset`, innermost (shortest) first, in document offsets."""
-        if not self.chunks:
+        st = self.state
+        if not st.slots:
             return []
         i = self.chunk_at(offset)
-        base = self.starts[i]
+        base = st.starts[i]
         rel = offset - base
-        hits = [f for f in self.result.results[i].facts if f.span.start <= rel <= f.span.end]
+        res = st.slots[i].result
+        hits = [f for f in (res.facts if res else ()) if f.span.start <= rel <= f.span.end]
         hits.sort(key=lambda f: (f.span.end - f.span.start, f.kind != "expr"))
         return [(f.span.shift(base), f) for f in hits]
 
     def all_facts(self):
-        for base, res in zip(self.starts, self.result.results):
-            for f in res.facts:
+        st = self.state
+        for slot in st.slots:
+            base = st.starts[slot.index]
+            for f in (slot.result.facts if slot.result else ()):
                 yield f.span.shift(base), f
 
     def definition_span(self, ns: str, name: str) -> Optional[Span]:
-        return self.result.env.name_spans.get((ns, name))
+        return self.state.name_span(ns, name)
 
     def symbol(self, ns: str, name: str):
-        table = self.result.env.values if ns == "value" else self.result.env.types
-        e = table.get(name)
-        return e[0] if e else None
+        """The symbol a use after the whole module would see (the first binding)."""
+        lst = self.state.bound.get((ns, name))
+        return lst[0].bindings[(ns, name)] if lst else None
 
     def docs_for(self, ns: str, name: str) -> tuple[str, ...]:
         span = self.definition_span(ns, name)
         if span is None:
             return ()
-        return self.parsed[self.chunk_at(span.start)].docs
+        return self.state.slots[self.chunk_at(span.start)].parsed.docs
 
     def type_at(self, offset: int):
         """The innermost morphism sub-expression type at `offset`: (span, MorType, text) or None."""

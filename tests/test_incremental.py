@@ -41,7 +41,7 @@ def edit_scripts(draw):
     return text, edits
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edit_scripts())
 def test_incremental_equals_from_scratch(script):
     text, edits = script

@@ -8,14 +8,13 @@ the new environment gives the same answers (salsa-style early cutoff, in one sma
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from qvr.diagnostics import Diagnostic
 from qvr.text import Span
 
 
-@dataclass(frozen=True, slots=True)
-class Fact:
+class Fact(NamedTuple):
     """A position fact for editor queries; `span` is relative to the chunk.
 
     kinds: ``def`` (a top-level name being declared: data=(namespace, name)), ``ref`` (a use

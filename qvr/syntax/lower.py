@@ -4,7 +4,7 @@ Only shape conversion happens here (plus reading numbers); no names are resolved
 """
 from __future__ import annotations
 
-from lark import Token, Transformer, v_args
+from lark import Token, Transformer
 
 from qvr.syntax import ast as A
 from qvr.text import Span
@@ -42,7 +42,60 @@ def _strip(children):
     return [c for c in children if not (isinstance(c, Token) and c.type in _PUNCT)]
 
 
-@v_args(meta=True)
+class _Seq(tuple):
+    """A tuple of children that remembers its source span (call arguments, where blocks)."""
+
+
+class _Meta:
+    """Start/end offsets of a rule from its children (lark's meta is unavailable when the
+    transformer runs inside the parser); trailing layout tokens are never included."""
+
+    __slots__ = ("start_pos", "end_pos")
+
+    def __init__(self, children):
+        first = last = None
+        for c in children:
+            s = _start(c)
+            if s is not None:
+                first = s
+                break
+        for c in reversed(children):
+            e = _end(c)
+            if e is not None:
+                last = e
+                break
+        self.start_pos = first if first is not None else 0
+        self.end_pos = last if last is not None else self.start_pos
+
+
+def _start(c):
+    if isinstance(c, Token):
+        return None if c.type.startswith("_") else c.start_pos
+    if isinstance(c, _Seq):
+        return c.span.start if hasattr(c, "span") else None
+    if isinstance(c, tuple):
+        return _start(c[0]) if c else None
+    span = getattr(c, "span", None)
+    return span.start if span is not None else None
+
+
+def _end(c):
+    if isinstance(c, Token):
+        return None if c.type.startswith("_") else c.end_pos
+    if isinstance(c, _Seq):
+        return c.span.end if hasattr(c, "span") else None
+    if isinstance(c, tuple):
+        return _end(c[-1]) if c else None
+    span = getattr(c, "span", None)
+    return span.end if span is not None else None
+
+
+def _with_span(items, meta) -> _Seq:
+    seq = _Seq(items)
+    seq.span = Span(meta.start_pos, meta.end_pos)
+    return seq
+
+
 class ToAst(Transformer):
     # ------------------------------------------------------------ start
     def start(self, meta, children):
@@ -104,7 +157,7 @@ class ToAst(Transformer):
         return A.MCall(_name(children[0]), children[1], _msp(meta))
 
     def call_args(self, meta, children):
-        return tuple(_strip(children))
+        return _with_span(_strip(children), meta)
 
     def ca_string(self, meta, children):
         return A.StringLit(str(children[0]), _tsp(children[0]))
@@ -179,7 +232,7 @@ class ToAst(Transformer):
         return A.LetDecl(_tsp(kw), _name(name), expr, where, where_kw, _msp(meta))
 
     def where_block(self, meta, children):
-        return (_tsp(children[0]), tuple(children[1:]))
+        return _with_span((_tsp(children[0]), tuple(children[1:])), meta)
 
     def export_decl(self, meta, children):
         return A.ExportDecl(_tsp(children[0]), children[1], _msp(meta))
@@ -281,7 +334,7 @@ class ToAst(Transformer):
 
     def return_item(self, meta, children):
         rest = _strip(children)
-        return (_name(rest[0]), _name(rest[1]) if len(rest) > 1 else None)
+        return _with_span((_name(rest[0]), _name(rest[1]) if len(rest) > 1 else None), meta)
 
     def target(self, meta, children):
         rest = _strip(children)
@@ -414,3 +467,14 @@ class ToAst(Transformer):
     def pragma_entry(self, meta, children):
         value = children[2] if len(children) > 2 else None
         return A.PragmaEntry(_name(children[0]), value, _msp(meta))
+
+
+def _wrap(fn):
+    def callback(self, children):
+        return fn(self, _Meta(children), children)
+    callback.__name__ = fn.__name__
+    return callback
+
+
+for _name_ in [k for k, v in list(vars(ToAst).items()) if callable(v) and not k.startswith("_")]:
+    setattr(ToAst, _name_, _wrap(vars(ToAst)[_name_]))

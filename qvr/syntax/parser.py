@@ -39,11 +39,11 @@ class _PostLex:
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
     grammar = (Path(__file__).with_name("grammar.lark")).read_text(encoding="utf-8")
+    # the AST is built by lark's callbacks during parsing (no intermediate tree)
     return Lark(grammar, parser="lalr", lexer="contextual", postlex=_PostLex(),
-                maybe_placeholders=False, propagate_positions=True, cache=True)
+                maybe_placeholders=False, transformer=ToAst(), cache=True)
 
 
-_TO_AST = ToAst()
 
 RESERVED_WORDS = frozenset(E.RESERVED.values())
 _STEP_WORDS = ("sample", "observe", "marginalize", "let", "score", "return")
@@ -280,8 +280,7 @@ def _parse_uncached(clean: str, kind: str, stmt_at: int, chunk_diags: tuple) -> 
     decl = None
     err = None
     try:
-        tree = _lark().parse(source)
-        decls = _TO_AST.transform(tree)
+        decls = _lark().parse(source)
         decl = decls[0] if decls else None
     except UnexpectedCharacters as exc:
         err = _map_unexpected_chars(exc, source, keyword)
