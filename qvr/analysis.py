@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 from qvr.diagnostics import Diagnostic
 from qvr.sema.context import Fact
 from qvr.sema.module import CheckCache, ModuleState, Slot
-from qvr.syntax.chunks import split
+from qvr.syntax.chunks import comments, split
 from qvr.syntax.parser import parse_chunk
 from qvr.text import LineIndex, Position, Span
 
@@ -130,6 +130,15 @@ class Document:
         new_lines = st.start_lines[:i] + lines + [n + line_delta for n in st.start_lines[j:]]
         self._set_text(text)
         st.replace(i, j, slots, new_starts, new_lines, moved=delta != 0 or line_delta != 0)
+
+    def comments(self) -> list[tuple]:
+        """Every comment as (Span, text, kind) in document offsets; `docs_for` gives the
+        doc comments attached to a declaration."""
+        out = []
+        for slot in self.state.slots:
+            base = self.state.starts[slot.index]
+            out.extend((sp.shift(base), t, k) for sp, t, k in comments(slot.chunk.text))
+        return out
 
     def diagnostics(self) -> list[Diagnostic]:
         st = self.state

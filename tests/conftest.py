@@ -3,7 +3,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+for sub in ("tui", "lsp", ""):  # the repo's packages, installed or not
+    sys.path.insert(0, str(ROOT / sub) if sub else str(ROOT))
 
 
 def pytest_addoption(parser):

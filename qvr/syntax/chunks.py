@@ -225,3 +225,27 @@ def split(text: str, pos: int = 0, stop=None):
             _trivia_index = len(cur_clean)
     flush(len(text))
     return out, len(text)
+
+
+_COMMENT_SCAN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|#\{.*?(?:\}#|\Z)|#(?![\[{]|!\[)[^\n]*|#!?\[', re.S)
+
+
+def comments(text: str) -> tuple:
+    """Every comment of `text` as ``(Span, text, kind)`` with kind line | doc | block.
+
+    Strings are skipped, so a `#` inside a string starts nothing; `#[`/`#![` are pragma
+    openers, not comments.  Spans are offsets into `text`.
+    """
+    out = []
+    for m in _COMMENT_SCAN.finditer(text):
+        tok = m.group()
+        if tok.startswith('"') or tok.startswith(("#[", "#![")):
+            continue
+        if tok.startswith("#{"):
+            kind = "block"
+        elif tok.startswith("##") or (tok.startswith("#!") and not tok.startswith("#![")):
+            kind = "doc"
+        else:
+            kind = "line"
+        out.append((Span(m.start(), m.end()), tok, kind))
+    return tuple(out)

@@ -74,6 +74,7 @@ class ParsedChunk:
     unsupported: bool = False
 
 
+
 def _token_span(text: str, at: int) -> Span:
     m = _TOKEN_AT.match(text, at)
     return Span(at, m.end() if m else at + 1)
