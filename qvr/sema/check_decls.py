@@ -17,8 +17,8 @@ from qvr.sema.resolve import resolve_type, type_names
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
                               ProgramSym, UnknownSym)
-from qvr.sema.types import (MorType, Real, compatible, describe, is_continuous, is_discrete,
-                            is_unknown, size, spell_mor, strip)
+from qvr.sema.types import (FinSet, MorType, Real, atoms, compatible, describe, is_continuous,
+                            is_discrete, is_unknown, size, spell_mor, strip)
 from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
@@ -209,7 +209,7 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     prior = None
     init_info: Optional[MInfo] = None
     if role in ("embed", "discretize") and init is not None:
-        ctx.report(E.initializer_not_allowed(init.tilde if False else init.span,
+        ctx.report(E.initializer_not_allowed(init.span,
                                              f"{_article(role)} `{role}` morphism takes no `~` initializer"))
     elif role == "kernel" and init is not None:
         e = init.expr
@@ -285,14 +285,14 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
         if family.kernel_cod == "discrete" and not is_discrete(cod):
             ctx.report(E.role_signature(d.cod.span, f"family `{family.name}` needs a finite-set codomain, "
                                                     f"got {describe(cod)}"))
-        elif family.kernel_cod == "bool" and not (is_discrete(cod) and [a.n for a in _atoms(cod)] == [2]):
+        elif family.kernel_cod == "bool" and not (is_discrete(cod) and [a.n for a in atoms(cod)] == [2]):
             ctx.report(E.role_signature(d.cod.span, f"family `{family.name}` needs the codomain `FinSet 2`, "
                                                     f"got {describe(cod)}"))
         elif family.kernel_cod == "continuous" and not is_continuous(cod):
             ctx.report(E.role_signature(d.cod.span, f"family `{family.name}` needs a Real codomain, "
                                                     f"got {describe(cod)}"))
     elif role == "embed" and known:
-        if not isinstance(strip(dom), type(None)) and not _is_finset_atom(dom):
+        if not isinstance(strip(dom), FinSet):
             ctx.report(E.role_signature(d.dom.span, f"an embed morphism needs a single `FinSet` domain, "
                                                     f"got {describe(dom)}"))
         elif not is_continuous(cod):
@@ -305,7 +305,8 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
             if not (isinstance(sd, Real) and sd.n == 1 and sd.low is not None and sd.high is not None):
                 ctx.report(E.role_signature(d.dom.span, f"discretize needs a bounded `Real 1` domain, "
                                                         f"got {describe(dom)}"))
-            elif bins is not None and not is_unknown(cod) and not (_is_finset_atom(cod) and strip(cod).n == bins):
+            elif bins is not None and not is_unknown(cod) and not (isinstance(strip(cod), FinSet)
+                                                                   and strip(cod).n == bins):
                 ctx.report(E.role_signature(d.cod.span, f"discretize with bins={bins} needs a codomain of "
                                                         f"{bins} elements, got {describe(cod)}"))
 
@@ -368,16 +369,6 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     else:
         ctx.bind("value", name, MorphismSym(name, mt, role, fam_name, stratum, rule, lookup, init_text,
                                             scale, bins, None, axis_names), d.name.span)
-
-
-def _atoms(t):
-    from qvr.sema.types import atoms
-    return atoms(t)
-
-
-def _is_finset_atom(t) -> bool:
-    from qvr.sema.types import FinSet
-    return isinstance(strip(t), FinSet)
 
 
 # ---------------------------------------------------------------- let and export
