@@ -149,7 +149,7 @@ def _check_axes(ctx, d: A.MorphismDecl, opts: dict, family, axis_names: tuple) -
                                 len(lists["over"])))
 
 
-def _literal_support(ctx, fam, params_args) -> None:
+def checkcheck_literal_support(ctx, fam, params_args) -> None:
     """QVR706 for numeric literals outside a parameter's support."""
     lits = {}
     for (pname, kind), arg in params_args:
@@ -238,7 +238,7 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
                     for a in bad:
                         ctx.report(E.prior_not_number(a.span))
                     if not bad:
-                        _literal_support(ctx, prior, list(zip(prior.params, e.args)))
+                        check_literal_support(ctx, prior, list(zip(prior.params, e.args)))
                 ctx.report(E.no_effect(init.span, "a prior on a latent morphism has no effect at run time"))
         else:
             ctx.report(E.initializer_not_allowed(init.span, "a latent morphism takes no expression initializer; "

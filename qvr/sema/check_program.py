@@ -464,6 +464,6 @@ class ProgramChecker(LetChecker):
                 ctx.report(E.vector_literal(a.span, pname, fam.name, pkind))
         if fam.name == "TruncatedNormal" and all(isinstance(a, A.Number) for a in t.args):
             ctx.report(E.truncated_needs_variable(t.name.span))
-        from qvr.sema.check_decls import _literal_support
-        _literal_support(ctx, fam, list(zip(fam.params, t.args)))
+        from qvr.sema.check_decls import check_literal_support
+        check_literal_support(ctx, fam, list(zip(fam.params, t.args)))
         return ("family", fam)
