@@ -149,7 +149,7 @@ def _check_axes(ctx, d: A.MorphismDecl, opts: dict, family, axis_names: tuple) -
                                 len(lists["over"])))
 
 
-def checkcheck_literal_support(ctx, fam, params_args) -> None:
+def check_literal_support(ctx, fam, params_args) -> None:
     """QVR706 for numeric literals outside a parameter's support."""
     lits = {}
     for (pname, kind), arg in params_args:
