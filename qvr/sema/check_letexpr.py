@@ -17,7 +17,7 @@ from qvr.sema.families import (BUILTINS, CHART_METHODS, OUTSIDE_CORE_BUILTINS,
 from qvr.sema.resolve import resolve_type
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import DeductionSym, UnknownSym
-from qvr.sema.types import is_discrete, is_unknown, size
+from qvr.sema.types import is_discrete, is_unknown, size, spell
 from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
@@ -46,6 +46,7 @@ class LetChecker:
         self.closed: dict[str, Local] = {}  # bound inside blocks that have closed
         self.planned: dict[str, int] = {}  # name -> offset of its first binding (prescan)
         self.binders: list[dict[str, int]] = []  # factor binders in scope -> size
+        self.binder_spans: list[dict[str, object]] = []  # factor binders in scope -> binding span
         self.companions: list[tuple] = []  # (suggested local, used name, how)
         self.last_axes: Optional[tuple] = None
 
@@ -153,6 +154,10 @@ class LetChecker:
         ctx = self.ctx
         if n.text in self.binders_in_scope():
             ctx.fact(n.span, "local-binder", n.text)
+            for spans in reversed(self.binder_spans):  # the binding, for goto and references
+                if n.text in spans:
+                    ctx.fact(n.span, "localref", spans[n.text])
+                    break
             return "numeric", None
         local = self.use_local_quiet(n)
         if local is not None:
@@ -301,6 +306,7 @@ class LetChecker:
     def _factor(self, e: A.EFactor) -> str:
         ctx = self.ctx
         sizes: dict[str, int] = {}
+        spans: dict[str, object] = {}
         axes = []
         seen = set()
         for i, b in enumerate(e.binders):
@@ -317,10 +323,13 @@ class LetChecker:
             seen.add(b.name.text)
             if self.visible(b.name.text) is not None:
                 ctx.report(E.binder_shadows(b.name.span, b.name.text))
-            ctx.fact(b.name.span, "local", LocalInfo(b.name.text, "factor", "index", "factor binder", self.owner))
+            index_text = "index" if is_unknown(t) else f"index over {spell(t)}"
+            ctx.fact(b.name.span, "local", LocalInfo(b.name.text, "factor", index_text, "factor binder", self.owner))
             sizes[b.name.text] = n if n is not None else 0
+            spans.setdefault(b.name.text, b.name.span)
             axes.append(n)
         self.binders.append(sizes)
+        self.binder_spans.append(spans)
         if isinstance(e.body, A.FactorCases):
             if len(e.binders) != 1:
                 ctx.report(E.factor_problem(e.binders[1].span if len(e.binders) > 1 else e.kw,
@@ -345,6 +354,7 @@ class LetChecker:
             k = self._infer(e.body)
             self._need_numeric(e.body, k, "a factor body")
         self.binders.pop()
+        self.binder_spans.pop()
         self.last_axes = tuple(a for a in axes) if all(a is not None for a in axes) else None
         return "numeric"
 

@@ -1,0 +1,120 @@
+"""Static editor knowledge of the language: option keys and values, keywords, snippets and
+combinator signatures (qvr-language.md 5.2, 7.6-7.8, 10.1, 10.5, 11.4, 13).
+
+Shared by hover, completion and signature help.  Families and builtins are not repeated
+here: they live in `qvr.sema.families`, the single source of truth.  Nothing here looks
+at a document.
+"""
+from __future__ import annotations
+
+from qvr.sema.families import COMPOSITION_LEVELS, COMPOSITION_RULES, SEMIRINGS
+
+ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let")
+
+# (position, key) -> meaning; positions are those of `qvr.sema.options.read_options`.
+OPTION_DOCS: dict[str, dict[str, str]] = {
+    "object": {
+        "low": "lower bound of every coordinate of a bounded `Real n` object",
+        "high": "upper bound of every coordinate of a bounded `Real n` object",
+    },
+    "morphism": {
+        "role": "what kind of morphism this is: latent, observed, kernel, embed, discretize or let (required)",
+        "replicate": "declare that many independent copies NAME_0 … NAME_{k-1} plus a replica group NAME",
+        "scale": "latent: standard deviation of the initial raw parameters; location–scale kernels: "
+                 "the output scale at initialisation",
+        "init": "`auto`: algebra-specific initialisation of a latent morphism's parameters",
+        "hidden_dim": "width of the network that computes a family kernel's parameters (default 64)",
+        "n_layers": "number of layers of a `Flow` kernel (default 4)",
+        "rank": "rank of the covariance factor of a `LowRankMVN` kernel",
+        "temperature": "fixed relaxation temperature of a RelaxedBernoulli or RelaxedOneHotCategorical kernel",
+        "bins": "number of bins of a discretize morphism; the codomain must have that many elements",
+        "over": "the event axes of the family: the axes that index one joint draw",
+        "iid": "the batch axes: axes over which the family's draws are independent",
+    },
+    "sample step": {
+        "over": "the event axes of the family: objects whose elements index one joint draw",
+        "iid_over": "the batch axes: objects over which draws are independent",
+    },
+    "observe step": {
+        "via": "inside a grouped marginalize block: the per-row index mapping each row to an element "
+               "of the grouping object",
+    },
+    "marginalize step": {
+        "over": "makes the block grouped: each element of this object has one latent class, shared by its rows",
+        "reduction": "how per-class scores are combined: logsumexp (default), sum or mean",
+    },
+    "deduction": {
+        "semiring": "how weights combine: LogProb (default), Viterbi, Boolean or Counting",
+        "start": "the atom that selects the goal items",
+        "depth": "bound on the nesting depth of constructor terms in rule conclusions",
+        "tolerance": "convergence threshold for weights on cyclic rule graphs",
+    },
+    "pragma": {
+        "learnable": "the rule's (or lexicon entry's) weight is a learnable parameter",
+        "bounded": "keep a learnable rule weight non-positive in log space, so weight cycles converge",
+    },
+}
+
+# option keys allowed per morphism role (5.2)
+ROLE_KEYS = {
+    "latent": ("role", "replicate", "scale", "init", "over", "iid"),
+    "observed": ("role", "replicate", "scale"),
+    "kernel": ("role", "replicate", "scale", "hidden_dim", "n_layers", "rank", "temperature", "over", "iid"),
+    "embed": ("role", "replicate", "scale"),
+    "discretize": ("role", "replicate", "scale", "bins"),
+    "let": ("role", "replicate", "scale"),
+}
+
+# known option values by key (None: names of a namespace, filled in by completion)
+OPTION_VALUES = {
+    "role": ROLES,
+    "init": ("auto",),
+    "reduction": ("logsumexp", "sum", "mean"),
+    "semiring": SEMIRINGS,
+}
+
+STATEMENT_SNIPPETS = {
+    "object": "object ${1:Name} : ${2:FinSet ${3:2}}",
+    "morphism": "morphism ${1:name} : ${2:A} -> ${3:B} [role=${4:kernel}] ~ ${5:Normal}",
+    "let": "let ${1:name} = ${0}",
+    "program": "program ${1:name} : ${2:A} -> ${3:B}\n    ${4:sample x <- Normal(0.0, 1.0)}\n    return ${5:x}",
+    "deduction": "deduction ${1:Name} : ${2:A} -> ${3:B} [semiring=${4:LogProb}]\n    atoms ${5:S}\n    ${0}",
+    "export": "export ${1:name}",
+    "composition": "composition ${1:product_fuzzy} as ${2:algebra}",
+}
+
+STEP_SNIPPETS = {
+    "sample": "sample ${1:x} <- ${2:Normal(0.0, 1.0)}",
+    "observe": "observe ${1:y} : ${2:N} <- ${3:Normal(mu, sigma)}",
+    "marginalize": "marginalize ${1:z} <- ${2:Categorical(probs)}\n    ${0}",
+    "let": "let ${1:v} = ${0}",
+    "score": "score ${1:s} = ${0}",
+    "return": "return ${1:x}",
+}
+
+ENTRY_SNIPPETS = {
+    "atoms": "atoms ${1:S}",
+    "binders": "binders ${1:Fn}",
+    "rule": "rule ${1:name} : ${2:A} |- ${3:B}",
+    "lexicon": "lexicon\n    \"${1:word}\" : ${2:Cat} = ${3:lf}",
+}
+
+# morphism combinators (6.1): name -> (parameters, snippet, meaning)
+COMBINATORS = {
+    "fan": (("e1", "…", "en"), "fan(${1:f})", "run the arguments side by side on one input; "
+            "codomain is the product of theirs"),
+    "stack": (("f", "n"), "stack(${1:f}, ${2:2})", "chain n independent copies of an endomorphism f"),
+    "repeat": (("f", "n"), "repeat(${1:f}, ${2:2})", "chain f with itself n times (shared parameters); "
+               "without n, a relational f repeated to run time"),
+    "scan": (("f",), "scan(${1:f})", "thread a hidden state: a cell `D1 * … * H -> H` becomes `D1 * … -> H`"),
+    "identity": (("A",), "identity(${1:A})", "the identity relation on a finite object A"),
+    "from_data": (("\"KEY\"",), "from_data(\"${1:key}\")", "a fixed relation supplied when the module is loaded "
+                  "(only as the whole initializer of an observed morphism)"),
+}
+
+COMPOSITION_RULE_NAMES = tuple(COMPOSITION_RULES)
+LEVELS = COMPOSITION_LEVELS
+
+
+def option_doc(position: str, key: str) -> str:
+    return OPTION_DOCS.get(position, {}).get(key, "")

@@ -1,0 +1,450 @@
+"""Completion that knows where the cursor is, even in half-written text.
+
+The context is read from the text of the current statement before the cursor (the code
+being typed rarely parses): the statement keyword, the innermost open bracket, the
+current step or entry line and the token before the word being typed.  Candidates come
+from the module environment *before* the current statement (`ModuleState.answer`, so a
+name declared later is never offered), from the family and builtin tables, and from the
+locals visible at the cursor.  Contexts: statement, step and deduction-entry keywords
+(with snippets); types; families after `~` or `<-`; option keys inside `[...]` and their
+values (`role=`, `reduction=`, `over=` …); morphism expressions, where after `>>` the
+morphisms whose domain matches the codomain so far come first; let-expressions (locals,
+builtins, deductions); deduction atoms.  No LSP types here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from qvr.ide import catalog as C
+from qvr.ide.exprtype import chain_codomain
+from qvr.sema.families import BUILTINS, FAMILIES
+from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym)
+from qvr.sema.types import compatible, is_discrete, spell, spell_mor
+from qvr.syntax.parser import RESERVED_WORDS
+from qvr.text import Span
+
+_WORD_END = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_WORD_START = re.compile(r"[A-Za-z0-9_]*")
+_FIRST = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)")
+_BIND = re.compile(r"([ \t]*)(sample|observe|marginalize|let|score)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
+_ATOMS = re.compile(r"^[ \t]+(atoms|binders)[ \t]+(.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class Item:
+    label: str
+    kind: str  # keyword | snippet | object | morphism | let | program | deduction | family | builtin |
+    #            local | option | value | combinator
+    detail: str = ""
+    insert: str = ""  # text to insert (defaults to label)
+    snippet: bool = False
+    sort: str = ""  # sort key (defaults to label)
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Completions:
+    span: Span  # the range the chosen item replaces (the word around the cursor)
+    items: tuple[Item, ...]
+
+
+# ---------------------------------------------------------------- lexical helpers
+
+def bracket_stack(text: str):
+    """Bracket stack over `text` (strings and comments skipped): [(char, offset)]."""
+    stack = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] not in '"\n':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "#":
+            if text.startswith("#[", i):
+                stack.append(("#[", i))
+                i += 2
+                continue
+            if text.startswith("#{", i):
+                k = text.find("}#", i + 2)
+                i = n if k < 0 else k + 2
+                continue
+            k = text.find("\n", i)
+            i = n if k < 0 else k
+            continue
+        if c in "([{":
+            stack.append((c, i))
+        elif c in ")]}" and stack:
+            stack.pop()
+        i += 1
+    return stack
+
+
+def _in_comment_or_string(line: str) -> bool:
+    quote = False
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quote = False
+        elif c == '"':
+            quote = True
+        elif c == "#" and not line.startswith(("#[", "#!["), i):
+            return True
+        i += 1
+    return quote
+
+
+class _Ctx:
+    """Everything completion needs to know about the cursor position."""
+
+    def __init__(self, doc, offset: int):
+        self.doc = doc
+        st = doc.state
+        self.index = doc.chunk_at(offset) if st.slots else 0
+        self.slot = st.slots[self.index] if st.slots else None
+        base = st.starts[self.index] if st.slots else 0
+        text = doc.text
+        line_start = text.rfind("\n", 0, offset) + 1
+        self.line = text[line_start:offset]
+        m = _WORD_END.search(self.line)
+        self.prefix = m.group() if m else ""
+        end = _WORD_START.match(text, offset).end()
+        self.span = Span(offset - len(self.prefix), end)
+        chunk = self.slot.chunk if self.slot else None
+        stmt_at = base + (chunk.stmt_at if chunk else 0)
+        self.stmt = text[stmt_at:offset - len(self.prefix)] if stmt_at <= offset else ""
+        self.in_trivia = stmt_at > offset - len(self.prefix) or not self.stmt.strip()
+        self.line_head = self.line[:len(self.line) - len(self.prefix)]
+        self.indent = len(self.line) - len(self.line.lstrip(" \t"))
+        fm = _FIRST.match(self.stmt)
+        self.keyword = fm.group(1) if fm else ""
+        self.stack = bracket_stack(self.stmt)
+
+    # environment before the current statement
+    def names(self, ns: str):
+        return self.doc.state.answer(("names", ns), self.index) if self.slot else frozenset()
+
+    def value(self, name: str):
+        return self.doc.state.answer(("v", name), self.index)
+
+    def obj(self, name: str):
+        return self.doc.state.answer(("t", name), self.index)
+
+
+# ---------------------------------------------------------------- candidate sets
+
+def _keywords(words: dict, kind_detail: str) -> list[Item]:
+    out = []
+    for w, snip in words.items():
+        out.append(Item(w, "keyword", kind_detail, sort="1" + w))
+        out.append(Item(w, "snippet", f"{kind_detail} (snippet)", snip, True, sort="2" + w))
+    return out
+
+
+def _types(c: _Ctx, discrete_only: bool = False) -> list[Item]:
+    out = []
+    for n in sorted(c.names("type")):
+        sym = c.obj(n)
+        if isinstance(sym, ObjectSym):
+            if discrete_only and not is_discrete(sym.type):
+                continue
+            out.append(Item(n, "object", spell(sym.type), sort="0" + n))
+    if not discrete_only:
+        out += [Item("FinSet", "keyword", "finite set", "FinSet ${1:2}", True, sort="1FinSet"),
+                Item("Real", "keyword", "real vector space", "Real ${1:1}", True, sort="1Real")]
+    return out
+
+
+def _value_item(name: str, sym, sort: str = "") -> Optional[Item]:
+    kind = {MorphismSym: "morphism", LetSym: "let", ProgramSym: "program", DeductionSym: "deduction",
+            GroupSym: "morphism"}.get(type(sym))
+    if kind is None:
+        return None
+    detail = spell_mor(sym.type)
+    if isinstance(sym, GroupSym):
+        detail = f"replica group of {len(sym.members)}: {detail}"
+    elif isinstance(sym, ProgramSym) and sym.parametric:
+        detail = "parametric program " + detail
+    return Item(name, kind, detail, sort=sort or "1" + name)
+
+
+def _morphisms(c: _Ctx, codomain=None, groups: bool = False) -> list[Item]:
+    out = []
+    for n in sorted(c.names("value")):
+        sym = c.value(n)
+        if isinstance(sym, (DeductionSym,)) or (isinstance(sym, ProgramSym) and sym.parametric):
+            continue
+        if isinstance(sym, GroupSym) and not groups:
+            continue
+        rank = "1"
+        if codomain is not None and getattr(sym, "type", None) is not None and sym.type.known \
+                and compatible(sym.type.dom, codomain):
+            rank = "0"
+        item = _value_item(n, sym, rank + n)
+        if item is not None:
+            out.append(item)
+    for name, (params, snip, meaning) in C.COMBINATORS.items():
+        if name == "from_data":
+            continue
+        out.append(Item(name, "combinator", f"{name}({', '.join(params)})", snip, True, "2" + name, meaning))
+    return out
+
+
+def _families(step: bool) -> list[Item]:
+    out = []
+    for fam in FAMILIES.values():
+        usable = fam.step if step else fam.kernel
+        if usable == "no":
+            continue
+        if step and fam.params:
+            args = ", ".join(f"${{{i + 1}:{p}}}" for i, (p, _k) in enumerate(fam.params))
+            out.append(Item(fam.name, "family", fam.signature, f"{fam.name}({args})", True, "1" + fam.name,
+                            fam.support_text))
+        else:
+            out.append(Item(fam.name, "family", fam.signature, sort="1" + fam.name, doc=fam.support_text))
+    return out
+
+
+def _visible_locals(c: _Ctx) -> list[Item]:
+    """Locals of the program being edited that are visible at the cursor (text-based)."""
+    if c.keyword != "program":
+        return []
+    lines = c.stmt.split("\n")
+    out: dict[str, str] = {}
+    header = lines[0]
+    pm = re.match(r"\s*program\s+[A-Za-z_]\w*\s*\(([^)]*)\)", header)
+    body = lines[1:-1] if len(lines) > 1 else []
+    min_indent = c.indent if len(lines) > 1 else 1 << 30
+    for ln in reversed(body):
+        if not ln.strip() or ln.lstrip().startswith("#"):
+            continue
+        ind = len(ln) - len(ln.lstrip(" \t"))
+        m = _BIND.match(ln)
+        if m:
+            visible = ind <= min_indent if m.group(2) != "marginalize" else ind < min_indent
+            if visible:
+                out.setdefault(m.group(3), m.group(2))
+        min_indent = min(min_indent, ind)
+    if pm:
+        for p in pm.group(1).split(","):
+            name = p.split(":")[0].strip()
+            if name:
+                out.setdefault(name, "parameter")
+    types = {}
+    if c.slot is not None and c.slot.result is not None:
+        for f in c.slot.result.facts:
+            if f.kind == "local":
+                types.setdefault(f.data.name, f.data.type_text)
+    return [Item(n, "local", types.get(n, k), sort="0" + n) for n, k in sorted(out.items())]
+
+
+def _letexpr(c: _Ctx) -> list[Item]:
+    out = _visible_locals(c)
+    for b in BUILTINS.values():
+        args = ", ".join(f"${{{i + 1}:{p}}}" for i, p in enumerate(b.params))
+        out.append(Item(b.name, "builtin", f"{b.signature} · {b.kinds}", f"{b.name}({args})", True,
+                        "1" + b.name, b.doc))
+    for n in sorted(c.names("value")):
+        sym = c.value(n)
+        if isinstance(sym, DeductionSym):
+            out.append(Item(n, "deduction", "deduction " + spell_mor(sym.type), sort="1" + n))
+    out.append(Item("factor", "keyword", "factor expression", "factor ${1:i} : ${2:I} in ${0}", True, "2factor"))
+    return out
+
+
+def _atoms(c: _Ctx, binders: bool = True) -> list[Item]:
+    out = {}
+    for m in _ATOMS.finditer(c.stmt):
+        if m.group(1) == "binders" and not binders:
+            continue
+        for n in re.findall(r"[A-Za-z_]\w*", m.group(2).split("#")[0]):
+            out.setdefault(n, "atom" if m.group(1) == "atoms" else "binder")
+    return [Item(n, "value", k, sort="0" + n) for n, k in sorted(out.items())]
+
+
+# ---------------------------------------------------------------- option blocks
+
+def _option_owner(c: _Ctx) -> str:
+    first = _FIRST.match(c.line_head)
+    word = first.group(1) if first else ""
+    if c.keyword == "program" and word in ("sample", "observe", "marginalize"):
+        return f"{word} step"
+    if c.keyword in ("object", "morphism", "deduction"):
+        return c.keyword
+    return ""
+
+
+def _axis_names(c: _Ctx) -> list[Item]:
+    m = re.match(r"\s*morphism\s+\w+\s*:\s*([^\[~]*)", c.stmt)
+    names = ["dom", "cod"]
+    if m:
+        for n in re.findall(r"[A-Za-z_]\w*", m.group(1)):
+            if n not in ("FinSet", "Real") and n not in names:
+                names.append(n)
+    return [Item(n, "value", "axis", sort="0" + n) for n in names]
+
+
+def _option_values(c: _Ctx, owner: str, key: str) -> list[Item]:
+    if key in C.OPTION_VALUES and not (owner == "marginalize step" and key == "over"):
+        return [Item(v, "value", f"{key} value", sort="0" + v) for v in C.OPTION_VALUES[key]]
+    if owner == "morphism" and key in ("over", "iid"):
+        return _axis_names(c)
+    if owner in ("sample step", "marginalize step") and key in ("over", "iid_over"):
+        return _types(c, discrete_only=True)
+    if owner == "observe step" and key == "via":
+        return _visible_locals(c)
+    if owner == "deduction" and key == "start":
+        return [i for i in _atoms(c, binders=False)]
+    return []
+
+
+def _option_keys(c: _Ctx, owner: str, block_text: str) -> list[Item]:
+    keys = dict(C.OPTION_DOCS.get(owner, {}))
+    if owner == "morphism":
+        m = re.search(r"\brole\s*=\s*(\w+)", c.stmt)
+        if m and m.group(1) in C.ROLE_KEYS:
+            keys = {k: v for k, v in keys.items() if k in C.ROLE_KEYS[m.group(1)]}
+    given = set(re.findall(r"([A-Za-z_]\w*)\s*=", block_text))
+    return [Item(k, "option", doc, f"{k}=", False, "0" + k, doc) for k, doc in keys.items() if k not in given]
+
+
+def _in_option_block(c: _Ctx, opener: int) -> list[Item]:
+    inner = c.stmt[opener + 1:]
+    segment = re.split(r",", inner)[-1]
+    owner = _option_owner(c)
+    if "=" in segment:
+        key = segment.split("=")[0].strip()
+        return _option_values(c, owner, key)
+    return _option_keys(c, owner, inner)
+
+
+# ---------------------------------------------------------------- the driver
+
+def _expr_start(c: _Ctx) -> int:
+    """Offset in `c.stmt` where the morphism expression around the cursor starts."""
+    if c.stack and c.stack[-1][0] == "(":
+        at = c.stack[-1][1] + 1
+        comma = c.stmt.rfind(",", at)
+        return max(at, comma + 1)
+    m = None
+    for m in re.finditer(r"=|~|\bexport\b", c.stmt):
+        pass
+    return m.end() if m else len(c.stmt)
+
+
+def _morph_context(c: _Ctx) -> list[Item]:
+    seg = c.stmt[_expr_start(c):].rstrip()
+    cod = None
+    if seg.endswith(">>"):
+        cod = chain_codomain(c.doc, c.index, seg[:-2].replace("\n", " "))
+    in_fan = bool(c.stack) and c.stmt[:c.stack[-1][1]].rstrip().endswith("fan")
+    return _morphisms(c, cod, groups=in_fan)
+
+
+def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
+    before = c.stmt[:opener].rstrip()
+    callee = _WORD_END.search(before)
+    name = callee.group() if callee else ""
+    if name == "identity":
+        return _types(c, discrete_only=True)
+    if name in ("fan", "stack", "repeat", "scan"):
+        return _morph_context(c)
+    if c.keyword == "deduction":
+        return _atoms(c)
+    if c.keyword == "program":
+        head = c.line_head
+        if "<-" in head:
+            return _visible_locals(c)
+        if _FIRST.match(head) and _FIRST.match(head).group(1) in ("let", "score"):
+            return _letexpr(c)
+        return []
+    if c.keyword in ("let", "export", "morphism"):
+        return _morph_context(c)
+    return []
+
+
+def complete(doc, offset: int) -> Completions:
+    c = _Ctx(doc, offset)
+    items = _items(c)
+    if c.prefix:
+        low = c.prefix.lower()
+        items = [i for i in items if low in i.label.lower() or i.kind == "snippet" and i.label.startswith(c.prefix)]
+    return Completions(c.span, tuple(sorted(items, key=lambda i: (i.sort or i.label, i.kind))))
+
+
+def _items(c: _Ctx) -> list[Item]:
+    if _in_comment_or_string(c.line_head):
+        return []
+    if c.in_trivia or (c.indent == 0 and not c.line_head.strip() and not c.stack):
+        return _keywords(C.STATEMENT_SNIPPETS, "statement")
+    if c.stack:
+        kind, at = c.stack[-1]
+        if kind == "#[":
+            return [Item(k, "option", v, sort="0" + k, doc=v) for k, v in C.OPTION_DOCS["pragma"].items()]
+        if kind == "[":
+            # a list value `over=[a, |`: the key is before the enclosing `[`
+            outer = c.stmt[:at].rstrip()
+            if outer.endswith("=") and len(c.stack) >= 2 and c.stack[-2][0] == "[":
+                key = _WORD_END.search(outer[:-1].rstrip())
+                return _option_values(c, _option_owner(c), key.group() if key else "")
+            return _in_option_block(c, at)
+        if kind == "(":
+            res = _paren_context(c, at)
+            if res is not None:
+                return res
+        return []
+    head = c.line_head
+    stripped = head.strip()
+    kw = c.keyword
+    if kw == "composition":
+        return ([Item(l, "value", "composition level", sort="0" + l) for l in C.LEVELS]
+                if re.search(r"\bas\s*$", head) else
+                [Item(r, "value", "composition rule", sort="0" + r) for r in C.COMPOSITION_RULE_NAMES])
+    if kw == "program" and c.indent > 0:
+        if not stripped:
+            return _keywords(C.STEP_SNIPPETS, "step")
+        first = _FIRST.match(head).group(1) if _FIRST.match(head) else ""
+        if "<-" in head:
+            return [i for i in _morphisms(c) if i.kind != "combinator"] + _families(step=True)
+        if first in ("let", "score") and "=" in head:
+            return _letexpr(c)
+        if first == "return":
+            return _visible_locals(c)
+        if first in ("sample", "observe", "marginalize") and ":" in head:
+            return _types(c, discrete_only=True)
+        return []
+    if kw == "deduction" and c.indent > 0:
+        if not stripped:
+            return _keywords(C.ENTRY_SNIPPETS, "deduction entry")
+        first = _FIRST.match(head).group(1) if _FIRST.match(head) else ""
+        if first == "rule" and ":" in head:
+            return _atoms(c)
+        if stripped.startswith('"'):
+            return _atoms(c, binders="=" in head)
+        return []
+    if kw in ("object", "morphism", "program", "deduction"):
+        if kw == "morphism" and "~" in c.stmt:
+            role = re.search(r"\brole\s*=\s*(\w+)", c.stmt)
+            if role and role.group(1) in ("kernel", "latent"):
+                return _families(step=False)
+            if role and role.group(1) in ("let", "observed"):
+                return _morph_context(c)
+            return _families(step=False) + _morph_context(c)
+        if ":" in c.stmt:
+            return _types(c)
+        return []
+    if kw in ("let", "export") and (kw == "export" or "=" in c.stmt):
+        return _morph_context(c)
+    return []
+
+
+def is_reserved(word: str) -> bool:
+    return word in RESERVED_WORDS

@@ -1,0 +1,206 @@
+"""Hover: what the token under the cursor is, in QVR notation (qvr-language.md 14.1-14.2).
+
+`hover(doc, offset)` returns a `Hover` with the hovered token's span and Markdown text: a
+fenced `qvr` block holding the signature line (and, for objects defined by names or
+products, the `= structure` line), then a line of facts, then the declaration's `##` doc
+comment.  The text is built from the checker's facts and symbols only; this module does
+no checking of its own and knows nothing of LSP.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from qvr.ide.catalog import COMBINATORS, option_doc
+from qvr.ide.entities import Builtin, Local, Top, entity_at
+from qvr.sema.families import BUILTINS, FAMILIES
+from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym,
+                              UnknownSym)
+from qvr.sema.types import bounds_text, spell, spell_mor, structure, structure_mor
+from qvr.text import Span
+
+
+@dataclass(frozen=True)
+class Hover:
+    span: Span  # the hovered token, document offsets
+    text: str  # Markdown
+
+
+def render(signature: str, facts: str = "", docs: tuple = ()) -> str:
+    out = f"```qvr\n{signature}\n```"
+    if facts:
+        out += f"\n{facts}"
+    if docs:
+        out += "\n\n" + "\n".join(docs)
+    return out
+
+
+def hover(doc, offset: int) -> Optional[Hover]:
+    hit = entity_at(doc, offset, with_expr=True)
+    if hit is None:
+        return None
+    span, ent = hit
+    text = None
+    if isinstance(ent, Top):
+        text = _top(doc, ent, span)
+    elif isinstance(ent, Local):
+        text = _local(doc, ent)
+    elif isinstance(ent, Builtin):
+        text = _builtin(ent)
+    return Hover(span, text) if text else None
+
+
+# ---------------------------------------------------------------- top-level names
+
+def _own_symbol(doc, ent: Top, span: Span):
+    """The symbol the hovered occurrence means: its own binding at a declaration site,
+    otherwise the first binding (later duplicates are not registered, 11.2)."""
+    slot = doc.state.slots[doc.chunk_at(span.start)]
+    sym = slot.bindings.get((ent.ns, ent.name))
+    return sym if sym is not None else doc.symbol(ent.ns, ent.name)
+
+
+def _plural(n: int, word: str, words: str = "") -> str:
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def _num(x: float) -> str:
+    return repr(float(x))
+
+
+def symbol_lines(sym) -> tuple[str, str]:
+    """(signature line(s), facts line) of a top-level symbol."""
+    if isinstance(sym, ObjectSym):
+        t = sym.type
+        sig = f"{sym.name} : {spell(t)}{bounds_text(t)}"
+        if structure(t) != spell(t) and structure(t) != "?":
+            sig += f"\n= {structure(t)}"
+        return sig, "object"
+    if isinstance(sym, MorphismSym):
+        facts = "morphism"
+        if sym.role:
+            facts += f" · role {sym.role}"
+            if sym.role in ("observed", "let") or (sym.role == "latent" and sym.init_text):
+                if sym.init_text:
+                    facts += f" ~ {sym.init_text}"
+            elif sym.family:
+                facts += f" ~ {sym.family}"
+            elif sym.lookup_table:
+                facts += " (lookup table)"
+        if sym.scale is not None:
+            facts += f" · scale {_num(sym.scale)}"
+        if sym.stratum == "relational" and sym.rule:
+            facts += f" · rule {sym.rule}"
+        if sym.bins is not None and sym.role == "discretize":
+            facts += f" · {sym.bins} bins"
+        if sym.replica is not None:
+            i, n, group = sym.replica
+            facts += f" · replica {i + 1} of {n} of {group}"
+        return f"{sym.name} : {spell_mor(sym.type)}", facts
+    if isinstance(sym, GroupSym):
+        m = sym.members
+        shown = ", ".join(m) if len(m) <= 2 else f"{m[0]} … {m[-1]}"
+        return f"{sym.name} : {spell_mor(sym.type)}", f"replica group of {len(m)}: {shown}"
+    if isinstance(sym, LetSym):
+        facts = "let"
+        if sym.stratum == "relational" and sym.rule:
+            facts += f" · rule {sym.rule}"
+        return f"{sym.name} : {spell_mor(sym.type)}", facts
+    if isinstance(sym, ProgramSym):
+        head = sym.name
+        if sym.param_style == "data":
+            head += "(" + ", ".join(p for p, _ in sym.params) + ")"
+        elif sym.param_style == "typed":
+            head += "(" + ", ".join(f"{p} : {k or '?'}" for p, k in sym.params) + ")"
+        facts = "parametric program" if sym.parametric else "program"
+        if sym.effects:
+            facts += " · effects " + ", ".join(sym.effects)
+        return f"{head} : {spell_mor(sym.type)}", facts
+    if isinstance(sym, DeductionSym):
+        facts = f"deduction · semiring {sym.semiring}"
+        if sym.start:
+            facts += f" · start {sym.start}"
+        facts += (f" · {_plural(len(sym.atoms), 'atom')} · {_plural(sym.n_rules, 'rule')}"
+                  f" · {_plural(sym.n_lexicon, 'lexicon entry', 'lexicon entries')}")
+        return f"{sym.name} : {spell_mor(sym.type)}", facts
+    if isinstance(sym, UnknownSym):
+        return f"{sym.name} : ?", ("object" if sym.namespace == "type" else "value") + " (its declaration has errors)"
+    return "", ""
+
+
+def _top(doc, ent: Top, span: Span) -> Optional[str]:
+    sym = _own_symbol(doc, ent, span)
+    if sym is None:
+        return None
+    sig, facts = symbol_lines(sym)
+    if not sig:
+        return None
+    return render(sig, facts, doc.docs_for(ent.ns, ent.name))
+
+
+# ---------------------------------------------------------------- locals
+
+_DEDUCTION_LOCALS = {"atom": "atom", "binder": "binder", "patvar": "pattern variable",
+                     "rule": "rule", "bound": "bound variable"}
+
+
+def local_lines(doc, ent: Local) -> tuple[str, str]:
+    info = ent.info
+    if info.kind in _DEDUCTION_LOCALS:
+        facts = f"deduction {info.owner}"
+        if info.kind == "patvar" and info.detail:
+            facts += f" · rule {info.detail}"
+        elif info.kind == "bound" and info.detail:
+            facts += f" · binder {info.detail}"
+        return f"{_DEDUCTION_LOCALS[info.kind]} {info.name}", facts
+    st = doc.state
+    line = doc.position(st.starts[ent.slot.index] + ent.span.start).line + 1
+    detail = info.detail or info.kind
+    return f"{info.name} : {info.type_text}", f"{detail} · line {line}"
+
+
+def _local(doc, ent: Local) -> str:
+    return render(*local_lines(doc, ent))
+
+
+# ---------------------------------------------------------------- builtins, families, …
+
+def family_lines(name: str) -> tuple[str, str, str]:
+    fam = FAMILIES[name]
+    facts = f"family · support {fam.support} · {'discrete' if fam.discrete else 'continuous'}"
+    optional = [pos for pos, col in (("a step target", fam.step), ("a kernel", fam.kernel)) if col == "opt"]
+    if optional:
+        facts += " · optional for a runtime as " + " and as ".join(optional)
+    if fam.step == "no":
+        facts += " · kernel only"
+    params = ", ".join(f"{p}: {k}" for p, k in fam.params) or "no parameters"
+    return fam.signature, facts, f"{fam.support_text}; event rank {fam.event_rank}; {params}"
+
+
+def _builtin(ent: Builtin) -> Optional[str]:
+    k, data = ent.kind, ent.data
+    if k == "family" and data in FAMILIES:
+        sig, facts, doc = family_lines(data)
+        return render(sig, facts, (doc,))
+    if k == "builtin":
+        b = BUILTINS.get(data)
+        if b is not None:
+            return render(b.signature, f"builtin · {b.kinds}", (b.doc,))
+        if data in COMBINATORS:
+            params, _snip, meaning = COMBINATORS[data]
+            return render(f"{data}({', '.join(params)})", "morphism constructor", (meaning,))
+        return None
+    if k == "host":
+        return render(f"{data} : host data", "supplied at run time")
+    if k == "option":
+        position, key = data
+        meaning = option_doc(position, key)
+        return render(key, f"option of {'an' if position[0] in 'aeiou' else 'a'} {position}"
+                      + (f" · {meaning}" if meaning else ""))
+    if k == "expr":
+        mt, text = data
+        facts = ""
+        if structure_mor(mt) != spell_mor(mt):
+            facts = f"structure: {structure_mor(mt)}"
+        return render(f"{text} : {spell_mor(mt)}", facts)
+    return None

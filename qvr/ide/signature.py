@@ -1,0 +1,114 @@
+"""Signature help: the parameters of the call the cursor is in, and which one is active.
+
+Works on the text before the cursor (the call is usually unfinished): the innermost open
+`(` of the current statement, the name before it, and the commas since.  Knows families
+(step targets and latent priors), builtins (let-expressions), morphism combinators
+(`fan`, `stack`, `repeat`, `scan`, `identity`, `from_data`), morphism step targets (one
+parameter per domain factor) and parametric programs.  No LSP types here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from qvr.ide.catalog import COMBINATORS
+from qvr.ide.completion import bracket_stack
+from qvr.sema.families import BUILTINS, FAMILIES
+from qvr.sema.symbols import LetSym, MorphismSym, ProgramSym
+from qvr.sema.types import factors, spell, spell_mor
+
+_CALLEE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Signature:
+    label: str
+    params: tuple[tuple[int, int], ...]  # parameter ranges inside `label`
+    active: int
+    doc: str = ""
+
+
+def _label(name: str, params: list[str]) -> tuple[str, tuple]:
+    label = name + "("
+    ranges = []
+    for i, p in enumerate(params):
+        if i:
+            label += ", "
+        ranges.append((len(label), len(label) + len(p)))
+        label += p
+    return label + ")", tuple(ranges)
+
+
+def _active(text: str) -> int:
+    depth = 0
+    n = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            n += 1
+    return n
+
+
+def signature_help(doc, offset: int) -> Optional[Signature]:
+    st = doc.state
+    if not st.slots:
+        return None
+    index = doc.chunk_at(offset)
+    slot = st.slots[index]
+    start = st.starts[index] + slot.chunk.stmt_at
+    if start > offset:
+        return None
+    stmt = doc.text[start:offset]
+    opens = [(k, at) for k, at in bracket_stack(stmt) if k == "("]
+    if not opens:
+        return None
+    at = opens[-1][1]
+    m = _CALLEE.search(stmt[:at])
+    if not m:
+        return None
+    name = m.group(1)
+    active = _active(stmt[at + 1:])
+    line_start = stmt.rfind("\n", 0, at) + 1
+    line = stmt[line_start:at]
+    sig = _describe(doc, index, name, line)
+    if sig is None:
+        return None
+    label, params, text = sig
+    n = len(params)
+    if name == "fan" and n:
+        active = min(active, n - 1)
+    return Signature(label, params, active if active < max(n, 1) else n - 1 if n else 0, text)
+
+
+def _describe(doc, index: int, name: str, line: str):
+    in_let = re.match(r"\s*(let|score)\s+\w+\s*=", line) and not re.match(r"let\s", line)
+    if in_let and name in BUILTINS:
+        b = BUILTINS[name]
+        label, ranges = _label(name, list(b.params))
+        return label, ranges, f"builtin · {b.kinds} — {b.doc}"
+    if name in COMBINATORS:
+        params, _snip, meaning = COMBINATORS[name]
+        label, ranges = _label(name, list(params))
+        if name == "fan":  # variadic: every argument is a morphism
+            ranges = ranges[:1]
+        return label, ranges, meaning
+    if name in FAMILIES and ("<-" in line or "~" in line):
+        fam = FAMILIES[name]
+        label, ranges = _label(name, [p for p, _k in fam.params])
+        kinds = ", ".join(f"{p}: {k}" for p, k in fam.params)
+        return label, ranges, f"family · support {fam.support} — {kinds}"
+    if "<-" in line:
+        sym = doc.state.answer(("v", name), index)
+        if isinstance(sym, ProgramSym) and sym.parametric:
+            label, ranges = _label(name, [f"{p} : {k or '?'}" for p, k in sym.params])
+            return label, ranges, "parametric program " + spell_mor(sym.type)
+        if isinstance(sym, (MorphismSym, LetSym, ProgramSym)) and sym.type.known:
+            facs = [spell(f) for f in factors(sym.type.dom)]
+            label, ranges = _label(name, facs)
+            return label, ranges, (f"{name} : {spell_mor(sym.type)} — one argument per domain factor, "
+                                   f"or one argument of the whole domain")
+    return None
