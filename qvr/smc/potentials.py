@@ -1,0 +1,279 @@
+"""Potentials `G_t(s, s')` for SMC steering: validation of user callables and a small
+library of ready-made constraints (qvr-runtime.md §8.1, §8.3, §8.4).
+
+A potential scores the transition from a parent string `s` to a child `s' = s·a` at step
+`t` (1-based; `t = len(s')`).  The user's design document (001, "Feynman-Kac Transformer
+model") asks only that it be non-negative; Lew et al. (2023, arXiv:2306.03081, §2.2)
+show how hard constraints (`G ∈ {0, 1}`) and soft preferences are both expressed this
+way.  Users give one of
+
+* ``potential(parent, child, t) -> float ≥ 0`` or ``log_potential(...) -> float``
+  (may be ``-inf``), called once per child; or
+* the batched form ``f(parents: list, children: list, t) -> (n,)`` when ``f.batched`` is
+  true (decorate with `batched`).
+
+`log_potential_fn` turns either into one batched float64 log-potential, raising
+``ValueError`` on negative, NaN or ``+inf`` potentials (NaN or ``+inf`` log-potentials).
+
+The library (`forbid_tokens`, `forbid_patterns`, `require_token`, `length_limits`,
+`product`) builds `Potential` objects: batched, combinable with ``*``, and usable as
+``potential=`` directly.  Strings are tuples of int token ids; library potentials that
+must recognise the end of a string take the end token ``eos`` explicitly.
+
+This module does not sample, resample or know about language models.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["Potential", "batched", "log_potential_fn", "forbid_tokens", "forbid_patterns",
+           "require_token", "length_limits", "product", "from_callable"]
+
+Prefix = tuple[int, ...]
+LogPotentialFn = Callable[[Sequence[Prefix], Sequence[Prefix], int], torch.Tensor]
+
+
+def batched(fn):
+    """Mark `fn(parents, children, t) -> (n,)` as a batched potential (sets ``fn.batched``)."""
+    fn.batched = True
+    return fn
+
+
+class Potential:
+    """A batched potential.  Subclasses implement `log_potential`; calling the object
+    gives the (non-log) batched potential, so it can be passed as ``potential=``.
+    ``p * q`` is the product potential."""
+
+    batched = True
+
+    def log_potential(self, parents: Sequence[Prefix], children: Sequence[Prefix],
+                      t: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, parents, children, t) -> torch.Tensor:
+        return torch.exp(self.log_potential(parents, children, t))
+
+    def __mul__(self, other) -> "Potential":
+        return product(self, other)
+
+    __rmul__ = __mul__
+
+
+class _Indicator(Potential):
+    """`G = 0` where `violates(child)` is true, else 1."""
+
+    def violates(self, child: Prefix) -> bool:
+        raise NotImplementedError
+
+    def log_potential(self, parents, children, t):
+        return torch.tensor([-math.inf if self.violates(c) else 0.0 for c in children],
+                            dtype=torch.float64)
+
+
+class _ForbidTokens(_Indicator):
+    def __init__(self, tokens: Iterable[int]):
+        self.tokens = frozenset(int(a) for a in tokens)
+
+    def violates(self, child):
+        return bool(child) and child[-1] in self.tokens
+
+    def __repr__(self):
+        return f"forbid_tokens({', '.join(map(str, sorted(self.tokens)))})"
+
+
+def forbid_tokens(*tokens: int) -> Potential:
+    """`G = 0` when the new token is one of `tokens`.
+
+    >>> forbid_tokens(3).log_potential([(), ()], [(1,), (3,)], 1).tolist()
+    [0.0, -inf]
+    """
+    return _ForbidTokens(tokens)
+
+
+class _ForbidPatterns(_Indicator):
+    def __init__(self, patterns: Iterable[Sequence[int]]):
+        self.patterns = tuple(tuple(int(a) for a in p) for p in patterns)
+        if any(not p for p in self.patterns):
+            raise ValueError("a forbidden pattern must have at least one token")
+
+    def violates(self, child):
+        # The child grows by one token per step, so a pattern is caught the step it completes.
+        return any(len(child) >= len(p) and child[-len(p):] == p for p in self.patterns)
+
+    def __repr__(self):
+        return f"forbid_patterns({', '.join(map(str, self.patterns))})"
+
+
+def forbid_patterns(*patterns: Sequence[int]) -> Potential:
+    """`G = 0` when the string comes to contain one of `patterns` (contiguous token runs).
+
+    >>> forbid_patterns((1, 2)).log_potential([(1,), (2,)], [(1, 2), (2, 2)], 2).tolist()
+    [-inf, 0.0]
+    """
+    return _ForbidPatterns(patterns)
+
+
+class _RequireToken(_Indicator):
+    def __init__(self, token: int, within: int, eos: Optional[int]):
+        if within < 1:
+            raise ValueError(f"`within` must be at least 1, got {within}")
+        self.token, self.within, self.eos = int(token), int(within), eos
+
+    def violates(self, child):
+        decided = len(child) == self.within or (
+            self.eos is not None and child[-1] == self.eos and len(child) < self.within)
+        return decided and self.token not in child[:self.within]
+
+    def __repr__(self):
+        return f"require_token({self.token}, within={self.within}, eos={self.eos})"
+
+
+def require_token(token: int, within: int, *, eos: Optional[int]) -> Potential:
+    """`G = 0` unless `token` occurs among the first `within` tokens.
+
+    The verdict falls on the step where it is decided: when the string reaches length
+    `within`, or when it ends (with `eos`) earlier.  Pass ``eos=None`` only if strings
+    cannot end early.
+
+    >>> p = require_token(7, within=2, eos=0)
+    >>> p.log_potential([(1,), (1,), ()], [(1, 7), (1, 2), (0,)], 2).tolist()
+    [0.0, -inf, -inf]
+    """
+    return _RequireToken(token, within, eos)
+
+
+class _LengthLimits(_Indicator):
+    def __init__(self, min_len: Optional[int], max_len: Optional[int], eos: int):
+        self.min_len, self.max_len, self.eos = min_len, max_len, int(eos)
+
+    def violates(self, child):
+        if child[-1] == self.eos:
+            return self.min_len is not None and len(child) - 1 < self.min_len
+        return self.max_len is not None and len(child) > self.max_len
+
+    def __repr__(self):
+        return f"length_limits(min_len={self.min_len}, max_len={self.max_len}, eos={self.eos})"
+
+
+def length_limits(*, eos: int, min_len: Optional[int] = None,
+                  max_len: Optional[int] = None) -> Potential:
+    """`G = 0` for strings whose length without the final `eos` leaves
+    `[min_len, max_len]`: ending too early, or growing past `max_len` tokens.
+
+    (The sampler's own ``max_len`` truncates instead: a truncated string keeps its
+    weight.)
+
+    >>> p = length_limits(eos=0, min_len=2, max_len=3)
+    >>> p.log_potential([(), (5,), (5, 5, 5)], [(0,), (5, 0), (5, 5, 5, 5)], 0).tolist()
+    [-inf, -inf, -inf]
+    """
+    if min_len is None and max_len is None:
+        raise ValueError("length_limits needs min_len, max_len or both")
+    return _LengthLimits(min_len, max_len, eos)
+
+
+class _Product(Potential):
+    def __init__(self, sources: Sequence):
+        self.sources = tuple(sources)
+        self.factors = tuple(log_potential_fn(potential=p) for p in self.sources)
+
+    def log_potential(self, parents, children, t):
+        total = np.zeros(len(children))
+        for f in self.factors:
+            total = total + f(parents, children, t)
+        return torch.from_numpy(total)
+
+    def __repr__(self):
+        return " * ".join(repr(p) if isinstance(p, Potential) else getattr(p, "__name__", repr(p))
+                          for p in self.sources)
+
+
+def product(*potentials) -> Potential:
+    """The product of potentials (`Potential` objects or plain ``potential`` callables,
+    scalar or batched): ``log G = Σ log G_i``.
+
+    >>> (forbid_tokens(1) * forbid_tokens(2)).log_potential([()] * 3, [(1,), (2,), (3,)], 1)
+    tensor([-inf, -inf, 0.], dtype=torch.float64)
+    """
+    sources = []
+    for p in potentials:
+        sources.extend(p.sources if isinstance(p, _Product) else (p,))
+    return _Product(sources)
+
+
+class _FromCallable(Potential):
+    def __init__(self, fn, log: bool):
+        self.fn = log_potential_fn(log_potential=fn) if log else log_potential_fn(potential=fn)
+        self.source = fn
+
+    def log_potential(self, parents, children, t):
+        return torch.from_numpy(self.fn(parents, children, t))
+
+    def __repr__(self):
+        return f"from_callable({getattr(self.source, '__name__', self.source)!r})"
+
+
+def from_callable(fn, *, log: bool = False) -> Potential:
+    """Wrap a user potential (``log=True``: a log-potential) as a `Potential`."""
+    return _FromCallable(fn, log)
+
+
+def _describe(children, t, i) -> str:
+    return f"child {children[i]!r} at step {t}"
+
+
+def _as_values(out, n: int) -> np.ndarray:
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu()
+    values = np.asarray(out, dtype=np.float64).reshape(-1)
+    if values.size != n:
+        raise ValueError(f"a batched potential returned {values.size} values for {n} children")
+    return values
+
+
+def log_potential_fn(*, potential=None, log_potential=None) -> LogPotentialFn:
+    """One validated, batched log-potential (returning a float64 numpy array) from exactly
+    one of the two forms.
+
+    Raises ``ValueError`` (naming the child and the step) when a potential is negative,
+    NaN or ``+inf``, or a log-potential is NaN or ``+inf``.
+    """
+    if (potential is None) == (log_potential is None):
+        raise TypeError("give exactly one of potential= and log_potential=")
+    if isinstance(potential, Potential):
+        raw, is_log = potential.log_potential, True
+    elif isinstance(log_potential, Potential):
+        raise TypeError(f"{log_potential!r} is a potential; pass it as potential=")
+    else:
+        fn = potential if potential is not None else log_potential
+        is_log = log_potential is not None
+        if not callable(fn):
+            raise TypeError(f"a potential must be callable, got {type(fn).__name__}")
+        if getattr(fn, "batched", False):
+            raw = fn
+        else:
+            def raw(parents, children, t, fn=fn):
+                return [float(fn(p, c, t)) for p, c in zip(parents, children)]
+
+    def checked(parents, children, t) -> np.ndarray:
+        values = _as_values(raw(parents, children, t), len(children))
+        if is_log:
+            bad = np.isnan(values) | np.isposinf(values)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"log-potential is {values[i]} for "
+                                 f"{_describe(children, t, i)}; it must be < +inf and not NaN")
+            return values
+        bad = np.isnan(values) | (values < 0) | np.isinf(values)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"potential is {values[i]} for {_describe(children, t, i)}; "
+                             f"it must be finite and >= 0")
+        with np.errstate(divide="ignore"):
+            return np.log(values)
+
+    return checked

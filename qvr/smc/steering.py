@@ -1,0 +1,321 @@
+"""SMC steering of a next-token model: the driver loop of qvr-runtime.md §8.2 and its
+result, with fit events (§8.3 edge cases included).
+
+The algorithm is Algorithm 3 of the user's design document 001 ("Sequential Monte Carlo
+Transformer Steering"), itself from Lew et al. (2023), *Sequential Monte Carlo Steering
+of Large Language Models using Probabilistic Programs*, arXiv:2306.03081, as restated and
+corrected by the spec: `N` particles start at the empty string with weight 1; at each
+step every unfinished particle proposes `K` children from the model, weighted by the
+potential, a finished (or dead) one carries itself over, and `resample.resample` brings
+the population back to `N` without replacement.  The output approximates the
+Feynman–Kac posterior `P(s) ∝ E_M[Π_t G_t · 1{S_T = s}]`, and `Ẑ = (1/N) Σ w_i` is an
+unbiased estimate of `Z = E_M[Π_t G_t]`.
+
+Log-weights are float64 throughout.  Per-particle model state (cached logits, recurrent
+state) is extended by one token per step and copied on resampling, through the stateful
+protocol of `model.py`; only survivors are extended, so a step costs one model call for
+the draws and one for the `≤ N` survivors' new tokens.
+
+Reporting follows `qvr.inference.events`: one `FitStarted`, throttled `FitProgress`
+(metrics ``ess``, ``num_finished``, ``log_Z``, ``num_dead``, ``num_det``) each with a
+`ParticlesSnapshot`, then exactly one of `FitFinished`, `FitFailed` (then the error is
+raised) or `FitCancelled` (then a partial result with ``cancelled=True`` is returned).
+
+This module does not implement the resampling numerics (`resample.py`), the models
+(`model.py`, `program_lm.py`) or the potentials library (`potentials.py`).
+
+Example::
+
+    >>> import torch
+    >>> from qvr.smc import LogitsLM, SMCSteering, forbid_tokens
+    >>> lm = LogitsLM(lambda p: torch.zeros(p.shape[0], 3), eos=2)
+    >>> smc = SMCSteering(lm, potential=forbid_tokens(1), num_particles=8, expansion=2,
+    ...                   max_len=4, generator=torch.Generator().manual_seed(0))
+    >>> r = smc.run()
+    >>> all(1 not in s for s in r.sequences), len(r.sequences)
+    (True, 8)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitFailed, FitFinished,
+                                  FitProgress, FitStarted, ParticlesSnapshot, Throttle, never)
+
+from .model import as_stateful
+from .potentials import log_potential_fn
+from .resample import resample
+
+__all__ = ["SMCSteering", "SMCResult"]
+
+Prefix = tuple[int, ...]
+
+
+@dataclass
+class SMCResult:
+    """The weighted particles of one SMC run (spec §8.4).
+
+    Fields:
+      sequences: the `N` strings (tuples of token ids, including the final EOS if any).
+      log_weights: float64 `(N,)` log-weights (``-inf`` for weight 0).
+      log_Z: ``log Ẑ`` (``-inf`` when `Ẑ = 0`).
+      finished: bool `(N,)`, the string ends in EOS.
+      truncated: bool `(N,)`, the string reached ``max_len`` without EOS.
+      num_steps: the number of expansion steps run.
+      dead: bool `(N,)`, weight-0 fillers (never expanded again).
+      cancelled: the run was stopped early by ``should_stop``; the particles are the
+        population after the last completed step and may be unfinished.
+      history: per step, ``{"step", "ess", "num_finished", "num_dead", "num_det",
+        "log_Z"}``.
+    """
+
+    sequences: list[Prefix]
+    log_weights: torch.Tensor
+    log_Z: float
+    finished: torch.Tensor
+    truncated: torch.Tensor
+    num_steps: int
+    dead: torch.Tensor = None
+    cancelled: bool = False
+    history: list[dict] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.dead is None:
+            self.dead = torch.zeros(len(self.sequences), dtype=torch.bool)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return torch.exp(self.log_weights)
+
+    @property
+    def Z(self) -> float:
+        return math.exp(self.log_Z)
+
+    def posterior(self) -> dict[Prefix, float]:
+        """Normalised weight per distinct sequence (``{}`` when every weight is 0)."""
+        total = torch.logsumexp(self.log_weights, 0).item()
+        out: dict[Prefix, float] = {}
+        if total == -math.inf:
+            return out
+        probs = torch.exp(self.log_weights - total).tolist()
+        for seq, p in zip(self.sequences, probs):
+            if p > 0:
+                out[seq] = out.get(seq, 0.0) + p
+        return out
+
+    def top(self, k: Optional[int] = None) -> list[tuple[Prefix, float]]:
+        """The `k` heaviest distinct sequences with their normalised weights."""
+        items = sorted(self.posterior().items(), key=lambda kv: (-kv[1], kv[0]))
+        return items if k is None else items[:k]
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    top = float(x.max())
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(float(np.exp(x - top).sum()))
+
+
+def _log_mean_exp(log_w: np.ndarray) -> float:
+    return _logsumexp(log_w) - math.log(log_w.size)
+
+
+def _ess(log_w: np.ndarray) -> float:
+    """Kish's effective sample size `(Σw)²/Σw²` (0 when every weight is 0)."""
+    a = _logsumexp(log_w)
+    if a == -math.inf:
+        return 0.0
+    return math.exp(2 * a - _logsumexp(2 * log_w))
+
+
+class SMCSteering:
+    """Sequential Monte Carlo steering of a next-token model (spec §8.2–§8.4).
+
+    Parameters:
+      lm: a next-token model — `LogitsLM`, `ProgramLM`, or any object with ``eos`` and
+        ``sample(prefixes, n, generator)`` (or the stateful ``start/draw/advance``).
+      potential / log_potential: at most one; a scalar ``(parent, child, t)`` callable, a
+        batched one (``.batched = True``), or a `qvr.smc.potentials.Potential`.  Neither
+        means `G ≡ 1` (plain sampling; `Ẑ = 1`).
+      num_particles: `N ≥ 1`.
+      expansion: `K ≥ 1`, children per unfinished particle (`K = 1` is sequential
+        importance sampling: nothing is ever dropped).
+      max_len: `≥ 1`; a string reaching this many tokens without EOS is finalised as
+        truncated (the target is then the model truncated at ``max_len``).
+      generator: source of every random draw of the run (token draws and the
+        stratification uniforms); the global torch RNG when None.
+      on_event, should_stop: the fit event callback and cancellation poll
+        (`qvr.inference.events`); `run` may override both.
+      progress_interval: seconds between progress events (first and last steps are
+        always reported); 0 reports every step.
+
+    References: design document 001, Algorithm 3; Lew et al. (2023), arXiv:2306.03081.
+    """
+
+    def __init__(self, lm, *, potential=None, log_potential=None, num_particles: int,
+                 expansion: int = 1, max_len: int,
+                 generator: Optional[torch.Generator] = None,
+                 on_event: Optional[EventCallback] = None,
+                 should_stop: Optional[Callable[[], bool]] = None,
+                 progress_interval: float = 0.1):
+        if potential is not None and log_potential is not None:
+            raise TypeError("give at most one of potential= and log_potential=")
+        for name, value in (("num_particles", num_particles), ("expansion", expansion),
+                            ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.lm = lm
+        self.eos = int(lm.eos)
+        self.log_potential = None if potential is None and log_potential is None else \
+            log_potential_fn(potential=potential, log_potential=log_potential)
+        self.num_particles = num_particles
+        self.expansion = expansion
+        self.max_len = max_len
+        self.generator = generator
+        self.on_event = on_event
+        self.should_stop = should_stop
+        self.progress_interval = progress_interval
+
+    def config(self) -> dict[str, Any]:
+        return {"num_particles": self.num_particles, "expansion": self.expansion,
+                "max_len": self.max_len, "eos": self.eos}
+
+    def run(self, on_event: Optional[EventCallback] = None,
+            should_stop: Optional[Callable[[], bool]] = None) -> SMCResult:
+        """One SMC run; see the class docstring for events and cancellation."""
+        emit = Emitter(on_event if on_event is not None else self.on_event)
+        stop = should_stop or self.should_stop or never
+        emit(FitStarted(method="smc", total_steps=self.max_len, config=self.config()))
+        run = _Run(self, emit, stop)
+        try:
+            result = run.loop()
+        except Exception as exc:
+            emit(FitFailed(message=str(exc), step=run.t, error_type=type(exc).__name__,
+                           elapsed=emit.elapsed))
+            raise
+        except BaseException:  # KeyboardInterrupt: what was reported stays reported
+            emit(FitCancelled(step=run.t, elapsed=emit.elapsed))
+            raise
+        if result.cancelled:
+            emit(FitCancelled(step=run.t, elapsed=emit.elapsed))
+        else:
+            emit(FitFinished(summary={"log_Z": result.log_Z, "num_steps": result.num_steps,
+                                      "ess": _ess(result.log_weights.numpy()),
+                                      "num_finished": int((result.finished & ~result.dead).sum()),
+                                      "num_truncated": int((result.truncated & ~result.dead).sum())},
+                             elapsed=emit.elapsed))
+        return result
+
+
+class _Run:
+    """The mutable state of one run: the population (numpy arrays, cheap on small
+    vectors), the model state of its live particles, the step counter."""
+
+    def __init__(self, smc: SMCSteering, emit: Emitter, stop: Callable[[], bool]):
+        self.smc, self.emit, self.stop = smc, emit, stop
+        self.lm = as_stateful(smc.lm)
+        n = smc.num_particles
+        self.seqs: list[Prefix] = [()] * n
+        self.log_w = np.zeros(n)
+        self.finished = np.zeros(n, dtype=bool)
+        self.truncated = np.zeros(n, dtype=bool)
+        self.dead = np.zeros(n, dtype=bool)
+        self.t = 0
+        self.num_det = 0
+        self.history: list[dict] = []
+        self.throttle = Throttle(smc.progress_interval)
+        self.reported = 0
+
+    def result(self, cancelled=False) -> SMCResult:
+        return SMCResult(list(self.seqs), torch.from_numpy(self.log_w.copy()),
+                         _log_mean_exp(self.log_w), torch.from_numpy(self.finished.copy()),
+                         torch.from_numpy(self.truncated.copy()), self.t,
+                         torch.from_numpy(self.dead.copy()), cancelled, self.history)
+
+    def loop(self) -> SMCResult:
+        state = self.lm.start(self.smc.num_particles)
+        while True:
+            active = ~(self.finished | self.truncated | self.dead)
+            if not active.any():
+                break
+            if self.stop():
+                self.report(force=True)
+                return self.result(cancelled=True)
+            self.t += 1
+            state = self.step(active, state)
+            self.history.append({"step": self.t, **self.metrics()})
+            self.report()
+        self.report(force=True)
+        return self.result()
+
+    def step(self, active: np.ndarray, state):
+        """Expand, weight, resample; returns the model state of the new live particles."""
+        smc, t, K, N = self.smc, self.t, self.smc.expansion, self.smc.num_particles
+        act = np.flatnonzero(active)
+        tokens = self.lm.draw(state, K, smc.generator).detach().cpu().numpy().astype(np.int64)
+        # Children in lexicographic (i, k) order: K per active particle, 1 per other.
+        parent = np.repeat(np.arange(N), np.where(active, K, 1))
+        is_new = active[parent]
+        child_tok = np.full(parent.size, -1, dtype=np.int64)
+        child_tok[is_new] = tokens.reshape(-1)
+        new_parents = [self.seqs[i] for i in act.tolist() for _ in range(K)]
+        new_children = [p + (a,) for p, a in zip(new_parents, tokens.reshape(-1).tolist())]
+        log_u = self.log_w[parent]
+        inc = np.full(len(new_children), -math.log(K))
+        if smc.log_potential is not None:
+            inc += smc.log_potential(new_parents, new_children, t)
+        log_u[is_new] += inc
+        fin = self.finished[parent]
+        fin[is_new] = child_tok[is_new] == smc.eos
+        trunc = self.truncated[parent]
+        trunc[is_new] = ~fin[is_new] & (t >= smc.max_len)
+
+        r = resample(log_u, N, smc.generator)
+        idx = r.indices
+        self.num_det = r.num_det
+        new_pos = np.cumsum(is_new) - 1  # a new child's index in new_children
+        self.seqs = [new_children[new_pos[c]] if is_new[c] else self.seqs[parent[c]]
+                     for c in idx.tolist()]
+        self.finished, self.truncated = fin[idx], trunc[idx]
+        self.dead = self.dead[parent][idx] | r.dead
+        self.log_w = r.log_weights
+        if r.log_total == -math.inf:  # every child has weight 0 (step 3): stop with Ẑ = 0
+            self.dead[:] = True
+            return None
+        live = ~(self.finished | self.truncated | self.dead)
+        if not live.any():
+            return None
+        sel = idx[live]
+        # the row of a child's parent in `state` is its rank among the active particles
+        row_of = np.full(N, -1, dtype=np.int64)
+        row_of[act] = np.arange(act.size)
+        prefixes = [s for s, a in zip(self.seqs, live.tolist()) if a]
+        return self.lm.advance(state, torch.from_numpy(row_of[parent[sel]]),
+                               torch.from_numpy(child_tok[sel]), prefixes)
+
+    def metrics(self) -> dict[str, float]:
+        return {"ess": _ess(self.log_w),
+                "num_finished": float(((self.finished | self.truncated) & ~self.dead).sum()),
+                "num_dead": float(self.dead.sum()),
+                "num_det": float(self.num_det),
+                "log_Z": _log_mean_exp(self.log_w)}
+
+    def report(self, force: bool = False) -> None:
+        """Emit progress and a snapshot for the current step if due (or forced), once."""
+        if self.t == 0 or self.reported == self.t:
+            return
+        if not (force or self.throttle.due(self.t, self.smc.max_len)):
+            return
+        self.reported = self.t
+        emit = self.emit
+        emit(FitProgress(method="smc", phase="smc", step=self.t, total=self.smc.max_len,
+                         metrics={k: v for k, v in self.history[-1].items() if k != "step"},
+                         elapsed=emit.elapsed))
+        emit(ParticlesSnapshot(step=self.t, sequences=tuple(self.seqs),
+                               log_weights=tuple(self.log_w.tolist()),
+                               finished=tuple((self.finished | self.truncated).tolist())))
