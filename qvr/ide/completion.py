@@ -48,6 +48,7 @@ class Item:
 class Completions:
     span: Span  # the range the chosen item replaces (the word around the cursor)
     items: tuple[Item, ...]
+    incomplete: bool = False  # truncated to `limit`: ask again as the word grows
 
 
 # ---------------------------------------------------------------- lexical helpers
@@ -371,13 +372,15 @@ def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
     return []
 
 
-def complete(doc, offset: int) -> Completions:
+def complete(doc, offset: int, limit: int = 200) -> Completions:
+    """Candidates at `offset`, best first; at most `limit` of them (then `incomplete`)."""
     c = _Ctx(doc, offset)
     items = _items(c)
     if c.prefix:
         low = c.prefix.lower()
         items = [i for i in items if low in i.label.lower() or i.kind == "snippet" and i.label.startswith(c.prefix)]
-    return Completions(c.span, tuple(sorted(items, key=lambda i: (i.sort or i.label, i.kind))))
+    items.sort(key=lambda i: (i.sort or i.label, i.kind))
+    return Completions(c.span, tuple(items[:limit]), len(items) > limit)
 
 
 def _items(c: _Ctx) -> list[Item]:

@@ -15,14 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from qvr.ide.token_legend import TOKEN_MODIFIERS, TOKEN_TYPES  # noqa: F401 (re-exported)
 from qvr.sema.symbols import DeductionSym, ObjectSym, UnknownSym
 from qvr.syntax.parser import RESERVED_WORDS
 from qvr.text import Span
 
-TOKEN_TYPES = ("namespace", "type", "class", "enumMember", "typeParameter", "parameter", "variable",
-               "property", "function", "method", "macro", "keyword", "comment", "string", "number",
-               "operator")
-TOKEN_MODIFIERS = ("declaration", "readonly", "defaultLibrary", "documentation")
 
 _TOKEN = re.compile(
     r'(?P<block>#\{.*?(?:\}#|\Z))'

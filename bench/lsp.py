@@ -1,0 +1,233 @@
+"""Benchmark of the language server over stdio, with a minimal JSON-RPC client.
+
+Generates a 5,000-line QVR program, starts `python -m qvr_lsp`, and measures:
+
+* start: from spawning the process to the `initialize` response (server initialized);
+* open: from `didOpen` of the 5,000-line file to its first `publishDiagnostics`;
+* diagnostics latency: from a one-character `didChange` to the matching
+  `publishDiagnostics` (p50/p95 over many edits, alternating insert/delete so the file
+  stays valid);
+* hover and completion latency (p50/p95) at positions spread over the file;
+* resident memory of the server process (VmRSS / VmHWM from /proc) after the run.
+
+Goals (issue 6): start < 0.5 s, diagnostics p95 < 20 ms, hover p95 < 10 ms.
+
+    PYTHONPATH=.:lsp .venv/bin/python bench/lsp.py [--lines 5000] [--edits 200] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Client:
+    """A blocking JSON-RPC client for an LSP server subprocess (stdio framing)."""
+
+    def __init__(self, cmd, env=None):
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+        self.next_id = 0
+        self.cv = threading.Condition()
+        self.responses: dict = {}
+        self.notifications: list = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        out = self.proc.stdout
+        while True:
+            length = None
+            while True:
+                line = out.readline()
+                if not line:
+                    return
+                line = line.strip()
+                if not line:
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            body = json.loads(out.read(length))
+            now = time.perf_counter()
+            with self.cv:
+                if "id" in body and "method" not in body:
+                    self.responses[body["id"]] = (now, body)
+                elif "method" in body and "id" in body:  # a server->client request: answer null
+                    self._send({"jsonrpc": "2.0", "id": body["id"], "result": None})
+                else:
+                    self.notifications.append((now, body))
+                self.cv.notify_all()
+
+    def _send(self, msg):
+        data = json.dumps(msg).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        self.proc.stdin.flush()
+
+    def request(self, method, params, timeout=60.0):
+        with self.cv:
+            self.next_id += 1
+            rid = self.next_id
+        t0 = time.perf_counter()
+        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        with self.cv:
+            if not self.cv.wait_for(lambda: rid in self.responses, timeout):
+                raise TimeoutError(method)
+            t1, body = self.responses.pop(rid)
+        return t1 - t0, body
+
+    def notify(self, method, params):
+        self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def wait_notification(self, pred, timeout=60.0):
+        with self.cv:
+            def find():
+                for i, (t, n) in enumerate(self.notifications):
+                    if pred(n):
+                        return i
+                return None
+            if not self.cv.wait_for(lambda: find() is not None, timeout):
+                raise TimeoutError("notification")
+            t, n = self.notifications.pop(find())
+        return t, n
+
+    def close(self):
+        try:
+            self.request("shutdown", None, timeout=10)
+            self.notify("exit", None)
+            self.proc.wait(timeout=10)
+        except Exception:
+            self.proc.kill()
+
+
+def generate(lines: int) -> str:
+    """A valid program of about `lines` lines: objects, kernel chains, lets and programs."""
+    out = ["## Generated benchmark module.", "object Tok : FinSet 64", "object Hid : Real 32", ""]
+    i = 0
+    while len(out) < lines - 8:
+        out += [f"## Layer {i}.",
+                f"morphism up_{i} : Hid -> Hid [role=kernel, scale=0.1] ~ Normal",
+                f"morphism down_{i} : Hid -> Hid [role=kernel] ~ Laplace",
+                f"let block_{i} = up_{i} >> down_{i} >> stack(up_{i}, 2)",
+                f"program prog_{i} : Hid -> Hid",
+                f"    sample z_{i} <- block_{i}",
+                f"    sample s_{i} <- HalfNormal(1.0)",
+                f"    let m_{i} = exp(s_{i}) * 2.0",
+                f"    observe y_{i} : Tok <- Normal(m_{i}, s_{i})",
+                f"    return z_{i}",
+                ""]
+        i += 1
+    out += ["morphism embed : Tok -> Hid [role=embed]", f"let model = embed >> block_{i - 1}", "export model", ""]
+    return "\n".join(out)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def rss_kib(pid):
+    fields = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            k, _, v = line.partition(":")
+            fields[k] = v.strip()
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def run(n_lines: int, n_edits: int, n_queries: int) -> dict:
+    text = generate(n_lines)
+    lines = text.split("\n")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'lsp'}")
+    t0 = time.perf_counter()
+    c = Client([sys.executable, "-m", "qvr_lsp"], env=env)
+    caps = {"textDocument": {"completion": {"completionItem": {"snippetSupport": True}}}}
+    t_init, resp = c.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": caps})
+    start = time.perf_counter() - t0
+    c.notify("initialized", {})
+    uri = "file:///tmp/bench_5000.qvr"
+    t_open = time.perf_counter()
+    c.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "qvr", "version": 1, "text": text}})
+    t, first = c.wait_notification(lambda n: n.get("method") == "textDocument/publishDiagnostics")
+    open_s = t - t_open
+    assert first["params"]["diagnostics"] == [], first["params"]["diagnostics"][:3]
+
+    # one-character edits: insert "x" into a let name, then delete it (file stays valid)
+    let_lines = [k for k, l in enumerate(lines) if l.startswith("    let m_")]
+    diag_ms = []
+    version = 1
+    for e in range(n_edits):
+        k = let_lines[(e // 2 * 37) % len(let_lines)]
+        col = len("    let m_")
+        if e % 2 == 0:
+            change = {"range": {"start": {"line": k, "character": col}, "end": {"line": k, "character": col}},
+                      "text": "x"}
+        else:
+            change = {"range": {"start": {"line": k, "character": col}, "end": {"line": k, "character": col + 1}},
+                      "text": ""}
+        version += 1
+        t1 = time.perf_counter()
+        c.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                            "contentChanges": [change]})
+        t2, _n = c.wait_notification(lambda n, v=version: n.get("method") == "textDocument/publishDiagnostics"
+                                     and n["params"].get("version") == v)
+        diag_ms.append((t2 - t1) * 1000)
+
+    # hover on morphism names in `let block_i = up_i >> …` lines, completion after `>>`
+    block_lines = [k for k, l in enumerate(lines) if l.startswith("let block_")]
+    hover_ms, comp_ms = [], []
+    for q in range(n_queries):
+        k = block_lines[(q * 53) % len(block_lines)]
+        col = lines[k].index("up_")
+        dt, body = c.request("textDocument/hover", {"textDocument": {"uri": uri},
+                                                    "position": {"line": k, "character": col + 1}})
+        assert body.get("result"), body
+        hover_ms.append(dt * 1000)
+        col2 = lines[k].index(">> ") + 3
+        dt, body = c.request("textDocument/completion", {"textDocument": {"uri": uri},
+                                                         "position": {"line": k, "character": col2}})
+        assert body.get("result") and body["result"]["items"], body
+        comp_ms.append(dt * 1000)
+    rss, hwm = rss_kib(c.proc.pid)
+    c.close()
+    return {
+        "lines": len(lines),
+        "start_to_initialized_s": round(start, 3),
+        "open_to_first_diagnostics_s": round(open_s, 3),
+        "diagnostics_ms": {"p50": round(statistics.median(diag_ms), 2), "p95": round(pct(diag_ms, 95), 2),
+                           "n": len(diag_ms)},
+        "hover_ms": {"p50": round(statistics.median(hover_ms), 2), "p95": round(pct(hover_ms, 95), 2),
+                     "n": len(hover_ms)},
+        "completion_ms": {"p50": round(statistics.median(comp_ms), 2), "p95": round(pct(comp_ms, 95), 2),
+                          "n": len(comp_ms)},
+        "rss_mib": round(rss / 1024, 1),
+        "peak_rss_mib": round(hwm / 1024, 1),
+        "goals": {"start_s": 0.5, "diagnostics_p95_ms": 20, "hover_p95_ms": 10},
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lines", type=int, default=5000)
+    p.add_argument("--edits", type=int, default=200)
+    p.add_argument("--queries", type=int, default=100)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    res = run(args.lines, args.edits, args.queries)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        for k, v in res.items():
+            print(f"{k:32} {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
