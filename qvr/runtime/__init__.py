@@ -1,0 +1,22 @@
+"""The QVR runtime: compiles checked QVR modules to PyTorch modules and runs them.
+
+Entry points: `load(path_or_source, data=None)` and `loads(source, data=None)` return a
+`Program` (`qvr.runtime.program`).  Layout:
+
+* `load` — front-end check, then compilation; errors (`qvr.runtime.errors`);
+* `compile`, `compile_program`, `letexpr` — from the typed module to runtime values;
+* `objects`, `algebras`, `families`, `values` — objects, finite-morphism algebras, torch
+  distributions per family, input coercion;
+* `morphisms/` (finite tensors, kernels), `combinators` (`>>`, `@`, fan, stack, repeat,
+  scan), `steps` + `monadic` (programs), `deduction` (deduction systems and charts).
+
+This package imports torch; `import qvr` alone does not (see `qvr/__init__.py`).  The
+inference algorithms (guides, SVI, MCMC, SMC) are not here: they build on
+`MonadicProgram.execute`, `site_infos` and `log_joint`.
+"""
+from qvr.runtime.errors import (CompileError, ParseError, QvrError, QvrRuntimeError)
+from qvr.runtime.load import load, loads
+from qvr.runtime.program import Program
+
+__all__ = ["load", "loads", "Program", "CompileError", "ParseError", "QvrError",
+           "QvrRuntimeError"]

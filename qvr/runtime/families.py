@@ -1,0 +1,337 @@
+"""Distribution families at run time: torch distributions for steps and for kernels.
+
+The family *table* (names, parameter names, order and kinds, event ranks, where each family
+may be used) is the front end's `qvr.sema.families.FAMILIES`; this module reads it and adds
+only what the runtime spec (sections 3.3, 5.3a and 9.4) says about computing each family:
+
+* `inline_distribution(name, args, event_size)` builds the torch distribution of a
+  `sample`/`observe`/`marginalize` step target, with the safety clamps of spec 9.4
+  (positive parameters `>= EPS`, unit parameters in `[EPS, 1-EPS]`);
+* `KernelFamily` maps the raw output of a kernel's parameter source (a lookup table or an
+  MLP) to the family's parameters, and draws and scores values of a `Real d` (or finite)
+  codomain.
+
+Families the table marks *opt* in a position are not implemented here; `inline_supported`
+and `kernel_supported` say so and the compiler then reports QVR950.  This module does not
+know about morphisms, programs or shapes of objects beyond the codomain width `d`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch.distributions import constraints
+import torch.distributions as D
+
+from qvr.sema.families import FAMILIES
+
+EPS = 1e-7
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+# ------------------------------------------------------------------ inline (step targets)
+
+#: torch classes of the families whose step construction is "the class of the same name
+#: with the section-9 parameters as keywords" (runtime spec 5.3a).
+_TORCH_BY_NAME = {
+    "Normal": D.Normal, "Cauchy": D.Cauchy, "Laplace": D.Laplace, "Gumbel": D.Gumbel,
+    "StudentT": D.StudentT, "LogNormal": D.LogNormal, "HalfNormal": D.HalfNormal,
+    "HalfCauchy": D.HalfCauchy, "Exponential": D.Exponential, "Gamma": D.Gamma,
+    "InverseGamma": D.InverseGamma, "Chi2": D.Chi2, "Weibull": D.Weibull, "Pareto": D.Pareto,
+    "FisherSnedecor": D.FisherSnedecor, "Uniform": D.Uniform, "Beta": D.Beta,
+    "Kumaraswamy": D.Kumaraswamy, "Bernoulli": D.Bernoulli, "Poisson": D.Poisson,
+    "NegativeBinomial": D.NegativeBinomial, "Geometric": D.Geometric,
+    "ContinuousBernoulli": D.ContinuousBernoulli,
+}
+_SPECIAL_INLINE = {"LogitNormal", "TruncatedNormal", "Dirichlet", "Categorical"}
+INLINE_FAMILIES = frozenset(_TORCH_BY_NAME) | _SPECIAL_INLINE
+
+
+def inline_supported(name: str) -> bool:
+    return name in INLINE_FAMILIES
+
+
+def _float_args(args):
+    """Cast every argument to a common float dtype (the default, or float64 if present)."""
+    dtype = torch.get_default_dtype()
+    for a in args:
+        if a.is_floating_point() and a.dtype == torch.float64:
+            dtype = torch.float64
+    return [a.to(dtype) if a.dtype != dtype else a for a in args]
+
+
+def clamp_param(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """Safety clamps of spec 9.4 by parameter kind (`pos`, `unit`; others unchanged)."""
+    if kind == "pos":
+        return x.clamp(min=EPS)
+    if kind == "unit":
+        return x.clamp(EPS, 1 - EPS)
+    return x
+
+
+def inline_distribution(name: str, args, event_size: Optional[int] = None,
+                        default_event_size: Optional[int] = None) -> D.Distribution:
+    """The distribution of `Family(args)` in a program step (args already tensors).
+
+    `event_size` is the size named by `over=` (authoritative); `default_event_size` (the
+    program's codomain) is used only to broadcast a scalar Dirichlet concentration.
+    """
+    fam = FAMILIES[name]
+    args = _float_args(list(args))
+    vals = [clamp_param(a, kind) for a, (_, kind) in zip(args, fam.params)]
+    if name == "LogitNormal":
+        return D.TransformedDistribution(D.Normal(vals[0], vals[1], validate_args=False),
+                                         [D.SigmoidTransform()], validate_args=False)
+    if name == "TruncatedNormal":
+        return TruncatedNormal(*vals)
+    if name == "Categorical":
+        return D.Categorical(probs=vals[0], validate_args=False)
+    if name == "Dirichlet":
+        conc = vals[0]
+        size = event_size if event_size is not None else (
+            default_event_size if conc.dim() == 0 else None)
+        if size is not None and (conc.dim() == 0 or conc.shape[-1] != size):
+            conc = conc.unsqueeze(-1).expand(*conc.shape, size)
+        return D.Dirichlet(conc, validate_args=False)
+    cls = _TORCH_BY_NAME[name]
+    kw = {p: v for (p, _), v in zip(fam.params, vals)}
+    return cls(**kw, validate_args=False)
+
+
+def draw(dist: D.Distribution, sample_shape=torch.Size()) -> torch.Tensor:
+    """Reparameterised draw where torch supports it; discrete draws as int64."""
+    if dist.has_rsample:
+        out = dist.rsample(sample_shape)
+    else:
+        out = dist.sample(sample_shape)
+    if is_discrete_dist(dist):
+        out = out.long()
+    return out
+
+
+def is_discrete_dist(dist: D.Distribution) -> bool:
+    sup = dist.support
+    return bool(getattr(sup, "is_discrete", False))
+
+
+class TruncatedNormal(D.Distribution):
+    """`Normal(mu, sigma)` restricted to `[low, high]` and renormalised (inverse-CDF draws)."""
+
+    arg_constraints = {}
+    has_rsample = True
+
+    def __init__(self, mu, sigma, low, high, validate_args=False):
+        self.mu, self.sigma, self.low, self.high = torch.broadcast_tensors(mu, sigma, low, high)
+        self._a = (self.low - self.mu) / self.sigma
+        self._b = (self.high - self.mu) / self.sigma
+        self._cdf_a = _ndtr(self._a)
+        self._cdf_b = _ndtr(self._b)
+        self._log_z = torch.log((self._cdf_b - self._cdf_a).clamp(min=1e-38))
+        super().__init__(self.mu.shape, validate_args=False)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
+    def support(self):
+        return constraints.interval(self.low, self.high)
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        u = torch.rand(shape, dtype=self.mu.dtype, device=self.mu.device)
+        p = self._cdf_a + u * (self._cdf_b - self._cdf_a)
+        z = torch.special.ndtri(p.clamp(EPS, 1 - EPS))
+        return torch.maximum(torch.minimum(self.mu + self.sigma * z, self.high), self.low)
+
+    def log_prob(self, value):
+        z = (value - self.mu) / self.sigma
+        return -0.5 * z * z - _LOG_SQRT_2PI - torch.log(self.sigma) - self._log_z
+
+    @property
+    def mean(self):
+        phi = lambda t: torch.exp(-0.5 * t * t) / math.sqrt(2 * math.pi)  # noqa: E731
+        return self.mu + self.sigma * (phi(self._a) - phi(self._b)) / torch.exp(self._log_z)
+
+
+def _ndtr(x):
+    return torch.special.ndtr(x)
+
+
+# ------------------------------------------------------------------ kernels
+
+
+def _softplus_eps(x):
+    return F.softplus(x) + EPS
+
+
+def _shifted(x):
+    return F.softplus(x) + 0.1
+
+
+_TRANSFORMS = {"id": lambda x: x, "softplus": _softplus_eps, "shifted": _shifted,
+               "sigmoid": torch.sigmoid}
+
+#: Raw-parameter transforms of the generic scalar kernel families (spec 3.3), by parameter.
+_GENERIC_TRANSFORMS = {
+    "Cauchy": ("id", "softplus"), "Laplace": ("id", "softplus"), "Gumbel": ("id", "softplus"),
+    "LogNormal": ("id", "softplus"), "StudentT": ("shifted", "id", "softplus"),
+    "Exponential": ("softplus",), "Gamma": ("shifted", "softplus"), "Chi2": ("shifted",),
+    "HalfCauchy": ("softplus",), "HalfNormal": ("softplus",),
+    "InverseGamma": ("shifted", "softplus"), "Weibull": ("softplus", "softplus"),
+    "Pareto": ("softplus", "softplus"), "Kumaraswamy": ("shifted", "shifted"),
+    "ContinuousBernoulli": ("sigmoid",), "FisherSnedecor": ("shifted", "shifted"),
+    "Poisson": ("softplus",), "Geometric": ("sigmoid",),
+    "NegativeBinomial": ("shifted", "sigmoid"),
+}
+_SPECIAL_KERNELS = ("Normal", "LogitNormal", "Categorical", "Bernoulli", "Beta")
+KERNEL_FAMILIES = frozenset(_GENERIC_TRANSFORMS) | frozenset(_SPECIAL_KERNELS)
+
+# Every family the table marks "yes" as a kernel must be implemented (spec 3.3).
+assert KERNEL_FAMILIES == {n for n, f in FAMILIES.items() if f.kernel == "yes"}, \
+    "kernel families out of sync with qvr.sema.families"
+assert all(len(t) == len(FAMILIES[n].params) for n, t in _GENERIC_TRANSFORMS.items())
+assert {n for n, f in FAMILIES.items() if f.step == "yes"} <= INLINE_FAMILIES
+
+
+def kernel_supported(name: str) -> bool:
+    return name in KERNEL_FAMILIES
+
+
+def _inverse_softplus(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class KernelFamily:
+    """How a kernel of family `name` with codomain width `d` (or `k` classes) works.
+
+    `n_raw` is the width P of the parameter source's output; `params(raw)` returns the
+    family's parameters; `sample(params, sample_shape)` and `log_prob(params, y)` (summed
+    over the codomain coordinates) use them.  `scale_block(s)` tells a kernel with option
+    `scale=s` which raw block is the scale and which raw value gives scale `s`.
+    """
+
+    def __init__(self, name: str, width: int):
+        self.name = name
+        self.family = FAMILIES[name]
+        self.d = width
+        if name == "Categorical":
+            self.n_raw = width
+        elif name == "Bernoulli":
+            self.n_raw = 1
+        else:
+            self.n_raw = len(self.family.params) * width
+        self.discrete_output = self.family.discrete
+        self.reparameterised = name in ("Normal", "LogitNormal", "Beta") or (
+            name in _GENERIC_TRANSFORMS and name not in ("Poisson", "Geometric", "NegativeBinomial"))
+
+    # -- initialisation of the scale block (spec 3.1, D1)
+    def scale_block(self, s: float):
+        """`(start, stop, raw_value)` of the raw scale block for output scale `s`, or None."""
+        d = self.d
+        if self.name in ("Normal", "LogitNormal"):
+            return d, 2 * d, math.log(s)
+        names = [p for p, _ in self.family.params]
+        if self.name in _GENERIC_TRANSFORMS and "scale" in names:
+            i = names.index("scale")
+            return i * d, (i + 1) * d, _inverse_softplus(max(s - EPS, 1e-12))
+        return None
+
+    # -- raw -> parameters
+    def params(self, raw: torch.Tensor):
+        d, name = self.d, self.name
+        if name in ("Normal", "LogitNormal"):
+            return raw[..., :d], torch.exp(raw[..., d:]).clamp(min=EPS)
+        if name == "Categorical":
+            return (raw,)
+        if name == "Bernoulli":
+            return (raw[..., 0],)
+        if name == "Beta":
+            return F.softplus(raw[..., :d]) + 0.1, F.softplus(raw[..., d:]) + 0.1
+        tr = _GENERIC_TRANSFORMS[name]
+        return tuple(_TRANSFORMS[t](raw[..., i * d:(i + 1) * d]) for i, t in enumerate(tr))
+
+    def distribution(self, params) -> D.Distribution:
+        name = self.name
+        if name == "Normal":
+            return D.Normal(*params, validate_args=False)
+        if name == "LogitNormal":
+            return D.TransformedDistribution(D.Normal(*params, validate_args=False),
+                                             [D.SigmoidTransform()], validate_args=False)
+        if name == "Categorical":
+            return D.Categorical(logits=params[0], validate_args=False)
+        if name == "Bernoulli":
+            return D.Bernoulli(logits=params[0], validate_args=False)
+        if name == "Beta":
+            return D.Beta(*params, validate_args=False)
+        kw = {p: v for (p, _), v in zip(self.family.params, params)}
+        return _TORCH_BY_NAME[name](**kw, validate_args=False)
+
+    # -- drawing and scoring
+    def sample(self, params, sample_shape=torch.Size()) -> torch.Tensor:
+        name = self.name
+        if name == "Normal":
+            loc, scale = params
+            eps = torch.randn(tuple(sample_shape) + tuple(loc.shape), dtype=loc.dtype,
+                              device=loc.device)
+            return loc + scale * eps
+        if name == "LogitNormal":
+            mu, sigma = params
+            eps = torch.randn(tuple(sample_shape) + tuple(mu.shape), dtype=mu.dtype,
+                              device=mu.device)
+            return torch.sigmoid(mu + sigma * eps)
+        if name == "Categorical":
+            return _categorical_sample(params[0], sample_shape)
+        return draw(self.distribution(params), sample_shape)
+
+    def log_prob(self, params, y: torch.Tensor) -> torch.Tensor:
+        """log-density summed over the codomain coordinates (batch-shaped)."""
+        name = self.name
+        if name == "Normal":
+            loc, scale = params
+            z = (y - loc) / scale
+            return (-0.5 * z * z - torch.log(scale) - _LOG_SQRT_2PI).sum(-1)
+        if name == "LogitNormal":
+            mu, sigma = params
+            yc = y.clamp(EPS, 1 - EPS)
+            z = (torch.log(yc) - torch.log1p(-yc) - mu) / sigma
+            lp = -0.5 * z * z - torch.log(sigma) - _LOG_SQRT_2PI - torch.log(yc * (1 - yc))
+            return lp.sum(-1)
+        if name == "Categorical":
+            logits = params[0]
+            logp = torch.log_softmax(logits, dim=-1)
+            y = y.long()
+            if y.shape != logp.shape[:-1]:
+                shape = torch.broadcast_shapes(y.shape, logp.shape[:-1])
+                logp = logp.expand(*shape, logp.shape[-1])
+                y = y.expand(shape)
+            return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        if name == "Bernoulli":
+            return self.distribution(params).log_prob(y.to(params[0].dtype))
+        dtype = params[0].dtype
+        if name == "Beta":
+            y = y.to(dtype).clamp(EPS, 1 - EPS)
+        else:
+            y = y.to(dtype)
+        return self.distribution(params).log_prob(y).sum(-1)
+
+    def support(self):
+        name = self.name
+        if name == "Normal":
+            return constraints.real
+        if name in ("LogitNormal", "Beta"):
+            return constraints.unit_interval
+        if name == "Categorical":
+            return constraints.integer_interval(0, self.d - 1)
+        if name == "Bernoulli":
+            return constraints.boolean
+        if name == "Pareto":  # the support depends on the (input-dependent) scale
+            return constraints.positive
+        cls = _TORCH_BY_NAME[name]
+        sup = cls.support
+        return sup if isinstance(sup, constraints.Constraint) else constraints.real
+
+
+def _categorical_sample(logits: torch.Tensor, sample_shape=torch.Size()) -> torch.Tensor:
+    """int64 draws from `Categorical(logits=...)` by the Gumbel-max trick (vectorised)."""
+    shape = tuple(sample_shape) + tuple(logits.shape)
+    u = torch.rand(shape, dtype=logits.dtype, device=logits.device)
+    g = -torch.log(-torch.log(u.clamp(min=1e-20)).clamp(min=1e-20))
+    return torch.argmax(logits + g, dim=-1)

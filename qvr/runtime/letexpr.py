@@ -1,0 +1,214 @@
+"""Compiling let-expressions (qvr-language.md section 8, runtime spec 5.8) to closures.
+
+`compile_let(expr, resolve, type_size)` turns the AST of a `let`/`score` right-hand side
+into a function `f(frame, binders) -> value`.  Names are resolved once, at compile time,
+by `resolve(name)`, which returns one of
+
+* `("local", key)` — a program local, read from `frame.env[key]`;
+* `("const", value)` — a template parameter bound to a number;
+* `("deduction", name)` — a deduction declared in the module;
+* `("host", name)` — host data, read from `frame.host(name)` at run time;
+
+factor binders are handled here.  Values are tensors (numbers become tensors of the
+frame's float dtype on its device), charts and deductions.  The closures capture only
+AST-derived data, never modules, so deep copies of a program stay independent.
+This module does not run programs and does not check kinds (the front end did).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import torch
+
+from qvr.runtime.values import as_index
+from qvr.syntax import ast as A
+
+
+def _num(frame, v):
+    return v if isinstance(v, torch.Tensor) else frame.literal(v)
+
+
+def _float(v):
+    return v if v.is_floating_point() else v.to(torch.get_default_dtype())
+
+
+_UNARY = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "sigmoid": torch.sigmoid}
+
+
+def free_names(expr) -> set:
+    """Every name read by a let-expression (binders excluded), for level analysis."""
+    out: set = set()
+
+    def walk(e, bound):
+        if isinstance(e, A.EName):
+            if e.name.text not in bound:
+                out.add(e.name.text)
+        elif isinstance(e, A.EBinOp):
+            walk(e.left, bound)
+            walk(e.right, bound)
+        elif isinstance(e, (A.ENeg,)):
+            walk(e.operand, bound)
+        elif isinstance(e, A.EParen):
+            walk(e.inner, bound)
+        elif isinstance(e, A.ECall):
+            for a in e.args:
+                walk(a, bound)
+        elif isinstance(e, A.EMethod):
+            if e.receiver.text not in bound:
+                out.add(e.receiver.text)
+            for a in e.args:
+                walk(a, bound)
+        elif isinstance(e, A.EIndex):
+            if e.base.text not in bound:
+                out.add(e.base.text)
+            for a in e.indices:
+                walk(a, bound)
+        elif isinstance(e, A.EFactor):
+            inner = bound | {b.name.text for b in e.binders}
+            if isinstance(e.body, A.FactorCases):
+                for c in e.body.cases:
+                    walk(c.expr, inner)
+            else:
+                walk(e.body, inner)
+
+    walk(expr, frozenset())
+    return out
+
+
+def compile_let(expr, resolve: Callable, type_size: Callable) -> Callable:
+    """A closure `f(frame, binders)` computing `expr` (see the module docstring)."""
+    return _Compiler(resolve, type_size).expr(expr, frozenset())
+
+
+class _Compiler:
+    def __init__(self, resolve, type_size):
+        self.resolve = resolve
+        self.type_size = type_size
+
+    def expr(self, e, binders: frozenset):
+        if isinstance(e, A.Number):
+            v = float(e.value)
+            return lambda frame, b: frame.literal(v)
+        if isinstance(e, A.EName):
+            return self.name(e.name.text, binders)
+        if isinstance(e, A.EParen):
+            return self.expr(e.inner, binders)
+        if isinstance(e, A.ENeg):
+            f = self.expr(e.operand, binders)
+            return lambda frame, b: -_num(frame, f(frame, b))
+        if isinstance(e, A.EBinOp):
+            return self.binop(e, binders)
+        if isinstance(e, A.ECall):
+            return self.call(e, binders)
+        if isinstance(e, A.EMethod):
+            recv = self.name(e.receiver.text, binders)
+            method = e.method.text
+            return lambda frame, b: getattr(recv(frame, b), method)()
+        if isinstance(e, A.EIndex):
+            return self.index(e, binders)
+        if isinstance(e, A.EFactor):
+            return self.factor(e, binders)
+        raise NotImplementedError(f"let-expression form {type(e).__name__} is outside the core")
+
+    def name(self, text: str, binders: frozenset):
+        if text in binders:
+            return lambda frame, b: b[text]
+        kind, ref = self.resolve(text)
+        if kind == "local":
+            return lambda frame, b: frame.env[ref]
+        if kind == "const":
+            return lambda frame, b: _num(frame, ref)
+        if kind == "deduction":
+            return lambda frame, b: frame.deduction(ref)
+        return lambda frame, b: frame.host(ref)
+
+    def binop(self, e, binders):
+        lf, rf, op = self.expr(e.left, binders), self.expr(e.right, binders), e.op
+        if op == "+":
+            return lambda frame, b: _num(frame, lf(frame, b)) + _num(frame, rf(frame, b))
+        if op == "-":
+            return lambda frame, b: _num(frame, lf(frame, b)) - _num(frame, rf(frame, b))
+        if op == "*":
+            return lambda frame, b: _num(frame, lf(frame, b)) * _num(frame, rf(frame, b))
+        if op == "/":
+            return lambda frame, b: torch.true_divide(_num(frame, lf(frame, b)),
+                                                      _num(frame, rf(frame, b)))
+        raise NotImplementedError(f"operator {op}")
+
+    def call(self, e, binders):
+        name = e.callee.text
+        args = [self.expr(a, binders) for a in e.args]
+        if name in _UNARY:
+            fn = _UNARY[name]
+            a0 = args[0]
+            return lambda frame, b: fn(_float(_num(frame, a0(frame, b))))
+        if name == "parse":
+            d, inp = args
+            return lambda frame, b: d(frame, b)(inp(frame, b))
+        if name == "compose":
+            d1, d2 = args
+            return lambda frame, b: d1(frame, b).compose(d2(frame, b))
+        raise NotImplementedError(f"builtin `{name}` is outside the core")
+
+    def index(self, e, binders):
+        base = self.name(e.base.text, binders)
+        idx = [self.expr(i, binders) for i in e.indices]
+        who = e.base.text
+
+        def run(frame, b):
+            a = _num(frame, base(frame, b))
+            keys = []
+            for axis, f in enumerate(idx):
+                i = _num(frame, f(frame, b))
+                size = a.shape[axis] if axis < a.dim() else 0
+                keys.append(as_index(i, size, who=f"{who}[...]", what=f"index on axis {axis}"))
+            return a[tuple(keys)] if len(keys) > 1 else a[keys[0]]
+
+        return run
+
+    def factor(self, e, binders):
+        names = [bd.name.text for bd in e.binders]
+        sizes = [self.type_size(bd.type) for bd in e.binders]
+        inner = binders | set(names)
+        if isinstance(e.body, A.FactorCases):
+            cases = sorted(e.body.cases, key=lambda c: c.label)
+            fns = [self.expr(c.expr, inner) for c in cases]
+            name = names[0]
+
+            def run_cases(frame, b):
+                vals = []
+                for k, f in enumerate(fns):
+                    bb = dict(b)
+                    bb[name] = torch.tensor(k, device=frame.device)
+                    vals.append(_num(frame, f(frame, bb)))
+                shape = torch.broadcast_shapes(*[v.shape for v in vals])
+                return torch.stack([v.expand(shape) for v in vals])
+
+            return run_cases
+        body = self.expr(e.body, inner)
+        m = len(names)
+
+        def run(frame, b):
+            # per-index-tuple evaluation at index 0 tells whether the body is scalar per tuple
+            probe = dict(b)
+            for n in names:
+                probe[n] = torch.tensor(0, device=frame.device)
+            if _num(frame, body(frame, probe)).dim() == 0:
+                bb = dict(b)
+                for i, (n, s) in enumerate(zip(names, sizes)):
+                    shape = [1] * m
+                    shape[i] = s
+                    bb[n] = torch.arange(s, device=frame.device).reshape(shape)
+                return _num(frame, body(frame, bb)).expand(*sizes)
+            vals = []
+            for tup in itertools.product(*[range(s) for s in sizes]):
+                bb = dict(b)
+                for n, k in zip(names, tup):
+                    bb[n] = torch.tensor(k, device=frame.device)
+                vals.append(_num(frame, body(frame, bb)))
+            shape = torch.broadcast_shapes(*[v.shape for v in vals])
+            out = torch.stack([v.expand(shape) for v in vals])
+            return out.reshape(*sizes, *shape)
+
+        return run

@@ -1,0 +1,646 @@
+"""`MonadicProgram`: a compiled `program` block and its executor (runtime spec section 5).
+
+A program is a continuous morphism whose value is computed by running its steps
+(`qvr.runtime.steps`) in order over an environment.  One executor, `execute`, serves
+every entry point:
+
+* `rsample(x, sample_shape, observations)` — forward execution; supplied values clamped,
+  missing ones drawn; no log-densities computed;
+* `log_joint(x, values)` — every `sample`/`observe` value must be supplied; returns the
+  `(B,)` row-attributed joint log-density (spec 5.5);
+* `execute(x, values, score=True)` — both at once, with a per-step `SiteRecord` (value,
+  contribution, distribution or morphism, support): the basis of `qvr.inference.trace`,
+  guides' shape passes and MCMC registries (spec 6.1, 6.2).
+
+`site_infos()` lists the sample/observe sites statically (name, kind, family, plate size).
+Marginalised coordinates are never sites; their blocks add one deterministic entry
+`_marg_<c>`.  This module does not compile QVR source (see `qvr.runtime.compile`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from qvr.runtime.errors import (MissingValueError, ObservationShapeError, QvrRuntimeError,
+                                UnknownSiteError)
+from qvr.runtime.families import is_discrete_dist, draw
+from qvr.runtime.morphisms.base import ContinuousMorphism, Morphism
+from qvr.runtime.objects import Unit
+from qvr.runtime.steps import (AliasStep, FamilyStep, LetStep, MarginalizeStep, SiteStep)
+from qvr.runtime.values import as_index, ensure_batch
+
+_MARGINAL_REDUCTIONS = {
+    "logsumexp": lambda t, dim: torch.logsumexp(t, dim=dim),
+    "sum": lambda t, dim: t.sum(dim=dim),
+    "mean": lambda t, dim: t.mean(dim=dim),
+}
+
+
+@dataclass
+class SiteInfo:
+    """Static facts of a `sample`/`observe` site."""
+
+    name: str
+    step: str  # sample | observe
+    site_kind: str  # global | plate | local
+    family: Optional[str]
+    morphism: Optional[Morphism]
+    plate: Optional[int] = None
+    in_marginalize: bool = False
+
+
+@dataclass
+class SiteRecord:
+    """One executed step: its value and its contribution to the log joint."""
+
+    name: str
+    step: str  # sample | observe | let | score | marginalize | alias
+    value: Any
+    log_prob: Optional[torch.Tensor] = None  # (B,) row-attributed contribution
+    contribution: Optional[torch.Tensor] = None  # as computed (scalar or batch-shaped)
+    site_kind: Optional[str] = None
+    morphism: Optional[Morphism] = None
+    distribution: Any = None
+    support: Any = None
+    is_observed: bool = False
+    is_deterministic: bool = False
+
+
+@dataclass
+class Execution:
+    output: Any
+    log_joint: Optional[torch.Tensor]
+    sites: dict = field(default_factory=dict)
+    batch_size: int = 0
+
+
+class _Deductions(dict):
+    """Deductions a program's let-expressions use; a plain dict so that their parameters
+    are not the program's (runtime spec 2.2)."""
+
+
+class Frame:
+    """The state of one execution: input, environment, supplied values and the log joint."""
+
+    def __init__(self, program: "MonadicProgram", x, values, *, score: bool,
+                 require_all: bool, record: bool):
+        self.program = program
+        self.x = x
+        self.B = int(x.shape[0])
+        self.device = x.device
+        self.dtype = program.float_dtype()
+        self.env: dict = {}
+        self.values = values
+        self.score = score
+        self.require_all = require_all
+        self.record = record
+        self.records: dict = {}
+        self.total = torch.zeros(self.B, dtype=self.dtype, device=self.device) if score else None
+        self._host = {k: v for k, v in values.items() if k not in program.bound_names}
+
+    def literal(self, v):
+        return torch.tensor(v, dtype=self.dtype, device=self.device)
+
+    def host(self, name):
+        try:
+            v = self._host[name]
+        except KeyError:
+            raise MissingValueError(
+                f"host data `{name}` was not supplied", expected=f"a value for `{name}` in "
+                "the observations dict", actual="no such key", name=name,
+                host_names=sorted(self.program.host_names)) from None
+        return _host_value(v, self.device)
+
+    def deduction(self, name):
+        return self.program._deductions[name]
+
+    def add(self, c: torch.Tensor) -> torch.Tensor:
+        """Row attribution of a contribution (spec 5.5); returns the `(B,)` share."""
+        share = attribute(c, self.B, self.dtype, self.device)
+        self.total = self.total + share
+        return share
+
+
+def _host_value(v, device):
+    if isinstance(v, torch.Tensor):
+        return v if v.device == device else v.to(device)
+    try:
+        import numpy as np
+        if isinstance(v, np.ndarray):
+            return torch.as_tensor(v, device=device)
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(v, (int, float)):
+        return torch.tensor(v, device=device)
+    if isinstance(v, (list, tuple)) and v and all(isinstance(i, (int, float)) for i in v):
+        return torch.tensor(v, device=device)
+    return v
+
+
+def attribute(c, B: int, dtype, device) -> torch.Tensor:
+    """`c` summed row by row when its leading size is B, else spread evenly (spec 5.5)."""
+    c = torch.as_tensor(c, device=device)
+    if c.dim() >= 1 and c.shape[0] == B:
+        return c.reshape(B, -1).sum(-1).to(dtype)
+    return (c.sum() / B).to(dtype).expand(B)
+
+
+class MonadicProgram(ContinuousMorphism):
+    """A program `domain -> codomain`: ordered steps and a return variable.
+
+    Built by the compiler from a `program` block, or from Python (spec 5.11) with
+    `steps` as tuples: `((name,), morphism, args[, is_observed])` for a sample/observe
+    (args `None` = the program input, else a tuple of variable names),
+    `((name,), None, value)` for a let (a number, a variable name, or `fn(env)`), and
+    `((name,), None, fn, True)` for a score step.  A Python-built step whose morphism has
+    the domain `Unit` and `args is None` is a *global* site: its morphism is called with
+    a 0-d int64 zero as input (one point of `Unit`, no batch axis) and should return an
+    event-shaped value.
+    """
+
+    def __init__(self, domain, codomain, steps, return_vars, params=None, return_labels=None,
+                 effect_set=None, *, label: str = None, modules: dict = None,
+                 host_names=(), deductions: dict = None, input_parts=None):
+        super().__init__(domain, codomain, label or "program")
+        python_built = bool(steps) and isinstance(steps[0], tuple)
+        if python_built:
+            steps, modules = _from_python(steps)
+        self.python_built = python_built
+        self.steps = list(steps)
+        for name, m in (modules or {}).items():
+            self.add_module(f"_step_{name}", m)
+        self.return_vars = tuple([return_vars] if isinstance(return_vars, str) else return_vars)
+        self.return_labels = return_labels
+        self.params = tuple(params or ())
+        self.input_parts = list(input_parts or [])
+        self.host_names = frozenset(host_names)
+        self._deductions = _Deductions(deductions or {})
+        self.effect_set = set(effect_set) if effect_set is not None else self._infer_effects()
+        self.bound_names = self._bound_names()
+
+    # ------------------------------------------------------------ static facts
+    def _walk(self, steps=None, inside=False):
+        for s in (self.steps if steps is None else steps):
+            yield s, inside
+            if isinstance(s, MarginalizeStep):
+                yield from self._walk(s.body, True)
+
+    def _infer_effects(self) -> set:
+        out = set()
+        for s, _ in self._walk():
+            if isinstance(s, SiteStep):
+                out.add("Score" if s.observe else "Sample")
+            elif isinstance(s, LetStep) and s.score:
+                out.add("Score")
+            elif isinstance(s, MarginalizeStep):
+                out.add("Marginal")
+        return out
+
+    def _bound_names(self) -> frozenset:
+        names = set(self.params) | {n for n, _ in self.input_parts}
+        for s, _ in self._walk():
+            names.add(s.name)
+            if isinstance(s, MarginalizeStep):
+                names.add(s.site_name)
+        return frozenset(names)
+
+    @property
+    def observed_names(self) -> set:
+        return {s.name for s, _ in self._walk() if isinstance(s, SiteStep) and s.observe}
+
+    @property
+    def site_names(self) -> list:
+        return [s.name for s, _ in self._walk() if isinstance(s, SiteStep)]
+
+    def site_infos(self) -> list:
+        out = []
+        for s, inside in self._walk():
+            if isinstance(s, SiteStep):
+                m = getattr(self, s.module_name, None)
+                out.append(SiteInfo(s.name, "observe" if s.observe else "sample", s.site_kind,
+                                    s.family, None if isinstance(m, FamilyStep) else m,
+                                    s.plate, inside))
+        return out
+
+    def float_dtype(self):
+        for p in self.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        for b in self.buffers():
+            if b.is_floating_point():
+                return b.dtype
+        return torch.get_default_dtype()
+
+    @property
+    def output_discrete(self) -> bool:
+        return self.codomain.is_discrete
+
+    # ------------------------------------------------------------ entry points
+    def rsample(self, x, sample_shape=torch.Size(), observations=None):
+        shape = torch.Size(sample_shape)
+        if len(shape) == 0:
+            return self.execute(x, observations, score=False).output
+        outs = [self.execute(x, observations, score=False).output
+                for _ in range(math.prod(shape))]
+        return torch.stack(outs).reshape(*shape, *outs[0].shape)
+
+    def sample(self, x, sample_shape=torch.Size(), observations=None):
+        with torch.no_grad():
+            return self.rsample(x, sample_shape, observations)
+
+    def log_joint(self, x, values) -> torch.Tensor:
+        return self.execute(x, values, score=True, require_all=True).log_joint
+
+    def log_prob(self, x, y):
+        raise NotImplementedError(
+            f"program `{self.label}`: the marginal density over unobserved sites is "
+            "intractable in general; use log_joint(x, values)")
+
+    def execute(self, x, values=None, *, score: bool = True, require_all: bool = False,
+                record: bool = True) -> Execution:
+        """Run the steps once (see the module docstring)."""
+        values = dict(values or {})
+        try:
+            x = ensure_batch(x)
+            self._check_keys(values)
+            frame = Frame(self, x, values, score=score, require_all=require_all, record=record)
+            self._bind_inputs(frame)
+            for step in self.steps:
+                self._run(step, frame)
+        except QvrRuntimeError as e:
+            raise e.add_context(program=self.label)
+        out = self._output(frame)
+        return Execution(out, frame.total, frame.records, frame.B)
+
+    # ------------------------------------------------------------ helpers
+    def _check_keys(self, values):
+        if self.python_built:
+            return
+        allowed = self.bound_names | self.host_names
+        for k in values:
+            if k not in allowed:
+                known = self.site_names
+                raise UnknownSiteError(
+                    f"`{k}` is not a site of the program, nor host data it reads",
+                    expected="one of the sites " + ", ".join(f"`{n}`" for n in known) +
+                    (" or host data " + ", ".join(f"`{n}`" for n in sorted(self.host_names))
+                     if self.host_names else ""),
+                    actual=f"`{k}`", name=k, known_sites=known,
+                    host_names=sorted(self.host_names))
+
+    def _bind_inputs(self, frame):
+        if self.python_built:
+            for k, v in frame.values.items():
+                if k not in self.bound_names:
+                    frame.env[k] = _host_value(v, frame.device)
+        if not self.input_parts:
+            return
+        x = frame.x
+        total = sum(obj.width for _, obj in self.input_parts)
+        from qvr.runtime.errors import InputShapeError
+        if x.dim() == 1 and total == 1:
+            x = x.unsqueeze(-1)
+        if x.shape[-1] != total:
+            raise InputShapeError("the program input holds its named inputs side by side",
+                                  step="(input)", expected=f"shape (..., {total}) for "
+                                  + " * ".join(f"{n}: {o.name}" for n, o in self.input_parts),
+                                  actual=f"shape {tuple(frame.x.shape)}")
+        start = 0
+        for name, obj in self.input_parts:
+            w = obj.width
+            chunk = x[..., start:start + w]
+            if obj.is_discrete and w == 1:
+                chunk = as_index(chunk.squeeze(-1), obj.size, who=f"input `{name}`")
+            elif not chunk.is_floating_point():
+                chunk = chunk.to(frame.dtype)
+            frame.env[name] = chunk
+            start += w
+
+    def _output(self, frame):
+        if len(self.return_vars) == 1:
+            return frame.env[self.return_vars[0]]
+        labels = self.return_labels or self.return_vars
+        return {lab: frame.env[v] for lab, v in zip(labels, self.return_vars)}
+
+    def _record(self, frame, rec: SiteRecord):
+        if frame.record:
+            frame.records[rec.name] = rec
+
+    def _run(self, step, frame):
+        try:
+            if isinstance(step, SiteStep):
+                self._run_site(step, frame)
+            elif isinstance(step, LetStep):
+                self._run_let(step, frame)
+            elif isinstance(step, AliasStep):
+                frame.env[step.name] = frame.env[step.source]
+                self._record(frame, SiteRecord(step.name, "alias", frame.env[step.name],
+                                               is_deterministic=True))
+            elif isinstance(step, MarginalizeStep):
+                self._run_marginalize(step, frame)
+        except QvrRuntimeError as e:
+            raise e.add_context(step=step.name)
+
+    # -- let / score
+    def _run_let(self, step: LetStep, frame):
+        if step.python:
+            fn = step.fn
+            if callable(fn):
+                v = fn(frame.env)
+            elif isinstance(fn, str):
+                v = frame.env[fn]
+            else:
+                v = frame.literal(float(fn))
+        else:
+            v = step.fn(frame, {})
+        frame.env[step.name] = v
+        lp = None
+        if step.score and frame.score:
+            lp = frame.add(v)
+        self._record(frame, SiteRecord(step.name, "score" if step.score else "let", v,
+                                       log_prob=lp, contribution=v if step.score else None,
+                                       is_observed=step.name in frame.values,
+                                       is_deterministic=True))
+
+    # -- sample / observe
+    def _arg_values(self, args, frame):
+        out = []
+        for a in args:
+            if a.kind == "lit":
+                out.append(frame.literal(a.value))
+            elif a.kind == "local":
+                v = frame.env[a.value]
+                out.append(v if isinstance(v, torch.Tensor) else frame.literal(float(v)))
+            else:
+                base, idx = frame.env[a.value], frame.env[a.index]
+                out.append(base[idx])
+        return out
+
+    def _morph_input(self, step: SiteStep, frame):
+        if step.python_global:
+            return torch.zeros((), dtype=torch.long, device=frame.device)
+        if step.args is None:
+            return frame.x
+        vals = [frame.env[k] for k in step.args]
+        if len(vals) == 1:
+            v = vals[0]
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() == 1:
+                v = v.unsqueeze(-1)
+            return v
+        cols = []
+        for i, v in enumerate(vals):
+            v = torch.as_tensor(v, device=frame.device)
+            disc = step.arg_discrete[i] if i < len(step.arg_discrete) else False
+            if disc or v.dim() <= 1:
+                v = v.unsqueeze(-1)
+            cols.append(v.to(frame.dtype) if v.dtype != frame.dtype else v)
+        lead = torch.broadcast_shapes(*[c.shape[:-1] for c in cols])
+        return torch.cat([c.expand(*lead, c.shape[-1]) for c in cols], dim=-1)
+
+    def _supplied(self, step, frame):
+        if step.name in frame.values:
+            return True, frame.values[step.name]
+        if frame.require_all:
+            raise MissingValueError(
+                f"no value supplied for `{step.name}`", site=step.name,
+                expected="a value for every sample and observe site: " +
+                ", ".join(f"`{n}`" for n in self.site_names), actual="missing", name=step.name)
+        return False, None
+
+    def _run_site(self, step: SiteStep, frame):
+        module = getattr(self, step.module_name)
+        given, value = self._supplied(step, frame)
+        if step.family is None:
+            inp = self._morph_input(step, frame)
+            if given:
+                value = _coerce_morph_value(module, value, step, frame)
+            else:
+                value = module.rsample(inp)
+            frame.env[step.name] = value
+            lp = c = None
+            if frame.score:
+                c = module.log_prob(inp, value)
+                lp = frame.add(c)
+            self._record(frame, SiteRecord(
+                step.name, "observe" if step.observe else "sample", value, lp, c,
+                step.site_kind, module, None, getattr(module, "support", None), given, False))
+            return
+        args = self._arg_values(step.args, frame)
+        dist = module.distribution(args)
+        if given:
+            value = _coerce_family_value(dist, value, step, frame)
+        else:
+            value = self._draw(step, dist, frame)
+        frame.env[step.name] = value
+        lp = c = None
+        if frame.score:
+            c = dist.log_prob(_eval_value(dist, value, frame))
+            if step.site_kind == "plate":
+                c = c.sum()
+            lp = frame.add(c)
+        self._record(frame, SiteRecord(
+            step.name, "observe" if step.observe else "sample", value, lp, c, step.site_kind,
+            module, dist, dist.support, given, False))
+
+    def _draw(self, step, dist, frame):
+        if step.site_kind == "plate":
+            if dist.batch_shape == torch.Size():
+                return draw(dist, torch.Size([step.plate]))
+            return draw(dist)
+        if step.observe and step.all_global:
+            return draw(dist, torch.Size([frame.B]))
+        return draw(dist)
+
+    # -- marginalize
+    def _run_marginalize(self, step: MarginalizeStep, frame):
+        if not frame.score:
+            return  # nothing it binds is visible after the block (spec 5.6)
+        args = self._arg_values(step.args, frame)
+        p = args[0]
+        if step.family == "Categorical":
+            probs = p / p.sum(-1, keepdim=True)
+            log_pi = torch.log(probs.clamp_min(1e-38))
+        else:
+            p = p.to(frame.dtype)
+            log_pi = torch.log(torch.stack([1 - p, p], dim=-1).clamp_min(1e-38))
+        K = log_pi.shape[-1]
+        if step.classes is not None and step.classes != K:
+            raise ObservationShapeError(
+                "the class set of a grouped marginalize must match its probabilities",
+                site=step.name, expected=f"{step.classes} classes (the annotation)",
+                actual=f"{K} entries on the last axis of the prior probabilities")
+        per_class = []  # per class: list of (contribution, via index or None)
+        for k in range(K):
+            sub = _SubFrame(frame)
+            sub.env[step.name] = torch.tensor(k, device=frame.device)
+            for s in step.body:
+                self._run_body_step(s, sub)
+            per_class.append(sub.contributions)
+        reduce = _MARGINAL_REDUCTIONS[step.reduction]
+        if step.group_size is not None:
+            G = step.group_size
+            S = log_pi.expand(G, K).clone() if log_pi.dim() == 1 else log_pi.clone()
+            cols = []
+            for k in range(K):
+                col = torch.zeros(G, dtype=S.dtype, device=frame.device)
+                for c, via in per_class[k]:
+                    rows = c.reshape(c.shape[0], -1).sum(-1) if c.dim() >= 1 else c.reshape(1)
+                    idx = as_index(via, G, who=f"via of `{step.name}`", what="group index")
+                    col = col.index_add(0, idx.reshape(-1), rows.to(S.dtype))
+                cols.append(col)
+            S = S + torch.stack(cols, dim=-1)
+            contribution = reduce(S, -1).sum()
+        else:
+            ell = []
+            for k in range(K):
+                total = None
+                for c, _ in per_class[k]:
+                    r = c.reshape(c.shape[0], -1).sum(-1) if c.dim() >= 1 else c
+                    total = r if total is None else total + r
+                ell.append(total if total is not None else torch.zeros((), device=frame.device))
+            n_rows = max((e.shape[0] for e in ell if e.dim() >= 1), default=None)
+            if n_rows is not None and log_pi.dim() == 2 and log_pi.shape[0] == n_rows:
+                # one latent per row (identity grouping)
+                table = torch.stack([e.expand(n_rows) if e.dim() == 0 else e for e in ell], -1)
+                contribution = reduce(log_pi + table, -1)
+            else:
+                # one latent shared by the whole body
+                if log_pi.dim() != 1:
+                    raise ObservationShapeError(
+                        "the prior of a plain marginalize is one distribution, or one per row",
+                        site=step.name, expected=f"prior shape ({K},) or ({n_rows}, {K})",
+                        actual=f"prior shape {tuple(log_pi.shape)}")
+                totals = torch.stack([e.sum() for e in ell])
+                contribution = reduce(log_pi + totals, -1)
+        lp = frame.add(contribution)
+        self._record(frame, SiteRecord(step.site_name, "marginalize", contribution, lp,
+                                       contribution, is_deterministic=True))
+
+    def _run_body_step(self, s, sub):
+        if isinstance(s, LetStep):
+            v = s.fn(sub, {})
+            sub.env[s.name] = v
+            if s.score:
+                sub.contributions.append((torch.as_tensor(v), None))
+            return
+        if isinstance(s, SiteStep):
+            if s.name not in sub.values:
+                raise NotImplementedError(
+                    f"program `{self.label}`: `{s.name}` inside the marginalize block must be "
+                    "supplied (forward sampling of marginalized blocks is not supported)")
+            module = getattr(self, s.module_name)
+            value = sub.values[s.name]
+            if s.family is None:
+                inp = self._morph_input(s, sub)
+                c = module.log_prob(inp, value)
+            else:
+                dist = module.distribution(self._arg_values(s.args, sub))
+                value = _coerce_family_value(dist, value, s, sub)
+                c = dist.log_prob(_eval_value(dist, value, sub))
+            sub.env[s.name] = value
+            via = None
+            if s.via is not None:
+                kind, ref = s.via
+                via = sub.env[ref] if kind == "local" else sub.host(ref)
+            sub.contributions.append((c, via))
+            return
+        raise NotImplementedError(f"step {type(s).__name__} inside a marginalize block")
+
+
+class _SubFrame:
+    """A frame for one class of a marginalize block: own env layer, shared inputs."""
+
+    def __init__(self, parent: Frame):
+        self.parent = parent
+        self.env = dict(parent.env)
+        self.values = parent.values
+        self.x = parent.x
+        self.B = parent.B
+        self.device = parent.device
+        self.dtype = parent.dtype
+        self.contributions: list = []
+
+    def literal(self, v):
+        return self.parent.literal(v)
+
+    def host(self, name):
+        return self.parent.host(name)
+
+    def deduction(self, name):
+        return self.parent.deduction(name)
+
+
+def _eval_value(dist, value, frame):
+    """Integer-valued data for continuous families is scored as floats (spec 5.7)."""
+    if is_discrete_dist(dist):
+        if isinstance(dist, torch.distributions.Categorical):
+            return value
+        return value.to(frame.dtype) if not value.is_floating_point() else value
+    if not value.is_floating_point():
+        return value.to(frame.dtype)
+    return value
+
+
+def _coerce_family_value(dist, value, step: SiteStep, frame):
+    value = torch.as_tensor(value, device=frame.device)
+    if value.device != frame.device:
+        value = value.to(frame.device)
+    event = tuple(dist.event_shape)
+    n_event = math.prod(event)
+    if step.site_kind == "global":
+        if value.numel() != n_event:
+            raise ObservationShapeError(
+                "a global site's value must hold exactly one draw", site=step.name,
+                expected=f"{n_event} value(s), shape {event}",
+                actual=f"shape {tuple(value.shape)}")
+        value = value.reshape(event)
+    elif step.site_kind == "plate":
+        want = (step.plate, *event)
+        if value.numel() != math.prod(want):
+            raise ObservationShapeError(
+                f"a plate site's value must hold one draw per element of `{step.plate_name}`",
+                site=step.name, expected=f"shape {want}", actual=f"shape {tuple(value.shape)}")
+        value = value.reshape(want)
+    if isinstance(dist, torch.distributions.Categorical):
+        k = dist.probs.shape[-1]
+        value = as_index(value, k, who=f"`{step.name}`", what="class")
+    return value
+
+
+def _coerce_morph_value(module, value, step: SiteStep, frame):
+    value = torch.as_tensor(value, device=frame.device)
+    if value.device != frame.device:
+        value = value.to(frame.device)
+    if not module.output_discrete and module.output_event_rank == 1:
+        w = module.output_width
+        if value.dim() == 0 or value.shape[-1] != w:
+            raise ObservationShapeError(
+                f"the value of `{step.name}` must end with the codomain's {w} coordinates",
+                site=step.name, expected=f"shape (..., {w})",
+                actual=f"shape {tuple(value.shape)}")
+    return value
+
+
+def _from_python(steps):
+    """Convert the tuple steps of spec 5.11 to step records and modules."""
+    out, modules = [], {}
+    for t in steps:
+        names = t[0]
+        name = names[0] if isinstance(names, (tuple, list)) else names
+        if t[1] is None:
+            if len(t) >= 4 and t[3]:
+                out.append(LetStep(name, t[2], score=True, python=True))
+            else:
+                out.append(LetStep(name, t[2], python=True))
+            continue
+        morphism, args = t[1], t[2]
+        observed = bool(t[3]) if len(t) >= 4 else False
+        is_global = args is None and getattr(morphism, "domain", None) == Unit
+        out.append(SiteStep(name, observed, None, tuple(args) if args is not None else None,
+                            site_kind="global" if is_global else "local",
+                            python_global=is_global))
+        modules[name] = morphism
+    return out, modules
