@@ -290,7 +290,7 @@ def _axis_names(c: _Ctx) -> list[Item]:
         for n in re.findall(r"[A-Za-z_]\w*", m.group(1)):
             if n not in ("FinSet", "Real") and n not in names:
                 names.append(n)
-    return [Item(n, "value", "axis", sort="0" + n) for n in names]
+    return [Item(n, "value", "axis", sort=f"0{i:03d}") for i, n in enumerate(names)]
 
 
 def _option_values(c: _Ctx, owner: str, key: str) -> list[Item]:
@@ -372,13 +372,24 @@ def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
     return []
 
 
+_SEGMENT = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def matches(prefix: str, label: str) -> bool:
+    """The label starts with the prefix, or one of its words does (`Norm` finds
+    `LogNormal`, `hid` finds `hidden_dim`, `dim` finds `hidden_dim`); case-insensitive."""
+    p = prefix.lower()
+    if label.lower().startswith(p):
+        return True
+    return any(label[m.start():].lower().startswith(p) for m in _SEGMENT.finditer(label))
+
+
 def complete(doc, offset: int, limit: int = 200) -> Completions:
     """Candidates at `offset`, best first; at most `limit` of them (then `incomplete`)."""
     c = _Ctx(doc, offset)
     items = _items(c)
     if c.prefix:
-        low = c.prefix.lower()
-        items = [i for i in items if low in i.label.lower() or i.kind == "snippet" and i.label.startswith(c.prefix)]
+        items = [i for i in items if matches(c.prefix, i.label)]
     items.sort(key=lambda i: (i.sort or i.label, i.kind))
     return Completions(c.span, tuple(items[:limit]), len(items) > limit)
 
@@ -408,7 +419,7 @@ def _items(c: _Ctx) -> list[Item]:
     stripped = head.strip()
     kw = c.keyword
     if kw == "composition":
-        return ([Item(l, "value", "composition level", sort="0" + l) for l in C.LEVELS]
+        return ([Item(l, "value", "composition level", sort=f"0{i:03d}") for i, l in enumerate(C.LEVELS)]
                 if re.search(r"\bas\s*$", head) else
                 [Item(r, "value", "composition rule", sort="0" + r) for r in C.COMPOSITION_RULE_NAMES])
     if kw == "program" and c.indent > 0:
