@@ -110,8 +110,10 @@ def sample_logits(logits: torch.Tensor, n: int, generator=None) -> torch.Tensor:
         raise ValueError("the logits function returned NaN or +inf")
     if torch.isneginf(logits).all(-1).any():
         raise ValueError("the logits function returned a row with no finite entry")
-    probs = torch.softmax(logits.to(torch.float64), -1)
-    return torch.multinomial(probs, n, replacement=True, generator=generator)
+    logits = logits.to(torch.float64)
+    # multinomial takes unnormalised weights: exp(logits − max) is softmax up to a factor
+    weights = torch.exp(logits - logits.amax(-1, keepdim=True))
+    return torch.multinomial(weights, n, replacement=True, generator=generator)
 
 
 class LogitsLM:
