@@ -46,7 +46,7 @@ def check_duplicate(ctx: DeclContext, ns: str, name: A.Name) -> bool:
     if existing is None:
         return False
     ctx.report(E.duplicate_declaration(name.span, name.text, ctx.line_of(ns, name.text),
-                                       ctx.loc_of(ns, name.text)))
+                                       ctx.rel_loc_of(ns, name.text)))
     return True
 
 
@@ -360,7 +360,7 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
             existing = ctx.value(member)
             if existing is not None:
                 ctx.report(E.duplicate_declaration(d.name.span, member, ctx.line_of("value", member),
-                                                   ctx.loc_of("value", member)))
+                                                   ctx.rel_loc_of("value", member)))
                 continue
             ctx.bind("value", member, MorphismSym(member, mt, role, fam_name, stratum, rule, lookup,
                                                   init_text, scale, bins, (i, replicate, name), axis_names),

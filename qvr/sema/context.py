@@ -64,6 +64,7 @@ class Env:
         self.composition_index: Optional[int] = None
         self.first_body_index: Optional[int] = None
         self.chunk_lines: list[int] = []  # decl index -> 1-based line of the chunk start
+        self.chunk_starts: list[int] = []  # decl index -> document offset of the chunk start
 
     # answers used both by checking and by dependency replay
     def answer(self, key: tuple, index: int):
@@ -96,6 +97,8 @@ class Env:
             return frozenset(table)
         if kind == "chunkline":
             return self.chunk_lines[index]
+        if kind == "chunkstart":
+            return self.chunk_starts[index]
         if kind == "composition_before":
             return self.composition_index is not None
         if kind == "body_before":
@@ -142,7 +145,14 @@ class DeclContext:
         return self._ask(("line", ns, name))
 
     def loc_of(self, ns: str, name: str):
+        """The document span of the first declaration of `name` (absolute offsets)."""
         return self._ask(("loc", ns, name))
+
+    def rel_loc_of(self, ns: str, name: str):
+        """`loc_of` relative to this declaration's chunk, as diagnostic spans must be
+        (they are shifted by the chunk start when the document reports them)."""
+        span = self.loc_of(ns, name)
+        return span.shift(-self._ask(("chunkstart",))) if span is not None else None
 
     def line_at(self, rel_offset: int) -> int:
         """1-based document line of a chunk-relative offset (records a position dependency)."""

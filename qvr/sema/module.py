@@ -104,7 +104,7 @@ class CheckCache:
         del lst[3:]
 
 
-_POSITIONAL = frozenset({"later", "laterkind", "line", "loc", "chunkline"})
+_POSITIONAL = frozenset({"later", "laterkind", "line", "loc", "chunkline", "chunkstart"})
 
 
 class Slot:
@@ -186,6 +186,8 @@ class ModuleState:
                              if ns == key[1] and lst and lst[0].index < index)
         if kind == "chunkline":
             return self.start_lines[index]
+        if kind == "chunkstart":
+            return self.starts[index]
         if kind == "composition_before":
             return bool(self.compositions) and self.compositions[0].index < index
         if kind == "body_before":
