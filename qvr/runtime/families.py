@@ -332,6 +332,6 @@ class KernelFamily:
 def _categorical_sample(logits: torch.Tensor, sample_shape=torch.Size()) -> torch.Tensor:
     """int64 draws from `Categorical(logits=...)` by the Gumbel-max trick (vectorised)."""
     shape = tuple(sample_shape) + tuple(logits.shape)
-    u = torch.rand(shape, dtype=logits.dtype, device=logits.device)
-    g = -torch.log(-torch.log(u.clamp(min=1e-20)).clamp(min=1e-20))
-    return torch.argmax(logits + g, dim=-1)
+    u = torch.rand(shape, dtype=logits.dtype, device=logits.device).clamp(min=1e-20)
+    gumbel = -torch.log((-torch.log(u)).clamp(min=1e-20))
+    return torch.argmax(logits + gumbel, dim=-1)
