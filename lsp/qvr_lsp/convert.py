@@ -143,9 +143,16 @@ def to_lsp_workspace_edit(doc, uri: str, edits: Iterable[TextEdit], pc: Position
 
 # ---------------------------------------------------------------- features
 
-def to_lsp_hover(doc, h, pc: PositionCodec) -> T.Hover:
-    return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=h.text),
-                   range=to_lsp_range(doc, h.span, pc))
+def markup(text: str, markdown: bool = True) -> T.MarkupContent:
+    """Markdown as is, or as plain text (code fences dropped) for clients without Markdown."""
+    if markdown:
+        return T.MarkupContent(kind=T.MarkupKind.Markdown, value=text)
+    lines = [l for l in text.split("\n") if not l.startswith("```")]
+    return T.MarkupContent(kind=T.MarkupKind.PlainText, value="\n".join(lines))
+
+
+def to_lsp_hover(doc, h, pc: PositionCodec, markdown: bool = True) -> T.Hover:
+    return T.Hover(contents=markup(h.text, markdown), range=to_lsp_range(doc, h.span, pc))
 
 
 def to_lsp_locations(doc, uri: str, spans: Iterable[Span], pc: PositionCodec) -> list[T.Location]:
@@ -186,7 +193,8 @@ COMPLETION_KINDS = {
 }
 
 
-def to_lsp_completions(doc, result, pc: PositionCodec, snippets: bool = True) -> T.CompletionList:
+def to_lsp_completions(doc, result, pc: PositionCodec, snippets: bool = True,
+                       markdown: bool = True) -> T.CompletionList:
     rng = to_lsp_range(doc, result.span, pc)
     items = []
     for i, it in enumerate(result.items):
@@ -200,7 +208,7 @@ def to_lsp_completions(doc, result, pc: PositionCodec, snippets: bool = True) ->
         items.append(T.CompletionItem(
             label=it.label, kind=COMPLETION_KINDS.get(it.kind, T.CompletionItemKind.Text),
             detail=it.detail or None,
-            documentation=T.MarkupContent(kind=T.MarkupKind.Markdown, value=it.doc) if it.doc else None,
+            documentation=(markup(it.doc) if markdown else it.doc) if it.doc else None,
             sort_text=f"{i:05d}", filter_text=it.label, insert_text_format=fmt,
             text_edit=T.TextEdit(range=rng, new_text=text)))
     return T.CompletionList(is_incomplete=result.incomplete, items=items)
@@ -210,11 +218,11 @@ def _utf16(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
 
 
-def to_lsp_signature_help(sig) -> T.SignatureHelp:
+def to_lsp_signature_help(sig, markdown: bool = True) -> T.SignatureHelp:
     params = [T.ParameterInformation(label=(_utf16(sig.label[:a]), _utf16(sig.label[:b]))) for a, b in sig.params]
     info = T.SignatureInformation(label=sig.label, parameters=params,
-                                  documentation=T.MarkupContent(kind=T.MarkupKind.Markdown, value=sig.doc)
-                                  if sig.doc else None, active_parameter=sig.active)
+                                  documentation=(markup(sig.doc) if markdown else sig.doc) if sig.doc else None,
+                                  active_parameter=sig.active)
     return T.SignatureHelp(signatures=[info], active_signature=0, active_parameter=sig.active)
 
 

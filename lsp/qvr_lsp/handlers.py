@@ -109,6 +109,21 @@ def did_close(ls, params: T.DidCloseTextDocumentParams):
     ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
+def _markdown(ls, feature: str) -> bool:
+    """Whether the client renders Markdown for `feature` (hover, completion, signature)."""
+    try:
+        td = ls.client_capabilities.text_document
+        if feature == "hover":
+            formats = td.hover.content_format
+        elif feature == "completion":
+            formats = td.completion.completion_item.documentation_format
+        else:
+            formats = td.signature_help.signature_information.documentation_format
+    except AttributeError:
+        return False
+    return formats is not None and T.MarkupKind.Markdown in formats
+
+
 def _at(ls, params):
     uri = params.text_document.uri
     doc = ls.document(uri)
@@ -122,7 +137,7 @@ def hover(ls, params: T.HoverParams):
     from qvr.ide.hover import hover as ide_hover
     uri, doc, off = _at(ls, params)
     h = ide_hover(doc, off)
-    return C.to_lsp_hover(doc, h, ls.codec) if h else None
+    return C.to_lsp_hover(doc, h, ls.codec, _markdown(ls, "hover")) if h else None
 
 
 @guarded(T.TEXT_DOCUMENT_DEFINITION)
@@ -198,7 +213,8 @@ def _snippets(ls) -> bool:
 def completion(ls, params: T.CompletionParams):
     from qvr.ide.completion import complete
     uri, doc, off = _at(ls, params)
-    return C.to_lsp_completions(doc, complete(doc, off), ls.codec, snippets=_snippets(ls))
+    return C.to_lsp_completions(doc, complete(doc, off), ls.codec, snippets=_snippets(ls),
+                                markdown=_markdown(ls, "completion"))
 
 
 @guarded(T.TEXT_DOCUMENT_SIGNATURE_HELP)
@@ -206,7 +222,7 @@ def signature_help(ls, params: T.SignatureHelpParams):
     from qvr.ide.signature import signature_help as ide_signature
     uri, doc, off = _at(ls, params)
     sig = ide_signature(doc, off)
-    return C.to_lsp_signature_help(sig) if sig else None
+    return C.to_lsp_signature_help(sig, _markdown(ls, "signature")) if sig else None
 
 
 @guarded(T.TEXT_DOCUMENT_INLAY_HINT)

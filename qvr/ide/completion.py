@@ -97,6 +97,11 @@ def _in_comment_or_string(line: str) -> bool:
                 quote = False
         elif c == '"':
             quote = True
+        elif c == "#" and line.startswith("#{", i):
+            k = line.find("}#", i + 2)
+            if k < 0:
+                return True  # inside a block comment that is still open
+            i = k + 1
         elif c == "#" and not line.startswith(("#[", "#!["), i):
             return True
         i += 1
