@@ -39,7 +39,7 @@ def as_index(x, n: int, *, who: str = None, what: str = "index") -> torch.Tensor
     elif x.is_floating_point():
         if x.numel() and not bool((x == torch.floor(x)).all()):
             raise InputDtypeError(f"{what} values must be integers", morphism=who,
-                                  expected=f"int64 {what}s in [0, {n})",
+                                  expected=f"int64 values in [0, {n})",
                                   actual=f"{x.dtype} tensor of shape {tuple(x.shape)} "
                                          f"with fractional values")
         x = x.long()
@@ -47,12 +47,12 @@ def as_index(x, n: int, *, who: str = None, what: str = "index") -> torch.Tensor
         x = x.long()
     else:
         raise InputDtypeError(f"{what} values must be integers", morphism=who,
-                              expected=f"int64 {what}s in [0, {n})", actual=describe(x))
+                              expected=f"int64 values in [0, {n})", actual=describe(x))
     if x.numel():
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi >= n:
             raise IndexRangeError(f"{what} values out of range", morphism=who,
-                                  expected=f"{what}s in [0, {n})",
+                                  expected=f"values in [0, {n})",
                                   actual=f"values in [{lo}, {hi}]", low=lo, high=hi, size=n)
     return x
 

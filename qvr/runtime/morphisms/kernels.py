@@ -114,6 +114,8 @@ class FamilyKernel(ContinuousMorphism):
         return self.fam.sample(self.params(x), sample_shape)
 
     def log_prob(self, x, y):
+        if self.output_discrete:  # class indices: integers in [0, k)
+            y = as_index(y, self.fam.d, who=self.label, what="class")
         return self.fam.log_prob(self.params(x), y)
 
     def extra_repr(self) -> str:
