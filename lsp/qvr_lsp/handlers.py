@@ -39,19 +39,19 @@ def guarded(method: str, notification: bool = False):
                 ls.log(f"qvr-lsp: internal error in {method}: {exc!r}\n{traceback.format_exc()}",
                        T.MessageType.Error)
                 if notification:
-                    uri = getattr(getattr(params, "text_document", None), "uri", None)
-                    if uri is not None:
-                        _recover(ls, uri)
+                    td = getattr(params, "text_document", None)
+                    if getattr(td, "uri", None) is not None:
+                        _recover(ls, td.uri, getattr(td, "version", None))
                     return None
                 raise JsonRpcInternalError(message=f"qvr-lsp: internal error in {method}: {exc}")
         return wrapper
     return deco
 
 
-def _recover(ls, uri: str) -> None:
+def _recover(ls, uri: str, version=None) -> None:
     try:
         ls.rebuild(uri)
-        publish(ls, uri)
+        publish(ls, uri, version)
     except Exception as exc:  # pragma: no cover - the text itself is unavailable
         ls.log(f"qvr-lsp: could not recover {uri}: {exc!r}", T.MessageType.Error)
 
