@@ -82,3 +82,100 @@ async def change_doc(client, uri: str, version: int, changes):
     return await publish(client, uri, lambda: client.text_document_did_change(types.DidChangeTextDocumentParams(
         text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
         content_changes=changes)), version)
+
+
+class RawClient:
+    """A small blocking JSON-RPC client over the server's stdio (for the fuzz test, where
+    hypothesis drives many edits synchronously).  Server->client requests are answered
+    with null; every response and notification is kept."""
+
+    def __init__(self, cmd=None, env=None):
+        import json
+        import subprocess
+        import threading
+
+        self._json = json
+        self.proc = subprocess.Popen(cmd or SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env or server_env())
+        self.cv = threading.Condition()
+        self.responses: dict = {}
+        self.notifications: list = []
+        self.next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self.stderr: list = []
+
+    def _drain_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode("utf-8", "replace"))
+
+    def _read(self):
+        out = self.proc.stdout
+        while True:
+            length = None
+            while True:
+                line = out.readline()
+                if not line:
+                    with self.cv:
+                        self.cv.notify_all()
+                    return
+                if line in (b"\r\n", b"\n"):
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            body = self._json.loads(out.read(length))
+            with self.cv:
+                if "id" in body and "method" not in body:
+                    self.responses[body["id"]] = body
+                elif "id" in body:
+                    self._send({"jsonrpc": "2.0", "id": body["id"], "result": None})
+                else:
+                    self.notifications.append(body)
+                self.cv.notify_all()
+
+    def _send(self, msg):
+        data = self._json.dumps(msg).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        self.proc.stdin.flush()
+
+    def request(self, method, params, timeout=30.0):
+        with self.cv:
+            self.next_id += 1
+            rid = self.next_id
+        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        with self.cv:
+            if not self.cv.wait_for(lambda: rid in self.responses or self.proc.poll() is not None, timeout):
+                raise TimeoutError(f"no answer to {method}")
+            if rid not in self.responses:
+                raise RuntimeError(f"server died during {method}: {''.join(self.stderr)[-2000:]}")
+            return self.responses.pop(rid)
+
+    def notify(self, method, params):
+        self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def diagnostics(self, uri, version, timeout=30.0):
+        def find():
+            for i, n in enumerate(self.notifications):
+                p = n.get("params") or {}
+                if n.get("method") == "textDocument/publishDiagnostics" and p.get("uri") == uri \
+                        and p.get("version") == version:
+                    return i
+            return None
+        with self.cv:
+            if not self.cv.wait_for(lambda: find() is not None or self.proc.poll() is not None, timeout):
+                raise TimeoutError(f"no diagnostics for {uri} v{version}")
+            i = find()
+            if i is None:
+                raise RuntimeError(f"server died: {''.join(self.stderr)[-2000:]}")
+            n = self.notifications.pop(i)
+            self.notifications[:] = [m for m in self.notifications if (m.get("params") or {}).get("uri") != uri]
+            return n["params"]["diagnostics"]
+
+    def close(self):
+        try:
+            self.request("shutdown", None, timeout=10)
+            self.notify("exit", None)
+            self.proc.wait(timeout=10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
