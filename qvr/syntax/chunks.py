@@ -47,6 +47,7 @@ class _Line:
     depth_before: int
     first: int  # offset in line of first significant char, -1 if blank
     diag: tuple
+    cont: bool = False  # the line starts inside a block comment opened on an earlier line
 
 
 def _scan_lines(text: str, pos: int):
@@ -63,11 +64,12 @@ def _scan_lines(text: str, pos: int):
         pieces = None  # list of (a, b) ranges to blank, relative to line
         i = 0
         depth_before = depth
+        cont = in_block is not None
         if in_block is not None:
             k = line.find("}#")
             if k < 0:
                 tail = (E.unterminated_block_comment(Span(in_block, in_block + 2)),) if end >= n else ()
-                yield _Line(pos, end, _BLANK.sub(" ", line), depth_before, -1, tail)
+                yield _Line(pos, end, _BLANK.sub(" ", line), depth_before, -1, tail, True)
                 pos = end
                 continue
             pieces = [(0, k + 2)]
@@ -146,7 +148,7 @@ def _scan_lines(text: str, pos: int):
             first = max(first, 1)
         if in_block is not None and end >= n:
             diags.append(E.unterminated_block_comment(Span(in_block, in_block + 2)))
-        yield _Line(pos, end, clean, depth_before, first, tuple(diags))
+        yield _Line(pos, end, clean, depth_before, first, tuple(diags), cont)
         pos = end
 
 
@@ -220,7 +222,9 @@ def split(text: str, pos: int = 0, stop=None):
             seen_code = True
         cur_clean.append(ln.clean)
         cur_diags.extend(ln.diag)
-        if ln.first >= 0:
+        if ln.first >= 0 or ln.cont:
+            # a block comment's continuation lines stay with the line that opened it, so a
+            # comment is never split between two chunks
             _trivia_start = ln.end
             _trivia_index = len(cur_clean)
     flush(len(text))

@@ -155,3 +155,11 @@ def test_lexical_and_layout_errors(text, code):
 def test_comment_scanner_ignores_strings_and_pragmas():
     got = comments('let x = "a # b" # real\n    rule r : A |- A #[learnable]\n')
     assert [(t, k) for _, t, k in got] == [("# real", "line")]
+
+
+def test_block_comment_after_code_stays_in_one_chunk():
+    text = "program p : A -> A\n    return x #{ c\n d }#\n# x\nobject B : FinSet 2\n"
+    doc = Document(text)
+    assert [c.text for c in doc.chunks] == ["program p : A -> A\n    return x #{ c\n d }#\n",
+                                            "# x\nobject B : FinSet 2\n"]
+    assert [t for _, t, _ in doc.comments()] == ["#{ c\n d }#", "# x"]
