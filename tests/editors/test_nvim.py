@@ -1,0 +1,369 @@
+"""The Neovim plugin in editors/nvim, driven by a real headless Neovim.
+
+Each test starts `nvim --headless -u tests/editors/nvim/init.lua FILE -c 'luafile SCRIPT'`:
+init.lua puts the plugin from this repository on the runtimepath and nothing from the
+user's configuration (the XDG directories point into a temporary folder). The Lua
+script writes a JSON report that the test checks.
+
+* Without a server: filetype detection, buffer settings, highlighting groups on the
+  tokens of an example, indentation on every example, typing with auto-indent, and how
+  `require('qvr')` finds `qvr-lsp` (fake executables in temporary folders).
+* With `qvr-lsp` (skipped, with the reason, when it is not installed): an example with a
+  planted error is opened in a project whose `.venv/bin/qvr-lsp` is the real server;
+  the test checks the diagnostic, a hover with the morphism's type and go-to-definition.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent / "nvim"
+PLUGIN = ROOT / "editors" / "nvim"
+EXAMPLES = sorted((ROOT / "examples").glob("*.qvr"))
+SEED = ROOT / "examples" / "transformer_lm.qvr"
+NVIM = shutil.which("nvim")
+
+pytestmark = pytest.mark.skipif(
+    NVIM is None, reason="nvim is not installed (apt-get install neovim; scripts/setup.sh does it as root)")
+
+
+def _server() -> Path | None:
+    """The qvr-lsp of this checkout's environment, if it is installed."""
+    for candidate in (ROOT / ".venv" / "bin" / "qvr-lsp", Path(sys.executable).parent / "qvr-lsp"):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("qvr-lsp")
+    return Path(found) if found else None
+
+
+def nvim(script: str, files: list[Path], cwd: Path, env: dict | None = None, timeout: int = 60) -> dict:
+    """Runs a test script in headless Neovim and returns its JSON report."""
+    result = cwd / f"{script}.json"
+    result.unlink(missing_ok=True)
+    xdg = cwd / "xdg"
+    full_env = dict(
+        os.environ,
+        QVR_RESULT=str(result),
+        XDG_CONFIG_HOME=str(xdg / "config"),
+        XDG_DATA_HOME=str(xdg / "data"),
+        XDG_STATE_HOME=str(xdg / "state"),
+        XDG_CACHE_HOME=str(xdg / "cache"),
+        **(env or {}),
+    )
+    proc = subprocess.run(
+        [NVIM, "--headless", "-u", str(HERE / "init.lua"), *map(str, files),
+         "-c", f"luafile {HERE / (script + '.lua')}"],
+        cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+    )
+    assert result.exists(), f"nvim wrote no report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    report = json.loads(result.read_text())
+    assert report.get("ok") and proc.returncode == 0, (report.get("error"), proc.stderr)
+    return report
+
+
+def plant_error(project: Path) -> Path:
+    """The seed example with the export misspelled: QVR102 at the last line."""
+    text = SEED.read_text()
+    assert "\nexport transformer_lm\n" in text
+    model = project / "model.qvr"
+    model.write_text(text.replace("\nexport transformer_lm\n", "\nexport transformer_lmm\n"))
+    return model
+
+
+def find(text: str, line_pattern: str, token: str, nth: int = 0) -> tuple[int, int]:
+    """0-based (line, column) of the nth whole-word `token` on the first line matching."""
+    for number, line in enumerate(text.split("\n")):
+        if re.search(line_pattern, line):
+            before = r"(?<!\w)" if re.match(r"\w", token) else ""
+            after = r"(?!\w)" if re.search(r"\w$", token) else ""
+            hits = [m.start() for m in re.finditer(before + re.escape(token) + after, line)]
+            return number, hits[nth]
+    raise AssertionError(f"no line matches {line_pattern!r}")
+
+
+# ------------------------------------------------------------------ no server needed
+
+
+@pytest.fixture(scope="module")
+def seed_report(tmp_path_factory) -> tuple[str, dict]:
+    project = tmp_path_factory.mktemp("nvim-highlight")
+    model = plant_error(project)
+    return model.read_text(), nvim("highlight", [model], project)
+
+
+def test_filetype_and_buffer_settings(seed_report):
+    _, report = seed_report
+    [buffer] = report["buffers"]
+    assert buffer["filetype"] == "qvr" and buffer["syntax"] == "qvr"
+    assert buffer["commentstring"] == "# %s"
+    assert buffer["comments"] == ":##,:#!,:#"
+    assert buffer["shiftwidth"] == 4 and buffer["expandtab"] is True
+    assert buffer["indentexpr"] == "GetQvrIndent(v:lnum)"
+
+
+# (line pattern, token, nth occurrence on that line) -> (qvr syntax group, linked standard group)
+SEED_GROUPS = [
+    (r"^# runnable", "runnable", 0, "qvrComment", "Comment"),
+    (r"^## Transformer", "Transformer", 0, "qvrDocComment", "SpecialComment"),
+    (r"^object Token", "object", 0, "qvrDeclaration", "Keyword"),
+    (r"^object Token", "Token", 0, "qvrTypeName", "Type"),
+    (r"^object Token", "FinSet", 0, "qvrBuiltinType", "Type"),
+    (r"^object Token", "32", 0, "qvrNumber", "Number"),
+    (r"^morphism head", "head", 0, "qvrFunctionName", "Function"),
+    (r"^morphism head", "role", 0, "qvrOptionKey", "Identifier"),
+    (r"^morphism head", "kernel", 0, "qvrRoleValue", "Constant"),
+    (r"^morphism head", "replicate", 0, "qvrOptionKey", "Identifier"),
+    (r"^morphism head", "0.1", 0, "qvrFloat", "Float"),
+    (r"^morphism head", "~", 0, "qvrOperator", "Operator"),
+    (r"^morphism head", "Normal", 0, "qvrFamily", "Structure"),
+    (r"^morphism lm_head", "Categorical", 0, "qvrFamily", "Structure"),
+    (r"^let layer", "let", 0, "qvrDeclaration", "Keyword"),
+    (r"^let layer", "layer", 0, "qvrFunctionName", "Function"),
+    (r"^let layer", "fan", 0, "qvrCombinator", "Keyword"),
+    (r"^let layer", ">>", 0, "qvrOperator", "Operator"),
+    (r"^let backbone", "stack", 0, "qvrCombinator", "Keyword"),
+    (r"^program", "program", 0, "qvrDeclaration", "Keyword"),
+    (r"^program", "transformer_lm", 0, "qvrFunctionName", "Function"),
+    (r"^program", "->", 0, "qvrOperator", "Operator"),
+    (r"sample h", "sample", 0, "qvrStep", "Statement"),
+    (r"sample h", "h", 0, "qvrLocalName", "Identifier"),
+    (r"sample h", "<-", 0, "qvrOperator", "Operator"),
+    (r"observe next_token", "next_token", 0, "qvrLocalName", "Identifier"),
+    (r"return next_token", "return", 0, "qvrStep", "Statement"),
+    (r"^export", "export", 0, "qvrKeyword", "Keyword"),
+]
+
+
+@pytest.mark.parametrize("pattern,token,nth,group,linked", SEED_GROUPS,
+                         ids=[f"{p[1]}@{p[0]}" for p in SEED_GROUPS])
+def test_highlight_groups_on_the_seed_program(seed_report, pattern, token, nth, group, linked):
+    text, report = seed_report
+    line, col = find(text, pattern, token, nth)
+    groups = report["buffers"][0]["lines"][line]["groups"]
+    assert {tuple(groups[c]) for c in range(col, col + len(token))} == {(group, linked)}
+
+
+TRICKY = """\
+## doc comment with object and 1.5
+#! also a doc comment
+#![inner] is a pragma
+object Level : Real 1 [low=-1.5e-3, high=2.0]   # trailing comment
+#{ block comment
+object NotCode : FinSet 3 }#
+morphism f : Level -> Level [role=let] ~ g.dagger @ identity(Level)
+deduction D : Level -> Level [semiring=Viterbi]
+    atoms A, B
+    rule r : A |- B #[learnable, bounded]
+    lexicon
+        "x # not a comment" : A = A
+program p(centre : Real) : Level -> Level
+    marginalize z <- Bernoulli(0.5) [reduction=logsumexp]
+        let rule = factor b : Level in exp(b)
+    score s = chart.goal_weight()
+    return s
+morphism open : A -> B [role=kernel,
+object After : FinSet 2
+"""
+
+TRICKY_GROUPS = [
+    (r"^## doc", "object", 0, "qvrDocComment"),
+    (r"^## doc", "1.5", 0, "qvrDocComment"),
+    (r"^#! also", "also", 0, "qvrDocComment"),
+    (r"^#!\[inner", "inner", 0, "qvrPragmaKey"),
+    (r"^object Level", "low", 0, "qvrOptionKey"),
+    (r"^object Level", "-", 0, "qvrOperator"),
+    (r"^object Level", "2.0", 0, "qvrFloat"),
+    (r"^object Level", "trailing", 0, "qvrComment"),
+    (r"^#\{ block", "block", 0, "qvrBlockComment"),
+    (r"^object NotCode", "object", 0, "qvrBlockComment"),
+    (r"^morphism f", "let", 0, "qvrRoleValue"),
+    (r"^morphism f", "dagger", 0, "qvrBuiltin"),
+    (r"^morphism f", "@", 0, "qvrOperator"),
+    (r"^morphism f", "identity", 0, "qvrBuiltin"),
+    (r"^deduction", "D", 0, "qvrDeductionName"),
+    (r"^deduction", "Viterbi", 0, "qvrOptionValue"),
+    (r"atoms A", "atoms", 0, "qvrDeductionKeyword"),
+    (r"rule r", "rule", 0, "qvrDeductionKeyword"),
+    (r"rule r", "r", 0, "qvrFunctionName"),
+    (r"rule r", "|-", 0, "qvrOperator"),
+    (r"rule r", "learnable", 0, "qvrPragmaKey"),
+    (r"rule r", "bounded", 0, "qvrPragmaKey"),
+    (r"^    lexicon", "lexicon", 0, "qvrDeductionKeyword"),
+    (r'"x # not', "not", 0, "qvrString"),
+    (r"^program p", "centre", 0, ""),
+    (r"^program p", "Real", 0, "qvrBuiltinType"),
+    (r"marginalize z", "marginalize", 0, "qvrStep"),
+    (r"marginalize z", "z", 0, "qvrLocalName"),
+    (r"marginalize z", "Bernoulli", 0, "qvrFamily"),
+    (r"marginalize z", "logsumexp", 0, "qvrOptionValue"),
+    (r"let rule", "rule", 0, "qvrLocalName"),
+    (r"let rule", "factor", 0, "qvrKeyword"),
+    (r"let rule", "in", 0, "qvrKeyword"),
+    (r"let rule", "exp", 0, "qvrBuiltin"),
+    (r"score s", "goal_weight", 0, "qvrBuiltin"),
+    (r"^object After", "object", 0, "qvrDeclaration"),
+    (r"^object After", "After", 0, "qvrTypeName"),
+]
+
+
+@pytest.fixture(scope="module")
+def tricky_report(tmp_path_factory) -> dict:
+    project = tmp_path_factory.mktemp("nvim-tricky")
+    (project / "tricky.qvr").write_text(TRICKY)
+    return nvim("highlight", [project / "tricky.qvr"], project)
+
+
+@pytest.mark.parametrize("pattern,token,nth,group", TRICKY_GROUPS, ids=[f"{p[1]}@{p[0]}" for p in TRICKY_GROUPS])
+def test_highlight_groups_on_tricky_lines(tricky_report, pattern, token, nth, group):
+    line, col = find(TRICKY, pattern, token, nth)
+    groups = tricky_report["buffers"][0]["lines"][line]["groups"]
+    assert {groups[c][0] for c in range(col, col + len(token))} == {group}
+
+
+def test_family_keywords_are_the_checkers_families():
+    syntax = (PLUGIN / "syntax" / "qvr.vim").read_text()
+    block = re.search(r"^syn keyword qvrFamily (.*?)(?=^\S)", syntax, re.M | re.S).group(1)
+    assert set(re.findall(r"\b[A-Z]\w*\b", block)) == set(FAMILIES) | set(OUTSIDE_CORE_FAMILIES)
+
+
+@pytest.fixture(scope="module")
+def examples_report(tmp_path_factory) -> dict:
+    return nvim("highlight", EXAMPLES, tmp_path_factory.mktemp("nvim-examples"))
+
+
+def test_indentation_agrees_with_every_example(examples_report):
+    """GetQvrIndent() on each line of each example, given the lines above it.
+
+    It must give exactly the author's indent after a block header (`program`,
+    `deduction`, `marginalize`, `lexicon`) or an open bracket, after `return`, and for
+    top-level declarations; elsewhere it keeps the previous indent, so the only
+    disagreement allowed is a line the author dedented by hand (the end of a block).
+    """
+    problems, exact = [], 0
+    header = re.compile(r"^(?:program|deduction)\b|^\s+(?:marginalize\b|lexicon\s*$)|[\[({]\s*$")
+    assert len(examples_report["buffers"]) == len(EXAMPLES)
+    for buffer in examples_report["buffers"]:
+        code = [(n, line) for n, line in enumerate(buffer["lines"])
+                if line["text"].strip() and line["computed"] != -1]  # -1: inside a block comment
+        for (_, before), (n, line) in zip(code, code[1:]):
+            where = f"{Path(buffer['name']).name}:{n + 1}: {line['text']!r}"
+            if line["computed"] == line["indent"]:
+                exact += 1
+            forced = (header.search(before["text"]) or re.match(r"\s+return\b", before["text"])
+                      or re.match(r"(?:object|morphism|program|deduction|composition|export)\b", line["text"]))
+            if forced and line["computed"] != line["indent"]:
+                problems.append(f"{where}: computed {line['computed']}, written {line['indent']}")
+            elif line["computed"] < line["indent"]:
+                problems.append(f"{where}: computed {line['computed']} < written {line['indent']}")
+    assert not problems, "\n".join(problems)
+    assert exact > 400
+
+
+def test_typing_a_program_indents_it(tmp_path):
+    report = nvim("typing", [tmp_path / "new.qvr"], tmp_path)
+    assert report["lines"] == [
+        "## A model.",
+        "## More documentation.",
+        "program p : A -> B",
+        "    sample x <- Normal(0.0, 1.0)",
+        "    marginalize z <- Bernoulli(0.5)",
+        "        observe y <- Normal(x, 1.0)",
+        "    return x",
+        "morphism probe : A -> B [",
+        "    role=embed,",
+        "]",
+        "object Next : FinSet 2",
+    ]
+
+
+def test_server_lookup(tmp_path):
+    """`.venv/bin/qvr-lsp` of the project root first, then PATH, else one clear warning."""
+    def executable(path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return path
+
+    with_venv = tmp_path / "with_venv"
+    venv_server = executable(with_venv / ".venv" / "bin" / "qvr-lsp")
+    (with_venv / "src" / "deep").mkdir(parents=True)
+    with_pyproject = tmp_path / "with_pyproject"
+    (with_pyproject / "models").mkdir(parents=True)
+    (with_pyproject / "pyproject.toml").write_text("")
+    (with_pyproject / "models" / "m.qvr").write_text("object A : FinSet 2\n")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "m.qvr").write_text("object A : FinSet 2\n")
+    path_dir = tmp_path / "bin"
+    path_server = executable(path_dir / "qvr-lsp")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    cases = {
+        "with_venv": {"file": str(with_venv / "src" / "deep" / "m.qvr"), "path": str(path_dir)},
+        "with_pyproject": {"file": str(with_pyproject / "models" / "m.qvr"), "path": f"{empty}:{path_dir}"},
+        "bare": {"file": str(bare / "m.qvr"), "path": str(empty)},
+    }
+    report = nvim("lookup", [bare / "m.qvr"], tmp_path, env={"QVR_CASES": json.dumps(cases)})
+    got = report["cases"]
+    assert got["with_venv"] == {"root": str(with_venv), "server": str(venv_server)}
+    assert got["with_pyproject"] == {"root": str(with_pyproject), "server": str(path_server)}
+    assert got["bare"] == {"root": str(bare)}  # no server
+    # starting the server for the bare project warns once, saying where it looked and what to do
+    [warning] = report["notes"]
+    for hint in ("qvr-lsp", f"{bare}/.venv/bin", "PATH", 'pip install "qvr[lsp]"', "setup()"):
+        assert hint in warning, warning
+    assert report.get("started") is None  # start() returned nil
+
+
+# ---------------------------------------------------------------------- with qvr-lsp
+
+SERVER = _server()
+
+
+@pytest.mark.skipif(SERVER is None, reason="qvr-lsp is not installed: `pip install -e '.[lsp]'` "
+                    "(bash scripts/setup.sh) installs it into .venv/bin")
+def test_diagnostic_hover_and_definition_from_qvr_lsp(tmp_path):
+    project = tmp_path / "project"
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / ".venv" / "bin" / "qvr-lsp").symlink_to(SERVER)
+    model = plant_error(project)
+    text = model.read_text()
+
+    use = find(text, r"sample h <- backbone", "backbone")
+    declaration = find(text, r"^let backbone", "backbone")
+    requests = [
+        {"method": "textDocument/hover", "line": use[0], "character": use[1] + 2},
+        {"method": "textDocument/definition", "line": use[0], "character": use[1]},
+    ]
+    report = nvim("lsp", [model], project, env={"QVR_REQUESTS": json.dumps(requests)})
+
+    # found through the project's .venv, not PATH
+    assert [c["cmd"] for c in report["clients"]] == [[str(project / ".venv" / "bin" / "qvr-lsp")]]
+    assert report["notes"] == []
+
+    errors = [d for d in report["diagnostics"] if d["severity"] == 1]
+    export = find(text, r"^export", "transformer_lmm")
+    assert [(d["lnum"], d["col"], d["code"]) for d in errors] == [(export[0], export[1], "QVR102")]
+    assert "transformer_lmm" in errors[0]["message"]
+
+    hover, definition = report["answers"]
+    contents = hover["contents"]
+    value = contents["value"] if isinstance(contents, dict) else json.dumps(contents)
+    assert "backbone : Token -> Latent" in value
+
+    locations = definition if isinstance(definition, list) else [definition]
+    [location] = locations
+    target = location.get("targetSelectionRange") or location["range"]
+    assert (location.get("targetUri") or location["uri"]).endswith("/model.qvr")
+    assert (target["start"]["line"], target["start"]["character"]) == declaration
