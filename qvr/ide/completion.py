@@ -21,7 +21,7 @@ from qvr.ide import catalog as C
 from qvr.ide.exprtype import chain_codomain
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym)
-from qvr.sema.types import compatible, is_discrete, spell, spell_mor
+from qvr.sema.types import compatible, is_discrete, is_unknown, spell, spell_mor
 from qvr.syntax.parser import RESERVED_WORDS
 from qvr.text import Span
 
@@ -133,6 +133,8 @@ class _Ctx:
         fm = _FIRST.match(self.stmt)
         self.keyword = fm.group(1) if fm else ""
         self.stack = bracket_stack(self.stmt)
+        self.limit = 200
+        self.truncated = False
 
     # environment before the current statement
     def names(self, ns: str):
@@ -169,12 +171,24 @@ def _types(c: _Ctx, discrete_only: bool = False) -> list[Item]:
     return out
 
 
+_SPELLED: dict = {}  # MorType -> spelling (types are frozen and hashable); bounded below
+
+
+def _spell(t) -> str:
+    s = _SPELLED.get(t)
+    if s is None:
+        if len(_SPELLED) > 10000:
+            _SPELLED.clear()
+        s = _SPELLED[t] = spell_mor(t)
+    return s
+
+
 def _value_item(name: str, sym, sort: str = "") -> Optional[Item]:
     kind = {MorphismSym: "morphism", LetSym: "let", ProgramSym: "program", DeductionSym: "deduction",
             GroupSym: "morphism"}.get(type(sym))
     if kind is None:
         return None
-    detail = spell_mor(sym.type)
+    detail = _spell(sym.type)
     if isinstance(sym, GroupSym):
         detail = f"replica group of {len(sym.members)}: {detail}"
     elif isinstance(sym, ProgramSym) and sym.parametric:
@@ -183,18 +197,35 @@ def _value_item(name: str, sym, sort: str = "") -> Optional[Item]:
 
 
 def _morphisms(c: _Ctx, codomain=None, groups: bool = False) -> list[Item]:
-    out = []
-    for n in sorted(c.names("value")):
+    """Morphism-valued names before the statement; those whose domain is compatible with
+    `codomain` (the chain so far) rank first.  Only names matching the typed prefix are
+    looked at, compatibility is decided once per distinct domain type, and items are built
+    only for the best `c.limit` (anything after them could not be shown anyway)."""
+    ranked = []
+    fits: dict = {}
+    for n in c.names("value"):
+        if c.prefix and not matches(c.prefix, n):
+            continue
         sym = c.value(n)
         if isinstance(sym, (DeductionSym,)) or (isinstance(sym, ProgramSym) and sym.parametric):
             continue
         if isinstance(sym, GroupSym) and not groups:
             continue
         rank = "1"
-        if codomain is not None and getattr(sym, "type", None) is not None and sym.type.known \
-                and compatible(sym.type.dom, codomain):
-            rank = "0"
-        item = _value_item(n, sym, rank + n)
+        t = getattr(sym, "type", None)
+        if codomain is not None and t is not None:
+            ok = fits.get(t.dom)
+            if ok is None:
+                ok = fits[t.dom] = not is_unknown(t.dom) and compatible(t.dom, codomain)
+            rank = "0" if ok else "1"
+        ranked.append((rank + n, n, sym))
+    ranked.sort(key=lambda r: r[0])
+    if len(ranked) > c.limit:
+        c.truncated = True
+        del ranked[c.limit:]
+    out = []
+    for key, n, sym in ranked:
+        item = _value_item(n, sym, key)
         if item is not None:
             out.append(item)
     for name, (params, snip, meaning) in C.COMBINATORS.items():
@@ -392,11 +423,12 @@ def matches(prefix: str, label: str) -> bool:
 def complete(doc, offset: int, limit: int = 200) -> Completions:
     """Candidates at `offset`, best first; at most `limit` of them (then `incomplete`)."""
     c = _Ctx(doc, offset)
+    c.limit = limit
     items = _items(c)
     if c.prefix:
         items = [i for i in items if matches(c.prefix, i.label)]
     items.sort(key=lambda i: (i.sort or i.label, i.kind))
-    return Completions(c.span, tuple(items[:limit]), len(items) > limit)
+    return Completions(c.span, tuple(items[:limit]), len(items) > limit or c.truncated)
 
 
 def _items(c: _Ctx) -> list[Item]:
