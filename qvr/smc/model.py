@@ -7,12 +7,16 @@ prefix.  The SMC driver talks to it through a small *stateful* protocol so that
 particles sharing a prefix never recompute it — the "CachedTransformer" of the user's
 Algorithm 3 (after Lew et al. 2023, arXiv:2306.03081, §3):
 
-* ``start(num) -> state`` — the state of `num` particles holding the empty prefix;
+* ``start(num, generator) -> state`` — the state of `num` particles holding the empty
+  prefix;
 * ``draw(state, n, generator) -> LongTensor (B, n)`` — `n` iid next tokens per row;
-* ``advance(state, rows, tokens, prefixes) -> state`` — the state of new particles, row
-  `j` being row ``rows[j]`` of `state` extended by ``tokens[j]`` (``prefixes[j]`` is the
-  new full prefix, for models that need it).  Copying a row twice is how resampling
-  duplicates a particle's cache.
+* ``advance(state, rows, tokens, prefixes, generator) -> state`` — the state of new
+  particles, row `j` being row ``rows[j]`` of `state` extended by ``tokens[j]``
+  (``prefixes[j]`` is the new full prefix, for models that need it).  Copying a row
+  twice is how resampling duplicates a particle's cache.
+
+`generator` (possibly None: the global RNG) is the run's source of randomness, for models
+whose state transitions are random.
 
 A model that only has the spec's stateless ``sample(prefixes, n, generator)`` is wrapped
 by `PrefixStates`, whose state is just the list of prefixes.  `ProgramLM` (compiled QVR
@@ -51,13 +55,14 @@ class StatefulModel(Protocol):
 
     eos: int
 
-    def start(self, num: int) -> Any: ...
+    def start(self, num: int, generator: Optional[torch.Generator] = None) -> Any: ...
 
     def draw(self, state: Any, n: int, generator: Optional[torch.Generator] = None
              ) -> torch.Tensor: ...
 
     def advance(self, state: Any, rows: torch.Tensor, tokens: torch.Tensor,
-                prefixes: Sequence[Prefix]) -> Any: ...
+                prefixes: Sequence[Prefix], generator: Optional[torch.Generator] = None
+                ) -> Any: ...
 
 
 def take_rows(state: Any, rows: torch.Tensor) -> Any:
@@ -81,13 +86,13 @@ class PrefixStates:
         self.model = model
         self.eos = model.eos
 
-    def start(self, num: int) -> list[Prefix]:
+    def start(self, num: int, generator=None) -> list[Prefix]:
         return [()] * num
 
     def draw(self, state, n, generator=None):
         return self.model.sample(state, n, generator)
 
-    def advance(self, state, rows, tokens, prefixes):
+    def advance(self, state, rows, tokens, prefixes, generator=None):
         return list(prefixes)
 
 
@@ -105,15 +110,14 @@ def sample_logits(logits: torch.Tensor, n: int, generator=None) -> torch.Tensor:
     """`n` iid categorical draws per row of `logits` `(B, V)` → int64 `(B, n)`."""
     if logits.shape[0] == 0:
         return torch.empty(0, n, dtype=torch.long)
-    logits = logits.detach()
-    if torch.isnan(logits).any() or torch.isposinf(logits).any():
-        raise ValueError("the logits function returned NaN or +inf")
-    if torch.isneginf(logits).all(-1).any():
+    logits = logits.detach().to(torch.float64)
+    top = logits.amax(-1, keepdim=True)  # NaN if a row has NaN, -inf if it has no finite entry
+    if not bool(torch.isfinite(top).all()):
+        if torch.isnan(logits).any() or torch.isposinf(logits).any():
+            raise ValueError("the logits function returned NaN or +inf")
         raise ValueError("the logits function returned a row with no finite entry")
-    logits = logits.to(torch.float64)
     # multinomial takes unnormalised weights: exp(logits − max) is softmax up to a factor
-    weights = torch.exp(logits - logits.amax(-1, keepdim=True))
-    return torch.multinomial(weights, n, replacement=True, generator=generator)
+    return torch.multinomial(torch.exp(logits - top), n, replacement=True, generator=generator)
 
 
 class LogitsLM:
@@ -206,7 +210,7 @@ class LogitsLM:
 
     # -- stateful interface (used by SMCSteering) --------------------------------------
     # state = (inner state of an incremental logits_fn or None, logits (B, V))
-    def start(self, num: int):
+    def start(self, num: int, generator=None):
         if self.incremental:
             head = [] if self.bos is None else [self.bos]
             with torch.no_grad():
@@ -218,7 +222,7 @@ class LogitsLM:
     def draw(self, state, n, generator=None):
         return sample_logits(state[1], n, generator)
 
-    def advance(self, state, rows, tokens, prefixes):
+    def advance(self, state, rows, tokens, prefixes, generator=None):
         if self.incremental:
             select = getattr(self.logits_fn, "select", None)
             inner = select(state[0], rows) if callable(select) else take_rows(state[0], rows)

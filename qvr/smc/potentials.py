@@ -81,6 +81,11 @@ class _ForbidTokens(_Indicator):
     def violates(self, child):
         return bool(child) and child[-1] in self.tokens
 
+    def log_potential(self, parents, children, t):  # the common case, without a call per child
+        toks = self.tokens
+        return torch.tensor([-math.inf if c[-1] in toks else 0.0 for c in children],
+                            dtype=torch.float64)
+
     def __repr__(self):
         return f"forbid_tokens({', '.join(map(str, sorted(self.tokens)))})"
 

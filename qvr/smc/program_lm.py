@@ -139,7 +139,15 @@ class ProgramLM:
             raise TypeError("ProgramLM needs a compiled program with rsample (a Token -> Token "
                             "program exported first)")
         self.bos, self.eos = int(bos), int(eos)
-        size = getattr(getattr(self.morphism, "codomain", None), "size", None)
+        dom, cod = getattr(self.morphism, "domain", None), getattr(self.morphism, "codomain", None)
+        if dom is not None and cod is not None and not (
+                getattr(dom, "is_discrete", True) and getattr(cod, "is_discrete", True)
+                and getattr(dom, "size", None) == getattr(cod, "size", None)):
+            label = getattr(self.morphism, "label", "the program")
+            raise TypeError(f"`{label}` maps {getattr(dom, 'name', dom)} -> "
+                            f"{getattr(cod, 'name', cod)}; SMC generation needs a Token -> "
+                            f"Token program (one finite vocabulary in and out)")
+        size = getattr(cod, "size", None)
         if isinstance(size, int):
             self.vocab_size = size
             for name, tok in (("bos", self.bos), ("eos", self.eos)):
@@ -164,7 +172,7 @@ class ProgramLM:
             return contextlib.nullcontext()
         seed = int(torch.randint(0, 2 ** 62, (), generator=generator))
         devices = [self.device] if self.device.type == "cuda" else []
-        return _Seeded(torch.random.fork_rng(devices=devices), seed)
+        return _Seeded(torch.random.fork_rng(devices=devices), seed, self.device)
 
     def _rsample(self, tokens: torch.Tensor, generator=None, observations=None) -> torch.Tensor:
         tokens = tokens.to(self.device)
@@ -206,11 +214,11 @@ class ProgramLM:
 
     # -- stateful interface (used by SMCSteering) -----------------------------------------
     # last-token: LongTensor (B,) | scan-state: FloatTensor (B, w_H) | recompute: prefixes
-    def start(self, num: int):
+    def start(self, num: int, generator: Optional[torch.Generator] = None):
         if self.mode == "last-token":
             return torch.full((num,), self.bos, dtype=torch.long)
         if self.mode == "scan-state":
-            with torch.no_grad():
+            with self._rng(generator), torch.no_grad():
                 return self.plan.consume(None, torch.full((num,), self.bos, dtype=torch.long,
                                                           device=self.device))
         return [()] * num
@@ -229,24 +237,30 @@ class ProgramLM:
             out = self.morphism.rsample(x, observations={self.plan.site: value})
         return torch.as_tensor(out).long().reshape(rows, n).cpu()
 
-    def advance(self, state, rows: torch.Tensor, tokens: torch.Tensor, prefixes):
+    def advance(self, state, rows: torch.Tensor, tokens: torch.Tensor, prefixes,
+                generator: Optional[torch.Generator] = None):
         if self.mode == "recompute":
             return list(prefixes)
         if self.mode == "last-token":
             return tokens.clone()
-        with torch.no_grad():
+        with self._rng(generator), torch.no_grad():
             return self.plan.consume(take_rows(state, rows), tokens.to(self.device))
 
 
 class _Seeded:
-    """``fork_rng`` then ``manual_seed(seed)``: a private stream for one program call."""
+    """``fork_rng`` then seed the forked generators: a private stream for one program call.
 
-    def __init__(self, fork, seed: int):
-        self.fork, self.seed = fork, seed
+    (The default generators are seeded directly: ``torch.manual_seed`` also visits every
+    lazily initialised backend, which costs milliseconds per call.)"""
+
+    def __init__(self, fork, seed: int, device: torch.device):
+        self.fork, self.seed, self.device = fork, seed, device
 
     def __enter__(self):
         self.fork.__enter__()
-        torch.manual_seed(self.seed)
+        torch.default_generator.manual_seed(self.seed)
+        if self.device.type == "cuda":
+            torch.cuda.default_generators[self.device.index or 0].manual_seed(self.seed)
 
     def __exit__(self, *exc):
         return self.fork.__exit__(*exc)

@@ -238,7 +238,7 @@ class _Run:
                          torch.from_numpy(self.dead.copy()), cancelled, self.history)
 
     def loop(self) -> SMCResult:
-        state = self.lm.start(self.smc.num_particles)
+        state = self.lm.start(self.smc.num_particles, generator=self.smc.generator)
         while True:
             active = ~(self.finished | self.truncated | self.dead)
             if not active.any():
@@ -296,7 +296,8 @@ class _Run:
         row_of[act] = np.arange(act.size)
         prefixes = [s for s, a in zip(self.seqs, live.tolist()) if a]
         return self.lm.advance(state, torch.from_numpy(row_of[parent[sel]]),
-                               torch.from_numpy(child_tok[sel]), prefixes)
+                               torch.from_numpy(child_tok[sel]), prefixes,
+                               generator=smc.generator)
 
     def metrics(self) -> dict[str, float]:
         return {"ess": _ess(self.log_w),

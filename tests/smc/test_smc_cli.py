@@ -1,0 +1,151 @@
+"""`qvr run FILE --method smc`: output, run folder, exit statuses, Ctrl-C."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSFORMER = str(ROOT / "examples" / "transformer_lm.qvr")
+
+
+class Out:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def qvr_run(capsys):
+    """``qvr run ARGS --runs-dir RUNS`` in this process (a subprocess only for Ctrl-C)."""
+    from qvr.cli import main
+
+    def call(*args, runs):
+        try:
+            rc = main(["run", *args, "--runs-dir", str(runs)])
+        except SystemExit as exc:  # argparse usage errors
+            rc = exc.code
+        out, err = capsys.readouterr()
+        return Out(rc, out, err)
+    return call
+
+
+def only_folder(runs: Path) -> Path:
+    folders = list(runs.iterdir())
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def test_smc_run_prints_top_sequences_and_fills_the_run_folder(tmp_path, qvr_run):
+    out = qvr_run(TRANSFORMER, "--method", "smc", "--particles", "16", "--expansion", "3",
+                  "--max-len", "8", "--eos", "1", "--bos", "0", "--forbid", "5",
+                  "--forbid", "2,3", "--top", "4", "--name", "demo", runs=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("log Z = ") and "N=16 K=3" in lines[0]
+    assert lines[1].split() == ["weight", "len", "sequence"]
+    rows = lines[2:]
+    assert 1 <= len(rows) <= 4
+    weights = [float(r.split()[0]) for r in rows]
+    assert weights == sorted(weights, reverse=True) and sum(weights) <= 1 + 1e-9
+    folder = only_folder(tmp_path)
+    assert folder.name.startswith("demo-")
+    assert str(folder) in out.stderr
+    config = json.loads((folder / "config.json").read_text())
+    assert config["method"] == "smc" and config["options"]["particles"] == 16
+    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    result = json.loads((folder / "sequences.json").read_text())
+    assert [m["step"] for m in metrics] == list(range(1, result["num_steps"] + 1))
+    assert {"ess", "num_finished", "log_Z"} <= set(metrics[0])
+    assert metrics[-1]["log_Z"] == pytest.approx(result["log_Z"])
+    assert len(result["particles"]) == 16 and result["mode"] == "last-token"
+    for p in result["particles"]:
+        assert 5 not in p["tokens"] and p["finished"] == (p["tokens"][-1] == 1)
+    assert abs(sum(t["weight"] for t in result["top"]) - 1) < 1e-9
+    assert float(lines[0].split()[3]) == pytest.approx(result["log_Z"], abs=1e-6)
+
+
+def test_usage_errors_exit_two(tmp_path, qvr_run):
+    out = qvr_run(TRANSFORMER, "--method", "smc", runs=tmp_path)  # no --eos
+    assert out.returncode == 2 and "--eos" in out.stderr
+    out = qvr_run(TRANSFORMER, "--method", "smc", "--eos", "1", "--particles", "0", runs=tmp_path)
+    assert out.returncode == 2 and "--particles" in out.stderr
+    out = qvr_run(str(tmp_path / "missing.qvr"), "--method", "smc", "--eos", "1", runs=tmp_path)
+    assert out.returncode == 2 and "no such file" in out.stderr
+    assert not tmp_path.exists() or not any(p.is_dir() for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("source,message", [
+    ("object A : FinSet 3\nlet f = nope\n", "QVR102"),  # a front-end error
+    (None, "Token -> Token"),  # a program that is no next-token model
+])
+def test_model_errors_exit_one_without_traceback(tmp_path, qvr_run, source, message):
+    path = ROOT / "examples" / "hmm.qvr"
+    if source is not None:
+        path = tmp_path / "bad.qvr"
+        path.write_text(source)
+    out = qvr_run(str(path), "--method", "smc", "--eos", "1", runs=tmp_path / "runs")
+    assert out.returncode == 1, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_token_id_is_a_model_error(tmp_path, qvr_run):
+    out = qvr_run(TRANSFORMER, "--method", "smc", "--eos", "99", "--bos", "0", runs=tmp_path)
+    assert out.returncode == 1 and "eos=99" in out.stderr
+    assert (only_folder(tmp_path) / "error.txt").read_text().strip().endswith("(0..31)")
+
+
+def test_ctrl_c_stops_after_the_step_and_keeps_everything(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qvr.cli", "run", TRANSFORMER, "--method", "smc", "--eos", "1",
+         "--forbid", "1", "--particles", "8", "--max-len", "100000", "--runs-dir", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 120
+    metrics = None
+    while time.monotonic() < deadline:
+        found = list(tmp_path.glob("*/metrics.jsonl"))
+        if found and found[0].read_text().count("\n") >= 3:
+            metrics = found[0]
+            break
+        time.sleep(0.05)
+    assert metrics is not None, "the run did not start"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    folder = metrics.parent
+    assert str(folder) in stderr and "Traceback" not in stderr
+    result = json.loads((folder / "sequences.json").read_text())
+    assert result["cancelled"] is True
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1)) and steps[-1] == result["num_steps"]
+    assert "cancelled" in stdout
+
+
+def test_options_of_another_method_are_rejected(monkeypatch):
+    import argparse
+
+    import qvr.commands.run as run_cmd
+
+    class Other:
+        @staticmethod
+        def add_arguments(group):
+            group.add_argument("--steps", type=int, default=100)
+
+    monkeypatch.setitem(sys.modules, "fake_method", Other)
+    monkeypatch.setattr(run_cmd, "METHODS", {"smc": "qvr.smc.cli", "svi": "fake_method"})
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    run_cmd.register(sub)
+    args = parser.parse_args(["run", "f.qvr", "--method", "smc", "--steps", "5", "--eos", "1"])
+    with pytest.raises(run_cmd.UsageError, match="--steps is an option of --method svi"):
+        run_cmd._method_args(args)
+    args = parser.parse_args(["run", "f.qvr", "--method", "svi"])
+    run_cmd._method_args(args)
+    assert args.steps == 100 and not hasattr(args, "particles")
+    args = parser.parse_args(["run", "f.qvr", "--method", "smc", "--eos", "1"])
+    run_cmd._method_args(args)
+    assert args.particles == 64 and args.forbid == [] and not hasattr(args, "steps")
