@@ -1,4 +1,59 @@
 """Inference for compiled QVR programs (SVI, HMC/NUTS, lifts) and the fit event API.
 
-Only `qvr.inference.events` is importable without torch; the rest loads torch lazily.
+Public names (runtime spec 2.3, 6; loaded lazily, PEP 562, so that `qvr.inference.events`
+stays importable without torch):
+
+* `trace`, `Trace`, `SampleSite` — one recorded forward run (`trace.py`);
+* `AutoNormalGuide` (`guides.py`), `ELBO` (`elbo.py`), `SVI` (`svi.py`);
+* `MCMC`, `MCMCResult`, `HMCKernel`, `NUTSKernel` (`mcmc/`);
+* `bayesian_lift_parameters`, `lift_to_bayesian_program`, `lift_from_log_prob` (`lifts.py`);
+* `summary`, `split_rhat`, `ess_bulk`, `ess_tail`, `to_arviz` (`diagnostics.py`);
+* `fit`, `FitConfig`, `FitResult` — the single entry the dashboard and `qvr run` call
+  (`fit.py`).
+
+Layout: `sites.py` (latent registry, shape pass), `potential.py` (the MCMC target, chains
+batched), `mcmc/` (kernels apart from the driver), `events.py` (torch-free events).
 """
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "trace": "qvr.inference.trace",
+    "Trace": "qvr.inference.trace",
+    "SampleSite": "qvr.inference.trace",
+    "AutoNormalGuide": "qvr.inference.guides",
+    "ELBO": "qvr.inference.elbo",
+    "SVI": "qvr.inference.svi",
+    "MCMC": "qvr.inference.mcmc.driver",
+    "MCMCResult": "qvr.inference.mcmc.driver",
+    "HMCKernel": "qvr.inference.mcmc.hmc",
+    "NUTSKernel": "qvr.inference.mcmc.nuts",
+    "bayesian_lift_parameters": "qvr.inference.lifts",
+    "lift_to_bayesian_program": "qvr.inference.lifts",
+    "lift_from_log_prob": "qvr.inference.lifts",
+    "summary": "qvr.inference.diagnostics",
+    "split_rhat": "qvr.inference.diagnostics",
+    "ess_bulk": "qvr.inference.diagnostics",
+    "ess_tail": "qvr.inference.diagnostics",
+    "to_arviz": "qvr.inference.diagnostics",
+    "fit": "qvr.inference.fit",
+    "FitConfig": "qvr.inference.fit",
+    "FitResult": "qvr.inference.fit",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'qvr.inference' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    if name != "trace":  # `trace` stays the (callable) submodule once imported, spec 2.3
+        globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,342 @@
+"""Convergence diagnostics and summaries of MCMC draws (numpy; vectorised over parameters).
+
+Draws are arrays of shape `(chains, draws, *param_shape)`.
+
+* `split_rhat_basic`, `ess_basic` — the formulas of runtime spec 6.6.2 (what
+  `MCMCResult.r_hat` / `.ess` hold): split-R-hat from within/between variances, and an
+  FFT autocovariance ESS summing positive pairs of autocorrelations.
+* `split_rhat` — rank-normalised split-R-hat, the maximum of the bulk (rank-normalised)
+  and tail (rank-normalised folded) values; `ess_bulk` — ESS of the rank-normalised split
+  chains; `ess_tail` — the smaller ESS of the 5% and 95% quantile indicators; `ess_mean`
+  and `mcse_mean` for the mean.  These follow Vehtari et al. (2021) with Geyer's initial
+  monotone sequence, as Stan and ArviZ do.
+* `summary(draws)` — a `Summary` table (mean, sd, 5/50/95% quantiles, MCSE, bulk and
+  tail ESS, R-hat) per scalar coordinate, printable.
+* `to_arviz(result)` — an ArviZ `InferenceData`/`DataTree` when ArviZ is installed.
+
+Why our own code rather than a library: ArviZ's statistics (`arviz-stats`) need scipy and,
+on Python 3.11, resolve to a pre-1.0 API; the formulas are short and are checked against
+textbook cases (and against `arviz_stats` when it is importable) in the tests.
+
+References:
+  Vehtari, Gelman, Simpson, Carpenter & Bürkner (2021), Rank-normalization, folding, and
+  localization: an improved R-hat for assessing convergence of MCMC, Bayesian Analysis.
+  Geyer (1992), Practical Markov chain Monte Carlo, Statistical Science.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _as_chains(x) -> np.ndarray:
+    """`(chains, draws, *shape)` -> float64 `(P, chains, draws)` with P = prod(shape)."""
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 1:
+        a = a[None, :]
+    m, n = a.shape[:2]
+    return np.moveaxis(a.reshape(m, n, -1), -1, 0)
+
+
+def _param_shape(x) -> tuple:
+    a = np.asarray(x)
+    return tuple(a.shape[2:]) if a.ndim >= 2 else ()
+
+
+def _split(a: np.ndarray) -> np.ndarray:
+    """`(P, m, n)` -> `(P, 2m, n//2)`: first and second halves of every chain."""
+    h = a.shape[-1] // 2
+    return np.concatenate([a[..., :h], a[..., a.shape[-1] - h:]], axis=1) if h else a[..., :0]
+
+
+def _autocov(a: np.ndarray) -> np.ndarray:
+    """Biased autocovariance (divided by n) along the last axis, by FFT."""
+    n = a.shape[-1]
+    size = 1 << max(1, (2 * n - 1).bit_length())
+    c = a - a.mean(-1, keepdims=True)
+    f = np.fft.rfft(c, n=size)
+    acov = np.fft.irfft(f * np.conjugate(f), n=size)[..., :n]
+    return acov / n
+
+
+def _ndtri(p: np.ndarray) -> np.ndarray:
+    import torch
+    return torch.special.ndtri(torch.from_numpy(np.asarray(p, dtype=np.float64))).numpy()
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based) over the last two axes of `(P, m, n)`."""
+    P = a.shape[0]
+    flat = a.reshape(P, -1)
+    S = flat.shape[1]
+    order = np.argsort(flat, axis=1, kind="mergesort")
+    sorted_vals = np.take_along_axis(flat, order, axis=1)
+    ranks_sorted = np.broadcast_to(np.arange(1, S + 1, dtype=np.float64), (P, S)).copy()
+    # average ties: for runs of equal values, replace by the run's mean rank
+    if S > 1:
+        eq = sorted_vals[:, 1:] == sorted_vals[:, :-1]
+        if eq.any():
+            for r in np.nonzero(eq.any(axis=1))[0]:
+                vals = sorted_vals[r]
+                _, start, counts = np.unique(vals, return_index=True, return_counts=True)
+                for s0, c in zip(start, counts):
+                    if c > 1:
+                        ranks_sorted[r, s0:s0 + c] = s0 + (c + 1) / 2.0
+    ranks = np.empty_like(ranks_sorted)
+    np.put_along_axis(ranks, order, ranks_sorted, axis=1)
+    return ranks.reshape(a.shape)
+
+
+def _rank_normalize(a: np.ndarray) -> np.ndarray:
+    S = a.shape[-1] * a.shape[-2]
+    return _ndtri((_ranks(a) - 3.0 / 8.0) / (S + 0.25))
+
+
+def _rhat_core(a: np.ndarray) -> np.ndarray:
+    """Potential scale reduction of `(P, m, n)` chains (already split)."""
+    m, n = a.shape[1], a.shape[2]
+    out = np.full(a.shape[0], np.nan)
+    if n < 2 or m < 2:
+        return out
+    w = a.var(axis=-1, ddof=1).mean(axis=-1)
+    b = n * a.mean(axis=-1).var(axis=-1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.sqrt(((n - 1) / n * w + b / n) / w)
+    return np.where(w > 0, r, np.nan)
+
+
+def _ess_core(a: np.ndarray) -> np.ndarray:
+    """ESS of `(P, m, n)` chains: Geyer's initial positive + monotone sequence (Stan)."""
+    P, m, n = a.shape
+    out = np.full(P, np.nan)
+    if n < 4:
+        return out
+    acov = _autocov(a)  # (P, m, n)
+    mean_var = acov[..., 0].mean(-1) * n / (n - 1.0)
+    var_plus = mean_var * (n - 1.0) / n
+    if m > 1:
+        var_plus = var_plus + a.mean(-1).var(-1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = 1.0 - (mean_var[:, None] - acov.mean(1)) / var_plus[:, None]
+    rho[:, 0] = 1.0
+    K = n // 2
+    pairs = rho[:, 0:2 * K:2] + rho[:, 1:2 * K:2]  # (P, K)
+    positive = np.cumprod(pairs > 0, axis=1).astype(bool)
+    mono = np.minimum.accumulate(np.where(positive, pairs, np.inf), axis=1)
+    mono = np.where(positive, mono, 0.0)
+    tau = -1.0 + 2.0 * mono.sum(1)
+    # ArviZ/Stan: add the even autocorrelation right after the cut when positive
+    k_stop = positive.sum(1)
+    idx = np.minimum(2 * k_stop, n - 1)
+    tail = rho[np.arange(P), idx]
+    tau = tau + np.where((2 * k_stop < n) & (tail > 0), tail, 0.0)
+    total = m * n
+    tau = np.maximum(tau, 1.0 / math.log10(total)) if total > 1 else tau
+    ess = total / tau
+    const = (a.max(axis=(1, 2)) - a.min(axis=(1, 2))) < np.finfo(float).resolution
+    ess = np.where(const, float(total), ess)
+    ess = np.where(np.isfinite(var_plus) & (var_plus > 0) | const, ess, np.nan)
+    return ess
+
+
+def _reshape(v: np.ndarray, shape: tuple):
+    return v.reshape(shape) if shape else v.reshape(())[()]
+
+
+# ---------------------------------------------------------------- spec 6.6.2 formulas
+
+
+def split_rhat_basic(draws) -> np.ndarray:
+    """Split-R-hat of spec 6.6.2 per coordinate (NaN if half-chains are shorter than 2 or
+    the within-chain variance is 0)."""
+    a = _as_chains(draws)
+    h = a.shape[-1] // 2
+    if h < 2:
+        return _reshape(np.full(a.shape[0], np.nan), _param_shape(draws))
+    return _reshape(_rhat_core(_split(a)), _param_shape(draws))
+
+
+def ess_basic(draws) -> np.ndarray:
+    """ESS of spec 6.6.2: FFT autocovariance (lag t divided by n - t), averaged over chains,
+    positive consecutive pairs summed, `ESS = m n / max(1, tau)`."""
+    a = _as_chains(draws)
+    P, m, n = a.shape
+    if n < 4:
+        return _reshape(np.full(P, np.nan), _param_shape(draws))
+    size = 1 << max(1, (2 * n - 1).bit_length())
+    c = a - a.mean(-1, keepdims=True)
+    f = np.fft.rfft(c, n=size)
+    acov = np.fft.irfft(f * np.conjugate(f), n=size)[..., :n] / (n - np.arange(n))
+    acov = acov.mean(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = acov / acov[:, :1]
+    K = n // 2
+    pairs = rho[:, 0:2 * K:2] + rho[:, 1:2 * K:2]
+    positive = np.cumprod(pairs > 0, axis=1).astype(bool)
+    tau = -1.0 + 2.0 * np.where(positive, pairs, 0.0).sum(1)
+    ess = m * n / np.maximum(1.0, tau)
+    ess = np.where(acov[:, 0] > 0, ess, np.nan)
+    return _reshape(ess, _param_shape(draws))
+
+
+# ---------------------------------------------------------------- rank-normalised
+
+
+def split_rhat(draws) -> np.ndarray:
+    """Rank-normalised split-R-hat: `max(bulk R-hat, folded (tail) R-hat)`."""
+    a = _split(_as_chains(draws))
+    if a.shape[-1] < 2:
+        return _reshape(np.full(a.shape[0], np.nan), _param_shape(draws))
+    bulk = _rhat_core(_rank_normalize(a))
+    folded = np.abs(a - np.median(a.reshape(a.shape[0], -1), axis=1)[:, None, None])
+    tail = _rhat_core(_rank_normalize(folded))
+    return _reshape(np.fmax(bulk, tail), _param_shape(draws))
+
+
+def ess_bulk(draws) -> np.ndarray:
+    """Bulk ESS: ESS of the rank-normalised split chains."""
+    a = _split(_as_chains(draws))
+    return _reshape(_ess_core(_rank_normalize(a)), _param_shape(draws))
+
+
+def ess_tail(draws, prob: float = 0.05) -> np.ndarray:
+    """Tail ESS: the smaller ESS of the indicators `x <= q_prob` and `x <= q_(1-prob)`."""
+    a = _split(_as_chains(draws))
+    flat = a.reshape(a.shape[0], -1)
+    lo = np.quantile(flat, prob, axis=1)[:, None, None]
+    hi = np.quantile(flat, 1 - prob, axis=1)[:, None, None]
+    e_lo = _ess_core((a <= lo).astype(np.float64))
+    e_hi = _ess_core((a <= hi).astype(np.float64))
+    return _reshape(np.fmin(e_lo, e_hi), _param_shape(draws))
+
+
+def ess_mean(draws) -> np.ndarray:
+    """ESS for the mean: ESS of the (not rank-normalised) split chains."""
+    return _reshape(_ess_core(_split(_as_chains(draws))), _param_shape(draws))
+
+
+def mcse_mean(draws) -> np.ndarray:
+    """Monte Carlo standard error of the mean: `sd / sqrt(ess_mean)`."""
+    a = _as_chains(draws)
+    sd = a.reshape(a.shape[0], -1).std(axis=1, ddof=1)
+    return _reshape(sd / np.sqrt(np.asarray(ess_mean(draws)).reshape(-1)), _param_shape(draws))
+
+
+# ---------------------------------------------------------------- summary table
+
+COLUMNS = ("mean", "sd", "q5", "q50", "q95", "mcse_mean", "ess_bulk", "ess_tail", "r_hat")
+
+
+@dataclass
+class Summary:
+    """Per-coordinate statistics: `rows[name] = {column: float}` in site order.
+
+    `str(summary)` renders a fixed-width table; `worst()` gives the minimum ESS and the
+    maximum R-hat over all coordinates.
+    """
+
+    rows: dict = field(default_factory=dict)
+    truncated: int = 0
+
+    def to_dict(self) -> dict:
+        return {k: dict(v) for k, v in self.rows.items()}
+
+    def worst(self) -> dict:
+        def pick(col, f):
+            vals = [r[col] for r in self.rows.values() if np.isfinite(r[col])]
+            return float(f(vals)) if vals else float("nan")
+        return {"min_ess_bulk": pick("ess_bulk", min), "min_ess_tail": pick("ess_tail", min),
+                "max_r_hat": pick("r_hat", max)}
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return "(no parameters)"
+        width = max(12, max(len(k) for k in self.rows) + 1)
+        head = f"{'':<{width}}" + "".join(f"{c:>10}" for c in COLUMNS)
+        lines = [head]
+        for name, r in self.rows.items():
+            cells = []
+            for c in COLUMNS:
+                v = r[c]
+                if c.startswith("ess"):
+                    cells.append(f"{v:>10.0f}" if np.isfinite(v) else f"{'nan':>10}")
+                elif c == "r_hat":
+                    cells.append(f"{v:>10.3f}" if np.isfinite(v) else f"{'nan':>10}")
+                else:
+                    cells.append(f"{v:>10.3g}")
+            lines.append(f"{name:<{width}}" + "".join(cells))
+        if self.truncated:
+            lines.append(f"... {self.truncated} more coordinates not shown")
+        return "\n".join(lines)
+
+
+def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200) -> Summary:
+    """Statistics of every scalar coordinate of `samples` (`{name: (chains, draws, ...)}`).
+
+    At most `max_coordinates` rows are computed (in site order); the count of the others
+    is kept in `Summary.truncated`.
+    """
+    out = Summary()
+    budget = max_coordinates if max_coordinates is not None else float("inf")
+    for name, draws in samples.items():
+        a = np.asarray(_to_numpy(draws), dtype=np.float64)
+        shape = a.shape[2:]
+        P = int(np.prod(shape)) if shape else 1
+        take = int(min(P, max(0, budget - len(out.rows))))
+        if take < P:
+            out.truncated += P - take
+        if take == 0:
+            continue
+        flat = a.reshape(a.shape[0], a.shape[1], -1)[..., :take]
+        stats = {
+            "mean": flat.mean(axis=(0, 1)), "sd": flat.reshape(-1, take).std(axis=0, ddof=1)
+            if flat.shape[0] * flat.shape[1] > 1 else np.full(take, np.nan),
+            "q5": np.quantile(flat, 0.05, axis=(0, 1)), "q50": np.quantile(flat, 0.5, axis=(0, 1)),
+            "q95": np.quantile(flat, 0.95, axis=(0, 1)),
+            "mcse_mean": np.atleast_1d(mcse_mean(flat)), "ess_bulk": np.atleast_1d(ess_bulk(flat)),
+            "ess_tail": np.atleast_1d(ess_tail(flat)), "r_hat": np.atleast_1d(split_rhat(flat)),
+        }
+        for k in range(take):
+            label = name if not shape else f"{name}[{','.join(map(str, np.unravel_index(k, shape)))}]"
+            out.rows[label] = {c: float(stats[c][k]) for c in COLUMNS}
+    return out
+
+
+def _to_numpy(x):
+    try:
+        import torch
+        if isinstance(x, torch.Tensor):
+            return x.detach().cpu().double().numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    return np.asarray(x)
+
+
+# ---------------------------------------------------------------- ArviZ export
+
+
+def to_arviz(result):
+    """The draws and sampler statistics of an `MCMCResult` as ArviZ data.
+
+    Raises `ImportError` when ArviZ is not installed (it is optional: ``pip install arviz``).
+    """
+    try:
+        import arviz
+    except ImportError as exc:
+        raise ImportError("to_arviz needs ArviZ (pip install arviz)") from exc
+    posterior = {k: _to_numpy(v) for k, v in result.samples.items()}
+    stats = {"lp": _to_numpy(result.log_densities),
+             "diverging": _to_numpy(result.diverging).astype(bool),
+             "acceptance_rate": _to_numpy(result.accept_probs),
+             "tree_depth": _to_numpy(result.tree_depths),
+             "n_steps": _to_numpy(result.num_steps)}
+    try:
+        return arviz.from_dict(posterior=posterior, sample_stats=stats)
+    except TypeError:  # ArviZ >= 1.0: one dict of groups
+        return arviz.from_dict({"posterior": posterior, "sample_stats": stats})

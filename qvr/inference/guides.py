@@ -1,0 +1,167 @@
+"""`AutoNormalGuide`: a mean-field Normal guide in unconstrained space (runtime spec 6.3).
+
+Each latent site `s` gets `loc_<s>` (zeros) and `log_scale_<s>` (`log(init_scale)`), of
+shape `(u,)` for global and local sites and `(|I|, u)` for plate sites, where `u` is the
+site's unconstrained event size.  A draw is `T(loc + scale * eps)` with `T` the site's
+bijector; local sites share one `(u,)` pair across all rows and positions, and draw one
+independent `eps` per row/position (row shape from the cached shape pass).
+
+Parameters exist right after construction: the sites are described from the compiled
+steps (`sites.static_sites`), without an input.  This module does not evaluate the model.
+
+References:
+  Kucukelbir et al. (2017), Automatic Differentiation Variational Inference, JMLR 18.
+
+Example:
+  >>> guide = AutoNormalGuide(model, observed_names={"y"})      # doctest: +SKIP
+  >>> values = guide.rsample(x, {"y": y})                         # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from qvr.inference.sites import SiteSpec, build_registry, static_sites
+
+_MIN_SCALE = 1e-6  # spec 9.4: guide scales >= 1e-6
+
+
+def _model_of(model):
+    """Accept a `Program` whose first export is a program, as well as the program."""
+    if hasattr(model, "execute"):
+        return model
+    inner = getattr(model, "morphism", None)
+    if inner is not None and hasattr(inner, "execute"):
+        return inner
+    raise TypeError(f"expected a program (MonadicProgram or Program); got {type(model).__name__}")
+
+
+class AutoNormalGuide(nn.Module):
+    """Mean-field Normal guide over every latent site of `model`.
+
+    Args:
+      model: a compiled, lifted or Python-built program.
+      observed_names: the names excluded from the guide (observed sites; host-data
+        names are harmless).
+      init_scale: the initial standard deviation in unconstrained space.
+    """
+
+    def __init__(self, model, observed_names=(), init_scale: float = 0.1):
+        super().__init__()
+        if not init_scale > 0:
+            raise ValueError(f"init_scale must be positive, got {init_scale}")
+        self.model = [_model_of(model)]  # a list: not registered as a submodule
+        self.observed_names = set(observed_names or ())
+        self.init_scale = float(init_scale)
+        self.specs: list[SiteSpec] = static_sites(self.model[0], self.observed_names)
+        for s in self.specs:
+            shape = (s.plate, s.u) if s.kind == "plate" else (s.u,)
+            self.register_parameter(f"loc_{s.name}", nn.Parameter(torch.zeros(shape)))
+            self.register_parameter(f"log_scale_{s.name}", nn.Parameter(
+                torch.full(shape, math.log(self.init_scale))))
+
+    @property
+    def latent_names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def loc(self, name: str) -> torch.Tensor:
+        return getattr(self, f"loc_{name}")
+
+    def scale(self, name: str) -> torch.Tensor:
+        return torch.exp(getattr(self, f"log_scale_{name}")).clamp(min=_MIN_SCALE)
+
+    def _batch_shapes(self, x, observations) -> dict:
+        """Row shape of every site for this input (global: (), plate: (|I|,))."""
+        if not self.specs:
+            return {}
+        model = self.model[0]
+        obs = {k: v for k, v in (observations or {}).items()}
+        reg = build_registry(model, x, obs, observed_names=self.observed_names | set(obs))
+        out = {}
+        for s in self.specs:
+            site = reg.by_name.get(s.name)
+            if site is None:  # supplied in `observations` although latent for the guide
+                out[s.name] = None
+                continue
+            if site.u != s.u:
+                raise ValueError(f"site `{s.name}`: the shape pass found {site.u} unconstrained "
+                                 f"coordinates per event, the guide was built for {s.u}")
+            out[s.name] = site.batch_shape
+        return out
+
+    def rsample(self, x, observations: Optional[dict] = None,
+                sample_shape=torch.Size()) -> dict:
+        """Draw every latent site: `{name: value}` in the site's value shape.
+
+        With a non-empty `sample_shape` every value gets those leading axes (independent
+        draws), which the vectorised ELBO uses.
+        """
+        sample_shape = torch.Size(sample_shape)
+        shapes = self._batch_shapes(x, observations)
+        out = {}
+        for s in self.specs:
+            batch = shapes.get(s.name)
+            if batch is None:
+                continue
+            loc, scale = self.loc(s.name), self.scale(s.name)
+            if s.kind == "plate":
+                eps_shape = (*sample_shape, *loc.shape)
+            else:
+                eps_shape = (*sample_shape, *batch, s.u)
+            eps = torch.randn(eps_shape, dtype=loc.dtype, device=loc.device)
+            z = loc + scale * eps
+            v = s.transform(z)
+            event = s.event_shape
+            out[s.name] = v.reshape(*sample_shape, *batch, *event)
+        return out
+
+    def sample(self, x, observations: Optional[dict] = None, sample_shape=torch.Size()):
+        with torch.no_grad():
+            return self.rsample(x, observations, sample_shape)
+
+    def log_prob(self, x, values: dict, batch_ndims: int = 0, *,
+                 detach_params: bool = False) -> torch.Tensor:
+        """`sum_sites sum_elements [log N(z; loc, scale) - log|det J_T(z)|]`, `z = T^-1(v)`.
+
+        Sites absent from `values` are skipped.  `batch_ndims` leading axes of the values
+        are kept (one log-density per particle); `detach_params` evaluates the density with
+        gradient-free parameters (the sticking-the-landing estimator).
+        """
+        total = None
+        for s in self.specs:
+            if s.name not in values:
+                continue
+            v = values[s.name]
+            lead = v.shape[:batch_ndims]
+            v = v.reshape(*v.shape[:v.dim() - len(s.event_shape)], s.d) if s.event_shape \
+                else v.unsqueeze(-1)
+            z = s.transform.inv(v)
+            loc, log_scale = self.loc(s.name), getattr(self, f"log_scale_{s.name}")
+            if detach_params:
+                loc, log_scale = loc.detach(), log_scale.detach()
+            scale = torch.exp(log_scale).clamp(min=_MIN_SCALE)
+            lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
+            lj = s.transform.log_abs_det_jacobian(z, v)
+            lq = lq.reshape(*lead, -1).sum(-1) - lj.reshape(*lead, -1).sum(-1)
+            total = lq if total is None else total + lq
+        if total is None:
+            p = next(iter(self.parameters()), None)
+            return torch.zeros((), device=p.device if p is not None else None)
+        return total
+
+    def median(self) -> dict:
+        """The constrained image of `loc` per site (global and plate sites)."""
+        out = {}
+        with torch.no_grad():
+            for s in self.specs:
+                if s.kind in ("global", "plate"):
+                    v = s.transform(self.loc(s.name))
+                    out[s.name] = v.reshape(*((s.plate,) if s.kind == "plate" else ()),
+                                            *s.event_shape)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"sites={self.latent_names}, init_scale={self.init_scale}"

@@ -1,0 +1,401 @@
+"""`MCMC`: the driver that runs a kernel over chains and collects an `MCMCResult`
+(runtime spec 6.6.2).
+
+The driver owns everything around the algorithm: the target (`potential.make_target`),
+initial positions, the warmup and sampling loops, recording, progress events, cancellation
+and the result.  Kernels (`hmc.py`, `nuts.py`) only map a state to the next one.
+
+Chains.  ``chain_method="vectorized"`` (default) runs all chains as one batch: every
+gradient evaluation serves every chain (the program is mapped over the chain axis with
+vmap, see `potential.py`), and chains stay independent (own momenta, own adaptation
+state, own mass matrices).  ``"sequential"`` runs them one after the other, as the spec
+describes; both target the same posterior with the same per-chain algorithm.
+
+Initial positions (spec 6.6.2): ``"prior"`` -> `0.1 N(0, I)` from a private generator
+seeded with the chain index (the global RNG is untouched); ``"zero"``; ``"guide"`` ->
+`T^-1` of one `guide.rsample` draw.  Everything else (momenta, acceptance, directions)
+uses the global torch RNG, so `torch.manual_seed` makes a run reproducible.
+
+Events (`qvr.inference.events`): one `FitStarted`; throttled `FitProgress` per chain with
+``accept_prob`` (running mean of the acceptance statistic in the phase), ``step_size``,
+``tree_depth``, ``num_steps`` and ``divergences`` (cumulative in the phase); `DrawsChunk`s
+of constrained draws during sampling; then `FitFinished`, `FitFailed` (and the error is
+raised) or `FitCancelled` (and a partial result with ``cancelled=True`` is returned).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitCancelled,
+                                  FitFailed, FitFinished, FitProgress, FitStarted, Throttle,
+                                  never)
+from qvr.inference.potential import Target, make_target
+
+_INIT = ("prior", "zero", "guide")
+_CHAIN_METHODS = ("vectorized", "sequential")
+
+
+@dataclass
+class MCMCResult:
+    """Draws and sampler statistics (spec 6.6.2 fields first, then extras).
+
+    Attributes:
+      samples: `{site: (num_chains, num_samples, *site_shape)}` constrained draws (a
+        scalar global site has site shape `(1,)`).
+      log_densities: `(num_chains, num_samples)` `log p~(z)` at each draw.
+      acceptance_rates: `(num_chains,)` post-warmup acceptance rate.
+      divergence_counts: `(num_chains,)` post-warmup divergent iterations.
+      r_hat, ess: `{site: site_shape}` split-R-hat and ESS (spec formulas).
+      num_warmup, num_samples: as configured (`num_samples` is the number recorded when a
+        run was cancelled).
+      step_sizes: `(num_chains,)` step size after warmup.
+      accept_probs: `(num_chains, num_samples)` acceptance statistic per iteration.
+      diverging: `(num_chains, num_samples)` bool.
+      tree_depths, num_steps: `(num_chains, num_samples)` NUTS depth / leapfrog steps.
+      warmup_divergences: `(num_chains,)` divergent warmup iterations.
+      inverse_mass_matrix: `(num_chains, D)` (diagonal) or `(num_chains, D, D)` or None.
+      unconstrained: `(num_chains, num_samples, D)` draws in unconstrained space.
+      warmup_time, sampling_time: seconds (all chains).
+      num_grad_evals: batched gradient evaluations.
+      cancelled: the run was stopped by `should_stop`.
+    """
+
+    samples: dict
+    log_densities: torch.Tensor
+    acceptance_rates: torch.Tensor
+    divergence_counts: torch.Tensor
+    r_hat: dict
+    ess: dict
+    num_warmup: int
+    num_samples: int
+    step_sizes: torch.Tensor = None
+    accept_probs: torch.Tensor = None
+    diverging: torch.Tensor = None
+    tree_depths: torch.Tensor = None
+    num_steps: torch.Tensor = None
+    warmup_divergences: torch.Tensor = None
+    inverse_mass_matrix: Optional[torch.Tensor] = None
+    unconstrained: Optional[torch.Tensor] = None
+    warmup_time: float = 0.0
+    sampling_time: float = 0.0
+    num_grad_evals: int = 0
+    cancelled: bool = False
+    method: str = ""
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.log_densities.shape[0])
+
+    @property
+    def mean_acceptance(self) -> float:
+        return float(self.acceptance_rates.mean()) if self.acceptance_rates.numel() else \
+            float("nan")
+
+    @property
+    def total_divergences(self) -> int:
+        return int(self.divergence_counts.sum())
+
+    @property
+    def total_time(self) -> float:
+        return self.warmup_time + self.sampling_time
+
+    def summary(self, max_coordinates: Optional[int] = 200):
+        """Mean, sd, quantiles, MCSE, bulk/tail ESS and rank-normalised R-hat per
+        coordinate (`qvr.inference.diagnostics.Summary`)."""
+        from qvr.inference.diagnostics import summary
+        return summary(self.samples, max_coordinates)
+
+    def print_summary(self, max_coordinates: Optional[int] = 200) -> None:
+        print(self.summary(max_coordinates))
+        print(f"acceptance {self.mean_acceptance:.3f}, divergences {self.total_divergences}, "
+              f"step sizes {[round(float(s), 4) for s in self.step_sizes]}")
+
+    def to_arviz(self):
+        from qvr.inference.diagnostics import to_arviz
+        return to_arviz(self)
+
+
+class MCMC:
+    """Runs an MCMC kernel on the posterior of a program.
+
+    Args:
+      kernel: an `HMCKernel` or `NUTSKernel`.
+      num_warmup: adaptation iterations (>= 0).
+      num_samples: recorded iterations per chain (>= 1).
+      num_chains: independent chains (>= 1).
+      init_strategy: ``"prior"``, ``"zero"`` or ``"guide"``.
+      chain_method: ``"vectorized"`` or ``"sequential"``.
+      on_event, should_stop: fit events callback and cancellation poll (also accepted
+        by `run`).
+      progress_interval: minimum seconds between progress events.
+      draws_chunk: emit a `DrawsChunk` at least every this many draws.
+
+    Example:
+      >>> mc = MCMC(NUTSKernel(), num_warmup=500, num_samples=500, num_chains=4)  # doctest: +SKIP
+      >>> result = mc.run(model, x, observations)                                  # doctest: +SKIP
+    """
+
+    def __init__(self, kernel, num_warmup: int, num_samples: int, num_chains: int = 4,
+                 init_strategy: str = "prior", chain_method: str = "vectorized",
+                 on_event: Optional[EventCallback] = None,
+                 should_stop: Optional[Callable[[], bool]] = None,
+                 progress_interval: float = 0.1, draws_chunk: int = 100):
+        if not (isinstance(num_warmup, int) and num_warmup >= 0):
+            raise ValueError(f"num_warmup must be an integer >= 0, got {num_warmup}")
+        if not (isinstance(num_samples, int) and num_samples >= 1):
+            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples}")
+        if not (isinstance(num_chains, int) and num_chains >= 1):
+            raise ValueError(f"num_chains must be an integer >= 1, got {num_chains}")
+        if init_strategy not in _INIT:
+            raise ValueError(f"init_strategy must be one of {_INIT}, got {init_strategy!r}")
+        if chain_method not in _CHAIN_METHODS:
+            raise ValueError(f"chain_method must be one of {_CHAIN_METHODS}, "
+                             f"got {chain_method!r}")
+        self.kernel = kernel
+        self.num_warmup = num_warmup
+        self.num_samples = num_samples
+        self.num_chains = num_chains
+        self.init_strategy = init_strategy
+        self.chain_method = chain_method
+        self.on_event = on_event
+        self.should_stop = should_stop
+        self.progress_interval = progress_interval
+        self.draws_chunk = max(1, int(draws_chunk))
+
+    def config(self) -> dict:
+        return {"method": getattr(self.kernel, "method", "mcmc"), "num_warmup": self.num_warmup,
+                "num_samples": self.num_samples, "num_chains": self.num_chains,
+                "init_strategy": self.init_strategy, "chain_method": self.chain_method,
+                **(self.kernel.config() if hasattr(self.kernel, "config") else {})}
+
+    # ------------------------------------------------------------------ entry
+    def run(self, model, x=None, observations=None, guide=None, *,
+            on_event: Optional[EventCallback] = None,
+            should_stop: Optional[Callable[[], bool]] = None,
+            target: Optional[Target] = None) -> MCMCResult:
+        """Sample the posterior of `model`'s latent sites given `observations`.
+
+        `target` may replace the program (a `potential.Target`, e.g. a plain log-density);
+        then `model` may be None.
+        """
+        emit = Emitter(on_event if on_event is not None else self.on_event)
+        stop = should_stop or self.should_stop or never
+        if target is None:
+            target = make_target(model, x, observations)
+        z0 = self._initial_positions(target, model, x, observations, guide)
+        run = _Run(self, target, emit, stop)
+        emit(FitStarted(method=run.method, total_steps=self.num_warmup + self.num_samples,
+                        num_chains=self.num_chains, config=self.config()))
+        try:
+            result = run.loop(z0)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                emit(FitCancelled(step=run.iteration, elapsed=emit.elapsed))
+            else:
+                emit(FitFailed(message=str(exc), step=run.iteration,
+                               error_type=type(exc).__name__, elapsed=emit.elapsed))
+            raise
+        if result.cancelled:
+            emit(FitCancelled(step=run.iteration, elapsed=emit.elapsed))
+        else:
+            emit(FitFinished(summary=_finish_summary(result), elapsed=emit.elapsed))
+        return result
+
+    def _initial_positions(self, target, model, x, observations, guide) -> torch.Tensor:
+        C, D = self.num_chains, target.dim
+        dtype = torch.get_default_dtype()
+        device = x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+        if self.init_strategy == "zero":
+            return torch.zeros(C, D, dtype=dtype, device=device)
+        if self.init_strategy == "guide":
+            if guide is None:
+                raise ValueError('init_strategy="guide" needs a guide: run(..., guide=guide)')
+            if target.registry is None:
+                raise ValueError('init_strategy="guide" needs a program target')
+            rows = []
+            with torch.no_grad():
+                for _ in range(C):
+                    draw = guide.rsample(x, observations)
+                    rows.append(target.registry.unconstrain(draw).to(dtype))
+            return torch.stack(rows).to(device)
+        rows = []
+        for c in range(C):
+            g = torch.Generator(device=device)
+            g.manual_seed(c)
+            rows.append(0.1 * torch.randn(D, generator=g, dtype=dtype, device=device))
+        return torch.stack(rows) if rows else torch.zeros(C, D, dtype=dtype, device=device)
+
+
+def _finish_summary(result: MCMCResult) -> dict:
+    out = {"mean_acceptance": result.mean_acceptance,
+           "total_divergences": result.total_divergences,
+           "step_sizes": [float(s) for s in result.step_sizes],
+           "num_samples": result.num_samples, "num_chains": result.num_chains,
+           "warmup_time": result.warmup_time, "sampling_time": result.sampling_time}
+    try:
+        worst = result.summary(max_coordinates=200).worst()
+        out.update(worst)
+    except Exception:  # diagnostics are a courtesy here; never fail the fit for them
+        pass
+    return out
+
+
+class _Run:
+    """The loop of one `MCMC.run` (not exported): chains, recording, events."""
+
+    def __init__(self, mc: MCMC, target: Target, emit: Emitter, stop: Callable[[], bool]):
+        self.mc = mc
+        self.kernel = mc.kernel
+        self.target = target
+        self.emit = emit
+        self.stop = stop
+        self.method = getattr(mc.kernel, "method", "mcmc")
+        self.iteration = 0
+        self.throttle = Throttle(mc.progress_interval)
+
+    def loop(self, z0: torch.Tensor) -> MCMCResult:
+        mc = self.mc
+        C, D = z0.shape
+        S, W = mc.num_samples, mc.num_warmup
+        groups = [list(range(C))] if mc.chain_method == "vectorized" else \
+            [[c] for c in range(C)]
+        dtype, device = z0.dtype, z0.device
+        zs = torch.zeros(C, S, D, dtype=dtype, device=device)
+        rec = {k: torch.zeros(C, S, dtype=dtype, device=device)
+               for k in ("log_density", "accept_prob")}
+        rec_l = {k: torch.zeros(C, S, dtype=torch.long, device=device)
+                 for k in ("tree_depth", "num_steps")}
+        rec_b = {k: torch.zeros(C, S, dtype=torch.bool, device=device)
+                 for k in ("diverging", "accepted")}
+        warm_div = torch.zeros(C, device=device)
+        step_sizes = torch.zeros(C, dtype=dtype, device=device)
+        inv_mass = None
+        done = [0] * C  # draws recorded per chain
+        t_warm = t_samp = 0.0
+        cancelled = False
+        evals0 = self.target.num_evals
+        for group in groups:
+            idx = torch.tensor(group, device=device)
+            t0 = time.perf_counter()
+            state = self.kernel.init(self.target, z0[idx], W)
+            acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
+            div_sum = torch.zeros(len(group), dtype=dtype, device=device)
+            emitted = 0
+            for it in range(W + S):
+                if self.stop():
+                    cancelled = True
+                    break
+                self.iteration = it + 1
+                warm = it < W
+                if it == W:
+                    acc_sum.zero_()
+                    div_sum.zero_()
+                state = self.kernel.sample(state, self.target)
+                acc_sum += state.accept_prob
+                div_sum += state.diverging.to(dtype)
+                if warm:
+                    warm_div[idx] += state.diverging.to(warm_div.dtype)
+                    step, total = it + 1, W
+                else:
+                    s = it - W
+                    zs[idx, s] = state.z
+                    rec["log_density"][idx, s] = state.log_density
+                    rec["accept_prob"][idx, s] = state.accept_prob
+                    rec_l["tree_depth"][idx, s] = state.tree_depth
+                    rec_l["num_steps"][idx, s] = state.num_steps
+                    rec_b["diverging"][idx, s] = state.diverging
+                    rec_b["accepted"][idx, s] = state.accepted
+                    for c in group:
+                        done[c] = s + 1
+                    step, total = s + 1, S
+                now = time.perf_counter()
+                if warm:
+                    t_warm += now - t0
+                else:
+                    t_samp += now - t0
+                t0 = now
+                due = self.throttle.due(step, total)
+                if due:
+                    self._progress(group, "warmup" if warm else "sampling", step, total,
+                                   acc_sum / step, state, div_sum)
+                if not warm and (due or step - emitted >= mc.draws_chunk):
+                    emitted = self._draws(group, zs, emitted, step)
+            if done[group[0]] > emitted:
+                emitted = self._draws(group, zs, emitted, done[group[0]])
+            step_sizes[idx] = state.step_size
+            if state.mass.inv is not None:
+                if inv_mass is None:
+                    inv_mass = torch.zeros(C, *state.mass.inv.shape[1:], dtype=dtype,
+                                           device=device)
+                inv_mass[idx] = state.mass.inv
+            if cancelled:
+                break
+        return self._result(zs, rec, rec_l, rec_b, warm_div, step_sizes, inv_mass, done,
+                            t_warm, t_samp, cancelled, self.target.num_evals - evals0)
+
+    # ------------------------------------------------------------------ events
+    def _progress(self, group, phase, step, total, acc_mean, state, div_sum) -> None:
+        for k, c in enumerate(group):
+            metrics = {"accept_prob": float(acc_mean[k]), "step_size": float(state.step_size[k]),
+                       "tree_depth": float(state.tree_depth[k]),
+                       "num_steps": float(state.num_steps[k]),
+                       "divergences": float(div_sum[k])}
+            self.emit(FitProgress(method=self.method, phase=phase, step=step, total=total,
+                                  chain=c, metrics=metrics, elapsed=self.emit.elapsed))
+
+    def _draws(self, group, zs, start: int, end: int) -> int:
+        if self.emit.on_event is None or end <= start:
+            return end
+        idx = torch.tensor(group, device=zs.device)
+        values = self.target.constrain(zs[idx, start:end])
+        for k, c in enumerate(group):
+            draws = {n: v[k].detach().cpu().numpy() for n, v in values.items()}
+            self.emit(DrawsChunk(chain=c, start=start, draws=draws))
+        return end
+
+    # ------------------------------------------------------------------ result
+    def _result(self, zs, rec, rec_l, rec_b, warm_div, step_sizes, inv_mass, done, t_warm,
+                t_samp, cancelled, evals) -> MCMCResult:
+        mc = self.mc
+        S = mc.num_samples
+        C = zs.shape[0]
+        keep = list(range(C))
+        n = S
+        if cancelled:
+            full = [c for c in range(C) if done[c] == S]
+            if full:
+                keep, n = full, S
+            else:
+                n = max(done) if done else 0
+                keep = [c for c in range(C) if done[c] == n] if n else [0]
+        idx = torch.tensor(keep, device=zs.device)
+        zs = zs[idx, :n]
+        samples = self.target.constrain(zs)
+        samples = {k: (v.unsqueeze(-1) if v.dim() == 2 else v) for k, v in samples.items()}
+        div = rec_b["diverging"][idx, :n]
+        acc = rec_b["accepted"][idx, :n]
+        rates = acc.to(zs.dtype).sum(1) / max(n, 1)  # accepted (HMC) / moved (NUTS)
+        from qvr.inference.diagnostics import ess_basic, split_rhat_basic
+        r_hat, ess = {}, {}
+        for k, v in samples.items():
+            arr = v.detach().cpu().double().numpy()
+            shape = tuple(v.shape[2:])
+            r_hat[k] = torch.as_tensor(np.asarray(split_rhat_basic(arr)).reshape(shape),
+                                       dtype=zs.dtype)
+            ess[k] = torch.as_tensor(np.asarray(ess_basic(arr)).reshape(shape), dtype=zs.dtype)
+        return MCMCResult(
+            samples=samples, log_densities=rec["log_density"][idx, :n],
+            acceptance_rates=rates, divergence_counts=div.to(zs.dtype).sum(1),
+            r_hat=r_hat, ess=ess, num_warmup=mc.num_warmup, num_samples=n,
+            step_sizes=step_sizes[idx], accept_probs=rec["accept_prob"][idx, :n],
+            diverging=div, tree_depths=rec_l["tree_depth"][idx, :n],
+            num_steps=rec_l["num_steps"][idx, :n], warmup_divergences=warm_div[idx],
+            inverse_mass_matrix=inv_mass[idx] if inv_mass is not None else None,
+            unconstrained=zs, warmup_time=t_warm, sampling_time=t_samp,
+            num_grad_evals=evals, cancelled=cancelled, method=self.method)

@@ -1,0 +1,261 @@
+"""The kernel interface and the machinery HMC and NUTS share (runtime spec 6.6.3).
+
+A kernel is the *algorithm*: given an `HMCState` for `C` chains and a target it returns
+the next state, adapting during warmup.  It knows nothing of loops, events, progress or
+result objects: that is the driver's job (`qvr.inference.mcmc.driver`).  Kernels expose
+what they know through the state (`accept_prob`, `step_size`, `tree_depth`, `diverging`,
+...) and `diagnostics(state)`.
+
+`HMCBase` implements everything but the transition itself:
+
+* state initialisation (mass matrix = identity, adaptation reset — per run, hence per chain);
+* dual-averaging step-size adaptation toward `target_accept`;
+* mass-matrix adaptation, either ``"windowed"`` (Stan's schedule: slow windows end with a
+  mass-matrix update, a fresh step-size search and a restart of dual averaging) or
+  ``"end"`` (the spec's legacy rule: one update from every warmup position at the end of
+  warmup, step size not re-tuned);
+* after warmup the averaged step size `eps-bar`; with `num_warmup = 0` the initial one;
+* with `find_step_size` (and at least 20 warmup iterations), a heuristic search for a
+  step size whose one-step acceptance is about 0.8 (Hoffman & Gelman's Algorithm 4) at
+  the start of warmup and after each mass-matrix update.
+
+Subclasses implement `_transition(state, target) -> Transition`.
+
+Target protocol: `target.log_density_and_grad(z (C, D)) -> (log_density (C,), grad (C, D))`
+with non-finite values already mapped to `-inf` / zero gradients.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+
+from qvr.inference.mcmc.adaptation import (DualAveraging, DualAveragingState, Welford,
+                                           mass_update_points, warmup_schedule)
+from qvr.inference.mcmc.integrator import MassMatrix, leapfrog
+
+
+@dataclass
+class HMCState:
+    """The state of `C` chains after `i` iterations.
+
+    Attributes:
+      i: iterations done (warmup included).
+      num_warmup: warmup length of this run.
+      z: `(C, D)` unconstrained positions.
+      log_density: `(C,)` log density at `z` (Jacobian included).
+      grad: `(C, D)` its gradient.
+      step_size: `(C,)` step size the next iteration uses.
+      mass: the inverse mass matrices.
+      accept_prob: `(C,)` acceptance statistic of the last iteration (HMC: `min(1, e^-dH)`;
+        NUTS: mean over the leaves built).
+      accepted: `(C,)` whether the last iteration moved.
+      diverging: `(C,)` whether the last iteration diverged.
+      num_steps: `(C,)` leapfrog steps of the last iteration.
+      tree_depth: `(C,)` NUTS tree depth of the last iteration (0 for HMC).
+      energy: `(C,)` Hamiltonian at the new state.
+      da: dual-averaging state (None when step sizes are not adapted).
+      welford: the running position covariance (None when the mass matrix is fixed).
+      mass_updates: warmup iterations after which the mass matrix is updated.
+      slow_range: inclusive `(start, end)` of the iterations folded into the covariance.
+    """
+
+    i: int
+    num_warmup: int
+    z: torch.Tensor
+    log_density: torch.Tensor
+    grad: torch.Tensor
+    step_size: torch.Tensor
+    mass: MassMatrix
+    accept_prob: torch.Tensor
+    accepted: torch.Tensor
+    diverging: torch.Tensor
+    num_steps: torch.Tensor
+    tree_depth: torch.Tensor
+    energy: torch.Tensor
+    da: Optional[DualAveragingState] = None
+    welford: Optional[Welford] = None
+    mass_updates: frozenset = frozenset()
+    slow_range: tuple = (0, -1)
+
+    @property
+    def warming_up(self) -> bool:
+        return self.i < self.num_warmup
+
+
+@dataclass
+class Transition:
+    """What one transition produced, per chain."""
+
+    z: torch.Tensor
+    log_density: torch.Tensor
+    grad: torch.Tensor
+    accept_prob: torch.Tensor
+    accepted: torch.Tensor
+    diverging: torch.Tensor
+    num_steps: torch.Tensor
+    tree_depth: torch.Tensor
+    energy: torch.Tensor
+
+
+class MCMCKernel:
+    """Base of MCMC kernels: `init` a state, `sample` the next one."""
+
+    def init(self, target, z0: torch.Tensor, num_warmup: int):  # pragma: no cover
+        raise NotImplementedError
+
+    def sample(self, state, target):  # pragma: no cover
+        raise NotImplementedError
+
+    def diagnostics(self, state) -> dict:
+        return {}
+
+
+_MASS_KINDS = ("identity", "diagonal", "dense")
+_SCHEDULES = ("windowed", "end")
+
+
+class HMCBase(MCMCKernel):
+    """Shared parameters and adaptation of `HMCKernel` and `NUTSKernel`."""
+
+    method = "hmc"
+
+    def __init__(self, step_size: float, mass_matrix: str, target_accept: float,
+                 divergence_threshold: float, adapt_step_size: bool, adapt_mass_matrix: bool,
+                 warmup_schedule: str = "windowed", find_step_size: bool = True):
+        if not (isinstance(step_size, (int, float)) and step_size > 0):
+            raise ValueError(f"step_size must be positive, got {step_size}")
+        if not 0 < target_accept < 1:
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept}")
+        if mass_matrix not in _MASS_KINDS:
+            raise ValueError(f"mass_matrix must be one of {_MASS_KINDS}, got {mass_matrix!r}")
+        if warmup_schedule not in _SCHEDULES:
+            raise ValueError(f"warmup_schedule must be one of {_SCHEDULES}, "
+                             f"got {warmup_schedule!r}")
+        self.step_size = float(step_size)
+        self.mass_matrix = mass_matrix
+        self.target_accept = float(target_accept)
+        self.divergence_threshold = float(divergence_threshold)
+        self.adapt_step_size = bool(adapt_step_size)
+        self.adapt_mass_matrix = bool(adapt_mass_matrix)
+        self.warmup_schedule = warmup_schedule
+        self.find_step_size = bool(find_step_size)
+        self.dual_averaging = DualAveraging(self.target_accept)
+
+    # ------------------------------------------------------------------ config
+    def config(self) -> dict:
+        return {"step_size": self.step_size, "mass_matrix": self.mass_matrix,
+                "target_accept": self.target_accept,
+                "divergence_threshold": self.divergence_threshold,
+                "adapt_step_size": self.adapt_step_size,
+                "adapt_mass_matrix": self.adapt_mass_matrix,
+                "warmup_schedule": self.warmup_schedule}
+
+    @property
+    def _adapts_mass(self) -> bool:
+        return self.adapt_mass_matrix and self.mass_matrix != "identity"
+
+    # ------------------------------------------------------------------ init
+    def init(self, target, z0: torch.Tensor, num_warmup: int) -> HMCState:
+        """Fresh state at `z0` `(C, D)`: identity mass matrix, adaptation reset."""
+        C, D = z0.shape
+        logp, grad = target.log_density_and_grad(z0)
+        mass = MassMatrix.identity(self.mass_matrix, C, D, z0.dtype, z0.device)
+        step = torch.full((C,), self.step_size, dtype=z0.dtype, device=z0.device)
+        zeros = torch.zeros(C, dtype=z0.dtype, device=z0.device)
+        false = torch.zeros(C, dtype=torch.bool, device=z0.device)
+        izeros = torch.zeros(C, dtype=torch.long, device=z0.device)
+        state = HMCState(0, int(num_warmup), z0, logp, grad, step, mass, zeros, false, false,
+                         izeros, izeros, -logp)
+        if num_warmup > 0 and self.adapt_step_size:
+            # below 20 warmup iterations (no adaptation windows) keep the given step size
+            # as the starting point: too few iterations to recover from a poor search
+            if self.find_step_size and D > 0 and num_warmup >= 20:
+                state.step_size = self._reasonable_step_size(state, target)
+            state.da = self.dual_averaging.init(state.step_size)
+        if num_warmup > 0 and self._adapts_mass:
+            state.welford = Welford(C, D, dense=self.mass_matrix == "dense", dtype=z0.dtype,
+                                    device=z0.device)
+            if self.warmup_schedule == "windowed":
+                state.mass_updates = frozenset(mass_update_points(num_warmup))
+                if state.mass_updates:
+                    state.slow_range = (warmup_schedule(num_warmup)[1][0],
+                                        max(state.mass_updates))
+            else:
+                state.mass_updates = frozenset({num_warmup - 1})
+                state.slow_range = (0, num_warmup - 1)
+        return state
+
+    # ------------------------------------------------------------------ one iteration
+    def sample(self, state: HMCState, target) -> HMCState:
+        t = self._transition(state, target)
+        new = replace(state, i=state.i + 1, z=t.z, log_density=t.log_density, grad=t.grad,
+                      accept_prob=t.accept_prob, accepted=t.accepted, diverging=t.diverging,
+                      num_steps=t.num_steps, tree_depth=t.tree_depth, energy=t.energy)
+        if state.warming_up:
+            new = self._adapt(new, target, state.i)
+        return new
+
+    def _transition(self, state: HMCState, target) -> Transition:  # pragma: no cover
+        raise NotImplementedError
+
+    def diagnostics(self, state: HMCState) -> dict:
+        return {"accept_prob": state.accept_prob, "step_size": state.step_size,
+                "tree_depth": state.tree_depth, "num_steps": state.num_steps,
+                "diverging": state.diverging}
+
+    # ------------------------------------------------------------------ adaptation
+    def _adapt(self, state: HMCState, target, i: int) -> HMCState:
+        """Adaptation after warmup iteration `i` (0-based)."""
+        last = i == state.num_warmup - 1
+        if state.da is not None:
+            state.da = self.dual_averaging.update(state.da, state.accept_prob)
+            state.step_size = torch.exp(state.da.log_step)
+        lo, hi = state.slow_range
+        if state.welford is not None and lo <= i <= hi:
+            state.welford.update(state.z)
+            if i in state.mass_updates and state.welford.n >= 2:
+                state.mass = self._mass_from(state.welford)
+                state.welford = Welford(*state.z.shape, dense=state.welford.dense,
+                                        dtype=state.z.dtype, device=state.z.device)
+                if state.da is not None and self.warmup_schedule == "windowed":
+                    if self.find_step_size:
+                        state.step_size = self._reasonable_step_size(state, target)
+                    state.da = self.dual_averaging.init(state.step_size)
+        if last and state.da is not None:
+            state.step_size = torch.exp(state.da.log_step_avg)
+        return state
+
+    def _mass_from(self, welford: Welford) -> MassMatrix:
+        cov = welford.regularized()
+        if self.mass_matrix == "diagonal":
+            return MassMatrix("diagonal", cov)
+        chol = torch.linalg.cholesky(cov)
+        return MassMatrix("dense", cov, chol)
+
+    def _reasonable_step_size(self, state: HMCState, target) -> torch.Tensor:
+        """Hoffman & Gelman (2014) Algorithm 4, per chain: double or halve `eps` until the
+        one-step acceptance ratio crosses 0.8."""
+        z, logp, grad, mass = state.z, state.log_density, state.grad, state.mass
+        eps = state.step_size.clone()
+        active = torch.isfinite(logp)
+        last_dir = torch.zeros_like(eps)
+        log_target = math.log(0.8)
+        tiny, huge = 1e-8, 1e8
+        for _ in range(60):
+            if not bool(active.any()):
+                break
+            p = mass.sample_momentum(z)
+            h0 = -logp + mass.kinetic(p)
+            _, p1, lp1, _ = leapfrog(z, p, grad, eps, mass, target.log_density_and_grad)
+            h1 = -lp1 + mass.kinetic(p1)
+            d = h0 - h1
+            direction = torch.where(d > log_target, 1.0, -1.0)
+            done = (last_dir != 0) & (direction != last_dir)
+            done |= ((eps <= tiny) & (direction < 0)) | ((eps >= huge) & (direction > 0))
+            active = active & ~done
+            eps = torch.where(active, eps * torch.pow(2.0, direction), eps)
+            last_dir = direction
+        return eps.clamp(tiny, huge)

@@ -1,0 +1,283 @@
+"""The MCMC target: `log p~(z)` and its gradient for a batch of chains (runtime spec 6.6.1).
+
+For a program, the flat unconstrained vector `z` (layout: `sites.Registry`) maps to
+constrained site values `T(z)` and
+
+    log p~(z) = model.log_joint(x, {T(z), observations}).sum() + sum_sites log|det J_T(z)|
+
+with the gradient by autograd.  A `Target` evaluates it for `C` chains at once,
+`log_density_and_grad(z (C, D)) -> ((C,), (C, D))`:
+
+* `ProgramTarget` maps the one-point function over the chain axis with
+  `torch.func.vmap(grad_and_value(...))` — one pass of the program for all chains — and,
+  by default, *compiles* that batched value-and-gradient function once per chain count:
+  `make_fx` records the aten operations of one call (the program interpreter, vmap and
+  autograd all run at trace time only) and `torch.jit.trace` turns the graph into a
+  TorchScript function, so a gradient evaluation costs a few microseconds per operation
+  with no Python in between.  The compiled function is used only if it reproduces the
+  eager values and gradients at two points, and never for a program whose density draws
+  random numbers (Monte-Carlo composites): those, and anything that fails to trace, run
+  eagerly.  A call that vmap cannot run falls back to a per-chain autograd loop (for good,
+  if the loop works where vmap failed);
+* `FunctionTarget` wraps a plain log-density of `z`, already batched or not.
+
+Failures follow the spec: an evaluation that raises `ValueError`/`RuntimeError`, or a
+non-finite value, gives `-inf` and a zero gradient; non-finite gradient entries become 0.
+This module holds no sampler logic.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Callable, Optional
+
+import torch
+
+from qvr.inference.sites import Registry, build_registry
+
+_EVAL_ERRORS = (ValueError, RuntimeError)
+
+
+def _clean(logp: torch.Tensor, grad: torch.Tensor) -> tuple:
+    finite = torch.isfinite(logp)
+    logp = torch.where(finite, logp, torch.full_like(logp, -float("inf")))
+    grad = torch.where(torch.isfinite(grad) & finite.unsqueeze(-1), grad,
+                       torch.zeros_like(grad))
+    return logp.detach(), grad.detach()
+
+
+class Target:
+    """Base: `dim`, `log_density_and_grad`, `log_density`, `constrain`."""
+
+    dim: int
+    registry: Optional[Registry] = None
+    #: number of gradient evaluations so far (per chain batch)
+    num_evals: int = 0
+
+    def log_density_and_grad(self, z: torch.Tensor) -> tuple:  # pragma: no cover
+        raise NotImplementedError
+
+    def log_density(self, z: torch.Tensor) -> torch.Tensor:
+        return self.log_density_and_grad(z)[0]
+
+    def constrain(self, z: torch.Tensor) -> dict:
+        """`(..., D)` -> `{site: (..., *shape)}`; the identity `{"z": z}` without sites."""
+        if self.registry is None:
+            return {"z": z}
+        return self.registry.constrain(z)
+
+
+class FunctionTarget(Target):
+    """A log-density `fn(z)` of unconstrained vectors.
+
+    With `batched=True`, `fn` maps `(C, D)` to `(C,)`; otherwise `(D,)` to a scalar and it
+    is called once per chain.
+    """
+
+    def __init__(self, fn: Callable, dim: int, batched: bool = True):
+        self.fn = fn
+        self.dim = int(dim)
+        self.batched = batched
+
+    def log_density_and_grad(self, z: torch.Tensor) -> tuple:
+        self.num_evals += 1
+        if self.batched:
+            try:
+                with torch.enable_grad():
+                    zz = z.detach().requires_grad_(True)
+                    lp = self.fn(zz)
+                    grad, = torch.autograd.grad(lp.sum(), zz, allow_unused=True)
+                if grad is None:
+                    grad = torch.zeros_like(z)
+                return _clean(lp.detach(), grad)
+            except _EVAL_ERRORS:
+                pass  # find the failing chains one by one
+        return _per_chain(self.fn_single, z)
+
+    def fn_single(self, z1: torch.Tensor) -> torch.Tensor:
+        if self.batched:
+            return self.fn(z1.unsqueeze(0)).squeeze(0)
+        return self.fn(z1)
+
+
+def _per_chain(fn: Callable, z: torch.Tensor) -> tuple:
+    lps, grads = [], []
+    for c in range(z.shape[0]):
+        try:
+            with torch.enable_grad():
+                zz = z[c].detach().requires_grad_(True)
+                lp = fn(zz)
+                grad, = torch.autograd.grad(lp, zz, allow_unused=True)
+            if grad is None:
+                grad = torch.zeros_like(zz)
+            lps.append(lp.detach().reshape(()))
+            grads.append(grad)
+        except _EVAL_ERRORS:
+            lps.append(torch.tensor(-float("inf"), dtype=z.dtype, device=z.device))
+            grads.append(torch.zeros_like(z[c]))
+    return _clean(torch.stack(lps), torch.stack(grads))
+
+
+class ProgramTarget(Target):
+    """The posterior of a program's latent sites given `observations` (spec 6.6.1).
+
+    Args:
+      model: the program (`log_joint(x, values)`).
+      x: its input.
+      observations: observed site values and host data (every other site is latent).
+      vectorize: evaluate all chains in one vmapped pass when possible (default True).
+    """
+
+    def __init__(self, model, x, observations: Optional[dict] = None, vectorize: bool = True,
+                 compile: bool = True):
+        self.model = model
+        self.x = x
+        self.observations = dict(observations or {})
+        self.registry = build_registry(model, x, self.observations)
+        self.dim = self.registry.dim
+        self.vectorize = vectorize
+        self.compile = compile
+        self._batched = None  # built lazily
+        self._compiled = {}  # chain count -> compiled function, or None if not compilable
+        self.compile_notes = {}  # chain count -> why it was not compiled
+        self.vmap_failed = False
+
+    def single(self, z: torch.Tensor) -> torch.Tensor:
+        """`log p~` at one point `(D,)` (a scalar)."""
+        values, logdet = self.registry.unpack(z)
+        lj = self.model.log_joint(self.x, {**values, **self.observations}).sum()
+        return lj + logdet
+
+    def log_density_and_grad(self, z: torch.Tensor) -> tuple:
+        self.num_evals += 1
+        if self.compile and not self.vmap_failed and self.dim > 0:
+            fn = self._compiled_for(z)
+            if fn is not None:
+                try:
+                    grad, lp = fn(z.detach())
+                    return _clean(lp, grad)
+                except Exception:  # never worse than eager: drop the compiled function
+                    self._compiled[z.shape[0]] = None
+        if self.vectorize and not self.vmap_failed and z.shape[0] > 1:
+            try:
+                return self._vmapped(z)
+            except Exception as exc:  # vmap limitation or a model error: find out below
+                out = _per_chain(self.single, z)
+                if bool(torch.isfinite(out[0]).all()):
+                    # the loop works where vmap did not: vmap cannot run this model
+                    self.vmap_failed = True
+                    warnings.warn(f"chains are evaluated one by one: vmap cannot run this "
+                                  f"model ({type(exc).__name__}: {str(exc)[:200]})",
+                                  RuntimeWarning, stacklevel=2)
+                return out
+        return _per_chain(self.single, z)
+
+    def _vmapped(self, z: torch.Tensor) -> tuple:
+        if self._batched is None:
+            from torch.func import grad_and_value, vmap
+            self._batched = vmap(grad_and_value(self.single), randomness="same")
+        with torch.enable_grad():
+            grad, lp = self._batched(z.detach())
+        return _clean(lp, grad)
+
+
+    #: compile only densities cheaper than this (seconds per eager evaluation): above it
+    #: the interpreter's overhead is negligible and tracing a large graph is slow
+    compile_below_s = 0.02
+
+    def _compiled_for(self, z: torch.Tensor):
+        C = z.shape[0]
+        if C not in self._compiled:
+            try:
+                for _ in range(2):  # the second call is free of first-call costs
+                    t0 = time.perf_counter()
+                    with torch.enable_grad():
+                        self._vmapped_fn()(z.detach())
+            except Exception as exc:
+                self._compiled[C] = None
+                self.compile_notes[C] = f"eager evaluation failed: {type(exc).__name__}"
+                return None
+            if time.perf_counter() - t0 > self.compile_below_s:
+                self._compiled[C] = None
+                self.compile_notes[C] = "evaluated eagerly: one evaluation is slow enough " \
+                    "that the interpreter's overhead does not matter"
+                return None
+            try:
+                self._compiled[C] = _compile(self._vmapped_fn(), z)
+            except _NotCompilable as exc:
+                self._compiled[C] = None
+                self.compile_notes[C] = str(exc)
+            except Exception as exc:
+                self._compiled[C] = None
+                self.compile_notes[C] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return self._compiled[C]
+
+    def _vmapped_fn(self):
+        if self._batched is None:
+            from torch.func import grad_and_value, vmap
+            self._batched = vmap(grad_and_value(self.single), randomness="same")
+        return self._batched
+
+
+class _NotCompilable(Exception):
+    pass
+
+
+_RANDOM_OPS = ("rand", "randn", "normal", "bernoulli", "multinomial", "poisson", "uniform",
+               "exponential", "geometric", "cauchy", "log_normal", "random", "randint",
+               "randperm", "_standard_gamma", "_sample_dirichlet", "binomial")
+
+
+def _compile(batched, z: torch.Tensor):
+    """Trace `batched` (z -> (grad, value)) at `z` into a TorchScript (or FX) function."""
+    import warnings as _w
+    from torch.fx.experimental.proxy_tensor import make_fx
+    z = z.detach()
+    with torch.no_grad():
+        gm = make_fx(lambda zz: batched(zz))(z)
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            name = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+            if name in _RANDOM_OPS or "rand" in name:
+                raise _NotCompilable("the density draws random numbers (Monte-Carlo "
+                                     "composite); evaluated eagerly")
+    fn = gm
+    try:
+        with _w.catch_warnings():
+            _w.simplefilter("ignore")
+            fn = torch.jit.trace(gm, (z,), check_trace=False)
+    except Exception:
+        fn = gm  # the FX graph still skips the interpreter
+    gen = torch.Generator(device=z.device).manual_seed(12345)
+    for point in (z, z + 0.5 * torch.randn(z.shape, generator=gen, dtype=z.dtype,
+                                           device=z.device)):
+        with torch.enable_grad():
+            g_ref, v_ref = batched(point)
+        g, v = fn(point)
+        if not (_close(v, v_ref) and _close(g, g_ref)):
+            raise _NotCompilable("the compiled density differs from the program's "
+                                 "(value-dependent control flow); evaluated eagerly")
+    return fn
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach(), b.detach()
+    if a.shape != b.shape:
+        return False
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not bool((fa == fb).all()):
+        return False
+    return bool(torch.allclose(a[fa], b[fb], rtol=1e-4, atol=1e-5))
+
+
+def make_target(model, x=None, observations=None, *, vectorize: bool = True) -> Target:
+    """A `Target` for a program (or a `Program` whose first export is one)."""
+    if isinstance(model, Target):
+        return model
+    inner = model if hasattr(model, "log_joint") and hasattr(model, "execute") else \
+        getattr(model, "morphism", None)
+    if inner is None or not hasattr(inner, "execute"):
+        raise TypeError(f"MCMC needs a program (MonadicProgram); got {type(model).__name__}")
+    if x is None:
+        x = torch.zeros(1, 1)
+    return ProgramTarget(inner, x, observations, vectorize=vectorize)
