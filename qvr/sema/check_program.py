@@ -327,7 +327,12 @@ class ProgramChecker(LetChecker):
             vkind = self.bare_local(step.rhs)
         else:
             vkind = self.infer(step.rhs)
-        self.bind_local(step.bind, "let", None, vkind if vkind != "unknown" else "numeric", vkind,
+        text = vkind if vkind != "unknown" else "numeric"
+        rhs = step.rhs
+        if vkind == "chart" and isinstance(rhs, A.ECall) and rhs.callee.text == "parse" and rhs.args \
+                and isinstance(rhs.args[0], A.EName):
+            text = f"chart of {rhs.args[0].name.text}"  # hover: `chart : chart of Arith` (14.2)
+        self.bind_local(step.bind, "let", None, text, vkind,
                         detail="let step", axes=self.last_axes, counted=not self.returned)
 
     def step_score(self, step: A.ScoreStep) -> None:

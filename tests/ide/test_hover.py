@@ -121,3 +121,8 @@ def test_no_hover_in_comments_or_whitespace():
     assert hover(doc, off) is None
     doc, off = at("object Token : FinSet 2\n$0\n")
     assert hover(doc, off) is None
+
+
+def test_hover_on_a_chart_names_its_deduction():
+    doc, off = cursor(example("pcfg_deduction"), "let grammar_$0only")
+    assert hover(doc, off).text == h("grammar_only : chart of Grammar", "let step · line 38")
