@@ -11,7 +11,7 @@ Nothing here analyses QVR.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from lsprotocol import types as T
 from pygls import uris
@@ -19,6 +19,9 @@ from pygls.workspace.position_codec import PositionCodec
 
 from qvr.diagnostics import Diagnostic, Severity, TextEdit
 from qvr.text import Span
+
+if TYPE_CHECKING:  # qvr.analysis loads the parser: imported lazily, after `initialize`
+    from qvr.analysis import Edit
 
 UTF8, UTF16, UTF32 = T.PositionEncodingKind.Utf8, T.PositionEncodingKind.Utf16, T.PositionEncodingKind.Utf32
 

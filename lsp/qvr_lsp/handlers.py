@@ -16,6 +16,7 @@ import traceback
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
+from qvr.text import Span
 from qvr_lsp import convert as C
 
 
@@ -61,9 +62,11 @@ def _recover(ls, uri: str, version=None) -> None:
 def _warm_up() -> None:
     """Import the front end and build the parser while the client is still between
     `initialized` and its first `didOpen` (the protocol thread is idle then)."""
+    import importlib
     try:
+        for module in ("qvr.ide.completion", "qvr.ide.hover", "qvr.ide.semantic_tokens"):
+            importlib.import_module(module)
         from qvr.analysis import Document
-        import qvr.ide.completion, qvr.ide.hover, qvr.ide.semantic_tokens  # noqa: F401
         Document("object A : FinSet 2\n").diagnostics()
     except Exception:  # pragma: no cover - the real request will report it
         pass
@@ -298,7 +301,6 @@ def formatting(ls, params: T.DocumentFormattingParams):
 
 def _whole(doc, text: str):
     from qvr.diagnostics import TextEdit
-    from qvr.text import Span
     return TextEdit(Span(0, len(doc.text)), text)
 
 

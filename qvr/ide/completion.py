@@ -19,10 +19,10 @@ from typing import Optional
 
 from qvr.ide import catalog as C
 from qvr.ide.exprtype import chain_codomain
+from qvr.ide.textscan import bracket_stack, in_comment_or_string
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym)
 from qvr.sema.types import compatible, is_discrete, is_unknown, spell, spell_mor
-from qvr.syntax.parser import RESERVED_WORDS
 from qvr.text import Span
 
 _WORD_END = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
@@ -49,63 +49,6 @@ class Completions:
     span: Span  # the range the chosen item replaces (the word around the cursor)
     items: tuple[Item, ...]
     incomplete: bool = False  # truncated to `limit`: ask again as the word grows
-
-
-# ---------------------------------------------------------------- lexical helpers
-
-def bracket_stack(text: str):
-    """Bracket stack over `text` (strings and comments skipped): [(char, offset)]."""
-    stack = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] not in '"\n':
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-            continue
-        if c == "#":
-            if text.startswith("#[", i):
-                stack.append(("#[", i))
-                i += 2
-                continue
-            if text.startswith("#{", i):
-                k = text.find("}#", i + 2)
-                i = n if k < 0 else k + 2
-                continue
-            k = text.find("\n", i)
-            i = n if k < 0 else k
-            continue
-        if c in "([{":
-            stack.append((c, i))
-        elif c in ")]}" and stack:
-            stack.pop()
-        i += 1
-    return stack
-
-
-def _in_comment_or_string(line: str) -> bool:
-    quote = False
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                quote = False
-        elif c == '"':
-            quote = True
-        elif c == "#" and line.startswith("#{", i):
-            k = line.find("}#", i + 2)
-            if k < 0:
-                return True  # inside a block comment that is still open
-            i = k + 1
-        elif c == "#" and not line.startswith(("#[", "#!["), i):
-            return True
-        i += 1
-    return quote
 
 
 class _Ctx:
@@ -432,7 +375,7 @@ def complete(doc, offset: int, limit: int = 200) -> Completions:
 
 
 def _items(c: _Ctx) -> list[Item]:
-    if _in_comment_or_string(c.line_head):
+    if in_comment_or_string(c.line_head):
         return []
     if c.in_trivia or (c.indent == 0 and not c.line_head.strip() and not c.stack):
         return _keywords(C.STATEMENT_SNIPPETS, "statement")
@@ -495,7 +438,3 @@ def _items(c: _Ctx) -> list[Item]:
     if kw in ("let", "export") and (kw == "export" or "=" in c.stmt):
         return _morph_context(c)
     return []
-
-
-def is_reserved(word: str) -> bool:
-    return word in RESERVED_WORDS

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from qvr.ide.token_legend import TOKEN_MODIFIERS, TOKEN_TYPES  # noqa: F401 (re-exported)
+from qvr.ide.token_legend import TOKEN_MODIFIERS, TOKEN_TYPES
 from qvr.sema.symbols import DeductionSym, ObjectSym, UnknownSym
 from qvr.syntax.parser import RESERVED_WORDS
 from qvr.text import Span
@@ -29,6 +29,8 @@ _TOKEN = re.compile(
     r'|(?P<number>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
     r'|(?P<name>[A-Za-z_][A-Za-z0-9_]*)'
     r'|(?P<op>>>|->|<-|\|-|⊢|[@~*+/=-])', re.S)
+
+__all__ = ["TOKEN_MODIFIERS", "TOKEN_TYPES", "SemanticToken", "semantic_tokens"]
 
 _ENTRY_WORDS = ("atoms", "binders", "rule", "lexicon")
 _LOCAL_TYPES = {"parameter": "parameter", "atom": "enumMember", "binder": "macro", "patvar": "typeParameter",
@@ -131,8 +133,6 @@ def semantic_tokens(doc, span: Optional[Span] = None) -> list[SemanticToken]:
                     elif word in _ENTRY_WORDS and slot.keyword == "deduction" and line_head.strip() == "" \
                             and line_head:
                         cls = ("keyword", ())
-                    elif word in ("FinSet", "Real"):
-                        cls = ("type", ("defaultLibrary",))
                 if cls is not None:
                     out.append(SemanticToken(a, b, cls[0], cls[1]))
     if span is not None:

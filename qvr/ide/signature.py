@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from qvr.ide.catalog import COMBINATORS
-from qvr.ide.completion import bracket_stack
+from qvr.ide.textscan import bracket_stack
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import LetSym, MorphismSym, ProgramSym
 from qvr.sema.types import factors, spell, spell_mor

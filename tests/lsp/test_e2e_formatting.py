@@ -2,7 +2,7 @@
 edits of `qvr.syntax.format` (the formatter `qvr fmt` uses)."""
 import pytest
 import pytest_lsp
-from lsp_support import SERVER, find, open_doc, server_env, span_text
+from lsp_support import SERVER, find, open_doc, server_env
 from lsprotocol import types as T
 from pytest_lsp import ClientServerConfig, LanguageClient
 

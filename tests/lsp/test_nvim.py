@@ -1,7 +1,6 @@
 """One real client: headless Neovim (0.7 API) opens an example with a planted error,
 receives the server's diagnostics, and gets a hover with a morphism's type."""
 import json
-import os
 import shutil
 import subprocess
 import sys
