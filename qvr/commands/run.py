@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 # method name -> module providing add_arguments(group) and run(args, program, folder, stop)
-METHODS = {"smc": "qvr.smc.cli"}
+METHODS = {"smc": "qvr.smc.cli", "svi": "qvr.inference.cli", "hmc": "qvr.inference.cli",
+           "nuts": "qvr.inference.cli"}
 
 _OWN = "_run_method_options"  # args attribute: {method: {dest: default}}
 
@@ -82,7 +83,7 @@ class RunFolder:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run inference on a program (e.g. SMC generation)",
+    p = sub.add_parser("run", help="run inference on a program (SVI, HMC, NUTS, SMC)",
                        description="Run an inference method on a QVR program; results and "
                                    "per-step metrics go to a run folder.")
     p.add_argument("file", help="the .qvr program")
@@ -94,8 +95,14 @@ def register(sub) -> None:
     p.add_argument("--runs-dir", default="runs", metavar="DIR",
                    help="where run folders are created (default ./runs)")
     own = {}
+    first = {}  # module -> the first method it serves (one module may serve several)
     for method, module_name in METHODS.items():
-        group = p.add_argument_group(f"--method {method}")
+        if module_name in first:
+            own[method] = own[first[module_name]]
+            continue
+        first[module_name] = method
+        served = "|".join(m for m, n in METHODS.items() if n == module_name)
+        group = p.add_argument_group(f"--method {served}")
         importlib.import_module(module_name).add_arguments(group)
         # remember each option's default, and make it absent unless given, so that an
         # option of another method can be told apart from a default

@@ -303,7 +303,10 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200) ->
             "ess_tail": np.atleast_1d(ess_tail(flat)), "r_hat": np.atleast_1d(split_rhat(flat)),
         }
         for k in range(take):
-            label = name if not shape else f"{name}[{','.join(map(str, np.unravel_index(k, shape)))}]"
+            if not shape or shape == (1,):  # scalar sites are recorded with shape (1,)
+                label = name
+            else:
+                label = f"{name}[{','.join(map(str, np.unravel_index(k, shape)))}]"
             out.rows[label] = {c: float(stats[c][k]) for c in COLUMNS}
     return out
 

@@ -24,6 +24,8 @@ from typing import Callable, Optional
 
 import torch
 
+from qvr.inference.mcmc.ops import fused
+
 #: `(z (C, D)) -> (log_density (C,), grad (C, D))`
 GradFn = Callable[[torch.Tensor], tuple]
 
@@ -77,6 +79,20 @@ class MassMatrix:
         return torch.linalg.solve_triangular(self.chol.transpose(-1, -2), eps.unsqueeze(-1),
                                              upper=True).squeeze(-1)
 
+    @property
+    def dense(self) -> bool:
+        return self.kind == "dense"
+
+    def as_tensor(self, like: torch.Tensor) -> torch.Tensor:
+        """`inv` for the fused kernels: ones `(C, D)` for the identity."""
+        if self.inv is not None:
+            return self.inv
+        ones = getattr(self, "_ones", None)
+        if ones is None or ones.shape != like.shape or ones.dtype != like.dtype:
+            ones = torch.ones_like(like)
+            self._ones = ones
+        return ones
+
     def select(self, mask: torch.Tensor, other: "MassMatrix") -> "MassMatrix":
         """Per chain: this matrix where `mask`, else `other`'s."""
         if self.kind == "identity":
@@ -93,8 +109,7 @@ def leapfrog(z, p, grad, step_size, mass: MassMatrix, grad_fn: GradFn):
     Returns `(z, p, log_density, grad)` at the new point.
     """
     eps = step_size.unsqueeze(-1)
-    p = p + 0.5 * eps * grad
-    z = z + eps * mass.velocity(p)
+    z, p = fused.kick_drift(z, p, grad, eps, mass.as_tensor(z), mass.dense)
     logp, grad = grad_fn(z)
-    p = p + 0.5 * eps * grad
+    p = fused.kick(p, grad, eps)
     return z, p, logp, grad

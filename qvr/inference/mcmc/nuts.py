@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from qvr.inference.mcmc.integrator import leapfrog
+from qvr.inference.mcmc.ops import fused
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Transition
 
 
@@ -128,38 +128,23 @@ class NUTSKernel(HMCBase):
             sz, slp, sg, sh = zp, lpp, gp, hp
             sub_w = neg_inf
             running = active.clone()
+            inv, dense = mass.as_tensor(z0), mass.dense
+            eps_col = step.unsqueeze(-1)
             for n in range(2 ** j):
-                z, p, lp, g = leapfrog(z, p, g, step, mass, grad_fn)
-                v = mass.velocity(p)
-                h = -lp + 0.5 * (p * v).sum(-1)
-                dh = h - h0
-                finite = torch.isfinite(dh)
-                stat = torch.where(finite, torch.exp(-dh).clamp(max=1.0), torch.zeros_like(dh))
-                sum_acc = sum_acc + torch.where(running, stat, torch.zeros_like(stat))
-                n_leaves = n_leaves + running.long()
-                div = running & (~finite | (dh > thr))
-                diverged = diverged | div
-                # progressive multinomial sampling inside the subtree
-                lw = torch.where(finite, -dh, neg_inf)
-                new_w = torch.logaddexp(sub_w, lw)
-                u = torch.rand(C, dtype=dtype, device=device)
-                take = running & (torch.log(u) < lw - new_w)
-                tcol = take.unsqueeze(-1)
-                sz = torch.where(tcol, z, sz)
-                sg = torch.where(tcol, g, sg)
-                slp = torch.where(take, lp, slp)
-                sh = torch.where(take, h, sh)
-                sub_w = torch.where(running, new_w, sub_w)
+                z, p_half = fused.kick_drift(z, p, g, eps_col, inv, dense)
+                lp, g = grad_fn(z)
+                log_u = torch.log(torch.rand(C, dtype=dtype, device=device))
+                (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+                 sh) = fused.nuts_leaf(z, p_half, lp, g, eps_col, inv, dense, h0, thr,
+                                       running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
+                                       slp, sh, log_u)
                 # U-turns of the sub-subtrees that end at this leaf
                 lo, hi = checkpoint_range(n)
                 if n % 2 == 0:
                     ck_z[hi], ck_v[hi] = z, v
-                turning = None
+                stop = div
                 for k in range(lo, hi + 1):
-                    dz = (z - ck_z[k]) * dcol
-                    t = ((dz * ck_v[k]).sum(-1) < 0) | ((dz * v).sum(-1) < 0)
-                    turning = t if turning is None else turning | t
-                stop = div if turning is None else div | turning
+                    stop = stop | fused.turning(z, v, ck_z[k], ck_v[k], dcol)
                 running = running & ~stop
                 if n + 1 < 2 ** j and not bool(running.any()):
                     break

@@ -1,0 +1,114 @@
+"""Fused tensor steps of the trajectory loop, compiled with TorchScript when available.
+
+The NUTS and HMC loops do a fixed handful of small tensor operations per leapfrog step
+(kicks, drifts, energies, the multinomial bookkeeping, U-turn tests).  In eager PyTorch
+each costs a Python dispatch of several microseconds, which is as much as a whole gradient
+of a small model; grouping them into a few TorchScript functions removes that overhead.
+If scripting is unavailable (a PyTorch without TorchScript), the same functions run
+eagerly — the arithmetic is identical.
+
+Mass matrices are passed as `inv` (`(C, D)` diagonal — ones for the identity — or
+`(C, D, D)` dense) with the flag `dense`.
+
+This module knows nothing of trees or states: it is arithmetic only.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+
+def velocity(inv: Tensor, p: Tensor, dense: bool) -> Tensor:
+    """`M^-1 p` per chain."""
+    if dense:
+        return torch.bmm(inv, p.unsqueeze(-1)).squeeze(-1)
+    return inv * p
+
+
+def kick_drift(z: Tensor, p: Tensor, g: Tensor, eps: Tensor, inv: Tensor,
+               dense: bool) -> Tuple[Tensor, Tensor]:
+    """Half momentum step then a full position step (`eps` is `(C, 1)`)."""
+    p = p + 0.5 * eps * g
+    if dense:
+        v = torch.bmm(inv, p.unsqueeze(-1)).squeeze(-1)
+    else:
+        v = inv * p
+    return z + eps * v, p
+
+
+def kick(p: Tensor, g: Tensor, eps: Tensor) -> Tensor:
+    """The closing half momentum step."""
+    return p + 0.5 * eps * g
+
+
+def nuts_leaf(z: Tensor, p_half: Tensor, lp: Tensor, g: Tensor, eps: Tensor, inv: Tensor,
+              dense: bool, h0: Tensor, thr: float, running: Tensor, sum_acc: Tensor,
+              n_leaves: Tensor, diverged: Tensor, sub_w: Tensor, sz: Tensor, sg: Tensor,
+              slp: Tensor, sh: Tensor, log_u: Tensor):
+    """Finish a leapfrog step and fold the new leaf into the subtree (see `nuts.py`).
+
+    Returns `(p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh)`.
+    """
+    p = p_half + 0.5 * eps * g
+    if dense:
+        v = torch.bmm(inv, p.unsqueeze(-1)).squeeze(-1)
+    else:
+        v = inv * p
+    h = -lp + 0.5 * (p * v).sum(-1)
+    dh = h - h0
+    finite = torch.isfinite(dh)
+    zero = torch.zeros_like(dh)
+    stat = torch.where(finite, torch.exp(-dh).clamp(max=1.0), zero)
+    sum_acc = sum_acc + torch.where(running, stat, zero)
+    n_leaves = n_leaves + running.to(n_leaves.dtype)
+    div = running & (~finite | (dh > thr))
+    diverged = diverged | div
+    lw = torch.where(finite, -dh, torch.full_like(dh, -float("inf")))
+    new_w = torch.logaddexp(sub_w, lw)
+    take = running & (log_u < lw - new_w)
+    tcol = take.unsqueeze(-1)
+    sz = torch.where(tcol, z, sz)
+    sg = torch.where(tcol, g, sg)
+    slp = torch.where(take, lp, slp)
+    sh = torch.where(take, h, sh)
+    sub_w = torch.where(running, new_w, sub_w)
+    return p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
+
+
+def turning(z: Tensor, v: Tensor, ck_z: Tensor, ck_v: Tensor, direction: Tensor) -> Tensor:
+    """U-turn between a checkpoint (subtree start) and the current leaf (its end):
+    `(z+ - z-) . v- < 0` or `(z+ - z-) . v+ < 0` (`direction` is `(C, 1)`)."""
+    dz = (z - ck_z) * direction
+    return ((dz * ck_v).sum(-1) < 0) | ((dz * v).sum(-1) < 0)
+
+
+def _script(fn):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.jit.script(fn)
+    except Exception:  # pragma: no cover - depends on the PyTorch build
+        return fn
+
+
+class _Lazy:
+    """Scripts every function on first use (keeps `import` cheap)."""
+
+    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning")
+
+    def __init__(self):
+        self._done = False
+
+    def __getattr__(self, name):
+        if name not in self._names:
+            raise AttributeError(name)
+        for n in self._names:
+            self.__dict__[n] = _script(globals()[n])
+        return self.__dict__[name]
+
+
+#: the compiled functions: `fused.nuts_leaf(...)`, ...
+fused = _Lazy()
