@@ -7,10 +7,12 @@ token is forbidden by a potential, so each run is 32 steps = 2,048 particle-step
 * scan program: ``examples/recurrent_lm.qvr`` through `ProgramLM` — ``cache=True`` carries
   each particle's recurrent state (one cell step per token), ``cache=False`` feeds the
   whole ``[bos] + prefix`` through the program at every step;
-* LogitsLM: a 2-layer causal transformer (defined below) — ``cache=True`` carries its
-  key/value cache per particle (the "CachedTransformer" of the user's Algorithm 3),
-  ``cache=False`` runs the full causal forward on every prefix at every step.  The
-  stateless per-prefix logits cache (no KV cache) is reported too.
+* LogitsLM over a 2-layer causal transformer (d = 64, defined below) — ``cache=True``
+  carries its key/value cache per particle (the "CachedTransformer" of the user's
+  Algorithm 3), ``cache=False`` runs the full causal forward on every prefix at every
+  step; the stateless per-prefix logits cache (no KV cache) is reported too;
+* LogitsLM over a GRU (d = 128) — the hidden state per particle against one ``nn.GRU``
+  pass over every prefix.
 
 Each configuration runs `--reps` times, interleaved, and the best is reported.  Times are
 CPU times of this process (`time.process_time`) with torch single-threaded — SMC steps are
@@ -104,6 +106,32 @@ class CausalTransformer(nn.Module):
         return {"kv": cache, "pos": pos + 1}, self.head(self.ln(x[:, -1]))
 
 
+class RecurrentLM(nn.Module):
+    """A GRU language model, callable on whole prefixes (one ``nn.GRU`` pass) and
+    incrementally (``start`` / ``step``, the hidden state)."""
+
+    def __init__(self, vocab=64, d=128):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.gru = nn.GRU(d, d, batch_first=True)
+        self.head = nn.Linear(d, vocab)
+
+    @torch.no_grad()
+    def __call__(self, prefixes):
+        out, _ = self.gru(self.tok(prefixes))
+        return self.head(out[:, -1])
+
+    @torch.no_grad()
+    def start(self, tokens):
+        out, h = self.gru(self.tok(tokens))
+        return h[0], self.head(out[:, -1])
+
+    @torch.no_grad()
+    def step(self, h, tokens):
+        _, h = self.gru(self.tok(tokens).unsqueeze(1), h.unsqueeze(0))
+        return h[0], self.head(h[0])
+
+
 class Stateless:
     """The transformer without its incremental methods (per-prefix logits cache only)."""
 
@@ -130,7 +158,7 @@ def timed_run(lm, eos, seed):
     return total, N * r.num_steps, stamps[-2] - stamps[-3], wall
 
 
-def check_transformer(model):
+def check_incremental(model):
     """The incremental path computes the same logits as the full forward."""
     toks = torch.randint(0, 64, (3, 10), generator=torch.Generator().manual_seed(1))
     state, logits = model.start(toks[:, :1])
@@ -149,7 +177,9 @@ def main() -> None:
     torch.manual_seed(0)
     program = qvr.load(ROOT / "examples" / "recurrent_lm.qvr")
     transformer = CausalTransformer().eval()
-    check_transformer(transformer)
+    gru = RecurrentLM().eval()
+    check_incremental(transformer)
+    check_incremental(gru)
     bos, eos = 0, 1
     configs = {
         "scan program, cached state": lambda: ProgramLM(program, bos, eos, cache=True),
@@ -159,6 +189,8 @@ def main() -> None:
             lambda: LogitsLM(Stateless(transformer), eos, bos),
         "LogitsLM transformer, recomputed":
             lambda: LogitsLM(transformer, eos, bos, cache=False),
+        "LogitsLM GRU, hidden state": lambda: LogitsLM(gru, eos, bos),
+        "LogitsLM GRU, recomputed": lambda: LogitsLM(gru, eos, bos, cache=False),
     }
     assert configs["scan program, cached state"]().mode == "scan-state"
     best = {name: (math.inf, 0, math.inf, math.inf) for name in configs}
@@ -176,7 +208,8 @@ def main() -> None:
               f" (wall {wall * 1e3:7.1f})   step 31 {last * 1e3:6.2f} ms")
     report = {"rates": rates, "speedup": {}, "step31_speedup": {}}
     for kind, cached in (("scan program", "scan program, cached state"),
-                         ("LogitsLM transformer", "LogitsLM transformer, KV cache")):
+                         ("LogitsLM transformer", "LogitsLM transformer, KV cache"),
+                         ("LogitsLM GRU", "LogitsLM GRU, hidden state")):
         base = f"{kind}, recomputed"
         report["speedup"][kind] = rates[cached] / rates[base]
         report["step31_speedup"][kind] = best[base][2] / best[cached][2]

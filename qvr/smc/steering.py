@@ -263,7 +263,8 @@ class _Run:
         is_new = active[parent]
         child_tok = np.full(parent.size, -1, dtype=np.int64)
         child_tok[is_new] = tokens.reshape(-1)
-        new_parents = [self.seqs[i] for i in act.tolist() for _ in range(K)]
+        seqs = self.seqs
+        new_parents = [seqs[i] for i in act.tolist() for _ in range(K)]
         new_children = [p + (a,) for p, a in zip(new_parents, tokens.reshape(-1).tolist())]
         log_u = self.log_w[parent]
         inc = np.full(len(new_children), -math.log(K))
@@ -278,8 +279,10 @@ class _Run:
         r = resample(log_u, N, smc.generator)
         idx = r.indices
         self.num_det = r.num_det
-        new_pos = np.cumsum(is_new) - 1  # a new child's index in new_children
-        self.seqs = [new_children[new_pos[c]] if is_new[c] else self.seqs[parent[c]]
+        # (plain lists: indexing them with Python ints is far cheaper than numpy scalars)
+        new_pos = (np.cumsum(is_new) - 1).tolist()  # a new child's index in new_children
+        new_l, parent_l = is_new.tolist(), parent.tolist()
+        self.seqs = [new_children[new_pos[c]] if new_l[c] else seqs[parent_l[c]]
                      for c in idx.tolist()]
         self.finished, self.truncated = fin[idx], trunc[idx]
         self.dead = self.dead[parent][idx] | r.dead
