@@ -25,7 +25,10 @@ from qvr.runtime.errors import IncompatibleMorphismsError, InputShapeError
 from qvr.runtime.morphisms.base import ContinuousMorphism, Morphism
 from qvr.runtime.morphisms.finite import FiniteCompose, FiniteMorphism, FiniteTensor
 from qvr.runtime.objects import QvrObject, product
-from qvr.runtime.values import as_tensor
+from qvr.runtime.values import as_features, as_tensor
+
+EPS = 1e-7
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def compatible(a: QvrObject, b: QvrObject) -> bool:
@@ -237,7 +240,14 @@ class Tensor(ContinuousMorphism):
 
 
 class Fan(ContinuousMorphism):
-    """`fan(f_1, ..., f_k)`: every part on the same input; outputs concatenated (spec 4.3)."""
+    """`fan(f_1, ..., f_k)`: every part on the same input; outputs concatenated (spec 4.3).
+
+    When every part is a Normal kernel with an MLP parameter source of the same shape (the
+    replicated heads of multi-head attention), the parts are evaluated together: one matmul
+    for the first layer, batched matmuls for the others, and one draw of the Normal noise
+    for all heads.  The result is the same law; only the order in which random numbers are
+    consumed differs from part-by-part evaluation.
+    """
 
     def __init__(self, parts, label: str = None):
         parts = list(parts)
@@ -245,6 +255,7 @@ class Fan(ContinuousMorphism):
         super().__init__(parts[0].domain, cod,
                          label or f"fan({', '.join(p.label for p in parts)})")
         self.parts = nn.ModuleList(parts)
+        self.batched = _batchable(parts)
 
     @property
     def output_discrete(self) -> bool:
@@ -264,14 +275,56 @@ class Fan(ContinuousMorphism):
         parts = list(self.parts)
         if len(parts) == 1:
             return parts[0].rsample(x, sample_shape)
+        if self.batched:
+            loc, scale = self._batched_params(x)
+            eps = torch.randn(tuple(sample_shape) + tuple(loc.shape), dtype=loc.dtype,
+                              device=loc.device)
+            y = loc + scale * eps
+            return y.reshape(*y.shape[:-2], -1)
         return _cat_outputs(parts, [p.rsample(x, sample_shape) for p in parts])
 
     def log_prob(self, x, y):
         parts = list(self.parts)
         if len(parts) == 1:
             return parts[0].log_prob(x, y)
+        if self.batched:
+            loc, scale = self._batched_params(x)
+            y = as_tensor(y)
+            z = (y.reshape(*y.shape[:-1], len(parts), -1) - loc) / scale
+            return (-0.5 * z * z - torch.log(scale) - _LOG_SQRT_2PI).sum((-2, -1))
         ys = _split_values(parts, as_tensor(y))
         return sum(p.log_prob(x, yi) for p, yi in zip(parts, ys))
+
+    def _batched_params(self, x):
+        """Normal parameters of every part, `(*batch, k, d)` each."""
+        parts = list(self.parts)
+        nets = [p.param_source.net for p in parts]
+        src = parts[0].param_source
+        x = as_features(x, src.width, who=parts[0].label, dtype=nets[0][0].weight.dtype)
+        lead = x.shape[:-1]
+        k = len(nets)
+        w0 = torch.cat([n[0].weight for n in nets])
+        b0 = torch.cat([n[0].bias for n in nets])
+        h = torch.tanh(torch.nn.functional.linear(x, w0, b0))  # (*lead, k*h)
+        h = h.reshape(-1, k, h.shape[-1] // k).transpose(0, 1)  # (k, N, h)
+        w2 = torch.stack([n[2].weight for n in nets])
+        b2 = torch.stack([n[2].bias for n in nets]).unsqueeze(1)
+        h = torch.tanh(torch.baddbmm(b2, h, w2.transpose(1, 2)))
+        w4 = torch.stack([n[4].weight for n in nets])
+        b4 = torch.stack([n[4].bias for n in nets]).unsqueeze(1)
+        raw = torch.baddbmm(b4, h, w4.transpose(1, 2)).transpose(0, 1)  # (N, k, P)
+        raw = raw.reshape(*lead, k, raw.shape[-1])
+        d = raw.shape[-1] // 2
+        return raw[..., :d], torch.exp(raw[..., d:]).clamp(min=EPS)
+
+
+def _batchable(parts) -> bool:
+    from qvr.runtime.morphisms.kernels import FamilyKernel, MLPSource
+    if len(parts) < 2 or not all(type(p) is FamilyKernel and p.family_name == "Normal" and
+                                 isinstance(p.param_source, MLPSource) for p in parts):
+        return False
+    shapes = {tuple(tuple(q.shape) for q in p.param_source.parameters()) for p in parts}
+    return len(shapes) == 1
 
 
 class Scan(ContinuousMorphism):

@@ -64,20 +64,35 @@ def test_fan_output_is_the_concatenation_of_the_heads_in_order():
                 "let f = fan(q)\nlet g = fan(q_2, q_0)\nexport f\n")
     f, g = prog["f"], prog["g"]
     assert [p.label for p in f.parts] == ["q_0", "q_1", "q_2"]
+    assert f.batched  # replicated Normal heads are evaluated together
     x = torch.randn(4, 3)
+    # batched: one draw of the noise for all heads, head i in columns 2i:2i+2
     torch.manual_seed(1)
     y = f.rsample(x)
     torch.manual_seed(1)
-    heads = [prog[f"q_{i}"].rsample(x) for i in range(3)]
+    eps = torch.randn(4, 3, 2)
+    params = [prog[f"q_{i}"].params(x) for i in range(3)]
+    expected = torch.cat([loc + sc * eps[:, i] for i, (loc, sc) in enumerate(params)], -1)
     assert y.shape == (4, 6)
-    assert torch.equal(y, torch.cat(heads, -1))
+    assert torch.allclose(y, expected, atol=1e-6)
     lp = f.log_prob(x, y)
     assert torch.allclose(lp, sum(prog[f"q_{i}"].log_prob(x, y[:, 2 * i:2 * i + 2])
-                                  for i in range(3)))
+                                  for i in range(3)), atol=1e-5)
+    # part by part: each head draws in turn
+    f.batched = False
+    torch.manual_seed(1)
+    y = f.rsample(x)
+    torch.manual_seed(1)
+    assert torch.equal(y, torch.cat([prog[f"q_{i}"].rsample(x) for i in range(3)], -1))
+    assert torch.allclose(f.log_prob(x, y), sum(prog[f"q_{i}"].log_prob(x, y[:, 2 * i:2 * i + 2])
+                                                for i in range(3)))
+    f.batched = True
     torch.manual_seed(2)
     z = g.rsample(x)
     torch.manual_seed(2)
-    assert torch.equal(z, torch.cat([prog["q_2"].rsample(x), prog["q_0"].rsample(x)], -1))
+    eps = torch.randn(4, 2, 2)
+    (l2, s2), (l0, s0) = prog["q_2"].params(x), prog["q_0"].params(x)
+    assert torch.allclose(z, torch.cat([l2 + s2 * eps[:, 0], l0 + s0 * eps[:, 1]], -1), atol=1e-6)
 
 
 def test_fan_of_a_discrete_and_a_continuous_head():
@@ -330,3 +345,27 @@ def test_categorical_draws_follow_the_probabilities():
     freq = torch.bincount(c.rsample(x), minlength=5).float() / 20000
     # 5 standard errors of a frequency near p: sqrt(p(1-p)/n) <= 0.0036
     assert torch.allclose(freq, probs, atol=0.018)
+
+
+def test_replicated_let_and_observed_morphisms():
+    prog = qvr.loads("object A : FinSet 3\nobject V : Real 2\n"
+                     "morphism f : V -> V [role=kernel] ~ Normal\n"
+                     "morphism g : V -> V [role=let, replicate=2] ~ f >> f\n"
+                     "morphism o : A -> A [role=observed, replicate=2] ~ identity(A)\n"
+                     "let h = fan(g)\nexport h\n")
+    f, g0, g1 = prog["f"], prog["g_0"], prog["g_1"]
+    # each replica of a `let` is an independent deep copy (spec 3.1)
+    ids = lambda m: {id(p) for p in m.parameters()}  # noqa: E731
+    assert ids(g0).isdisjoint(ids(f)) and ids(g0).isdisjoint(ids(g1))
+    assert len(ids(g0)) == len(ids(f))  # the tie inside `f >> f` survives the copy
+    assert prog["g"] == [g0, g1] and [p is q for p, q in zip(prog["h"].parts, (g0, g1))] == [True] * 2
+    o0, o1 = prog["o_0"], prog["o_1"]
+    assert torch.equal(o0.tensor, torch.eye(3)) and torch.equal(o1.tensor, torch.eye(3))
+    assert o0.value.data_ptr() != o1.value.data_ptr()
+
+
+def test_let_binds_the_same_object():
+    prog = qvr.loads("object V : Real 2\nmorphism f : V -> V [role=kernel] ~ Normal\n"
+                     "let a = f\nlet b = a\nmorphism c : V -> V [role=let] ~ b\nexport c\n")
+    assert prog["a"] is prog["f"] and prog["b"] is prog["f"] and prog["c"] is prog["f"]
+    assert prog.morphism is prog["f"] and prog["f"].label == "f"
