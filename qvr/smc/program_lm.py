@@ -68,7 +68,8 @@ class _ScanPlan:
         chain of links holds exactly one scan, and nothing else reads the input."""
         scan_type = _scan_type()
         steps = getattr(morphism, "steps", None)
-        if scan_type is None or not isinstance(steps, list) or getattr(morphism, "input_parts", None):
+        if scan_type is None or not isinstance(steps, list) \
+                or getattr(morphism, "input_parts", None):
             return None
         readers = [s for s in steps if getattr(s, "args", ()) is None
                    and getattr(s, "family", None) is None and hasattr(s, "module_name")]

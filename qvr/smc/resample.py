@@ -46,7 +46,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-__all__ = ["Threshold", "Resampled", "normalise", "threshold", "stratified_select", "resample"]
+__all__ = ["Threshold", "Resampled", "logsumexp", "normalise", "threshold", "stratified_select",
+           "resample"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ class Resampled:
     log_total: float
 
 
-def _logsumexp(x: np.ndarray) -> float:
+def logsumexp(x: np.ndarray) -> float:
+    """``log Σ exp(x)`` of a float64 vector (``-inf`` when empty or all ``-inf``)."""
     if x.size == 0:
         return -math.inf
     top = float(x.max())
@@ -105,7 +107,7 @@ def normalise(log_u) -> tuple[float, np.ndarray]:
     ``log W`` is ``-inf`` and ``ŵ`` all zeros when every weight is zero.
     """
     log_u = np.asarray(log_u, dtype=np.float64)
-    log_total = _logsumexp(log_u)
+    log_total = logsumexp(log_u)
     if log_total == -math.inf:
         return -math.inf, np.zeros_like(log_u)
     return log_total, np.exp(log_u - log_total)
@@ -204,7 +206,7 @@ def resample(log_u, n: int, generator: Optional[torch.Generator] = None) -> Resa
     k = n - th.num_det
     picks = th.stoch[stratified_select(w_hat[th.stoch], k, generator)]
     # W / c* = W · S_L / (N − L) = Σ_{j ∈ I_stoch} u_j / (N − L), computed in log space.
-    log_strat = _logsumexp(log_u[th.stoch]) - math.log(k)
+    log_strat = logsumexp(log_u[th.stoch]) - math.log(k)
     idx = np.concatenate([th.det, picks])
     logw = np.concatenate([log_u[th.det], np.full(k, log_strat)])
     return Resampled(idx, logw, np.zeros(n, dtype=bool), th.c_star, th.num_det, log_total)

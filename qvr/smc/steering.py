@@ -49,7 +49,7 @@ from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitFaile
 
 from .model import as_stateful
 from .potentials import log_potential_fn
-from .resample import resample
+from .resample import logsumexp, resample
 
 __all__ = ["SMCSteering", "SMCResult"]
 
@@ -114,23 +114,16 @@ class SMCResult:
         return items if k is None else items[:k]
 
 
-def _logsumexp(x: np.ndarray) -> float:
-    top = float(x.max())
-    if top == -math.inf:
-        return -math.inf
-    return top + math.log(float(np.exp(x - top).sum()))
-
-
 def _log_mean_exp(log_w: np.ndarray) -> float:
-    return _logsumexp(log_w) - math.log(log_w.size)
+    return logsumexp(log_w) - math.log(log_w.size)
 
 
 def _ess(log_w: np.ndarray) -> float:
     """Kish's effective sample size `(Σw)²/Σw²` (0 when every weight is 0)."""
-    a = _logsumexp(log_w)
+    a = logsumexp(log_w)
     if a == -math.inf:
         return 0.0
-    return math.exp(2 * a - _logsumexp(2 * log_w))
+    return math.exp(2 * a - logsumexp(2 * log_w))
 
 
 class SMCSteering:
@@ -204,10 +197,11 @@ class SMCSteering:
         if result.cancelled:
             emit(FitCancelled(step=run.t, elapsed=emit.elapsed))
         else:
+            alive = ~result.dead
             emit(FitFinished(summary={"log_Z": result.log_Z, "num_steps": result.num_steps,
                                       "ess": _ess(result.log_weights.numpy()),
-                                      "num_finished": int((result.finished & ~result.dead).sum()),
-                                      "num_truncated": int((result.truncated & ~result.dead).sum())},
+                                      "num_finished": int((result.finished & alive).sum()),
+                                      "num_truncated": int((result.truncated & alive).sum())},
                              elapsed=emit.elapsed))
         return result
 

@@ -93,10 +93,10 @@ def test_finished_particles_kept_deterministically_with_k_gt_1():
                 ).run()
     checked = 0
     for before, after in zip(snaps, snaps[1:]):
-        fin_before = {(s, w) for s, w, f in zip(before.sequences, before.log_weights, before.finished)
-                      if f and s[-1] == EOS}
-        fin_after = {(s, w) for s, w, f in zip(after.sequences, after.log_weights, after.finished)
-                     if f and s[-1] == EOS}
+        def finished(snap):
+            return {(s, w) for s, w, f in zip(snap.sequences, snap.log_weights, snap.finished)
+                    if f and s[-1] == EOS}
+        fin_before, fin_after = finished(before), finished(after)
         for s, w in fin_before:
             kept = [w2 for s2, w2 in fin_after if s2 == s]
             assert w in kept  # kept deterministically with the same weight

@@ -20,7 +20,11 @@ def logs(p, pairs, t=0):
 
 
 def test_docstring_examples():
-    assert doctest.testmod(pots).failed == 0
+    import qvr.smc.resample
+    import qvr.smc.steering
+    for module in (pots, qvr.smc.resample, qvr.smc.steering):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
 def test_forbid_tokens_and_patterns():
@@ -78,7 +82,8 @@ def test_scalar_and_batched_forms_agree():
     kids = [(A,), (B,), (A, A)]
     a = log_potential_fn(potential=scalar)([()] * 3, kids, 1)
     b = log_potential_fn(potential=vector)([()] * 3, kids, 1)
-    c = log_potential_fn(log_potential=lambda p, ch, t: math.log(scalar(p, ch, t)))([()] * 3, kids, 1)
+    as_log = log_potential_fn(log_potential=lambda p, ch, t: math.log(scalar(p, ch, t)))
+    c = as_log([()] * 3, kids, 1)
     assert np.allclose(a, b) and np.allclose(a, c)
     assert from_callable(scalar).log_potential([()] * 3, kids, 1).tolist() == a.tolist()
 

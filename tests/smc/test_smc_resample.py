@@ -110,7 +110,7 @@ def test_resample_is_unbiased_and_keeps_deterministic_weights_exactly():
     n = 6
     gen = torch.Generator().manual_seed(0)
     totals = []
-    for _ in range(20000):
+    for _ in range(10000):
         r = resample(log_u, n, gen)
         assert len(r.indices) == n and not r.dead.any()
         # deterministic survivors carry their own weight, bit for bit
@@ -147,7 +147,7 @@ def test_all_zero_weights_return_first_children_dead():
 def test_single_particle_draws_proportionally_to_weight():
     w = np.array([0.1, 0.6, 0.3])
     gen = torch.Generator().manual_seed(2)
-    reps = 20000
+    reps = 10000
     picks = np.array([resample(np.log(w), 1, gen).indices[0] for _ in range(reps)])
     freq = np.bincount(picks, minlength=3) / reps
     assert np.all(np.abs(freq - w) <= 4 * np.sqrt(w * (1 - w) / reps))
