@@ -105,6 +105,28 @@ def from_lsp_change(doc, change, pc: PositionCodec) -> Edit:
     return Edit(span.start, span.end, change.text)
 
 
+class _TextView:
+    """Just enough of a Document (text, line index) to convert positions in plain text."""
+
+    def __init__(self, text: str):
+        from qvr.text import LineIndex
+        self.text = text.replace("\r\n", "\n")
+        self.line_index = LineIndex(self.text)
+
+    def position(self, offset: int):
+        return self.line_index.position(offset)
+
+
+def apply_changes(text: str, changes, pc: PositionCodec) -> str:
+    """The text after didChange's content changes, by string operations only (the recovery
+    path when the incremental analysis fails)."""
+    for change in changes:
+        view = _TextView(text)
+        e = from_lsp_change(view, change, pc)
+        text = view.text[:e.start] + e.new_text.replace("\r\n", "\n") + view.text[e.end:]
+    return text
+
+
 # ---------------------------------------------------------------- URIs
 
 def to_path(uri: str) -> Optional[str]:

@@ -20,6 +20,9 @@ from qvr.text import Span
 from qvr_lsp import convert as C
 
 
+APPLY_FAULT = "qvr/applyChanges"  # fault-injection name for the incremental apply of didChange
+
+
 class RequestFailed(JsonRpcException):
     """LSP `RequestFailed` (-32803): a valid request that cannot be honoured (e.g. rename)."""
 
@@ -50,6 +53,8 @@ def guarded(method: str, notification: bool = False):
 
 
 def _recover(ls, uri: str, version=None) -> None:
+    """After a failed notification handler: pygls's copy of the text is the only one known
+    to be up to date, so rebuild from it."""
     try:
         ls.rebuild(uri)
         publish(ls, uri, version)
@@ -97,11 +102,19 @@ def did_change(ls, params: T.DidChangeTextDocumentParams):
     uri = params.text_document.uri
     doc = ls.documents.get(uri)
     if doc is None:
-        doc = ls.rebuild(uri)
+        ls.rebuild(uri)
     else:
         pc = ls.codec
-        for change in params.content_changes:  # each change applies to the result of the previous
-            doc.apply_edits([C.from_lsp_change(doc, change, pc)])
+        before = doc.text
+        try:
+            if APPLY_FAULT in ls.faults:
+                raise RuntimeError(f"injected fault in {APPLY_FAULT}")
+            for change in params.content_changes:  # each change applies to the result of the previous
+                doc.apply_edits([C.from_lsp_change(doc, change, pc)])
+        except Exception as exc:  # the analysis failed: start afresh from the text itself
+            ls.log(f"qvr-lsp: internal error applying a change to {uri}: {exc!r}\n{traceback.format_exc()}",
+                   T.MessageType.Error)
+            ls.open(uri, C.apply_changes(before, params.content_changes, pc))
     publish(ls, uri, params.text_document.version)
 
 

@@ -11,6 +11,7 @@ This module never imports torch, the runtime or the dashboard.
 """
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Optional
@@ -27,6 +28,17 @@ MAX_INDEXED_FILES = 2000
 
 
 class QvrProtocol(LanguageServerProtocol):
+    @lsp_method(T.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: T.DidChangeTextDocumentParams):
+        """pygls updates its own copy of the text first, and while doing so it may rewrite
+        the positions of the change in place (its line split also breaks at form feeds and
+        other characters that are not LSP line ends).  Our handler gets an untouched copy."""
+        pristine = copy.deepcopy(params)
+        for change in params.content_changes:
+            self.workspace.update_text_document(params.text_document, change)
+        if (handler := self.fm.features.get(T.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (pristine,), None
+
     @lsp_method(T.INITIALIZE)
     def lsp_initialize(self, params: T.InitializeParams):
         caps = params.capabilities
@@ -76,7 +88,9 @@ class QvrLanguageServer(LanguageServer):
         return doc
 
     def rebuild(self, uri: str):
-        """Re-create a document from pygls's own copy of the text (after an internal error)."""
+        """Re-create a document from pygls's own copy of the text (for a document that was
+        never opened; pygls splits lines at more characters than LSP does, so an open
+        document is rebuilt from its own text instead, see `handlers.did_change`)."""
         text = self.workspace.get_text_document(uri).source
         return self.open(uri, text)
 

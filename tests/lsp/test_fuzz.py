@@ -5,7 +5,8 @@ publishes for the final version must equal `qvr check --format json` on the fina
 (ranges converted from code points to UTF-16).
 
 Bounded: QVR_FUZZ_EXAMPLES examples (default 30) of at most 8 edits each, one server.
-Line ends are `\\n` only (a lone `\\r` is whitespace in QVR but a line break in LSP).
+Inserted line ends are `\\n` or `\\r\\n`, never a lone `\\r` (whitespace in QVR, but a line
+break in LSP).
 """
 import io
 import json
@@ -25,7 +26,8 @@ TEXTS = {p.name: p.read_text(encoding="utf-8") for p in FILES}
 PIECES = ["object ", "morphism ", "let ", "program ", "sample ", "observe ", "return ", "deduction ",
           " ", "\n", "    ", "\t", ">>", " >> ", "@", "(", ")", "[", "]", "=", "~", ":", "->", "<-", ",", "#",
           "## doc\n", "#{", "}#", '"', "é", "😋", "𝄞", "x", "h", "Token", "Latent", "1.0", "-", "fan(", "stack(",
-          "role=", "[role=kernel]", "Normal", "Normal(0.0, 1.0)", "|-", "⊢", "atoms ", "rule r : "]
+          "role=", "[role=kernel]", "Normal", "Normal(0.0, 1.0)", "|-", "⊢", "atoms ", "rule r : ", "\f", "\u00a0",
+          "\r\n"]
 REQUESTS = ["textDocument/hover", "textDocument/completion", "textDocument/definition",
             "textDocument/references", "textDocument/documentHighlight", "textDocument/signatureHelp",
             "textDocument/prepareRename", "textDocument/rename", "textDocument/documentSymbol",

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TEXT = "object K : FinSet 3\nprogram p : K -> K\n    sample mu <- Normal(0.0, 1.0)\n    return mu\n"
 URI = "file:///tmp/qvr_faults.qvr"
-FAULTS = "textDocument/hover,textDocument/didChange"
+FAULTS = "textDocument/hover,qvr/applyChanges,textDocument/didClose"
 
 
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(
@@ -43,12 +43,12 @@ async def test_a_failing_request_is_logged_and_answered_with_an_error(client: La
 
 async def test_a_failing_change_keeps_the_document_usable(client: LanguageClient):
     n = len(client.log_messages)
-    # the didChange handler fails; the server rebuilds the document from pygls's copy
+    # applying the change to the incremental analysis fails; the server starts afresh from the text
     diags = await change_doc(client, URI, 2, [T.TextDocumentContentChangePartial(
         range=T.Range(start=find(TEXT, "return $0mu"), end=find(TEXT, "return mu$0")), text="mo")])
     new = TEXT.replace("return mu", "return mo")
     assert [(d.code, span_text(new, d.range)) for d in diags] == [("QVR106", "mo")]
-    assert any("injected fault in textDocument/didChange" in m.message for m in client.log_messages[n:])
+    assert any("injected fault in qvr/applyChanges" in m.message for m in client.log_messages[n:])
     res = await client.text_document_references_async(T.ReferenceParams(
         text_document=T.TextDocumentIdentifier(uri=URI), position=find(new, "sample $0mu"),
         context=T.ReferenceContext(include_declaration=True)))
@@ -68,3 +68,30 @@ async def test_requests_for_unknown_documents_and_odd_positions_do_not_kill_the_
     syms = await client.text_document_document_symbol_async(T.DocumentSymbolParams(
         text_document=T.TextDocumentIdentifier(uri=URI)))
     assert [s.name for s in syms] == ["K", "p"]
+
+
+async def test_a_failing_notification_handler_is_logged_and_the_server_goes_on(client: LanguageClient):
+    n = len(client.log_messages)
+    uri = "file:///tmp/qvr_faults_close.qvr"
+    await open_doc(client, uri, "object A : FinSet 2\n")
+    client.text_document_did_close(T.DidCloseTextDocumentParams(text_document=T.TextDocumentIdentifier(uri=uri)))
+    syms = await client.text_document_document_symbol_async(T.DocumentSymbolParams(
+        text_document=T.TextDocumentIdentifier(uri=URI)))
+    assert [s.name for s in syms] == ["K", "p"]
+    assert any("injected fault in textDocument/didClose" in m.message for m in client.log_messages[n:])
+
+
+async def test_form_feeds_and_other_python_line_breaks_do_not_desync_the_document(client: LanguageClient):
+    # str.splitlines (used by pygls for its own copy) breaks at \f, \x1c and \u2028; LSP does not
+    uri = "file:///tmp/qvr_formfeed.qvr"
+    text = "object A :\fFinSet 2  # \x1c \u2028 odd\nobject B : FinSet 3\nobject C : Siez\n"
+    diags = await open_doc(client, uri, text)
+    assert [(d.code, span_text(text, d.range)) for d in diags] == [("QVR101", "Siez")]
+    start, end = find(text, "object C : $0Siez"), find(text, "object C : Siez$0")
+    diags = await change_doc(client, uri, 2, [T.TextDocumentContentChangePartial(
+        range=T.Range(start=start, end=end), text="B")])
+    assert diags == []
+    diags = await change_doc(client, uri, 3, [T.TextDocumentContentChangePartial(
+        range=T.Range(start=find(text, "object $0B"), end=find(text, "object B$0")), text="D")])
+    new = text.replace("object B", "object D").replace("Siez", "B")
+    assert [(d.code, span_text(new, d.range)) for d in diags] == [("QVR101", "B")]
