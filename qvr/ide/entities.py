@@ -59,7 +59,7 @@ def local_info(slot, rel_span: Span) -> Optional[LocalInfo]:
     return None
 
 
-def _pick(doc, offset: int, kinds) -> Optional[tuple]:
+def pick(doc, offset: int, kinds) -> Optional[tuple]:
     """The innermost fact of one of `kinds` at `offset`, preferring facts that contain the
     character after the cursor over those that merely end at it."""
     st = doc.state
@@ -103,7 +103,7 @@ def entity_at(doc, offset: int, with_expr: bool = False) -> Optional[tuple[Span,
     `fan` keyword of `fan(head)`, or a `>>` operator) is an entity too.
     """
     kinds = NAME_KINDS + (("expr",) if with_expr else ())
-    hit = _pick(doc, offset, kinds)
+    hit = pick(doc, offset, kinds)
     if hit is None:
         return None
     slot, base, f = hit

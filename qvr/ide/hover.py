@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from qvr.ide.catalog import COMBINATORS, option_doc
-from qvr.ide.entities import Builtin, Local, Top, entity_at
+from qvr.ide.entities import Builtin, Local, Top, entity_at, pick
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym,
                               UnknownSym)
@@ -38,7 +38,7 @@ def render(signature: str, facts: str = "", docs: tuple = ()) -> str:
 def hover(doc, offset: int) -> Optional[Hover]:
     hit = entity_at(doc, offset, with_expr=True)
     if hit is None:
-        return None
+        return _composition(doc, offset)
     span, ent = hit
     text = None
     if isinstance(ent, Top):
@@ -136,6 +136,23 @@ def _top(doc, ent: Top, span: Span) -> Optional[str]:
     if not sig:
         return None
     return render(sig, facts, doc.docs_for(ent.ns, ent.name))
+
+
+def _composition(doc, offset: int) -> Optional[Hover]:
+    """The rule name of a `composition` declaration."""
+    from qvr.sema.families import COMPOSITION_RULES
+    hit = pick(doc, offset, ("keyword",))
+    if hit is None or hit[2].data != "composition":
+        return None
+    slot, base, f = hit
+    word = doc.text[base + f.span.start:base + f.span.end]
+    rule = next((r for r in COMPOSITION_RULES if r.lower() == word.lower()), None)
+    if rule is None:
+        return None
+    facts = f"composition rule · level {COMPOSITION_RULES[rule]}"
+    if slot.result is None or slot.result.composition is None:
+        facts += " · not in effect (a module has one composition declaration)"
+    return Hover(f.span.shift(base), render(f"composition {rule}", facts))
 
 
 # ---------------------------------------------------------------- locals

@@ -126,3 +126,8 @@ def test_no_hover_in_comments_or_whitespace():
 def test_hover_on_a_chart_names_its_deduction():
     doc, off = cursor(example("pcfg_deduction"), "let grammar_$0only")
     assert hover(doc, off).text == h("grammar_only : chart of Grammar", "let step · line 38")
+
+
+def test_hover_on_a_composition_rule():
+    doc, off = cursor(example("relational_authors"), "composition product$0_fuzzy")
+    assert hover(doc, off).text == h("composition product_fuzzy", "composition rule · level algebra")
