@@ -2,9 +2,11 @@
 
 Every handler is wrapped by `guarded`, which isolates faults per request: an internal
 error is logged with its traceback through `window/logMessage` and answered with a
-JSON-RPC error response; a failing notification (didOpen/didChange) rebuilds the document
-from pygls's own copy of the text, so the document stays usable and diagnostics keep
-flowing.  User errors in the QVR text are never exceptions (they are diagnostics).
+JSON-RPC error response.  When the incremental analysis fails while applying a change, the
+document is rebuilt from its own text with the change applied (`convert.apply_changes`);
+when a didOpen/didChange handler fails as a whole, from pygls's copy of the text.  Either
+way the document stays usable and diagnostics keep flowing.  User errors in the QVR text
+are never exceptions (they are diagnostics).
 Diagnostics are published right after every open and change: the incremental analysis
 re-checks a one-character edit of a 5,000-line file in a few milliseconds.
 """
@@ -29,7 +31,9 @@ class RequestFailed(JsonRpcException):
     CODE = -32803
 
 
-def guarded(method: str, notification: bool = False):
+def guarded(method: str, notification: bool = False, recover: bool = False):
+    """Per-handler fault isolation (see the module docstring); `recover` rebuilds the
+    notification's document after a failure."""
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(ls, params):
@@ -44,7 +48,7 @@ def guarded(method: str, notification: bool = False):
                        T.MessageType.Error)
                 if notification:
                     td = getattr(params, "text_document", None)
-                    if getattr(td, "uri", None) is not None:
+                    if recover and getattr(td, "uri", None) is not None:
                         _recover(ls, td.uri, getattr(td, "version", None))
                     return None
                 raise JsonRpcInternalError(message=f"qvr-lsp: internal error in {method}: {exc}")
@@ -90,14 +94,14 @@ def publish(ls, uri: str, version=None) -> None:
     ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version))
 
 
-@guarded(T.TEXT_DOCUMENT_DID_OPEN, notification=True)
+@guarded(T.TEXT_DOCUMENT_DID_OPEN, notification=True, recover=True)
 def did_open(ls, params: T.DidOpenTextDocumentParams):
     td = params.text_document
     ls.open(td.uri, td.text)
     publish(ls, td.uri, td.version)
 
 
-@guarded(T.TEXT_DOCUMENT_DID_CHANGE, notification=True)
+@guarded(T.TEXT_DOCUMENT_DID_CHANGE, notification=True, recover=True)
 def did_change(ls, params: T.DidChangeTextDocumentParams):
     uri = params.text_document.uri
     doc = ls.documents.get(uri)
