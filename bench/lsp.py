@@ -5,10 +5,11 @@ Generates a 5,000-line QVR program, starts `python -m qvr_lsp`, and measures:
 * start: from spawning the process to the `initialize` response (server initialized);
 * open: from `didOpen` of the 5,000-line file to its first `publishDiagnostics`;
 * diagnostics latency: from a one-character `didChange` to the matching
-  `publishDiagnostics` (p50/p95 over many edits, alternating insert/delete so the file
-  stays valid);
+  `publishDiagnostics` (p50/p95 over many edits: a program-local name, a `stack` count and
+  a doc comment, each edit followed by its undo so the file stays valid);
 * hover and completion latency (p50/p95) at positions spread over the file;
-* resident memory of the server process (VmRSS / VmHWM from /proc) after the run.
+* resident memory of the server process (VmRSS / VmHWM from /proc) after the run;
+* for context, how long a bare interpreter takes to import lsprotocol and pygls alone.
 
 Goals (issue 6): start < 0.5 s, diagnostics p95 < 20 ms, hover p95 < 10 ms.
 
@@ -142,6 +143,21 @@ def rss_kib(pid):
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
+def import_floor() -> dict:
+    """Seconds for a bare interpreter to import pygls's server and lsprotocol's types (the
+    libraries' own share of the start time), median of three."""
+    out = {}
+    for label, code in (("python", "pass"), ("lsprotocol.types", "import lsprotocol.types"),
+                        ("pygls.lsp.server", "import pygls.lsp.server")):
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            ts.append(time.perf_counter() - t0)
+        out[label] = round(statistics.median(ts), 3)
+    return out
+
+
 def run(n_lines: int, n_edits: int, n_queries: int) -> dict:
     text = generate(n_lines)
     lines = text.split("\n")
@@ -159,25 +175,40 @@ def run(n_lines: int, n_edits: int, n_queries: int) -> dict:
     open_s = t - t_open
     assert first["params"]["diagnostics"] == [], first["params"]["diagnostics"][:3]
 
-    # one-character edits: insert "x" into a let name, then delete it (file stays valid)
+    # one-character edits, each followed by its undo so the file stays valid, cycling over
+    # three places: a program-local name, the count of a top-level `stack(…, 2)`, and a
+    # doc comment; spread over the whole file
     let_lines = [k for k, l in enumerate(lines) if l.startswith("    let m_")]
+    block_lines = [k for k, l in enumerate(lines) if l.startswith("let block_")]
+    doc_lines = [k for k, l in enumerate(lines) if l.startswith("## Layer ")]
     diag_ms = []
     version = 1
+
+    def rng(k, a, b):
+        return {"start": {"line": k, "character": a}, "end": {"line": k, "character": b}}
+
     for e in range(n_edits):
-        k = let_lines[(e // 2 * 37) % len(let_lines)]
-        col = len("    let m_")
-        if e % 2 == 0:
-            change = {"range": {"start": {"line": k, "character": col}, "end": {"line": k, "character": col}},
-                      "text": "x"}
+        pair, undo = divmod(e, 2)
+        kind = pair % 3
+        pick = (pair * 37) % len(let_lines)
+        if kind == 0:
+            k, col = let_lines[pick], len("    let m_")
+            change = {"range": rng(k, col, col + undo), "text": "" if undo else "x"}
+        elif kind == 1:
+            k = block_lines[pick % len(block_lines)]
+            col = lines[k].rindex(", 2)") + 2
+            change = {"range": rng(k, col, col + 1), "text": "2" if undo else "3"}
         else:
-            change = {"range": {"start": {"line": k, "character": col}, "end": {"line": k, "character": col + 1}},
-                      "text": ""}
+            k, col = doc_lines[pick % len(doc_lines)], len("## Layer")
+            change = {"range": rng(k, col, col + undo), "text": "" if undo else "!"}
         version += 1
         t1 = time.perf_counter()
         c.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
                                             "contentChanges": [change]})
-        t2, _n = c.wait_notification(lambda n, v=version: n.get("method") == "textDocument/publishDiagnostics"
-                                     and n["params"].get("version") == v)
+        t2, note = c.wait_notification(lambda n, v=version: n.get("method") == "textDocument/publishDiagnostics"
+                                       and n["params"].get("version") == v)
+        if undo:  # back to the original text: clean again
+            assert note["params"]["diagnostics"] == [], note["params"]["diagnostics"][:2]
         diag_ms.append((t2 - t1) * 1000)
 
     # hover on morphism names in `let block_i = up_i >> …` lines, completion after `>>`
@@ -209,6 +240,7 @@ def run(n_lines: int, n_edits: int, n_queries: int) -> dict:
                           "n": len(comp_ms)},
         "rss_mib": round(rss / 1024, 1),
         "peak_rss_mib": round(hwm / 1024, 1),
+        "import_floor_s": import_floor(),
         "goals": {"start_s": 0.5, "diagnostics_p95_ms": 20, "hover_p95_ms": 10},
     }
 
