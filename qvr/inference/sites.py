@@ -233,7 +233,8 @@ def shape_pass(model, x, observations: dict) -> dict:
         raise ValueError(f"{type(model).__name__} is not a program: guides and MCMC need a "
                          "model with execute/log_joint (a compiled, lifted or Python-built "
                          "MonadicProgram)")
-    with torch.no_grad():
+    devices = [x.device] if isinstance(x, torch.Tensor) and x.device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):  # leave the RNG alone
         ex = execute(x, observations, score=False)
     return ex.sites
 

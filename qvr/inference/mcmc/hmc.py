@@ -30,6 +30,9 @@ class HMCKernel(HMCBase):
       divergence_threshold: energy error above which an iteration is divergent.
       adapt_step_size, adapt_mass_matrix: warmup adaptation switches.
       warmup_schedule: ``"windowed"`` (Stan) or ``"end"`` (one update at the end).
+      step_size_jitter: each iteration uses `eps * (1 + jitter * U(-1, 1))` (Stan's
+        ``stepsize_jitter``; default 0, the spec's fixed step).  A little jitter breaks the
+        periodic trajectories fixed-length HMC falls into on near-Gaussian targets.
     """
 
     method = "hmc"
@@ -38,23 +41,30 @@ class HMCKernel(HMCBase):
                  mass_matrix: str = "identity", target_accept: float = 0.65,
                  divergence_threshold: float = 1000.0, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, warmup_schedule: str = "windowed",
-                 find_step_size: bool = True):
+                 find_step_size: bool = True, step_size_jitter: float = 0.0):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
                          adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size)
         if not (isinstance(num_steps, int) and num_steps >= 1):
             raise ValueError(f"num_steps must be an integer >= 1, got {num_steps}")
+        if not 0 <= step_size_jitter < 1:
+            raise ValueError(f"step_size_jitter must be in [0, 1), got {step_size_jitter}")
         self.num_steps = num_steps
+        self.step_size_jitter = float(step_size_jitter)
 
     def config(self) -> dict:
-        return {**super().config(), "num_steps": self.num_steps}
+        return {**super().config(), "num_steps": self.num_steps,
+                "step_size_jitter": self.step_size_jitter}
 
     def _transition(self, state: HMCState, target) -> Transition:
         z0, logp0, grad0, mass = state.z, state.log_density, state.grad, state.mass
         p0 = mass.sample_momentum(z0)
         h0 = -logp0 + mass.kinetic(p0)
         z, p, logp, grad = z0, p0, logp0, grad0
+        eps = state.step_size
+        if self.step_size_jitter > 0:
+            eps = eps * (1 + self.step_size_jitter * (2 * torch.rand_like(eps) - 1))
         for _ in range(self.num_steps):
-            z, p, logp, grad = leapfrog(z, p, grad, state.step_size, mass,
+            z, p, logp, grad = leapfrog(z, p, grad, eps, mass,
                                         target.log_density_and_grad)
         h1 = -logp + mass.kinetic(p)
         dh = h1 - h0
