@@ -78,6 +78,17 @@ def _classify_fact(doc, f, locals_) -> Optional[tuple[str, tuple]]:
     return None
 
 
+def _option_value(text: str, start: int, end: int) -> bool:
+    """A name written as an option value: `=` before it, `,` or `]` after it."""
+    i = start - 1
+    while i >= 0 and text[i] in " \t":
+        i -= 1
+    j = end
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    return i >= 0 and text[i] == "=" and j < len(text) and text[j] in ",]"
+
+
 def _split_lines(text: str, start: int, end: int, typ: str, mods: tuple, out: list) -> None:
     pos = start
     while pos < end:
@@ -133,6 +144,8 @@ def semantic_tokens(doc, span: Optional[Span] = None) -> list[SemanticToken]:
                     elif word in _ENTRY_WORDS and slot.keyword == "deduction" and line_head.strip() == "" \
                             and line_head:
                         cls = ("keyword", ())
+                    elif _option_value(chunk_text, m.start(), m.end()):
+                        cls = ("enumMember", ())  # e.g. `kernel` in `[role=kernel]`
                 if cls is not None:
                     out.append(SemanticToken(a, b, cls[0], cls[1]))
     if span is not None:

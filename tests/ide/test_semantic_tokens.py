@@ -28,7 +28,7 @@ def test_classification():
         "## Docs 😋:comment+documentation",
         "object:keyword", "K:type+declaration", "FinSet:keyword", "2:number", "# note:comment",
         "morphism:keyword", "f:function+declaration", "K:type", "->:operator", "K:type", "role:property",
-        "=:operator",
+        "=:operator", "latent:enumMember",
         "program:keyword", "p:function+declaration", "K:type", "->:operator", "K:type",
         "sample:keyword", "a:variable+declaration", "<-:operator", "Normal:class+defaultLibrary", "0.0:number",
         "1.0:number",
