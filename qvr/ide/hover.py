@@ -87,7 +87,7 @@ def symbol_lines(sym) -> tuple[str, str]:
                 facts += f" ~ {sym.family}"
             elif sym.lookup_table:
                 facts += " (lookup table)"
-        if sym.scale is not None:
+        if sym.scale is not None and sym.replica is None:  # 14.2 shows replicas without it
             facts += f" · scale {_num(sym.scale)}"
         if sym.stratum == "relational" and sym.rule:
             facts += f" · rule {sym.rule}"

@@ -131,3 +131,9 @@ def test_hover_on_a_chart_names_its_deduction():
 def test_hover_on_a_composition_rule():
     doc, off = cursor(example("relational_authors"), "composition product$0_fuzzy")
     assert hover(doc, off).text == h("composition product_fuzzy", "composition rule · level algebra")
+
+
+def test_hover_on_a_replica_member_of_the_seed_matches_the_spec():
+    src = example("transformer_lm") + "let second = head_2\n"
+    doc, off = cursor(src, "let second = head$0_2")
+    assert hover(doc, off).text == h("head_2 : Latent -> HeadOut", "morphism · role kernel ~ Normal · replica 3 of 4 of head")
