@@ -113,7 +113,7 @@ def symbol_lines(sym) -> tuple[str, str]:
         elif sym.param_style == "typed":
             head += "(" + ", ".join(f"{p} : {k or '?'}" for p, k in sym.params) + ")"
         facts = "parametric program" if sym.parametric else "program"
-        if sym.effects:
+        if sym.effects and sym.param_style == "none":  # as in 14.2: effects for plain programs
             facts += " · effects " + ", ".join(sym.effects)
         return f"{head} : {spell_mor(sym.type)}", facts
     if isinstance(sym, DeductionSym):
