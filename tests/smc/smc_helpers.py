@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 A, B, EOS = 0, 1, 2
@@ -69,3 +70,15 @@ def chi_square_pvalue(stat: float, dof: int) -> float:
     """Upper tail of the chi-square distribution (regularised upper incomplete gamma)."""
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
                                          torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """SMC works on many tiny tensors: intra-op threads only add latency (badly so on a
+    loaded 2-core machine), so the SMC tests run torch single-threaded.  (Imported by
+    each test module: a `conftest.py` here would shadow the `conftest` module other test
+    folders import from.)"""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSFORMER = str(ROOT / "examples" / "transformer_lm.qvr")

@@ -8,6 +8,7 @@ import torch
 from qvr.inference.events import FitFailed, ParticlesSnapshot
 from qvr.smc import LogitsLM, SMCSteering
 from smc_helpers import A, B, EOS, VOCAB, bigram_logits
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 
 def bigram_lm():
@@ -194,3 +195,7 @@ def test_global_rng_is_used_without_a_generator():
     torch.manual_seed(5)
     b = run()
     assert a.sequences == b.sequences
+
+
+def test_smc_tests_run_torch_single_threaded():
+    assert torch.get_num_threads() == 1  # the autouse fixture of smc_helpers is active

@@ -9,6 +9,7 @@ from qvr.inference.events import (FitCancelled, FitFinished, FitProgress, FitSta
                                   FitWarning, ParticlesSnapshot, StopToken)
 from qvr.smc import LogitsLM, SMCSteering
 from smc_helpers import EOS, bigram_logits
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 
 def make(**kw):

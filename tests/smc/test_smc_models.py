@@ -7,7 +7,8 @@ import torch
 
 from qvr.smc import LogitsLM, SMCSteering
 from qvr.smc.model import PrefixStates, as_stateful, take_rows
-from smc_helpers import A, B, EOS, START, BIGRAM, bigram_logits, enumerate_target, half_on_a
+from smc_helpers import A, B, BIGRAM, EOS, START, bigram_logits, half_on_a
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 TABLE = torch.tensor([[0.1, 0.7, -0.4], [0.9, -0.2, 0.0], [0.3, 0.3, 0.3], [0.0, 0.0, 0.0]])
 BOS = 3
@@ -156,7 +157,6 @@ def test_take_rows_on_nested_states():
 
 def test_z_hat_is_unbiased_with_an_incremental_model():
     """Same statistical check as §8.5 item 1, through the incremental (cached) path."""
-    from smc_helpers import log_of
 
     def probs_of(prefix):
         logits = TABLE[BOS if not prefix else prefix[-1]] + 0.5 * (sum(a == A for a in prefix) % 3)

@@ -11,6 +11,7 @@ from qvr.smc import (LogitsLM, Potential, SMCSteering, batched, forbid_patterns,
                      from_callable, length_limits, product, require_token)
 from qvr.smc.potentials import log_potential_fn
 from smc_helpers import A, B, EOS, bigram_logits, enumerate_target
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 MAX_LEN = 5
 

@@ -9,6 +9,7 @@ import torch
 import qvr
 from qvr.smc import ProgramLM, SMCSteering, forbid_tokens
 from smc_helpers import chi_square_pvalue
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BOS, EOS = 0, 1

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from qvr.smc.resample import normalise, resample, stratified_select, threshold
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 
 def weight_vectors():

@@ -12,6 +12,7 @@ import torch
 from qvr.smc import LogitsLM, SMCSteering, forbid_patterns
 from smc_helpers import (A, B, EOS, bigram_logits, chi_square_pvalue, enumerate_target,
                          half_on_a, log_of)
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
 MAX_LEN = 4
 RUNS = 2000
