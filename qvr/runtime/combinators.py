@@ -190,10 +190,14 @@ def chain_log_prob(links, x, z, n: int = 100, seed: int = 0):
     z = as_tensor(z)
     if mid.output_discrete and mid.codomain.is_discrete and mid.output_event_rank == 0:
         # exact: logsumexp over every value of the finite intermediate
+        # every value y of the k-element intermediate, with the batch of z; the input is
+        # repeated along a leading class axis so that nested Monte-Carlo prefixes broadcast
         k = mid.codomain.size
-        batch_rank = z.dim() - last.output_event_rank
-        ys = torch.arange(k, device=z.device).reshape(k, *([1] * batch_rank))
-        lp = chain_log_prob(prefix, x, ys, n, seed) + last.log_prob(ys, z)
+        batch = z.shape[:z.dim() - last.output_event_rank]
+        ys = torch.arange(k, device=z.device).reshape(k, *([1] * len(batch))).expand(k, *batch)
+        x = as_tensor(x)
+        xs = x.unsqueeze(0).expand(k, *x.shape)
+        lp = chain_log_prob(prefix, xs, ys, n, seed) + last.log_prob(ys, z)
         return torch.logsumexp(lp, dim=0)
     device = z.device
     devices = [device] if device.type == "cuda" else []

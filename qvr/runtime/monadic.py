@@ -225,6 +225,12 @@ class MonadicProgram(ContinuousMorphism):
                                     s.plate, inside))
         return out
 
+    def latent_sites(self, observed_names=()) -> list:
+        """The latent sites for a set of observed names (spec 6.1): every sample/observe
+        site, in program order, that is not observed and not inside a marginalize block."""
+        observed = set(observed_names)
+        return [s for s in self.site_infos() if not s.in_marginalize and s.name not in observed]
+
     def float_dtype(self):
         for p in self.parameters():
             if p.is_floating_point():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import qvr
-from conftest import load_example
+from runtime_support import load_example
 
 CFG = """
 object W : FinSet 3

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import qvr
-from conftest import EXAMPLES
+from runtime_support import EXAMPLES
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -73,7 +73,7 @@ def test_cuda_transformer():
 @pytest.mark.parametrize("stem", ["regression_plates", "mixture_marginalize", "hmm", "vae"])
 def test_cuda_examples(stem):
     import sys
-    from example_cases import PROGRAMS
+    from runtime_cases import PROGRAMS
     prog = qvr.load(EXAMPLES / f"{stem}.qvr").to("cuda")
     for (s, export), make in PROGRAMS.items():
         if s != stem:

@@ -5,7 +5,7 @@ import torch
 from qvr.runtime.errors import (IndexRangeError, InputDtypeError, InputShapeError,
                                 MissingValueError, ObservationShapeError, QvrRuntimeError,
                                 UnknownSiteError)
-from conftest import load_example
+from runtime_support import load_example
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from conftest import EXAMPLES, load_example
-from example_cases import FINITE, PIPELINES, PROGRAMS
+from runtime_support import EXAMPLES, load_example
+from runtime_cases import FINITE, PIPELINES, PROGRAMS
 
 
 def runnable():

@@ -7,7 +7,7 @@ import torch
 
 import qvr
 from qvr.runtime.errors import CompileError, ParseError
-from conftest import EXAMPLES, ROOT
+from runtime_support import EXAMPLES, ROOT
 
 
 def test_import_qvr_does_not_import_torch():
@@ -120,7 +120,7 @@ def test_from_data_problems_are_compile_errors():
 
 
 def test_program_surface_on_the_hmm_example():
-    from conftest import load_example
+    from runtime_support import load_example
     prog = load_example("hmm")
     assert list(prog.exports) == ["regime_hmm", "emit_later", "stationary", "local_level"]
     assert prog.morphism is prog.exports["regime_hmm"] is prog["regime_hmm"]
@@ -160,7 +160,7 @@ def test_expression_exports_and_an_empty_module():
 
 
 def test_templates_instantiate_into_new_programs():
-    from conftest import load_example
+    from runtime_support import load_example
     prog = load_example("crop_yields")
     inv = prog.templates["site_effects"]
     assert prog.exports["site_effects"] is inv and prog.site_effects is inv

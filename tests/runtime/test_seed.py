@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import qvr
-from conftest import EXAMPLES, ROOT
+from runtime_support import EXAMPLES, ROOT
 
 SEED_DOC = Path("/work/shared/seeds/000_8de481a00e4717e5.txt")
 
@@ -79,6 +79,7 @@ def test_program_facts(seed):
     assert model.effect_set == {"Sample", "Score"}
     assert [(s.name, s.step, s.site_kind) for s in model.site_infos()] == [
         ("h", "sample", "local"), ("next_token", "observe", "local")]
+    assert [s.name for s in model.latent_sites({"next_token"})] == ["h"]
     assert model._step_h is seed["backbone"]
     assert model._step_next_token is seed["lm_head"]
     with pytest.raises(NotImplementedError):

@@ -369,3 +369,22 @@ def test_let_binds_the_same_object():
                      "let a = f\nlet b = a\nmorphism c : V -> V [role=let] ~ b\nexport c\n")
     assert prog["a"] is prog["f"] and prog["b"] is prog["f"] and prog["c"] is prog["f"]
     assert prog.morphism is prog["f"] and prog["f"].label == "f"
+
+
+def test_exact_marginal_after_a_monte_carlo_prefix():
+    prog = load("morphism a : X -> Y [role=kernel] ~ Normal\n"
+                "morphism c : Y -> T [role=kernel] ~ Categorical\n"
+                "morphism b : T -> Y [role=kernel] ~ Normal\nlet abc = a >> c >> b\nexport abc\n")
+    a, c, b, abc = prog["a"], prog["c"], prog["b"], prog["abc"]
+    x, z = torch.randn(4, 3), torch.randn(4, 2)
+    # exact over T, Monte-Carlo (100 draws, seed 0) over Y for every class
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        ys = a.rsample(x.unsqueeze(0).expand(5, 4, 3), torch.Size([100]))
+    per_class = []
+    for k in range(5):
+        kk = torch.full((100, 4), k)
+        lp_c = torch.logsumexp(c.log_prob(ys[:, k], kk), 0) - math.log(100)
+        per_class.append(lp_c + b.log_prob(torch.full((4,), k), z))
+    assert torch.allclose(abc.log_prob(x, z), torch.logsumexp(torch.stack(per_class), 0),
+                          atol=1e-5)

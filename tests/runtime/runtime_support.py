@@ -1,0 +1,24 @@
+"""Helpers shared by the runtime tests (a uniquely named module: test directories share
+`sys.path`, so `conftest` cannot be imported by name)."""
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+EXAMPLES = ROOT / "examples"
+
+_CACHE = {}
+
+
+def load_example(stem: str):
+    """The compiled example module `stem` (loaded once per test session, seed 0)."""
+    from runtime_cases import DATA
+    if stem not in _CACHE:
+        import qvr
+        state = torch.random.get_rng_state()
+        torch.manual_seed(0)
+        _CACHE[stem] = qvr.load(EXAMPLES / f"{stem}.qvr",
+                                data=DATA[stem]() if stem in DATA else None)
+        torch.random.set_rng_state(state)
+    return _CACHE[stem]
