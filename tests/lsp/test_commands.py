@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from lsp_support import ROOT, server_env
@@ -98,3 +99,11 @@ def test_the_server_never_imports_torch_textual_or_the_runtime():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "BAD="
+
+
+def test_installed_console_script():
+    script = Path(sys.executable).parent / "qvr-lsp"
+    if not script.exists():
+        pytest.skip("qvr-lsp is not installed in this environment (pip install -e .)")
+    out = subprocess.run([str(script), "--help"], env=server_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("usage: qvr-lsp")
