@@ -12,140 +12,28 @@ every entry point:
   contribution, distribution or morphism, support): the basis of `qvr.inference.trace`,
   guides' shape passes and MCMC registries (spec 6.1, 6.2).
 
-`site_infos()` lists the sample/observe sites statically (name, kind, family, plate size).
-Marginalised coordinates are never sites; their blocks add one deterministic entry
-`_marg_<c>`.  This module does not compile QVR source (see `qvr.runtime.compile`).
+`site_infos()` lists the sample/observe sites statically (name, kind, family, plate size);
+`latent_sites(observed_names)` the latent ones (spec 6.1).  Marginalised coordinates are
+never sites; their blocks (`qvr.runtime.marginal`) add one deterministic entry `_marg_<c>`.
+The frame and records are in `qvr.runtime.frame`.  This module does not compile QVR source
+(see `qvr.runtime.compile`).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Optional
 
 import torch
 
-from qvr.runtime.errors import (MissingValueError, ObservationShapeError, QvrRuntimeError,
-                                UnknownSiteError)
-from qvr.runtime.families import is_discrete_dist, draw
-from qvr.runtime.morphisms.base import ContinuousMorphism, Morphism
+from qvr.runtime.errors import MissingValueError, QvrRuntimeError, UnknownSiteError
+from qvr.runtime.families import draw
+from qvr.runtime.frame import (Execution, Frame, SiteInfo, SiteRecord, _Deductions,
+                               _host_value, attribute)  # noqa: F401  (re-exported)
+from qvr.runtime.marginal import run_marginalize
+from qvr.runtime.morphisms.base import ContinuousMorphism
 from qvr.runtime.objects import Unit
-from qvr.runtime.steps import (AliasStep, FamilyStep, LetStep, MarginalizeStep, SiteStep)
-from qvr.runtime.values import as_index, ensure_batch
-
-_MARGINAL_REDUCTIONS = {
-    "logsumexp": lambda t, dim: torch.logsumexp(t, dim=dim),
-    "sum": lambda t, dim: t.sum(dim=dim),
-    "mean": lambda t, dim: t.mean(dim=dim),
-}
-
-
-@dataclass
-class SiteInfo:
-    """Static facts of a `sample`/`observe` site."""
-
-    name: str
-    step: str  # sample | observe
-    site_kind: str  # global | plate | local
-    family: Optional[str]
-    morphism: Optional[Morphism]
-    plate: Optional[int] = None
-    in_marginalize: bool = False
-
-
-@dataclass
-class SiteRecord:
-    """One executed step: its value and its contribution to the log joint."""
-
-    name: str
-    step: str  # sample | observe | let | score | marginalize | alias
-    value: Any
-    log_prob: Optional[torch.Tensor] = None  # (B,) row-attributed contribution
-    contribution: Optional[torch.Tensor] = None  # as computed (scalar or batch-shaped)
-    site_kind: Optional[str] = None
-    morphism: Optional[Morphism] = None
-    distribution: Any = None
-    support: Any = None
-    is_observed: bool = False
-    is_deterministic: bool = False
-
-
-@dataclass
-class Execution:
-    output: Any
-    log_joint: Optional[torch.Tensor]
-    sites: dict = field(default_factory=dict)
-    batch_size: int = 0
-
-
-class _Deductions(dict):
-    """Deductions a program's let-expressions use; a plain dict so that their parameters
-    are not the program's (runtime spec 2.2)."""
-
-
-class Frame:
-    """The state of one execution: input, environment, supplied values and the log joint."""
-
-    def __init__(self, program: "MonadicProgram", x, values, *, score: bool,
-                 require_all: bool, record: bool):
-        self.program = program
-        self.x = x
-        self.B = int(x.shape[0])
-        self.device = x.device
-        self.dtype = program.float_dtype()
-        self.env: dict = {}
-        self.values = values
-        self.score = score
-        self.require_all = require_all
-        self.record = record
-        self.records: dict = {}
-        self.total = torch.zeros(self.B, dtype=self.dtype, device=self.device) if score else None
-        self._host = {k: v for k, v in values.items() if k not in program.bound_names}
-
-    def literal(self, v):
-        return torch.tensor(v, dtype=self.dtype, device=self.device)
-
-    def host(self, name):
-        try:
-            v = self._host[name]
-        except KeyError:
-            raise MissingValueError(
-                f"host data `{name}` was not supplied", expected=f"a value for `{name}` in "
-                "the observations dict", actual="no such key", name=name,
-                host_names=sorted(self.program.host_names)) from None
-        return _host_value(v, self.device)
-
-    def deduction(self, name):
-        return self.program._deductions[name]
-
-    def add(self, c: torch.Tensor) -> torch.Tensor:
-        """Row attribution of a contribution (spec 5.5); returns the `(B,)` share."""
-        share = attribute(c, self.B, self.dtype, self.device)
-        self.total = self.total + share
-        return share
-
-
-def _host_value(v, device):
-    if isinstance(v, torch.Tensor):
-        return v if v.device == device else v.to(device)
-    try:
-        import numpy as np
-        if isinstance(v, np.ndarray):
-            return torch.as_tensor(v, device=device)
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(v, (int, float)):
-        return torch.tensor(v, device=device)
-    if isinstance(v, (list, tuple)) and v and all(isinstance(i, (int, float)) for i in v):
-        return torch.tensor(v, device=device)
-    return v
-
-
-def attribute(c, B: int, dtype, device) -> torch.Tensor:
-    """`c` summed row by row when its leading size is B, else spread evenly (spec 5.5)."""
-    c = torch.as_tensor(c, device=device)
-    if c.dim() >= 1 and c.shape[0] == B:
-        return c.reshape(B, -1).sum(-1).to(dtype)
-    return (c.sum() / B).to(dtype).expand(B)
+from qvr.runtime.steps import AliasStep, FamilyStep, LetStep, MarginalizeStep, SiteStep
+from qvr.runtime.values import (as_index, coerce_family_value, coerce_morph_value,
+                                ensure_batch, eval_value)
 
 
 class MonadicProgram(ContinuousMorphism):
@@ -346,7 +234,7 @@ class MonadicProgram(ContinuousMorphism):
                 self._record(frame, SiteRecord(step.name, "alias", frame.env[step.name],
                                                is_deterministic=True))
             elif isinstance(step, MarginalizeStep):
-                self._run_marginalize(step, frame)
+                run_marginalize(self, step, frame)
         except QvrRuntimeError as e:
             raise e.add_context(step=step.name)
 
@@ -422,7 +310,7 @@ class MonadicProgram(ContinuousMorphism):
         if step.family is None:
             inp = self._morph_input(step, frame)
             if given:
-                value = _coerce_morph_value(module, value, step, frame)
+                value = coerce_morph_value(module, value, step, frame)
             else:
                 value = module.rsample(inp)
             frame.env[step.name] = value
@@ -437,13 +325,13 @@ class MonadicProgram(ContinuousMorphism):
         args = self._arg_values(step.args, frame)
         dist = module.distribution(args)
         if given:
-            value = _coerce_family_value(dist, value, step, frame)
+            value = coerce_family_value(dist, value, step, frame)
         else:
             value = self._draw(step, dist, frame)
         frame.env[step.name] = value
         lp = c = None
         if frame.score:
-            c = dist.log_prob(_eval_value(dist, value, frame))
+            c = dist.log_prob(eval_value(dist, value, frame))
             if step.site_kind == "plate":
                 c = c.sum()
             lp = frame.add(c)
@@ -459,176 +347,6 @@ class MonadicProgram(ContinuousMorphism):
         if step.observe and step.all_global:
             return draw(dist, torch.Size([frame.B]))
         return draw(dist)
-
-    # -- marginalize
-    def _run_marginalize(self, step: MarginalizeStep, frame):
-        if not frame.score:
-            return  # nothing it binds is visible after the block (spec 5.6)
-        args = self._arg_values(step.args, frame)
-        p = args[0]
-        if step.family == "Categorical":
-            probs = p / p.sum(-1, keepdim=True)
-            log_pi = torch.log(probs.clamp_min(1e-38))
-        else:
-            p = p.to(frame.dtype)
-            log_pi = torch.log(torch.stack([1 - p, p], dim=-1).clamp_min(1e-38))
-        K = log_pi.shape[-1]
-        if step.classes is not None and step.classes != K:
-            raise ObservationShapeError(
-                "the class set of a grouped marginalize must match its probabilities",
-                site=step.name, expected=f"{step.classes} classes (the annotation)",
-                actual=f"{K} entries on the last axis of the prior probabilities")
-        per_class = []  # per class: list of (contribution, via index or None)
-        for k in range(K):
-            sub = _SubFrame(frame)
-            sub.env[step.name] = torch.tensor(k, device=frame.device)
-            for s in step.body:
-                self._run_body_step(s, sub)
-            per_class.append(sub.contributions)
-        reduce = _MARGINAL_REDUCTIONS[step.reduction]
-        if step.group_size is not None:
-            G = step.group_size
-            S = log_pi.expand(G, K).clone() if log_pi.dim() == 1 else log_pi.clone()
-            cols = []
-            for k in range(K):
-                col = torch.zeros(G, dtype=S.dtype, device=frame.device)
-                for c, via in per_class[k]:
-                    rows = c.reshape(c.shape[0], -1).sum(-1) if c.dim() >= 1 else c.reshape(1)
-                    idx = as_index(via, G, who=f"via of `{step.name}`", what="group index")
-                    col = col.index_add(0, idx.reshape(-1), rows.to(S.dtype))
-                cols.append(col)
-            S = S + torch.stack(cols, dim=-1)
-            contribution = reduce(S, -1).sum()
-        else:
-            ell = []
-            for k in range(K):
-                total = None
-                for c, _ in per_class[k]:
-                    r = c.reshape(c.shape[0], -1).sum(-1) if c.dim() >= 1 else c
-                    total = r if total is None else total + r
-                ell.append(total if total is not None else torch.zeros((), device=frame.device))
-            n_rows = max((e.shape[0] for e in ell if e.dim() >= 1), default=None)
-            if n_rows is not None and log_pi.dim() == 2 and log_pi.shape[0] == n_rows:
-                # one latent per row (identity grouping)
-                table = torch.stack([e.expand(n_rows) if e.dim() == 0 else e for e in ell], -1)
-                contribution = reduce(log_pi + table, -1)
-            else:
-                # one latent shared by the whole body
-                if log_pi.dim() != 1:
-                    raise ObservationShapeError(
-                        "the prior of a plain marginalize is one distribution, or one per row",
-                        site=step.name, expected=f"prior shape ({K},) or ({n_rows}, {K})",
-                        actual=f"prior shape {tuple(log_pi.shape)}")
-                totals = torch.stack([e.sum() for e in ell])
-                contribution = reduce(log_pi + totals, -1)
-        lp = frame.add(contribution)
-        self._record(frame, SiteRecord(step.site_name, "marginalize", contribution, lp,
-                                       contribution, is_deterministic=True))
-
-    def _run_body_step(self, s, sub):
-        if isinstance(s, LetStep):
-            v = s.fn(sub, {})
-            sub.env[s.name] = v
-            if s.score:
-                sub.contributions.append((torch.as_tensor(v), None))
-            return
-        if isinstance(s, SiteStep):
-            if s.name not in sub.values:
-                raise NotImplementedError(
-                    f"program `{self.label}`: `{s.name}` inside the marginalize block must be "
-                    "supplied (forward sampling of marginalized blocks is not supported)")
-            module = getattr(self, s.module_name)
-            value = sub.values[s.name]
-            if s.family is None:
-                inp = self._morph_input(s, sub)
-                c = module.log_prob(inp, value)
-            else:
-                dist = module.distribution(self._arg_values(s.args, sub))
-                value = _coerce_family_value(dist, value, s, sub)
-                c = dist.log_prob(_eval_value(dist, value, sub))
-            sub.env[s.name] = value
-            via = None
-            if s.via is not None:
-                kind, ref = s.via
-                via = sub.env[ref] if kind == "local" else sub.host(ref)
-            sub.contributions.append((c, via))
-            return
-        raise NotImplementedError(f"step {type(s).__name__} inside a marginalize block")
-
-
-class _SubFrame:
-    """A frame for one class of a marginalize block: own env layer, shared inputs."""
-
-    def __init__(self, parent: Frame):
-        self.parent = parent
-        self.env = dict(parent.env)
-        self.values = parent.values
-        self.x = parent.x
-        self.B = parent.B
-        self.device = parent.device
-        self.dtype = parent.dtype
-        self.contributions: list = []
-
-    def literal(self, v):
-        return self.parent.literal(v)
-
-    def host(self, name):
-        return self.parent.host(name)
-
-    def deduction(self, name):
-        return self.parent.deduction(name)
-
-
-def _eval_value(dist, value, frame):
-    """Integer-valued data for continuous families is scored as floats (spec 5.7)."""
-    if is_discrete_dist(dist):
-        if isinstance(dist, torch.distributions.Categorical):
-            return value
-        return value.to(frame.dtype) if not value.is_floating_point() else value
-    if not value.is_floating_point():
-        return value.to(frame.dtype)
-    return value
-
-
-def _coerce_family_value(dist, value, step: SiteStep, frame):
-    value = torch.as_tensor(value, device=frame.device)
-    if value.device != frame.device:
-        value = value.to(frame.device)
-    event = tuple(dist.event_shape)
-    n_event = math.prod(event)
-    if step.site_kind == "global":
-        if value.numel() != n_event:
-            raise ObservationShapeError(
-                "a global site's value must hold exactly one draw", site=step.name,
-                expected=f"{n_event} value(s), shape {event}",
-                actual=f"shape {tuple(value.shape)}")
-        value = value.reshape(event)
-    elif step.site_kind == "plate":
-        want = (step.plate, *event)
-        if value.numel() != math.prod(want):
-            raise ObservationShapeError(
-                f"a plate site's value must hold one draw per element of `{step.plate_name}`",
-                site=step.name, expected=f"shape {want}", actual=f"shape {tuple(value.shape)}")
-        value = value.reshape(want)
-    if isinstance(dist, torch.distributions.Categorical):
-        k = dist.probs.shape[-1]
-        value = as_index(value, k, who=f"`{step.name}`", what="class")
-    return value
-
-
-def _coerce_morph_value(module, value, step: SiteStep, frame):
-    value = torch.as_tensor(value, device=frame.device)
-    if value.device != frame.device:
-        value = value.to(frame.device)
-    if not module.output_discrete and module.output_event_rank == 1:
-        w = module.output_width
-        if value.dim() == 0 or value.shape[-1] != w:
-            raise ObservationShapeError(
-                f"the value of `{step.name}` must end with the codomain's {w} coordinates",
-                site=step.name, expected=f"shape (..., {w})",
-                actual=f"shape {tuple(value.shape)}")
-    return value
-
 
 def _from_python(steps):
     """Convert the tuple steps of spec 5.11 to step records and modules."""

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from qvr.runtime.errors import IndexRangeError, InputDtypeError, InputShapeError
+import math
+
+from qvr.runtime.errors import (IndexRangeError, InputDtypeError, InputShapeError,
+                                ObservationShapeError)
 
 
 def describe(x) -> str:
@@ -116,3 +119,57 @@ def unravel(obj, flat: torch.Tensor) -> torch.Tensor:
         cols.append(flat % a.cardinality)
         flat = torch.div(flat, a.cardinality, rounding_mode="floor")
     return torch.stack(cols[::-1], dim=-1)
+
+
+# ---------------------------------------------------------------- supplied site values (spec 5.7)
+
+def eval_value(dist, value, frame):
+    """Integer-valued data for continuous families is scored as floats (spec 5.7)."""
+    from qvr.runtime.families import is_discrete_dist
+    if is_discrete_dist(dist):
+        if isinstance(dist, torch.distributions.Categorical):
+            return value
+        return value.to(frame.dtype) if not value.is_floating_point() else value
+    if not value.is_floating_point():
+        return value.to(frame.dtype)
+    return value
+
+
+def coerce_family_value(dist, value, step: SiteStep, frame):
+    value = torch.as_tensor(value, device=frame.device)
+    if value.device != frame.device:
+        value = value.to(frame.device)
+    event = tuple(dist.event_shape)
+    n_event = math.prod(event)
+    if step.site_kind == "global":
+        if value.numel() != n_event:
+            raise ObservationShapeError(
+                "a global site's value must hold exactly one draw", site=step.name,
+                expected=f"{n_event} value(s), shape {event}",
+                actual=f"shape {tuple(value.shape)}")
+        value = value.reshape(event)
+    elif step.site_kind == "plate":
+        want = (step.plate, *event)
+        if value.numel() != math.prod(want):
+            raise ObservationShapeError(
+                f"a plate site's value must hold one draw per element of `{step.plate_name}`",
+                site=step.name, expected=f"shape {want}", actual=f"shape {tuple(value.shape)}")
+        value = value.reshape(want)
+    if isinstance(dist, torch.distributions.Categorical):
+        k = dist.probs.shape[-1]
+        value = as_index(value, k, who=f"`{step.name}`", what="class")
+    return value
+
+
+def coerce_morph_value(module, value, step: SiteStep, frame):
+    value = torch.as_tensor(value, device=frame.device)
+    if value.device != frame.device:
+        value = value.to(frame.device)
+    if not module.output_discrete and module.output_event_rank == 1:
+        w = module.output_width
+        if value.dim() == 0 or value.shape[-1] != w:
+            raise ObservationShapeError(
+                f"the value of `{step.name}` must end with the codomain's {w} coordinates",
+                site=step.name, expected=f"shape (..., {w})",
+                actual=f"shape {tuple(value.shape)}")
+    return value

@@ -72,7 +72,6 @@ def test_cuda_transformer():
 @pytest.mark.gpu
 @pytest.mark.parametrize("stem", ["regression_plates", "mixture_marginalize", "hmm", "vae"])
 def test_cuda_examples(stem):
-    import sys
     from runtime_cases import PROGRAMS
     prog = qvr.load(EXAMPLES / f"{stem}.qvr").to("cuda")
     for (s, export), make in PROGRAMS.items():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import qvr
-from qvr.runtime.combinators import Fan, Scan, chain_log_prob
+from qvr.runtime.combinators import Scan, chain_log_prob
 from qvr.runtime.morphisms.base import ContinuousMorphism
 from qvr.runtime.morphisms.finite import power
 from qvr.runtime.algebras import get_algebra

@@ -1,0 +1,143 @@
+"""`marginalize` blocks: exact summation of a finite latent (runtime spec 5.6).
+
+`run_marginalize(program, step, frame)` evaluates the block's body once per class of the
+coordinate (body lets re-evaluated, every body observe supplied), then combines the
+per-class log-likelihoods: grouped blocks (`over=G`) scatter each row into its group's
+`(|G|, K)` table, plain blocks use one latent per row when the prior has a leading row
+axis and one shared latent otherwise; the `reduction` (logsumexp, sum, mean) combines the
+classes.  The result is recorded as the deterministic entry `_marg_<c>` and added to the
+log joint.  Forward sampling of a block is not supported (it binds nothing visible after
+the block, so `rsample` skips it).
+"""
+from __future__ import annotations
+
+import torch
+
+from qvr.runtime.errors import ObservationShapeError
+from qvr.runtime.frame import SiteRecord
+from qvr.runtime.steps import LetStep, MarginalizeStep, SiteStep
+from qvr.runtime.values import as_index, coerce_family_value, eval_value
+
+_MARGINAL_REDUCTIONS = {
+    "logsumexp": lambda t, dim: torch.logsumexp(t, dim=dim),
+    "sum": lambda t, dim: t.sum(dim=dim),
+    "mean": lambda t, dim: t.mean(dim=dim),
+}
+
+
+def run_marginalize(program, step: MarginalizeStep, frame):
+    if not frame.score:
+        return  # nothing it binds is visible after the block (spec 5.6)
+    args = program._arg_values(step.args, frame)
+    p = args[0]
+    if step.family == "Categorical":
+        probs = p / p.sum(-1, keepdim=True)
+        log_pi = torch.log(probs.clamp_min(1e-38))
+    else:
+        p = p.to(frame.dtype)
+        log_pi = torch.log(torch.stack([1 - p, p], dim=-1).clamp_min(1e-38))
+    K = log_pi.shape[-1]
+    if step.classes is not None and step.classes != K:
+        raise ObservationShapeError(
+            "the class set of a grouped marginalize must match its probabilities",
+            site=step.name, expected=f"{step.classes} classes (the annotation)",
+            actual=f"{K} entries on the last axis of the prior probabilities")
+    per_class = []  # per class: list of (contribution, via index or None)
+    for k in range(K):
+        sub = _SubFrame(frame)
+        sub.env[step.name] = torch.tensor(k, device=frame.device)
+        for s in step.body:
+            _run_body_step(program, s, sub)
+        per_class.append(sub.contributions)
+    reduce = _MARGINAL_REDUCTIONS[step.reduction]
+    if step.group_size is not None:
+        G = step.group_size
+        S = log_pi.expand(G, K).clone() if log_pi.dim() == 1 else log_pi.clone()
+        cols = []
+        for k in range(K):
+            col = torch.zeros(G, dtype=S.dtype, device=frame.device)
+            for c, via in per_class[k]:
+                rows = c.reshape(c.shape[0], -1).sum(-1) if c.dim() >= 1 else c.reshape(1)
+                idx = as_index(via, G, who=f"via of `{step.name}`", what="group index")
+                col = col.index_add(0, idx.reshape(-1), rows.to(S.dtype))
+            cols.append(col)
+        S = S + torch.stack(cols, dim=-1)
+        contribution = reduce(S, -1).sum()
+    else:
+        ell = []
+        for k in range(K):
+            total = None
+            for c, _ in per_class[k]:
+                r = c.reshape(c.shape[0], -1).sum(-1) if c.dim() >= 1 else c
+                total = r if total is None else total + r
+            ell.append(total if total is not None else torch.zeros((), device=frame.device))
+        n_rows = max((e.shape[0] for e in ell if e.dim() >= 1), default=None)
+        if n_rows is not None and log_pi.dim() == 2 and log_pi.shape[0] == n_rows:
+            # one latent per row (identity grouping)
+            table = torch.stack([e.expand(n_rows) if e.dim() == 0 else e for e in ell], -1)
+            contribution = reduce(log_pi + table, -1)
+        else:
+            # one latent shared by the whole body
+            if log_pi.dim() != 1:
+                raise ObservationShapeError(
+                    "the prior of a plain marginalize is one distribution, or one per row",
+                    site=step.name, expected=f"prior shape ({K},) or ({n_rows}, {K})",
+                    actual=f"prior shape {tuple(log_pi.shape)}")
+            totals = torch.stack([e.sum() for e in ell])
+            contribution = reduce(log_pi + totals, -1)
+    lp = frame.add(contribution)
+    program._record(frame, SiteRecord(step.site_name, "marginalize", contribution, lp,
+                                   contribution, is_deterministic=True))
+
+def _run_body_step(program, s, sub):
+    if isinstance(s, LetStep):
+        v = s.fn(sub, {})
+        sub.env[s.name] = v
+        if s.score:
+            sub.contributions.append((torch.as_tensor(v), None))
+        return
+    if isinstance(s, SiteStep):
+        if s.name not in sub.values:
+            raise NotImplementedError(
+                f"program `{program.label}`: `{s.name}` inside the marginalize block must be "
+                "supplied (forward sampling of marginalized blocks is not supported)")
+        module = getattr(program, s.module_name)
+        value = sub.values[s.name]
+        if s.family is None:
+            inp = program._morph_input(s, sub)
+            c = module.log_prob(inp, value)
+        else:
+            dist = module.distribution(program._arg_values(s.args, sub))
+            value = coerce_family_value(dist, value, s, sub)
+            c = dist.log_prob(eval_value(dist, value, sub))
+        sub.env[s.name] = value
+        via = None
+        if s.via is not None:
+            kind, ref = s.via
+            via = sub.env[ref] if kind == "local" else sub.host(ref)
+        sub.contributions.append((c, via))
+        return
+    raise NotImplementedError(f"step {type(s).__name__} inside a marginalize block")
+
+
+class _SubFrame:
+    """A frame for one class of a marginalize block: own env layer, shared inputs."""
+
+    def __init__(self, parent: Frame):
+        self.parent = parent
+        self.env = dict(parent.env)
+        self.values = parent.values
+        self.x = parent.x
+        self.B = parent.B
+        self.device = parent.device
+        self.dtype = parent.dtype
+        self.contributions: list = []
+
+    def literal(self, v):
+        return self.parent.literal(v)
+
+    def host(self, name):
+        return self.parent.host(name)
+
+    def deduction(self, name):
+        return self.parent.deduction(name)
