@@ -12,7 +12,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TEXT = "object K : FinSet 3\nprogram p : K -> K\n    sample mu <- Normal(0.0, 1.0)\n    return mu\n"
 URI = "file:///tmp/qvr_faults.qvr"
-FAULTS = "textDocument/hover,qvr/applyChanges,textDocument/didClose"
+FAULTS = "textDocument/hover,qvr/applyChanges,textDocument/didClose,textDocument/didOpen@faulty_open"
 
 
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(
@@ -95,3 +95,15 @@ async def test_form_feeds_and_other_python_line_breaks_do_not_desync_the_documen
         range=T.Range(start=find(text, "object $0B"), end=find(text, "object B$0")), text="D")])
     new = text.replace("object B", "object D").replace("Siez", "B")
     assert [(d.code, span_text(new, d.range)) for d in diags] == [("QVR101", "B")]
+
+
+async def test_a_failing_open_still_gives_a_usable_document(client: LanguageClient):
+    n = len(client.log_messages)
+    uri = "file:///tmp/qvr_faulty_open.qvr"
+    text = "object A : FinSet 2\nobject B : Siez\n"
+    diags = await open_doc(client, uri, text)
+    assert [(d.code, span_text(text, d.range)) for d in diags] == [("QVR101", "Siez")]
+    assert any("injected fault in textDocument/didOpen" in m.message for m in client.log_messages[n:])
+    res = await client.text_document_definition_async(T.DefinitionParams(
+        text_document=T.TextDocumentIdentifier(uri=uri), position=find(text, "object $0A")))
+    assert [r.range.start for r in res] == [find(text, "object $0A")]
