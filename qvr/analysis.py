@@ -128,7 +128,9 @@ class Document:
             line += s.chunk.text.count("\n")
         new_starts = starts[:i] + [p for p, _ in parts] + [s + delta for s in starts[j:]]
         new_lines = st.start_lines[:i] + lines + [n + line_delta for n in st.start_lines[j:]]
+        index = self._line_index.edited(start, end, new) if self._line_index is not None else None
         self._set_text(text)
+        self._line_index = index  # kept up to date instead of rescanning the whole text
         st.replace(i, j, slots, new_starts, new_lines, moved=delta != 0 or line_delta != 0)
 
     def comments(self) -> list[tuple]:

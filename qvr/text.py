@@ -68,5 +68,22 @@ class LineIndex:
         end = self.starts[line + 1] - 1 if line + 1 < len(self.starts) else self.length
         return min(start + max(character, 0), end)
 
+    def edited(self, start: int, end: int, new_text: str) -> "LineIndex":
+        """The index of the text after replacing ``[start, end)`` by `new_text`, without
+        rescanning the unchanged text (line starts after the edit are shifted)."""
+        starts = self.starts
+        a = bisect.bisect_right(starts, start)
+        b = bisect.bisect_right(starts, end)
+        mid = []
+        k = new_text.find("\n")
+        while k >= 0:
+            mid.append(start + k + 1)
+            k = new_text.find("\n", k + 1)
+        delta = len(new_text) - (end - start)
+        out = LineIndex.__new__(LineIndex)
+        out.starts = starts[:a] + mid + [s + delta for s in starts[b:]]
+        out.length = self.length + delta
+        return out
+
     def line_start(self, line: int) -> int:
         return self.starts[min(max(line, 0), len(self.starts) - 1)]

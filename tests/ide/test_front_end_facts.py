@@ -55,3 +55,27 @@ def test_ide_layer_imports_no_lsp_torch_or_tui():
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from qvr.text import LineIndex  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\n", max_size=30), st.data())
+def test_edited_line_index_equals_a_fresh_one(text, data):
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    new = data.draw(st.text(alphabet="xy\n", max_size=8))
+    after = text[:start] + new + text[end:]
+    edited = LineIndex(text).edited(start, end, new)
+    fresh = LineIndex(after)
+    assert (edited.starts, edited.length) == (fresh.starts, fresh.length)
+
+
+def test_document_keeps_its_line_index_through_edits():
+    doc = Document("object A : FinSet 2\nobject B : FinSet 2\n")
+    doc.position(5)  # build the index
+    doc.apply_edits([Edit(0, 0, "\n\n"), Edit(10, 25, "x\ny"), Edit(3, 3, "")])
+    assert doc.line_index.starts == LineIndex(doc.text).starts
