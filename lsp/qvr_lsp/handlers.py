@@ -303,6 +303,9 @@ def selection_range(ls, params: T.SelectionRangeParams):
 @guarded(T.TEXT_DOCUMENT_CODE_ACTION)
 def code_action(ls, params: T.CodeActionParams):
     from qvr.ide.code_actions import code_actions
+    only = params.context.only if params.context is not None else None
+    if only and not any(str(k).startswith("quickfix") or k == T.CodeActionKind.QuickFix for k in only):
+        return None  # the client asked for other kinds (e.g. source actions) only
     uri = params.text_document.uri
     doc = ls.document(uri)
     span = C.from_lsp_range(doc, params.range, ls.codec)

@@ -238,3 +238,7 @@ async def test_code_actions(client: LanguageClient):
     (edit,) = res[0].edit.changes[uri]
     assert (edit.new_text, span_text(text, edit.range)) == ("Size", "Siez")
     assert res[0].diagnostics[0].code == "QVR101"
+    none = await client.text_document_code_action_async(T.CodeActionParams(
+        text_document=doc_id(uri), range=diags[-1].range,
+        context=T.CodeActionContext(diagnostics=diags, only=[T.CodeActionKind.SourceOrganizeImports])))
+    assert none is None
