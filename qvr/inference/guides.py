@@ -115,7 +115,7 @@ class AutoNormalGuide(nn.Module):
             z = loc + scale * eps
             v = s.transform(z)
             event = s.event_shape
-            out[s.name] = v.reshape(*sample_shape, *batch, *event)
+            out[s.name] = v.reshape((*sample_shape, *batch, *event))
         return out
 
     def sample(self, x, observations: Optional[dict] = None, sample_shape=torch.Size()):
@@ -145,7 +145,7 @@ class AutoNormalGuide(nn.Module):
             scale = torch.exp(log_scale).clamp(min=_MIN_SCALE)
             lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
             lj = s.transform.log_abs_det_jacobian(z, v)
-            lq = lq.reshape(*lead, -1).sum(-1) - lj.reshape(*lead, -1).sum(-1)
+            lq = lq.reshape((*lead, -1)).sum(-1) - lj.reshape((*lead, -1)).sum(-1)
             total = lq if total is None else total + lq
         if total is None:
             p = next(iter(self.parameters()), None)
@@ -159,8 +159,8 @@ class AutoNormalGuide(nn.Module):
             for s in self.specs:
                 if s.kind in ("global", "plate"):
                     v = s.transform(self.loc(s.name))
-                    out[s.name] = v.reshape(*((s.plate,) if s.kind == "plate" else ()),
-                                            *s.event_shape)
+                    out[s.name] = v.reshape((*((s.plate,) if s.kind == "plate" else ()),
+                                             *s.event_shape))
         return out
 
     def extra_repr(self) -> str:

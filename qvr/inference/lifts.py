@@ -65,7 +65,7 @@ class _LogJointCall(nn.Module):
 
 def bayesian_lift_parameters(inner_model, x, observations, *, prior_scale: float = 1.0,
                              site_prefix: str = "theta", additional_latents=None,
-                             latent_placeholder_scale: float = 10.0):
+                             latent_placeholder_scale: float = 10.0, _strip: str = ""):
     """Lift every parameter of `inner_model` to a global latent site (spec 6.7).
 
     Args:
@@ -104,7 +104,8 @@ def bayesian_lift_parameters(inner_model, x, observations, *, prior_scale: float
     site_of = {}
     steps = []
     for path, p in params:
-        name = f"{site_prefix}__{path.replace('.', '_')}"
+        short = path[len(_strip):] if _strip and path.startswith(_strip) else path
+        name = f"{site_prefix}__{short.replace('.', '_')}"
         site_of[path] = (name, tuple(p.shape))
         steps.append(((name,), FlatNormal(p.numel(), prior_scale, name), None))
     latent_sites = {}
@@ -154,7 +155,8 @@ def lift_to_bayesian_program(parameter_module, *, location_fn: Callable,
                              observation_kwargs: Optional[dict] = None,
                              target_key: str = "Y", x=None, observations=None):
     """Lift with the likelihood `observation_family(location_fn(x), **kwargs)` of
-    `observations[target_key]` (spec 6.7).  `location_fn` is called inside the parameter
+    `observations[target_key]` (spec 6.7).  Sites are named after `parameter_module`'s own
+    parameter paths (`theta__weight`, ...).  `location_fn` is called inside the parameter
     substitution, so it sees the proposed values."""
     kwargs = dict(observation_kwargs or {})
 
@@ -163,7 +165,8 @@ def lift_to_bayesian_program(parameter_module, *, location_fn: Callable,
 
     wrapper = _FamilyLikelihood(parameter_module, fn, target_key)
     return bayesian_lift_parameters(wrapper, x if x is not None else torch.zeros(1, 1),
-                                    observations or {}, prior_scale=parameter_prior_scale)
+                                    observations or {}, prior_scale=parameter_prior_scale,
+                                    _strip="parameter_module.")
 
 
 def lift_from_log_prob(parameter_module, *, log_prob_fn: Callable,
@@ -173,4 +176,5 @@ def lift_from_log_prob(parameter_module, *, log_prob_fn: Callable,
     `log_prob_fn` may be a bound method such as `prog.morphism.log_prob`."""
     wrapper = _FamilyLikelihood(parameter_module, log_prob_fn, target_key)
     return bayesian_lift_parameters(wrapper, x if x is not None else torch.zeros(1, 1),
-                                    observations or {}, prior_scale=parameter_prior_scale)
+                                    observations or {}, prior_scale=parameter_prior_scale,
+                                    _strip="parameter_module.")

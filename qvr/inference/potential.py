@@ -233,8 +233,24 @@ def _compile(batched, z: torch.Tensor):
     import warnings as _w
     from torch.fx.experimental.proxy_tensor import make_fx
     z = z.detach()
-    with torch.no_grad():
-        gm = make_fx(lambda zz: batched(zz))(z)
+    validate = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)  # no .item() checks
+    try:
+        with torch.no_grad():
+            gm = make_fx(lambda zz: batched(zz))(z)
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validate)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    try:  # precompute everything that depends on the data only
+        from torch.fx.experimental import const_fold
+        with _w.catch_warnings():
+            _w.simplefilter("ignore")
+            folded = const_fold.split_const_subgraphs(gm)
+            folded.run_folding()
+        gm = folded
+    except Exception:
+        pass
     for node in gm.graph.nodes:
         if node.op == "call_function":
             name = str(getattr(node.target, "__name__", node.target)).split(".")[0]

@@ -157,7 +157,7 @@ class Registry:
     def split(self, z: torch.Tensor) -> dict:
         """Flat `(..., D)` -> `{name: (..., *unconstrained_shape)}`."""
         lead = z.shape[:-1]
-        return {s.name: z[..., a:b].reshape(*lead, *s.unconstrained_shape)
+        return {s.name: z[..., a:b].reshape((*lead, *s.unconstrained_shape))
                 for s, (a, b) in zip(self.sites, self.offsets)}
 
     def unpack(self, z: torch.Tensor) -> tuple[dict, torch.Tensor]:
@@ -176,8 +176,8 @@ class Registry:
         lead = z.shape[:-1]
         out = {}
         for s, (a, b) in zip(self.sites, self.offsets):
-            zs = z[..., a:b].reshape(*lead, *s.unconstrained_shape)
-            out[s.name] = s.transform(zs).reshape(*lead, *s.shape)
+            zs = z[..., a:b].reshape((*lead, *s.unconstrained_shape))
+            out[s.name] = s.transform(zs).reshape((*lead, *s.shape))
         return out
 
     def unconstrain(self, values: dict) -> torch.Tensor:

@@ -1,0 +1,369 @@
+"""Inference benchmark: NUTS effective samples per second and SVI steps per second.
+
+    .venv/bin/python bench/inference.py [--warmup 1000] [--samples 1000] [--chains 4]
+                                        [--only NAME ...] [--no-pyro] [--svi-steps 20]
+                                        [--json FILE]
+
+NUTS (4 chains, 1000 warmup + 1000 draws by default) on four models written in QVR —
+normal-normal (N = 50), eight schools (non-centred), a 10-D funnel, and Bayesian logistic
+regression (N = 1000, D = 10) — reports the *minimum bulk ESS over all parameters divided
+by the total wall time* (warmup, compilation and set-up included).  SVI (AutoNormalGuide,
+ELBO with one particle, Adam) on the seed `transformer_lm` reports steps per second at
+batch 2 x 1 and 256 x 16.
+
+When `pyro-ppl` is installed (the optional ``bench`` extra), the same workloads run in
+Pyro in the same invocation — the same priors and likelihoods written in Pyro's idiom,
+Pyro's `NUTS` with its defaults (chains in parallel processes), and for SVI Pyro's
+`AutoNormal` + `Trace_ELBO` on a model whose densities are computed by the very same torch
+modules — and the script prints our/Pyro ratios.  Both sides run with one intra-op torch
+thread.  Bulk ESS is computed by the same function (`qvr.inference.diagnostics.ess_bulk`)
+for both.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from qvr import loads, load  # noqa: E402
+from qvr.inference import ELBO, MCMC, NUTSKernel, SVI, AutoNormalGuide  # noqa: E402
+from qvr.inference.diagnostics import ess_bulk  # noqa: E402
+
+# ------------------------------------------------------------------ data
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def normal_normal_data():
+    y = 1.3 + torch.randn(50, generator=_gen(1))
+    return {"y": y}
+
+
+SCHOOLS_Y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
+SCHOOLS_SIGMA = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
+
+
+def logistic_data(n=1000, d=10):
+    g = _gen(2)
+    X = torch.randn(n, d, generator=g)
+    beta = torch.randn(d, generator=g)
+    y = (torch.rand(n, generator=g) < torch.sigmoid(X @ beta)).float()
+    return X, y
+
+
+# ------------------------------------------------------------------ QVR models
+
+NORMAL_NORMAL = """
+object Obs : FinSet 50
+program normal_normal : Obs -> Obs
+    sample mu <- Normal(0.0, 10.0)
+    observe y : Obs <- Normal(mu, 1.0)
+    return mu
+export normal_normal
+"""
+
+EIGHT_SCHOOLS = """
+object School : FinSet 8
+program schools : School -> School
+    sample mu <- Normal(0.0, 5.0)
+    sample tau <- HalfCauchy(5.0)
+    sample eta : School <- Normal(0.0, 1.0) [iid_over=School]
+    let theta = mu + tau * eta
+    let se = 1.0 * sigma
+    observe y : School <- Normal(theta, se)
+    return theta
+export schools
+"""
+
+FUNNEL = """
+object Dim : FinSet 9
+object One : FinSet 1
+program funnel : One -> One
+    sample v <- Normal(0.0, 3.0)
+    let s = exp(v / 2.0)
+    sample x : Dim <- Normal(0.0, s) [iid_over=Dim]
+    return v
+export funnel
+"""
+
+
+def logistic_source(d=10):
+    terms = " + ".join(f"beta[{j}] * x{j}" for j in range(d))
+    return f"""
+object Row : FinSet 1000
+object Feature : FinSet {d}
+program logistic : Row -> Row
+    sample alpha <- Normal(0.0, 1.0)
+    sample beta : Feature <- Normal(0.0, 1.0) [iid_over=Feature]
+    let eta = alpha + {terms}
+    let p = sigmoid(eta)
+    observe y : Row <- Bernoulli(p)
+    return p
+export logistic
+"""
+
+
+def qvr_models():
+    X, y = logistic_data()
+    nn = normal_normal_data()
+    return {
+        "normal_normal": (NORMAL_NORMAL, torch.zeros(50, 1), nn),
+        "eight_schools": (EIGHT_SCHOOLS, torch.zeros(8, 1),
+                          {"y": torch.tensor(SCHOOLS_Y), "sigma": torch.tensor(SCHOOLS_SIGMA)}),
+        "funnel_10d": (FUNNEL, torch.zeros(1, 1), {}),
+        "logistic_1000x10": (logistic_source(), torch.zeros(1000, 1),
+                             {"y": y.long(), **{f"x{j}": X[:, j] for j in range(10)}}),
+    }
+
+
+def min_bulk_ess(samples: dict) -> float:
+    vals = []
+    for v in samples.values():
+        a = np.asarray(v, dtype=float)
+        a = a.reshape(a.shape[0], a.shape[1], -1)
+        vals.extend(np.asarray(ess_bulk(a)).reshape(-1).tolist())
+    return float(min(vals))
+
+
+def run_ours(name, warmup, samples, chains):
+    src, x, obs = qvr_models()[name]
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    model = loads(src).morphism
+    r = MCMC(NUTSKernel(), num_warmup=warmup, num_samples=samples, num_chains=chains).run(
+        model, x, obs)
+    wall = time.perf_counter() - t0
+    samples_np = {k: v.numpy() for k, v in r.samples.items()}
+    ess = min_bulk_ess(samples_np)
+    return {"wall_s": wall, "min_ess_bulk": ess, "ess_per_s": ess / wall,
+            "divergences": r.total_divergences, "grad_evals": r.num_grad_evals,
+            "mean_tree_depth": float(r.tree_depths.float().mean())}
+
+
+# ------------------------------------------------------------------ Pyro models
+
+
+def pyro_models():
+    import pyro
+    import pyro.distributions as dist
+
+    X, yl = logistic_data()
+    nn = normal_normal_data()["y"]
+    ys, sig = torch.tensor(SCHOOLS_Y), torch.tensor(SCHOOLS_SIGMA)
+
+    def normal_normal():
+        mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+        with pyro.plate("obs", 50):
+            pyro.sample("y", dist.Normal(mu, 1.0), obs=nn)
+
+    def eight_schools():
+        mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = pyro.sample("tau", dist.HalfCauchy(5.0))
+        with pyro.plate("school", 8):
+            eta = pyro.sample("eta", dist.Normal(0.0, 1.0))
+            pyro.sample("y", dist.Normal(mu + tau * eta, sig), obs=ys)
+
+    def funnel():
+        v = pyro.sample("v", dist.Normal(0.0, 3.0))
+        with pyro.plate("dim", 9):
+            pyro.sample("x", dist.Normal(0.0, torch.exp(v / 2.0)))
+
+    def logistic():
+        alpha = pyro.sample("alpha", dist.Normal(0.0, 1.0))
+        with pyro.plate("feature", 10):
+            beta = pyro.sample("beta", dist.Normal(0.0, 1.0))
+        with pyro.plate("row", 1000):
+            pyro.sample("y", dist.Bernoulli(logits=alpha + X @ beta), obs=yl)
+
+    return {"normal_normal": normal_normal, "eight_schools": eight_schools,
+            "funnel_10d": funnel, "logistic_1000x10": logistic}
+
+
+def _pyro_worker(args):
+    name, warmup, samples, seed = args
+    import pyro
+    from pyro.infer import MCMC as PMCMC, NUTS
+    torch.set_num_threads(1)
+    pyro.set_rng_seed(seed)
+    m = PMCMC(NUTS(pyro_models()[name]), num_samples=samples, warmup_steps=warmup,
+              num_chains=1, disable_progbar=True)
+    m.run()
+    return {k: v.numpy() for k, v in m.get_samples().items()}
+
+
+def run_pyro(name, warmup, samples, chains, parallel: bool):
+    t0 = time.perf_counter()
+    jobs = [(name, warmup, samples, c) for c in range(chains)]
+    if parallel:
+        import multiprocessing as mp
+        with mp.get_context("spawn").Pool(min(chains, os.cpu_count() or 1)) as pool:
+            outs = pool.map(_pyro_worker, jobs)
+    else:
+        outs = [_pyro_worker(j) for j in jobs]
+    wall = time.perf_counter() - t0
+    samples_np = {k: np.stack([o[k] for o in outs]) for k in outs[0]}
+    ess = min_bulk_ess(samples_np)
+    return {"wall_s": wall, "min_ess_bulk": ess, "ess_per_s": ess / wall}
+
+
+# ------------------------------------------------------------------ SVI
+
+
+def transformer(batch, seq):
+    torch.manual_seed(0)
+    prog = load(str(ROOT / "examples" / "transformer_lm.qvr"))
+    model = prog.morphism
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+    ctx = torch.randint(0, 32, (batch, seq))
+    obs = {"next_token": model.sample(ctx)}
+    return model, ctx, obs
+
+
+def svi_ours(batch, seq, steps):
+    model, ctx, obs = transformer(batch, seq)
+    guide = AutoNormalGuide(model, observed_names={"next_token"})
+    optim = torch.optim.Adam(list(model.parameters()) + list(guide.parameters()), lr=5e-2)
+    svi = SVI(model, guide, optim, ELBO(num_particles=1))
+    svi.step(ctx, obs)  # warm-up step (lazy initialisation), not timed
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        svi.step(ctx, obs)
+    return {"steps_per_s": steps / (time.perf_counter() - t0)}
+
+
+def svi_pyro(batch, seq, steps):
+    import pyro
+    import pyro.distributions as dist
+    from pyro.infer import SVI as PSVI, Trace_ELBO
+    from pyro.infer.autoguide import AutoNormal
+    from torch.distributions import constraints
+
+    model, ctx, obs = transformer(batch, seq)
+    backbone, head = model._step_h, model._step_next_token
+
+    class Backbone(dist.TorchDistribution):
+        """`h ~ backbone(ctx)`: the same torch module's sampler and (Monte-Carlo) density."""
+        arg_constraints = {}
+        support = constraints.independent(constraints.real, 1)
+        has_rsample = True
+
+        def __init__(self, x):
+            self.x = x
+            super().__init__(torch.Size(x.shape), torch.Size([16]), validate_args=False)
+
+        def rsample(self, sample_shape=torch.Size()):
+            return backbone.rsample(self.x, sample_shape)
+
+        def log_prob(self, value):
+            return backbone.log_prob(self.x, value)
+
+    class Head(dist.TorchDistribution):
+        arg_constraints = {}
+        support = constraints.integer_interval(0, 31)
+
+        def __init__(self, h):
+            self.h = h
+            super().__init__(torch.Size(h.shape[:-1]), torch.Size(), validate_args=False)
+
+        def sample(self, sample_shape=torch.Size()):
+            return head.sample(self.h, sample_shape)
+
+        def log_prob(self, value):
+            return head.log_prob(self.h, value)
+
+    def pmodel(x, y):
+        pyro.module("transformer", model)
+        h = pyro.sample("h", Backbone(x).to_event(2))
+        pyro.sample("next_token", Head(h).to_event(2), obs=y)
+
+    pyro.clear_param_store()
+    guide = AutoNormal(pmodel, init_scale=0.1)
+    svi = PSVI(pmodel, guide, pyro.optim.Adam({"lr": 5e-2}), Trace_ELBO())
+    y = obs["next_token"]
+    svi.step(ctx, y)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        svi.step(ctx, y)
+    return {"steps_per_s": steps / (time.perf_counter() - t0)}
+
+
+# ------------------------------------------------------------------ main
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--only", nargs="*", help="run only these workloads (model names, "
+                    "svi_2x1, svi_256x16)")
+    ap.add_argument("--no-pyro", action="store_true", help="skip the Pyro comparison")
+    ap.add_argument("--pyro-sequential", action="store_true",
+                    help="run Pyro's chains one after the other (default: parallel processes)")
+    ap.add_argument("--svi-steps", type=int, default=20)
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        import pyro  # noqa: F401
+        have_pyro = not args.no_pyro
+    except ImportError:
+        have_pyro = False
+    print(f"torch {torch.__version__}, 1 thread; pyro: "
+          f"{'yes' if have_pyro else 'not installed (pip install -e .[bench])' if not args.no_pyro else 'skipped'}")
+    print(f"NUTS: {args.chains} chains x ({args.warmup} warmup + {args.samples} draws); "
+          "metric: min bulk ESS / total wall time")
+    results = {}
+    want = set(args.only or [])
+    for name in qvr_models():
+        if want and name not in want:
+            continue
+        ours = run_ours(name, args.warmup, args.samples, args.chains)
+        line = (f"{name:<18} ours  {ours['ess_per_s']:9.1f} ESS/s  (min ESS "
+                f"{ours['min_ess_bulk']:7.0f} in {ours['wall_s']:6.1f} s, divergences "
+                f"{ours['divergences']}, mean depth {ours['mean_tree_depth']:.2f})")
+        print(line, flush=True)
+        results[name] = {"ours": ours}
+        if have_pyro:
+            p = run_pyro(name, args.warmup, args.samples, args.chains,
+                         parallel=not args.pyro_sequential)
+            results[name]["pyro"] = p
+            ratio = ours["ess_per_s"] / p["ess_per_s"] if p["ess_per_s"] > 0 else math.inf
+            results[name]["ratio"] = ratio
+            print(f"{'':<18} pyro  {p['ess_per_s']:9.1f} ESS/s  (min ESS {p['min_ess_bulk']:7.0f} "
+                  f"in {p['wall_s']:6.1f} s)   ours/pyro = {ratio:.2f}x", flush=True)
+    for batch, seq in ((2, 1), (256, 16)):
+        key = f"svi_{batch}x{seq}"
+        if want and key not in want:
+            continue
+        steps = args.svi_steps if batch * seq <= 16 else max(3, args.svi_steps // 5)
+        ours = svi_ours(batch, seq, steps)
+        results[key] = {"ours": ours}
+        print(f"{key:<18} ours  {ours['steps_per_s']:9.2f} steps/s", flush=True)
+        if have_pyro:
+            p = svi_pyro(batch, seq, steps)
+            ratio = ours["steps_per_s"] / p["steps_per_s"]
+            results[key].update(pyro=p, ratio=ratio)
+            print(f"{'':<18} pyro  {p['steps_per_s']:9.2f} steps/s   ours/pyro = {ratio:.2f}x",
+                  flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
