@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from qvr.syntax import errors as E
+from qvr.syntax.layout import indent_width
 from qvr.text import Span
 
 STATEMENT_WORDS = ("object", "morphism", "let", "program", "export", "composition", "deduction")
@@ -48,6 +49,7 @@ class _Line:
     first: int  # offset in line of first significant char, -1 if blank
     diag: tuple
     cont: bool = False  # the line starts inside a block comment opened on an earlier line
+    stmt: bool = False  # the line starts a top-level statement (indentation 0, outside brackets)
 
 
 def _scan_lines(text: str, pos: int):
@@ -137,18 +139,17 @@ def _scan_lines(text: str, pos: int):
             first = -1
         else:
             first = len(clean) - len(stripped)
-        if first == 0 and depth_before > 0:
-            if _RECOVERY.match(clean):
-                depth = 0  # recovery: a keyword in column 1 ends the bracket run
-                # recount this line's brackets from a clean state
+        # a statement starts at indentation 0 (a form feed or lone CR counts 0 columns, 1.7)
+        stmt = first >= 0 and indent_width(clean[:first]) == 0
+        if stmt and depth_before > 0:
+            if _RECOVERY.match(clean, first):
+                # recovery: a keyword in column 1 ends the bracket run; recount this line
                 depth = _count_brackets(clean)
             else:
-                first = 1  # continuation inside brackets
-        elif first >= 0 and depth_before > 0:
-            first = max(first, 1)
+                stmt = False  # continuation inside brackets
         if in_block is not None and end >= n:
             diags.append(E.unterminated_block_comment(Span(in_block, in_block + 2)))
-        yield _Line(pos, end, clean, depth_before, first, tuple(diags), cont)
+        yield _Line(pos, end, clean, depth_before, first, tuple(diags), cont, stmt)
         pos = end
 
 
@@ -163,12 +164,12 @@ def _count_brackets(clean: str) -> int:
     return depth
 
 
-def _kind_of(clean_line: str, first: int) -> str:
-    if first > 0:
+def _kind_of(clean_line: str, first: int, stmt: bool) -> str:
+    if not stmt:
         return "stray"
-    if clean_line.startswith(("#[", "#![")):
+    if clean_line.startswith(("#[", "#!["), first):
         return "unsupported"
-    m = _FIRST_WORD.match(clean_line)
+    m = _FIRST_WORD.match(clean_line, first)
     if m and m.group() in UNSUPPORTED_WORDS:
         return "unsupported"
     return "stmt"
@@ -199,7 +200,7 @@ def split(text: str, pos: int = 0, stop=None):
                                      tuple(d.shift(-cur_start) for d in cur_diags))))
 
     for ln in _scan_lines(text, pos):
-        starts_stmt = ln.first == 0 or (ln.first > 0 and not seen_code and cur_kind is None)
+        starts_stmt = ln.stmt or (ln.first >= 0 and not seen_code and cur_kind is None)
         if starts_stmt and seen_code:
             # the statement begins at this line; trivia since the last code line move with it
             boundary = _trivia_start
@@ -217,7 +218,7 @@ def split(text: str, pos: int = 0, stop=None):
             cur_kind = None
             cur_stmt_at = None
         if ln.first >= 0 and cur_kind is None:
-            cur_kind = _kind_of(ln.clean, ln.first)
+            cur_kind = _kind_of(ln.clean, ln.first, ln.stmt)
             cur_stmt_at = ln.start + ln.first - cur_start
             seen_code = True
         cur_clean.append(ln.clean)

@@ -163,3 +163,10 @@ def test_block_comment_after_code_stays_in_one_chunk():
     assert [c.text for c in doc.chunks] == ["program p : A -> A\n    return x #{ c\n d }#\n",
                                             "# x\nobject B : FinSet 2\n"]
     assert [t for _, t, _ in doc.comments()] == ["#{ c\n d }#", "# x"]
+
+
+def test_form_feed_counts_zero_columns():
+    # 1.7: a form feed (and a lone CR) count 0 columns of indentation
+    doc = Document("object A : FinSet 2\n\fobject B : FinSet 3\nprogram p : A -> A\n\f    sample x <- Normal(0.0, 1.0)\n    return x\n")
+    assert [d.code for d in doc.diagnostics()] == []
+    assert len(doc.chunks) == 3
