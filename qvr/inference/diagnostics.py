@@ -286,6 +286,8 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200) ->
     budget = max_coordinates if max_coordinates is not None else float("inf")
     for name, draws in samples.items():
         a = np.asarray(_to_numpy(draws), dtype=np.float64)
+        if a.ndim < 2 or a.shape[0] * a.shape[1] == 0:
+            continue  # no draws (a run cancelled during warmup)
         shape = a.shape[2:]
         P = int(np.prod(shape)) if shape else 1
         take = int(min(P, max(0, budget - len(out.rows))))

@@ -386,6 +386,10 @@ class _Run:
         for k, v in samples.items():
             arr = v.detach().cpu().double().numpy()
             shape = tuple(v.shape[2:])
+            if n == 0:  # cancelled before the first draw
+                r_hat[k] = torch.full(shape, float("nan"), dtype=zs.dtype)
+                ess[k] = torch.full(shape, float("nan"), dtype=zs.dtype)
+                continue
             r_hat[k] = torch.as_tensor(np.asarray(split_rhat_basic(arr)).reshape(shape),
                                        dtype=zs.dtype)
             ess[k] = torch.as_tensor(np.asarray(ess_basic(arr)).reshape(shape), dtype=zs.dtype)

@@ -1,0 +1,122 @@
+"""`fit()`: the event protocol, cancellation from another thread, non-finite losses and bad
+data (the dashboard's contract)."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from qvr import loads
+from qvr.inference import FitConfig, fit
+from qvr.inference.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
+                                  FitProgress, FitStarted, StopToken)
+from qvr.inference.fit import DataError
+
+from helpers import NORMAL_NORMAL
+
+
+def model_and_data():
+    model = loads(NORMAL_NORMAL).morphism
+    return model, {"y": torch.randn(20) + 1.0}
+
+
+def collect():
+    events = []
+    return events, events.append
+
+
+def test_nuts_fit_reports_typed_events_in_order():
+    model, data = model_and_data()
+    events, on_event = collect()
+    res = fit(model, data, FitConfig(method="nuts", num_warmup=20, num_samples=15, num_chains=2,
+                                     progress_interval=0.0), on_event=on_event)
+    assert res.status == "finished"
+    assert isinstance(events[0], FitStarted) and events[0].method == "nuts"
+    assert events[0].num_chains == 2 and events[0].total_steps == 35
+    assert isinstance(events[-1], FitFinished)
+    assert sum(isinstance(e, (FitStarted, FitFinished, FitFailed, FitCancelled))
+               for e in events) == 2
+    progress = [e for e in events if isinstance(e, FitProgress)]
+    assert {e.phase for e in progress} == {"warmup", "sampling"}
+    assert {e.chain for e in progress} == {0, 1}
+    last = [e for e in progress if e.phase == "sampling"][-1]
+    assert set(last.metrics) >= {"accept_prob", "step_size", "tree_depth", "divergences"}
+    assert last.step == last.total == 15
+    for chain in (0, 1):  # draws arrive in order and cover every draw
+        chunks = [e for e in events if isinstance(e, DrawsChunk) and e.chain == chain]
+        starts = [c.start for c in chunks]
+        assert starts == sorted(starts) and starts[0] == 0
+        mu = np.concatenate([c.draws["mu"] for c in chunks])
+        np.testing.assert_allclose(mu.reshape(-1), res.samples["mu"][chain].reshape(-1),
+                                   rtol=1e-6)
+    assert res.summary is not None and "mu" in res.summary.rows
+    assert {"mean_acceptance", "total_divergences", "step_sizes"} <= set(res.stats)
+
+
+def test_svi_fit_reports_the_loss():
+    model, data = model_and_data()
+    events, on_event = collect()
+    res = fit(model, data, FitConfig(method="svi", steps=30, lr=0.05, progress_interval=0.0),
+              on_event=on_event)
+    assert res.status == "finished" and len(res.losses) == 30
+    losses = [e.metrics["loss"] for e in events if isinstance(e, FitProgress)]
+    assert losses == res.losses
+    assert "loc_mu" in res.params and "mu" in res.summary.rows
+    assert isinstance(events[-1], FitFinished)
+
+
+@pytest.mark.parametrize("method", ["nuts", "svi"])
+def test_fit_can_be_cancelled_from_another_thread(method):
+    model, data = model_and_data()
+    token = StopToken()
+    events = []
+    started = threading.Event()
+
+    def on_event(e):
+        events.append(e)
+        if isinstance(e, FitProgress) and e.step >= 5:
+            started.set()
+
+    box = {}
+    cfg = FitConfig(method=method, steps=100_000, num_warmup=100_000, num_samples=10,
+                    num_chains=2, progress_interval=0.0)
+    th = threading.Thread(target=lambda: box.update(res=fit(model, data, cfg, on_event,
+                                                            token)))
+    th.start()
+    assert started.wait(120)
+    token.cancel()
+    th.join(120)
+    assert not th.is_alive()
+    res = box["res"]
+    assert res.status == "cancelled"
+    assert isinstance(events[-1], FitCancelled)
+    assert not any(isinstance(e, (FitFinished, FitFailed)) for e in events)
+
+
+def test_non_finite_loss_stops_with_a_message_naming_the_step():
+    model, data = model_and_data()
+    data["y"][3] = float("nan")
+    events, on_event = collect()
+    res = fit(model, data, FitConfig(method="svi", steps=50), on_event=on_event)
+    assert res.status == "failed" and res.step == 1
+    assert "step 1" in res.message and "nan" in res.message
+    assert isinstance(events[-1], FitFailed) and events[-1].step == 1
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"y": torch.zeros(20), "yy": torch.zeros(20)}, "`yy`"),
+    ({"y": torch.zeros(20), "mu": torch.zeros(3)}, "`mu`"),
+])
+def test_bad_data_is_a_clear_error_before_fitting(data, words):
+    model = loads(NORMAL_NORMAL).morphism
+    events, on_event = collect()
+    with pytest.raises(DataError, match=words):
+        fit(model, data, FitConfig(method="nuts", num_warmup=5, num_samples=5),
+            on_event=on_event)
+    assert not any(isinstance(e, FitProgress) for e in events)
+    assert isinstance(events[-1], FitFailed)
+
+
+def test_fit_config_rejects_unknown_methods():
+    with pytest.raises(ValueError):
+        FitConfig(method="vi")
