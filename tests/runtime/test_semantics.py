@@ -388,3 +388,28 @@ def test_exact_marginal_after_a_monte_carlo_prefix():
         per_class.append(lp_c + b.log_prob(torch.full((4,), k), z))
     assert torch.allclose(abc.log_prob(x, z), torch.logsumexp(torch.stack(per_class), 0),
                           atol=1e-5)
+
+
+def test_products_of_finite_sets():
+    prog = qvr.loads("object A : FinSet 2\nobject B : FinSet 3\nobject C : FinSet 4\n"
+                     "object AB : A * B\nobject V : Real 2\n"
+                     "morphism w : AB -> C [role=latent]\n"
+                     "morphism k : A * B -> V [role=kernel] ~ Normal\n"
+                     "morphism c : V -> A * B [role=kernel] ~ Categorical\n"
+                     "morphism s : C -> AB [role=kernel]\nexport w\n")
+    w, k, c, s = prog["w"], prog["k"], prog["c"], prog["s"]
+    assert w.raw.shape == (2, 3, 4) and w.tensor.shape == (2, 3, 4) and w.matrix.shape == (6, 4)
+    assert s.tensor.shape == (4, 2, 3)
+    # a kernel on a product of finite sets: one index column per factor, a table of 6 rows
+    assert k.param_source.table.shape == (6, 4)
+    x = torch.tensor([[0, 2], [1, 0]])
+    loc, _ = k.params(x)
+    assert torch.equal(loc, k.param_source.table[torch.tensor([2, 3]), :2])
+    # a Categorical over a product draws the row-major flat index (spec 3.3)
+    y = c.rsample(torch.randn(5, 2))
+    assert y.shape == (5,) and int(y.max()) < 6
+    # a finite morphism draws one index column per factor of a product codomain
+    z = s.rsample(torch.tensor([0, 3, 1]))
+    assert z.shape == (3, 2) and (z[:, 0] < 2).all() and (z[:, 1] < 3).all()
+    assert torch.allclose(s.log_prob(torch.tensor([0, 3, 1]), z),
+                          torch.log(s.matrix[torch.tensor([0, 3, 1]), z[:, 0] * 3 + z[:, 1]]))
