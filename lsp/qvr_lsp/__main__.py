@@ -1,7 +1,8 @@
 """`qvr-lsp` / `qvr lsp` / `python -m qvr_lsp`: run the language server.
 
 Speaks LSP over stdio by default; `--tcp [--host H] [--port P]` serves one TCP client
-(for debugging with an editor attached to a running server).
+(for debugging with an editor attached to a running server).  Over stdio, `initialize` is
+answered while pygls is still loading (`quickstart`); pygls is imported only in `serve`.
 """
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve(args) -> int:
+    if not args.tcp:
+        from qvr_lsp import quickstart
+
+        if quickstart.enabled():
+            return quickstart.serve_stdio()
     from qvr_lsp.server import build_server
 
     server = build_server()
