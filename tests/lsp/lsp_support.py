@@ -14,6 +14,38 @@ EXAMPLES = ROOT / "examples"
 SERVER = [sys.executable, "-m", "qvr_lsp"]
 
 
+def _utf8_client():
+    import pytest_lsp
+    caps = pytest_lsp.client_capabilities("visual-studio-code")
+    caps.general.position_encodings = ["utf-16", "utf-8"]
+    return caps
+
+
+def _utf32_client():
+    import pytest_lsp
+    caps = pytest_lsp.client_capabilities("visual-studio-code")
+    caps.general.position_encodings = ["utf-32"]
+    return caps
+
+
+def _profile(name):
+    def make():
+        import pytest_lsp
+        return pytest_lsp.client_capabilities(name)
+    return make
+
+
+# The client capability profiles of the end-to-end tests: name -> (make ClientCapabilities,
+# the position encoding the server must negotiate).
+CLIENT_PROFILES = {
+    "visual-studio-code": (_profile("visual-studio-code"), "utf-16"),
+    "neovim@0.7.0": (_profile("neovim@0.7.0"), "utf-16"),
+    "emacs@29.1 (offers utf-32, utf-8, utf-16)": (_profile("emacs@29.1"), "utf-8"),
+    "utf-16 then utf-8": (_utf8_client, "utf-8"),
+    "utf-32 only": (_utf32_client, "utf-32"),
+}
+
+
 def server_env(**extra) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "lsp")] + ([env["PYTHONPATH"]]

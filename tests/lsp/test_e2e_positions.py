@@ -4,7 +4,7 @@ for text with accents and emoji in comments and strings before the queried posit
 on the same line and on earlier lines."""
 import pytest
 import pytest_lsp
-from lsp_support import SERVER, change_doc, find, open_doc, server_env, span_text
+from lsp_support import CLIENT_PROFILES as PROFILES, SERVER, change_doc, find, open_doc, server_env, span_text
 from lsprotocol import types as T
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -22,27 +22,6 @@ deduction D : Word -> Word
         "😋😋" : Nuon = cat
 """
 URI = "file:///tmp/qvr_positions_ü.qvr"
-
-
-def utf8_client():
-    caps = pytest_lsp.client_capabilities("visual-studio-code")
-    caps.general.position_encodings = ["utf-16", "utf-8"]
-    return caps
-
-
-def utf32_client():
-    caps = pytest_lsp.client_capabilities("visual-studio-code")
-    caps.general.position_encodings = ["utf-32"]
-    return caps
-
-
-PROFILES = {
-    "visual-studio-code": (lambda: pytest_lsp.client_capabilities("visual-studio-code"), "utf-16"),
-    "neovim@0.7.0": (lambda: pytest_lsp.client_capabilities("neovim@0.7.0"), "utf-16"),
-    "emacs@29.1 (offers utf-32, utf-8, utf-16)": (lambda: pytest_lsp.client_capabilities("emacs@29.1"), "utf-8"),
-    "utf-16 then utf-8": (utf8_client, "utf-8"),
-    "utf-32 only": (utf32_client, "utf-32"),
-}
 
 
 @pytest_lsp.fixture(scope="module", params=list(PROFILES),
