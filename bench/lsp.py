@@ -2,8 +2,14 @@
 
 Generates a 5,000-line QVR program, starts `python -m qvr_lsp`, and measures:
 
-* start: from spawning the process to the `initialize` response (server initialized);
-* open: from `didOpen` of the 5,000-line file to its first `publishDiagnostics`;
+* start: from spawning the process to the `initialize` response, over `--starts` fresh
+  processes (best and median): the server answers `initialize` from its snapshot while
+  pygls is still loading (`qvr_lsp.quickstart`); also, per process, when pygls is ready
+  (the answer to a `shutdown` sent right after `initialized`), and the same start with the
+  early answer turned off (QVR_LSP_EAGER_INITIALIZE=0) for comparison;
+* open: from `didOpen` of the 5,000-line file, sent right after `initialized`, to its
+  first `publishDiagnostics` (this includes whatever of pygls and the front end is still
+  loading; `start_to_first_diagnostics_s` is the same from process start);
 * diagnostics latency: from a one-character `didChange` to the matching
   `publishDiagnostics` (p50/p95 over many edits: a program-local name, a `stack` count and
   a doc comment, each edit followed by its undo so the file stays valid);
@@ -13,7 +19,7 @@ Generates a 5,000-line QVR program, starts `python -m qvr_lsp`, and measures:
 
 Goals (issue 6): start < 0.5 s, diagnostics p95 < 20 ms, hover p95 < 10 ms.
 
-    PYTHONPATH=.:lsp .venv/bin/python bench/lsp.py [--lines 5000] [--edits 200] [--json]
+    PYTHONPATH=.:lsp .venv/bin/python bench/lsp.py [--lines 5000] [--edits 200] [--starts 7] [--starts-only] [--json]
 """
 from __future__ import annotations
 
@@ -158,14 +164,52 @@ def import_floor() -> dict:
     return out
 
 
-def run(n_lines: int, n_edits: int, n_queries: int) -> dict:
-    text = generate(n_lines)
-    lines = text.split("\n")
+def server_env(**extra) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'lsp'}")
+    env.pop("QVR_LSP_EAGER_INITIALIZE", None)
+    env.update(extra)
+    return env
+
+
+CAPS = {"textDocument": {"completion": {"completionItem": {"snippetSupport": True}}}}
+
+
+def one_start(env) -> tuple[float, float]:
+    """(process start -> initialize response, process start -> pygls ready) for a fresh
+    server: `ready` is the answer to a `shutdown` sent right after `initialized`."""
     t0 = time.perf_counter()
     c = Client([sys.executable, "-m", "qvr_lsp"], env=env)
-    caps = {"textDocument": {"completion": {"completionItem": {"snippetSupport": True}}}}
-    t_init, resp = c.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": caps})
+    _, resp = c.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": CAPS})
+    start = time.perf_counter() - t0
+    assert "capabilities" in resp["result"], resp
+    c.notify("initialized", {})
+    c.request("shutdown", None)
+    ready = time.perf_counter() - t0
+    c.notify("exit", None)
+    c.proc.wait(timeout=10)
+    return start, ready
+
+
+def starts(n: int) -> dict:
+    """Best and median of `n` fresh starts, with the early answer and without it."""
+    out = {}
+    for label, env in (("start_s", server_env()), ("start_without_early_answer_s",
+                                                   server_env(QVR_LSP_EAGER_INITIALIZE="0"))):
+        runs = [one_start(env) for _ in range(n)]
+        out[label] = {"best": round(min(r[0] for r in runs), 3),
+                      "median": round(statistics.median(r[0] for r in runs), 3), "n": n}
+        out[label.replace("start", "ready", 1)] = {"best": round(min(r[1] for r in runs), 3),
+                                                   "median": round(statistics.median(r[1] for r in runs), 3)}
+    return out
+
+
+def run(n_lines: int, n_edits: int, n_queries: int, n_starts: int = 7) -> dict:
+    text = generate(n_lines)
+    lines = text.split("\n")
+    env = server_env()
+    t0 = time.perf_counter()
+    c = Client([sys.executable, "-m", "qvr_lsp"], env=env)
+    t_init, resp = c.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": CAPS})
     start = time.perf_counter() - t0
     c.notify("initialized", {})
     uri = "file:///tmp/bench_5000.qvr"
@@ -173,6 +217,7 @@ def run(n_lines: int, n_edits: int, n_queries: int) -> dict:
     c.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "qvr", "version": 1, "text": text}})
     t, first = c.wait_notification(lambda n: n.get("method") == "textDocument/publishDiagnostics")
     open_s = t - t_open
+    first_diag_s = t - t0
     assert first["params"]["diagnostics"] == [], first["params"]["diagnostics"][:3]
 
     # one-character edits, each followed by its undo so the file stays valid, cycling over
@@ -230,7 +275,9 @@ def run(n_lines: int, n_edits: int, n_queries: int) -> dict:
     c.close()
     return {
         "lines": len(lines),
+        **starts(n_starts),
         "start_to_initialized_s": round(start, 3),
+        "start_to_first_diagnostics_s": round(first_diag_s, 3),
         "open_to_first_diagnostics_s": round(open_s, 3),
         "diagnostics_ms": {"p50": round(statistics.median(diag_ms), 2), "p95": round(pct(diag_ms, 95), 2),
                            "n": len(diag_ms)},
@@ -250,9 +297,14 @@ def main(argv=None) -> int:
     p.add_argument("--lines", type=int, default=5000)
     p.add_argument("--edits", type=int, default=200)
     p.add_argument("--queries", type=int, default=100)
+    p.add_argument("--starts", type=int, default=7, help="fresh starts to time (each way)")
+    p.add_argument("--starts-only", action="store_true", help="only time fresh starts")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    res = run(args.lines, args.edits, args.queries)
+    if args.starts_only:
+        res = {**starts(args.starts), "goals": {"start_s": 0.5}}
+    else:
+        res = run(args.lines, args.edits, args.queries, args.starts)
     if args.json:
         print(json.dumps(res, indent=2))
     else:

@@ -36,6 +36,10 @@ def frame(msg, headers=b"") -> bytes:
     return b"Content-Length: %d\r\n%s\r\n" % (len(data), headers) + data
 
 
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {}}}
+NEXT = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
+
+
 # ---------------------------------------------------------------- the snapshot
 
 def test_the_snapshot_is_what_the_real_server_generates():
@@ -114,6 +118,13 @@ def test_only_an_initialize_request_is_answered_early(message):
     assert Q.eager_answer(message, Q.load_snapshot()) is None
 
 
+def test_without_a_snapshot_nothing_is_answered_early(tmp_path):
+    (tmp_path / "broken.json").write_text("{", encoding="utf-8")
+    for path in (tmp_path / "missing.json", tmp_path / "broken.json"):
+        assert Q.load_snapshot(path) is None
+    assert Q.eager_answer(INIT, None) is None
+
+
 def test_request_ids_are_echoed():
     for rid in (0, 7, "init-1"):
         got = Q.eager_answer({"jsonrpc": "2.0", "id": rid, "method": "initialize",
@@ -122,10 +133,6 @@ def test_request_ids_are_echoed():
 
 
 # ---------------------------------------------------------------- framing, replay, filtering
-
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {}}}
-NEXT = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
-
 
 @pytest.mark.parametrize("headers", [b"", b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n"])
 def test_read_frame_reads_one_message_and_leaves_the_rest(headers):
@@ -249,8 +256,8 @@ def test_the_fast_path_imports_neither_pygls_nor_lsprotocol():
 class Session:
     """A raw stdio session with the server that keeps the whole transcript, in order."""
 
-    def __init__(self, **env):
-        self.proc = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    def __init__(self, cmd=None, **env):
+        self.proc = subprocess.Popen(cmd or SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=server_env(QVR_LSP_DEBUG_START="1", **env))
         self.t0 = time.perf_counter()
         self.cv = threading.Condition()
@@ -334,8 +341,8 @@ class Session:
 def session():
     made = []
 
-    def make(**env):
-        made.append(Session(**env))
+    def make(cmd=None, **env):
+        made.append(Session(cmd, **env))
         return made[-1]
     yield make
     for s in made:
@@ -360,6 +367,14 @@ def test_initialize_is_answered_early_then_the_session_is_normal(session):
     assert len(fast.responses(1)) == 1  # pygls's own answer was dropped
     log = _debug_lines(fast)
     assert log[:3] == ["initialize 1 answered early", "pygls server built", "handing over to pygls"], log
+
+
+def test_qvr_lsp_subcommand_answers_early_too(session):
+    s = session([sys.executable, "-m", "qvr.cli", "lsp"])
+    s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init_params()})
+    assert s.response(1)["result"] == Q.initialize_result(init_params())
+    s.use_and_close()
+    assert _debug_lines(s)[0] == "initialize 1 answered early"
 
 
 def test_a_client_that_sends_something_else_first(session):
