@@ -2,7 +2,9 @@
 
 Layout: `server.py` builds the server and registers features, `handlers.py` holds one thin
 handler per LSP method, `convert.py` every position, URI and protocol-record conversion,
-`__main__.py` the command line (`qvr-lsp`, `qvr lsp`).  This package never imports torch,
+`__main__.py` the command line (`qvr-lsp`, `qvr lsp`), `quickstart.py` the stdio start that
+answers `initialize` from `initialize_result.json` (a snapshot of pygls's own answer) while
+pygls is still loading.  This package never imports torch,
 the runtime or the dashboard.
 """
 __version__ = "0.1.0"
