@@ -4,7 +4,6 @@ Layout: `server.py` builds the server and registers features, `handlers.py` hold
 handler per LSP method, `convert.py` every position, URI and protocol-record conversion,
 `__main__.py` the command line (`qvr-lsp`, `qvr lsp`), `quickstart.py` the stdio start that
 answers `initialize` from `initialize_result.json` (a snapshot of pygls's own answer) while
-pygls is still loading.  This package never imports torch,
-the runtime or the dashboard.
+pygls is still loading.  This package never imports torch, the runtime or the dashboard.
 """
 __version__ = "0.1.0"
