@@ -185,6 +185,13 @@ class ProgramTarget(Target):
     #: the interpreter's overhead is negligible and tracing a large graph is slow
     compile_below_s = 0.02
 
+    def compiled_for(self, z: torch.Tensor):
+        """The compiled `z -> (grad, log_density)` for `z`'s chain count, or None (the
+        density is then evaluated eagerly).  Raw outputs: non-finite values not mapped."""
+        if not self.compile or self.vmap_failed or self.dim == 0:
+            return None
+        return self._compiled_for(z)
+
     def _compiled_for(self, z: torch.Tensor):
         C = z.shape[0]
         if C not in self._compiled:

@@ -54,6 +54,57 @@ def checkpoint_range(n: int) -> tuple[int, int]:
     return idx_max - num_subtrees + 1, idx_max
 
 
+def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float):
+    """One TorchScript function for a whole leaf (kick-drift, the compiled density, the
+    closing kick and the leaf bookkeeping), when the target's density is compiled; None
+    otherwise.  It consumes the global RNG exactly as the step-by-step path does, so both
+    paths give the same draws.  Cached on the target per (chains, mass kind, threshold)."""
+    compiled_for = getattr(target, "compiled_for", None)
+    if compiled_for is None:
+        return None
+    cache = target.__dict__.setdefault("_whole_leaf_cache", {})
+    key = (z0.shape[0], dense, thr)
+    if key in cache:
+        return cache[key]
+    cache[key] = None
+    density = compiled_for(z0)
+    if density is None:
+        return None
+    from qvr.inference.mcmc import ops
+
+    def leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
+             slp, sh):
+        z, p_half = ops.kick_drift(z, p, g, eps, inv, dense)
+        g, lp = density(z)
+        finite = torch.isfinite(lp)
+        lp = torch.where(finite, lp, torch.full_like(lp, -math.inf))
+        g = torch.where(torch.isfinite(g) & finite.unsqueeze(-1), g, torch.zeros_like(g))
+        log_u = torch.log(torch.rand_like(lp))
+        (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+         sh) = ops.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,
+                             n_leaves, diverged, sub_w, sz, sg, slp, sh, log_u)
+        return z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
+
+    C, D = z0.shape
+    f = z0.new_zeros
+    b = torch.zeros(C, dtype=torch.bool, device=z0.device)
+    example = (z0, f(C, D), f(C, D), f(C, 1) + 0.1,
+               f(C, D, D) + torch.eye(D, dtype=z0.dtype, device=z0.device) if dense
+               else f(C, D) + 1, f(C), b | True, f(C), torch.zeros(C, dtype=torch.long),
+               b, f(C) - math.inf, z0, f(C, D), f(C), f(C))
+    try:
+        import warnings
+        state = torch.get_rng_state()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(leaf, example, check_trace=False)
+        torch.set_rng_state(state)
+    except Exception:
+        return None
+    cache[key] = traced
+    return traced
+
+
 class NUTSKernel(HMCBase):
     """The No-U-Turn Sampler.
 
@@ -65,6 +116,12 @@ class NUTSKernel(HMCBase):
       divergence_threshold: energy error above which a leaf is divergent.
       adapt_step_size, adapt_mass_matrix: warmup adaptation switches.
       warmup_schedule: ``"windowed"`` (Stan) or ``"end"`` (one update at the end).
+      transition: how a finished subtree replaces the iteration's proposal:
+        ``"uniform"`` (the spec's unbiased multinomial merge, probability
+        `W_sub / (W_current + W_sub)`; default) or ``"biased"`` (Stan's and Pyro's biased
+        progressive sampling, probability `min(1, W_sub / W_current)`, which favours the
+        far end of the trajectory and usually gives more effective samples per draw).
+        Both leave the posterior invariant.
 
     Example:
       >>> kernel = NUTSKernel(step_size=0.1, max_tree_depth=3, target_accept=0.8)
@@ -76,15 +133,19 @@ class NUTSKernel(HMCBase):
                  mass_matrix: str = "diagonal", target_accept: float = 0.8,
                  divergence_threshold: float = 1000.0, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, warmup_schedule: str = "windowed",
-                 find_step_size: bool = True):
+                 find_step_size: bool = True, transition: str = "uniform"):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
                          adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size)
         if not (isinstance(max_tree_depth, int) and max_tree_depth >= 1):
             raise ValueError(f"max_tree_depth must be an integer >= 1, got {max_tree_depth}")
+        if transition not in ("uniform", "biased"):
+            raise ValueError(f"transition must be 'uniform' or 'biased', got {transition!r}")
         self.max_tree_depth = max_tree_depth
+        self.transition = transition
 
     def config(self) -> dict:
-        return {**super().config(), "max_tree_depth": self.max_tree_depth}
+        return {**super().config(), "max_tree_depth": self.max_tree_depth,
+                "transition": self.transition}
 
     def _transition(self, state: HMCState, target) -> Transition:
         grad_fn = target.log_density_and_grad
@@ -130,14 +191,21 @@ class NUTSKernel(HMCBase):
             running = active.clone()
             inv, dense = mass.as_tensor(z0), mass.dense
             eps_col = step.unsqueeze(-1)
+            whole = _whole_leaf(target, z0, dense, thr)
             for n in range(2 ** j):
-                z, p_half = fused.kick_drift(z, p, g, eps_col, inv, dense)
-                lp, g = grad_fn(z)
-                log_u = torch.log(torch.rand(C, dtype=dtype, device=device))
-                (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-                 sh) = fused.nuts_leaf(z, p_half, lp, g, eps_col, inv, dense, h0, thr,
-                                       running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
-                                       slp, sh, log_u)
+                if whole is not None:  # one compiled call: kick, drift, density, bookkeeping
+                    target.num_evals += 1
+                    (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+                     sh) = whole(z, p, g, eps_col, inv, h0, running, sum_acc, n_leaves,
+                                 diverged, sub_w, sz, sg, slp, sh)
+                else:
+                    z, p_half = fused.kick_drift(z, p, g, eps_col, inv, dense)
+                    lp, g = grad_fn(z)
+                    log_u = torch.log(torch.rand(C, dtype=dtype, device=device))
+                    (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+                     sh) = fused.nuts_leaf(z, p_half, lp, g, eps_col, inv, dense, h0, thr,
+                                           running, sum_acc, n_leaves, diverged, sub_w, sz,
+                                           sg, slp, sh, log_u)
                 # U-turns of the sub-subtrees that end at this leaf
                 lo, hi = checkpoint_range(n)
                 if n % 2 == 0:
@@ -152,7 +220,10 @@ class NUTSKernel(HMCBase):
             # merge the subtree into the trajectory (unbiased multinomial)
             new_log_w = torch.logaddexp(log_w, sub_w)
             u = torch.rand(C, dtype=dtype, device=device)
-            take = completed & (torch.log(u) < sub_w - new_log_w)
+            if self.transition == "biased":
+                take = completed & (torch.log(u) < sub_w - log_w)
+            else:
+                take = completed & (torch.log(u) < sub_w - new_log_w)
             tcol = take.unsqueeze(-1)
             zp = torch.where(tcol, sz, zp)
             gp = torch.where(tcol, sg, gp)
