@@ -20,7 +20,7 @@ many small ops — so other load on a shared machine barely moves them; wall-clo
 are printed beside them.
 Also reported: the speed-up of one late step alone, the one that extends the prefixes from
 30 to 31 tokens (the final step only draws: its children all reach the maximum length),
-timed from the fit events.
+timed between the model's draws of steps 31 and 32.
 
 Run: .venv/bin/python bench/smc.py [--reps 5] [--json FILE]
 Goal (issue 5): caching >= 5x at length 32.  Both readings are printed: the whole run to
@@ -39,11 +39,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import qvr  # noqa: E402
-from qvr.inference.events import FitProgress  # noqa: E402
 from qvr.smc import LogitsLM, ProgramLM, SMCSteering, forbid_tokens  # noqa: E402
 
 N, K, LENGTH = 64, 4, 32
@@ -51,11 +51,20 @@ N, K, LENGTH = 64, 4, 32
 
 class CausalTransformer(nn.Module):
     """A small pre-norm causal transformer LM, callable on whole prefixes ``(n, t) ->
-    (n, V)`` and incrementally (``start`` / ``step``, a per-layer key/value cache)."""
+    (n, V)`` and incrementally (``start`` / ``select`` / ``step``) with a key/value cache.
+
+    The cache is preallocated for ``max_len`` positions, ``(slots, heads, max_len, dh)``
+    per layer for keys and for values; a step writes one position in place and attends
+    to the filled part.  Particles map to *slots* (``state["slots"]``): `select` (the
+    resampling copy) keeps each parent's slot for its first copy and copies the filled
+    part of the cache only into free slots for further copies, so a step copies only
+    duplicated particles' caches.  The buffers are shared between a state and the one
+    `select` returns (each state is used once, as `SMCSteering` does).  A step runs on
+    every slot and returns the logits of the particles' slots."""
 
     def __init__(self, vocab=64, d=64, heads=4, layers=2, max_len=64):
         super().__init__()
-        self.h, self.dh = heads, d // heads
+        self.h, self.dh, self.max_len = heads, d // heads, max_len
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(max_len, d)
         self.blocks = nn.ModuleList(nn.ModuleDict({
@@ -66,51 +75,84 @@ class CausalTransformer(nn.Module):
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
 
-    def _split(self, x):  # (n, t, d) -> (n, h, t, dh)
+    def _qkv(self, b, x):  # (n, t, d) -> 3 x (n, h, t, dh)
         n, t, _ = x.shape
-        return x.view(n, t, self.h, self.dh).transpose(1, 2)
+        return b["qkv"](b["ln1"](x)).view(n, t, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
 
-    def _block(self, b, x, past=None, causal=True):
-        q, k, v = b["qkv"](b["ln1"](x)).chunk(3, dim=-1)
-        q, k, v = self._split(q), self._split(k), self._split(v)
-        if past is not None:
-            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
-        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    def _rest(self, b, x, a):  # attention output (n, h, t, dh) -> block output
         x = x + b["out"](a.transpose(1, 2).reshape(x.shape))
-        return x + b["ff"](b["ln2"](x)), (k, v)
+        return x + b["ff"](b["ln2"](x))
 
     @torch.no_grad()
     def __call__(self, prefixes):
         n, t = prefixes.shape
         x = self.tok(prefixes) + self.pos(torch.arange(t))
         for b in self.blocks:
-            x, _ = self._block(b, x)
+            q, k, v = self._qkv(b, x)
+            x = self._rest(b, x, nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True))
         return self.head(self.ln(x[:, -1]))
 
     @torch.no_grad()
     def start(self, tokens):
         n, t = tokens.shape
         x = self.tok(tokens) + self.pos(torch.arange(t))
-        cache = []
+        keys, values = [], []
         for b in self.blocks:
-            x, kv = self._block(b, x)
-            cache.append(kv)
-        return {"kv": cache, "pos": torch.full((n,), t)}, self.head(self.ln(x[:, -1]))
+            q, k, v = self._qkv(b, x)
+            kb = k.new_empty(self.max_len, n, self.h, self.dh)  # (position, slot, head, dh)
+            vb = torch.empty_like(kb)
+            kb[:t], vb[:t] = k.permute(2, 0, 1, 3), v.permute(2, 0, 1, 3)
+            keys.append(kb)
+            values.append(vb)
+            x = self._rest(b, x, nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True))
+        state = {"k": keys, "v": values, "len": t, "slots": np.arange(n)}
+        return state, self.head(self.ln(x[:, -1]))
+
+    @torch.no_grad()
+    def select(self, state, rows):
+        # (slot bookkeeping on small integer vectors: numpy is cheaper than torch here)
+        parent = state["slots"][rows.numpy()]  # the slot of each new particle's parent
+        slots = parent.copy()
+        _, first = np.unique(parent, return_index=True)  # each parent's first copy keeps it
+        if first.size < parent.size:
+            again = np.ones(parent.size, dtype=bool)
+            again[first] = False
+            used = np.zeros(state["k"][0].shape[1], dtype=bool)
+            used[parent] = True
+            free = np.flatnonzero(~used)[:parent.size - first.size]
+            slots[again] = free
+            t, src, dst = state["len"], torch.from_numpy(parent[again]), torch.from_numpy(free)
+            for buf in state["k"] + state["v"]:  # free slots <- the parents' filled cache
+                buf[:t].index_copy_(1, dst, buf[:t].index_select(1, src))
+        return {**state, "slots": slots}
 
     @torch.no_grad()
     def step(self, state, tokens):
-        pos = state["pos"]
-        x = (self.tok(tokens) + self.pos(pos)).unsqueeze(1)
-        cache = []
-        for b, past in zip(self.blocks, state["kv"]):
-            x, kv = self._block(b, x, past, causal=False)  # one query attends to all keys
-            cache.append(kv)
-        return {"kv": cache, "pos": pos + 1}, self.head(self.ln(x[:, -1]))
+        t, slots = state["len"], state["slots"]
+        if t >= self.max_len:
+            raise ValueError(f"the cache holds {self.max_len} positions")
+        n = state["k"][0].shape[1]
+        where = torch.from_numpy(slots)
+        x = tokens.new_zeros(n).index_copy_(0, where, tokens)
+        x = self.tok(x) + self.pos.weight[t]  # (slots, d)
+        scale, ones = self.dh ** -0.5, x.new_ones(self.dh)
+        for b, kb, vb in zip(self.blocks, state["k"], state["v"]):
+            q, kb[t], vb[t] = b["qkv"](b["ln1"](x)).view(n, 3, self.h, self.dh).unbind(1)
+            # one query per slot and head against the t + 1 cached keys: (t + 1, slots, heads)
+            scores = torch.mv((kb[:t + 1] * q).view(-1, self.dh), ones).view(t + 1, n, self.h)
+            p = torch.softmax(scores * scale, 0)
+            a = (p.unsqueeze(-1) * vb[:t + 1]).sum(0)
+            x = x + b["out"](a.reshape(n, -1))
+            x = x + b["ff"](b["ln2"](x))
+        return {**state, "len": t + 1}, self.head(self.ln(x.index_select(0, where)))
 
 
 class RecurrentLM(nn.Module):
     """A GRU language model, callable on whole prefixes (one ``nn.GRU`` pass) and
-    incrementally (``start`` / ``step``, the hidden state)."""
+    incrementally (``start`` / ``step``: the hidden state, one ``torch.gru_cell`` on the
+    GRU's own weights per token)."""
 
     def __init__(self, vocab=64, d=128):
         super().__init__()
@@ -130,8 +172,10 @@ class RecurrentLM(nn.Module):
 
     @torch.no_grad()
     def step(self, h, tokens):
-        _, h = self.gru(self.tok(tokens).unsqueeze(1), h.unsqueeze(0))
-        return h[0], self.head(h[0])
+        g = self.gru
+        h = torch.gru_cell(self.tok(tokens), h, g.weight_ih_l0, g.weight_hh_l0, g.bias_ih_l0,
+                           g.bias_hh_l0)
+        return h, self.head(h)
 
 
 class Stateless:
@@ -144,28 +188,47 @@ class Stateless:
         return self.model(prefixes)
 
 
+class Stamped:
+    """A model that records the CPU time at each draw (the start of each step)."""
+
+    def __init__(self, lm):
+        self.lm, self.eos, self.stamps = lm, lm.eos, []
+
+    def start(self, num, generator=None):
+        return self.lm.start(num, generator=generator)
+
+    def draw(self, state, n, generator=None):
+        self.stamps.append(time.process_time())
+        return self.lm.draw(state, n, generator)
+
+    def advance(self, state, rows, tokens, prefixes, generator=None):
+        return self.lm.advance(state, rows, tokens, prefixes, generator=generator)
+
+
 def timed_run(lm, eos, seed):
     """One SMC run; returns (CPU seconds, particle-steps, CPU seconds of step 31, wall
-    seconds)."""
-    stamps = []
+    seconds).  Events go nowhere (as in a plain ``smc.run()``)."""
+    lm = Stamped(lm)
     smc = SMCSteering(lm, potential=forbid_tokens(eos), num_particles=N, expansion=K,
-                      max_len=LENGTH, generator=torch.Generator().manual_seed(seed),
-                      progress_interval=0,
-                      on_event=lambda e: stamps.append(time.process_time())
-                      if isinstance(e, FitProgress) else None)
+                      max_len=LENGTH, generator=torch.Generator().manual_seed(seed))
     w0, t0 = time.perf_counter(), time.process_time()
     r = smc.run()
     total, wall = time.process_time() - t0, time.perf_counter() - w0
     assert r.num_steps == LENGTH and all(len(s) == LENGTH for s in r.sequences)
-    return total, N * r.num_steps, stamps[-2] - stamps[-3], wall
+    return total, N * r.num_steps, lm.stamps[31] - lm.stamps[30], wall
 
 
 def check_incremental(model):
-    """The incremental path computes the same logits as the full forward."""
-    toks = torch.randint(0, 64, (3, 10), generator=torch.Generator().manual_seed(1))
+    """The incremental path (with resampling copies) computes the same logits as the full
+    forward."""
+    g = torch.Generator().manual_seed(1)
+    toks = torch.randint(0, 64, (6, 10), generator=g)
+    select = getattr(model, "select", None) or (lambda st, rows: st.index_select(0, rows))
     state, logits = model.start(toks[:, :1])
     for i in range(1, 10):
-        state, logits = model.step(state, toks[:, i])
+        rows = torch.randint(0, 6, (6,), generator=g)
+        toks = toks[rows]
+        state, logits = model.step(select(state, rows), toks[:, i])
     full = model(toks)
     assert torch.allclose(logits, full, atol=1e-4), (logits - full).abs().max()
 

@@ -13,7 +13,9 @@ Algorithm 3 (after Lew et al. 2023, arXiv:2306.03081, §3):
 * ``advance(state, rows, tokens, prefixes, generator) -> state`` — the state of new
   particles, row `j` being row ``rows[j]`` of `state` extended by ``tokens[j]``
   (``prefixes[j]`` is the new full prefix, for models that need it).  Copying a row
-  twice is how resampling duplicates a particle's cache.
+  twice is how resampling duplicates a particle's cache.  The driver passes `prefixes`
+  as a `PrefixBatch` — a sequence of tuples built on first access, with the token matrix
+  at hand (``.matrix``, ``.tensor()``) for models that feed whole prefixes.
 
 `generator` (possibly None: the global RNG) is the run's source of randomness, for models
 whose state transitions are random.
@@ -27,12 +29,14 @@ This module does not run SMC, score potentials or resample.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Callable, Optional, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
-__all__ = ["NextTokenModel", "StatefulModel", "LogitsLM", "PrefixStates", "as_stateful",
-           "take_rows"]
+__all__ = ["NextTokenModel", "StatefulModel", "LogitsLM", "PrefixBatch", "PrefixStates",
+           "as_stateful", "take_rows"]
 
 Prefix = tuple[int, ...]
 
@@ -63,6 +67,51 @@ class StatefulModel(Protocol):
     def advance(self, state: Any, rows: torch.Tensor, tokens: torch.Tensor,
                 prefixes: Sequence[Prefix], generator: Optional[torch.Generator] = None
                 ) -> Any: ...
+
+
+class PrefixBatch(Sequence):
+    """Equal-length prefixes held as an int64 token matrix ``(B, t)``; as a sequence its
+    items are tuples, built on first access.
+
+    >>> pb = PrefixBatch(np.array([[3, 4], [5, 6]]))
+    >>> len(pb), pb[1], list(pb), pb.tensor(head=(0,)).tolist()
+    (2, (5, 6), [(3, 4), (5, 6)], [[0, 3, 4], [0, 5, 6]])
+    """
+
+    def __init__(self, matrix: np.ndarray):
+        self.matrix = np.asarray(matrix, dtype=np.int64)
+        self._tuples: Optional[list[Prefix]] = None
+
+    def tuples(self) -> list[Prefix]:
+        if self._tuples is None:
+            self._tuples = list(map(tuple, self.matrix.tolist()))
+        return self._tuples
+
+    def tensor(self, head: Sequence[int] = ()) -> torch.Tensor:
+        """The int64 ``(B, len(head) + t)`` tensor of ``head + prefix`` rows."""
+        m = self.matrix
+        if head:
+            m = np.concatenate([np.broadcast_to(np.asarray(head, dtype=np.int64),
+                                                (m.shape[0], len(head))), m], axis=1)
+        return torch.from_numpy(np.ascontiguousarray(m))
+
+    def __len__(self) -> int:
+        return self.matrix.shape[0]
+
+    def __getitem__(self, i):
+        return self.tuples()[i]
+
+    def __iter__(self):
+        return iter(self.tuples())
+
+    def __eq__(self, other):
+        return list(self) == list(other) if isinstance(other, (list, tuple, PrefixBatch)) \
+            else NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"PrefixBatch({self.tuples()!r})"
 
 
 def take_rows(state: Any, rows: torch.Tensor) -> Any:
@@ -111,13 +160,18 @@ def sample_logits(logits: torch.Tensor, n: int, generator=None) -> torch.Tensor:
     if logits.shape[0] == 0:
         return torch.empty(0, n, dtype=torch.long)
     logits = logits.detach().to(torch.float64)
-    top = logits.amax(-1, keepdim=True)  # NaN if a row has NaN, -inf if it has no finite entry
-    if not bool(torch.isfinite(top).all()):
+    # multinomial takes unnormalised weights: exp(logits − max) is softmax up to a factor.
+    # A NaN or +inf logit, or a row without a finite one, makes a NaN weight, which
+    # multinomial rejects: the logits are only inspected then.
+    weights = torch.exp(logits - logits.amax(-1, keepdim=True))
+    try:
+        return torch.multinomial(weights, n, replacement=True, generator=generator)
+    except RuntimeError:
         if torch.isnan(logits).any() or torch.isposinf(logits).any():
-            raise ValueError("the logits function returned NaN or +inf")
-        raise ValueError("the logits function returned a row with no finite entry")
-    # multinomial takes unnormalised weights: exp(logits − max) is softmax up to a factor
-    return torch.multinomial(torch.exp(logits - top), n, replacement=True, generator=generator)
+            raise ValueError("the logits function returned NaN or +inf") from None
+        if not bool(torch.isfinite(logits.amax(-1)).all()):
+            raise ValueError("the logits function returned a row with no finite entry") from None
+        raise
 
 
 class LogitsLM:
@@ -164,6 +218,9 @@ class LogitsLM:
 
     def _compute(self, prefixes: Sequence[Prefix]) -> torch.Tensor:
         """Logits for prefixes (any lengths), one `logits_fn` call per length."""
+        if isinstance(prefixes, PrefixBatch):  # equal lengths, already a matrix
+            with torch.no_grad():
+                return self.logits_fn(prefixes.tensor(() if self.bos is None else (self.bos,)))
         by_len: dict[int, list[int]] = {}
         for i, p in enumerate(prefixes):
             by_len.setdefault(len(p), []).append(i)
@@ -178,11 +235,12 @@ class LogitsLM:
 
     def logits(self, prefixes: Sequence[Prefix]) -> torch.Tensor:
         """`(len(prefixes), V)` logits, through the per-prefix cache when enabled."""
+        if not len(prefixes):
+            return torch.empty(0, 0)
+        if not self.cache:
+            return self._compute(prefixes if isinstance(prefixes, PrefixBatch)
+                                 else [tuple(p) for p in prefixes])
         prefixes = [tuple(p) for p in prefixes]
-        if not self.cache or not prefixes:
-            if not prefixes:
-                return torch.empty(0, 0)
-            return self._compute(prefixes)
         memo = self._memo
         missing = list(dict.fromkeys(p for p in prefixes if p not in memo))
         fresh = {}

@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .model import take_rows
+from .model import PrefixBatch, take_rows
 
 __all__ = ["ProgramLM"]
 
@@ -203,6 +203,9 @@ class ProgramLM:
                generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """`n` iid next tokens per prefix: ``[bos] + s`` fed `n` times, one program call per
         prefix length."""
+        if isinstance(prefixes, PrefixBatch):  # equal lengths, already a matrix
+            rows = prefixes.tensor((self.bos,))
+            return self._predict(rows.repeat_interleave(n, 0), generator).reshape(len(rows), n)
         out = torch.empty(len(prefixes), n, dtype=torch.long)
         by_len: dict[int, list[int]] = {}
         for i, p in enumerate(prefixes):
@@ -241,7 +244,7 @@ class ProgramLM:
     def advance(self, state, rows: torch.Tensor, tokens: torch.Tensor, prefixes,
                 generator: Optional[torch.Generator] = None):
         if self.mode == "recompute":
-            return list(prefixes)
+            return prefixes if isinstance(prefixes, PrefixBatch) else list(prefixes)
         if self.mode == "last-token":
             return tokens.clone()
         with self._rng(generator), torch.no_grad():

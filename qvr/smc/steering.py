@@ -47,8 +47,8 @@ import torch
 from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitFailed, FitFinished,
                                   FitProgress, FitStarted, ParticlesSnapshot, Throttle, never)
 
-from .model import as_stateful
-from .potentials import log_potential_fn
+from .model import PrefixBatch, as_stateful
+from .potentials import Transitions, log_potential_fn
 from .resample import logsumexp, resample
 
 __all__ = ["SMCSteering", "SMCResult"]
@@ -120,10 +120,18 @@ def _log_mean_exp(log_w: np.ndarray) -> float:
 
 def _ess(log_w: np.ndarray) -> float:
     """Kish's effective sample size `(Σw)²/Σw²` (0 when every weight is 0)."""
-    a = logsumexp(log_w)
-    if a == -math.inf:
-        return 0.0
-    return math.exp(2 * a - logsumexp(2 * log_w))
+    return _weight_stats(log_w)[1]
+
+
+def _weight_stats(log_w: np.ndarray) -> tuple[float, float]:
+    """``(log mean weight, Kish ESS)`` from one exponentiation (``log_mean`` exactly as
+    `_log_mean_exp`)."""
+    top = float(log_w.max())
+    if top == -math.inf:
+        return -math.inf, 0.0
+    e = np.exp(log_w - top)
+    s1 = float(e.sum())
+    return top + math.log(s1) - math.log(log_w.size), s1 * s1 / float(e @ e)
 
 
 class SMCSteering:
@@ -208,13 +216,16 @@ class SMCSteering:
 
 class _Run:
     """The mutable state of one run: the population (numpy arrays, cheap on small
-    vectors), the model state of its live particles, the step counter."""
+    vectors; the strings as one token matrix, turned into tuples only for results and
+    snapshots), the model state of its live particles, the step counter."""
 
     def __init__(self, smc: SMCSteering, emit: Emitter, stop: Callable[[], bool]):
         self.smc, self.emit, self.stop = smc, emit, stop
         self.lm = as_stateful(smc.lm)
         n = smc.num_particles
-        self.seqs: list[Prefix] = [()] * n
+        self.tokens = np.zeros((n, smc.max_len), dtype=np.int64)  # row i: string i, padded
+        self.lengths = np.zeros(n, dtype=np.int64)
+        self._seqs: Optional[list[Prefix]] = None
         self.log_w = np.zeros(n)
         self.finished = np.zeros(n, dtype=bool)
         self.truncated = np.zeros(n, dtype=bool)
@@ -224,6 +235,18 @@ class _Run:
         self.history: list[dict] = []
         self.throttle = Throttle(smc.progress_interval)
         self.reported = 0
+        k = smc.expansion
+        # every particle unfinished (the common case): child c = i·K + k has parent i
+        self.all_parents = np.repeat(np.arange(n), k)
+        self.log_k = -math.log(k)
+
+    @property
+    def seqs(self) -> list[Prefix]:
+        """The strings as tuples (built once per step, on demand)."""
+        if self._seqs is None:
+            self._seqs = [tuple(row[:n]) for row, n in
+                          zip(self.tokens.tolist(), self.lengths.tolist())]
+        return self._seqs
 
     def result(self, cancelled=False) -> SMCResult:
         return SMCResult(list(self.seqs), torch.from_numpy(self.log_w.copy()),
@@ -251,35 +274,48 @@ class _Run:
         """Expand, weight, resample; returns the model state of the new live particles."""
         smc, t, K, N = self.smc, self.t, self.smc.expansion, self.smc.num_particles
         act = np.flatnonzero(active)
-        tokens = self.lm.draw(state, K, smc.generator).detach().cpu().numpy().astype(np.int64)
+        everyone = act.size == N
+        drawn = self.lm.draw(state, K, smc.generator)
+        tok = np.asarray(drawn.detach().cpu()).astype(np.int64, copy=False).reshape(-1)
         # Children in lexicographic (i, k) order: K per active particle, 1 per other.
-        parent = np.repeat(np.arange(N), np.where(active, K, 1))
-        is_new = active[parent]
-        child_tok = np.full(parent.size, -1, dtype=np.int64)
-        child_tok[is_new] = tokens.reshape(-1)
-        seqs = self.seqs
-        new_parents = [seqs[i] for i in act.tolist() for _ in range(K)]
-        new_children = [p + (a,) for p, a in zip(new_parents, tokens.reshape(-1).tolist())]
-        log_u = self.log_w[parent]
-        inc = np.full(len(new_children), -math.log(K))
+        # Every active particle has length t - 1, so its children have length t.
+        inc = np.full(tok.size, self.log_k)
         if smc.log_potential is not None:
-            inc += smc.log_potential(new_parents, new_children, t)
-        log_u[is_new] += inc
-        fin = self.finished[parent]
-        fin[is_new] = child_tok[is_new] == smc.eos
-        trunc = self.truncated[parent]
-        trunc[is_new] = ~fin[is_new] & (t >= smc.max_len)
+            prefixes = self.tokens[:, :t - 1] if everyone else self.tokens[act, :t - 1]
+            inc += smc.log_potential.batch(Transitions(prefixes, tok, K))
+        ends = tok == smc.eos
+        if everyone:  # no carried-over child: skip the masks
+            parent, is_new, child_tok = self.all_parents, None, tok
+            log_u = self.log_w[parent] + inc
+            fin = ends
+            trunc = ~ends if t >= smc.max_len else np.zeros(tok.size, dtype=bool)
+        else:
+            parent = np.repeat(np.arange(N), np.where(active, K, 1))
+            is_new = active[parent]
+            child_tok = np.full(parent.size, -1, dtype=np.int64)
+            child_tok[is_new] = tok
+            log_u = self.log_w[parent]
+            log_u[is_new] += inc
+            fin = self.finished[parent]
+            fin[is_new] = ends
+            trunc = self.truncated[parent]
+            trunc[is_new] = ~ends & (t >= smc.max_len)
 
         r = resample(log_u, N, smc.generator)
         idx = r.indices
         self.num_det = r.num_det
-        # (plain lists: indexing them with Python ints is far cheaper than numpy scalars)
-        new_pos = (np.cumsum(is_new) - 1).tolist()  # a new child's index in new_children
-        new_l, parent_l = is_new.tolist(), parent.tolist()
-        self.seqs = [new_children[new_pos[c]] if new_l[c] else seqs[parent_l[c]]
-                     for c in idx.tolist()]
+        src = parent[idx]  # the population row each survivor comes from
+        tokens = self.tokens[src]
+        if is_new is None:
+            tokens[:, t - 1] = tok[idx]
+            self.lengths = np.full(N, t, dtype=np.int64)
+        else:
+            grown = is_new[idx]
+            tokens[grown, t - 1] = child_tok[idx[grown]]
+            self.lengths = self.lengths[src] + grown
+        self.tokens, self._seqs = tokens, None
         self.finished, self.truncated = fin[idx], trunc[idx]
-        self.dead = self.dead[parent][idx] | r.dead
+        self.dead = self.dead[src] | r.dead
         self.log_w = r.log_weights
         if r.log_total == -math.inf:  # every child has weight 0 (step 3): stop with Ẑ = 0
             self.dead[:] = True
@@ -287,21 +323,24 @@ class _Run:
         live = ~(self.finished | self.truncated | self.dead)
         if not live.any():
             return None
-        sel = idx[live]
-        # the row of a child's parent in `state` is its rank among the active particles
-        row_of = np.full(N, -1, dtype=np.int64)
-        row_of[act] = np.arange(act.size)
-        prefixes = [s for s, a in zip(self.seqs, live.tolist()) if a]
-        return self.lm.advance(state, torch.from_numpy(row_of[parent[sel]]),
-                               torch.from_numpy(child_tok[sel]), prefixes,
-                               generator=smc.generator)
+        # (a live survivor is a new child; its parent's row in `state` is the parent's
+        # rank among the active particles)
+        rows = src[live]
+        if not everyone:
+            row_of = np.full(N, -1, dtype=np.int64)
+            row_of[act] = np.arange(act.size)
+            rows = row_of[rows]
+        return self.lm.advance(state, torch.from_numpy(rows),
+                               torch.from_numpy(child_tok[idx[live]]),
+                               PrefixBatch(tokens[live, :t]), generator=smc.generator)
 
     def metrics(self) -> dict[str, float]:
-        return {"ess": _ess(self.log_w),
+        log_z, ess = _weight_stats(self.log_w)
+        return {"ess": ess,
                 "num_finished": float(((self.finished | self.truncated) & ~self.dead).sum()),
                 "num_dead": float(self.dead.sum()),
                 "num_det": float(self.num_det),
-                "log_Z": _log_mean_exp(self.log_w)}
+                "log_Z": log_z}
 
     def report(self, force: bool = False) -> None:
         """Emit progress and a snapshot for the current step if due (or forced), once."""
@@ -311,6 +350,8 @@ class _Run:
             return
         self.reported = self.t
         emit = self.emit
+        if emit.on_event is None or emit.broken:  # nobody listens: build nothing
+            return
         emit(FitProgress(method="smc", phase="smc", step=self.t, total=self.smc.max_len,
                          metrics={k: v for k, v in self.history[-1].items() if k != "step"},
                          elapsed=emit.elapsed))
