@@ -8,7 +8,8 @@ Entry points: `load(path_or_source, data=None)` and `loads(source, data=None)` r
 * `objects`, `algebras`, `families`, `values` — objects, finite-morphism algebras, torch
   distributions per family, input coercion;
 * `morphisms/` (finite tensors, kernels), `combinators` (`>>`, `@`, fan, stack, repeat,
-  scan), `steps` + `monadic` (programs), `deduction` (deduction systems and charts).
+  scan), `steps` + `monadic` + `frame` + `marginal` (programs and their executor),
+  `deduction` (deduction systems and charts), `program` (the loaded module).
 
 This package imports torch; `import qvr` alone does not (see `qvr/__init__.py`).  The
 inference algorithms (guides, SVI, MCMC, SMC) are not here: they build on
