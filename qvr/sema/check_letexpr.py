@@ -34,7 +34,9 @@ class Local:
     span: object
     counted: bool = False  # a `let` step subject to QVR713
     used: bool = False
-    axes: Optional[tuple] = None  # axis sizes of a factor-bound value
+    axes: Optional[tuple] = None  # sizes of the leading axes of a factor-bound value
+    axes_exact: bool = False  # ... and the value has no further axes (a scalar factor body)
+    scalar: bool = False  # known to be a scalar (used to know a factor body's shape)
 
 
 class LetChecker:
@@ -49,6 +51,7 @@ class LetChecker:
         self.binder_spans: list[dict[str, object]] = []  # factor binders in scope -> binding span
         self.companions: list[tuple] = []  # (suggested local, used name, how)
         self.last_axes: Optional[tuple] = None
+        self.last_exact = False  # the last factor expression's body was a scalar
 
     # ------------------------------------------------------------ scopes
     def prescan(self, steps) -> None:
@@ -79,12 +82,14 @@ class LetChecker:
         return out
 
     def bind_local(self, name: A.Name, kind: str, type_, type_text: str, vkind: str,
-                   detail: str = "", axes=None, counted: bool = False) -> None:
+                   detail: str = "", axes=None, counted: bool = False, scalar: bool = False,
+                   axes_exact: bool = False) -> None:
         ctx = self.ctx
         if name.text in self.first:
             first = self.first[name.text]
             ctx.report(E.bound_twice(name.span, name.text, ctx.line_at(first.span.start), first.span))
-        local = Local(name.text, kind, type_, type_text, vkind, name.span, counted=counted, axes=axes)
+        local = Local(name.text, kind, type_, type_text, vkind, name.span, counted=counted, axes=axes,
+                      axes_exact=axes_exact, scalar=scalar)
         self.first.setdefault(name.text, local)
         self.scopes[-1][name.text] = local
         ctx.fact(name.span, "local", LocalInfo(name.text, kind, type_text, detail, self.owner))
@@ -293,8 +298,11 @@ class LetChecker:
                 ctx.report(E.index_not_integer(ix.span))
             else:
                 self._infer(ix)
+        local = self.visible(e.base.text)
         if axes is not None:
-            if len(e.indices) > len(axes):
+            # a factor value has one axis per binder followed by its body's own shape (8.5):
+            # "too many indices" is known only when the body is a scalar
+            if len(e.indices) > len(axes) and local is not None and local.axes_exact:
                 ctx.report(E.too_many_indices(e.base.span, e.base.text, len(axes), len(e.indices)))
             else:
                 for ix, n in zip(e.indices, axes):
@@ -353,10 +361,35 @@ class LetChecker:
         else:
             k = self._infer(e.body)
             self._need_numeric(e.body, k, "a factor body")
+        if isinstance(e.body, A.FactorCases):
+            exact = all(self.is_scalar(c.expr) for c in e.body.cases)
+        else:
+            exact = self.is_scalar(e.body)
         self.binders.pop()
         self.binder_spans.pop()
         self.last_axes = tuple(a for a in axes) if all(a is not None for a in axes) else None
+        self.last_exact = exact
         return "numeric"
+
+    def is_scalar(self, e) -> bool:
+        """True when `e` is known to be a scalar: numbers, factor binders, scalar locals and
+        arithmetic or numeric builtins of those."""
+        if isinstance(e, A.Number):
+            return True
+        if isinstance(e, A.EName):
+            if e.name.text in self.binders_in_scope():
+                return True
+            local = self.visible(e.name.text)
+            return local is not None and local.scalar
+        if isinstance(e, A.EParen):
+            return self.is_scalar(e.inner)
+        if isinstance(e, A.ENeg):
+            return self.is_scalar(e.operand)
+        if isinstance(e, A.EBinOp):
+            return self.is_scalar(e.left) and self.is_scalar(e.right)
+        if isinstance(e, A.ECall) and e.callee.text in NUMERIC_BUILTINS and len(e.args) == 1:
+            return self.is_scalar(e.args[0])
+        return False
 
     # ------------------------------------------------------------ end of program
     def finish(self) -> None:

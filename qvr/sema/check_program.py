@@ -111,7 +111,7 @@ class ProgramChecker(LetChecker):
             out.append((p.name.text, kind_text))
             if style == "typed" or p.kind is not None:
                 self.bind_local(p.name, "parameter", None, "Real (parameter)", "numeric",
-                                detail="parameter")
+                                detail="parameter", scalar=True)
             else:
                 t = facs[i] if facs is not None else UNKNOWN
                 self.bind_local(p.name, "parameter", t if facs is not None else None,
@@ -180,7 +180,8 @@ class ProgramChecker(LetChecker):
                 self.bind_local(n, kind, None, "?", "numeric", detail=f"{kind} step")
             return
         t, text = self._bound_type(res, index_t, index_text)
-        self.bind_local(step.bind, kind, t, text, "numeric", detail=f"{kind} step"
+        scalar = res[0] == "family" and res[1].event_rank == 0 and step.index is None
+        self.bind_local(step.bind, kind, t, text, "numeric", scalar=scalar, detail=f"{kind} step"
                         + (f" · plate over {index_text}" if index_text else ""))
 
     def _bound_type(self, res, index_t, index_text):
@@ -332,8 +333,18 @@ class ProgramChecker(LetChecker):
         if vkind == "chart" and isinstance(rhs, A.ECall) and rhs.callee.text == "parse" and rhs.args \
                 and isinstance(rhs.args[0], A.EName):
             text = f"chart of {rhs.args[0].name.text}"  # hover: `chart : chart of Arith` (14.2)
+        inner = rhs
+        while isinstance(inner, A.EParen):
+            inner = inner.inner
+        if isinstance(inner, A.EFactor):
+            exact = self.last_exact
+        elif isinstance(inner, A.EName) and self.visible(inner.name.text) is not None:
+            exact = self.visible(inner.name.text).axes_exact
+        else:
+            exact = False
         self.bind_local(step.bind, "let", None, text, vkind,
-                        detail="let step", axes=self.last_axes, counted=not self.returned)
+                        detail="let step", axes=self.last_axes, counted=not self.returned,
+                        axes_exact=exact, scalar=self.is_scalar(rhs))
 
     def step_score(self, step: A.ScoreStep) -> None:
         self.effects.add("Score")

@@ -170,3 +170,19 @@ def test_form_feed_counts_zero_columns():
     doc = Document("object A : FinSet 2\n\fobject B : FinSet 3\nprogram p : A -> A\n\f    sample x <- Normal(0.0, 1.0)\n    return x\n")
     assert [d.code for d in doc.diagnostics()] == []
     assert len(doc.chunks) == 3
+
+
+def test_factor_over_a_vector_body_can_take_more_indices():
+    # 8.5: a factor value has one axis per binder *followed by the body's own shape*, so
+    # extra indices are an error only when the body is known to be a scalar
+    text = ("object L : FinSet 3\nobject R : FinSet 5\nprogram p : R -> R\n"
+            "    sample base <- Normal(0.0, 1.0)\n"
+            "    let vec = factor a : L in weights_row\n"
+            "    let ok = vec[1, 2]\n"
+            "    let t = factor a : L in base * 2.0\n"
+            "    let bad = t[1, 2]\n"
+            "    let y = ok + bad\n"
+            "    return y\n")
+    diags = Document(text).diagnostics()
+    assert [(d.code, d.message) for d in diags] == [
+        ("QVR415", "`t` has 1 axis but is indexed with 2 indices")]
