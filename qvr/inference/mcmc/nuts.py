@@ -72,18 +72,23 @@ def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float):
         return None
     from qvr.inference.mcmc import ops
 
-    def leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
-             slp, sh):
-        z, p_half = ops.kick_drift(z, p, g, eps, inv, dense)
-        g, lp = density(z)
-        finite = torch.isfinite(lp)
-        lp = torch.where(finite, lp, torch.full_like(lp, -math.inf))
-        g = torch.where(torch.isfinite(g) & finite.unsqueeze(-1), g, torch.zeros_like(g))
-        log_u = torch.log(torch.rand_like(lp))
-        (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-         sh) = ops.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,
-                             n_leaves, diverged, sub_w, sz, sg, slp, sh, log_u)
-        return z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
+    class Leaf(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.density = density  # a submodule, so that tracing inlines it
+
+        def forward(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
+                    sub_w, sz, sg, slp, sh):
+            z, p_half = ops.kick_drift(z, p, g, eps, inv, dense)
+            g, lp = self.density(z)
+            finite = torch.isfinite(lp)
+            lp = torch.where(finite, lp, torch.full_like(lp, -math.inf))
+            g = torch.where(torch.isfinite(g) & finite.unsqueeze(-1), g, torch.zeros_like(g))
+            log_u = torch.log(torch.rand_like(lp))
+            (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+             sh) = ops.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,
+                                 n_leaves, diverged, sub_w, sz, sg, slp, sh, log_u)
+            return z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
 
     C, D = z0.shape
     f = z0.new_zeros
@@ -97,7 +102,7 @@ def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float):
         state = torch.get_rng_state()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            traced = torch.jit.trace(leaf, example, check_trace=False)
+            traced = torch.jit.trace(Leaf(), example, check_trace=False)
         torch.set_rng_state(state)
     except Exception:
         return None
