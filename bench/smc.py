@@ -49,16 +49,32 @@ from qvr.smc import LogitsLM, ProgramLM, SMCSteering, forbid_tokens  # noqa: E40
 N, K, LENGTH = 64, 4, 32
 
 
+F = nn.functional
+
+
+def _ln(m, x):
+    return F.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps)
+
+
+def _lin(m, x):
+    return F.linear(x, m.weight, m.bias)
+
+
 class CausalTransformer(nn.Module):
     """A small pre-norm causal transformer LM, callable on whole prefixes ``(n, t) ->
     (n, V)`` and incrementally (``start`` / ``select`` / ``step``) with a key/value cache.
+    Both paths call the layers functionally (no module-call overhead).
 
-    The cache is preallocated for ``max_len`` positions, ``(slots, heads, max_len, dh)``
-    per layer for keys and for values; a step writes one position in place and attends
-    to the filled part.  Particles map to *slots* (``state["slots"]``): `select` (the
-    resampling copy) keeps each parent's slot for its first copy and copies the filled
-    part of the cache only into free slots for further copies, so a step copies only
-    duplicated particles' caches.  The buffers are shared between a state and the one
+    The whole-prefix forward is the efficient one for next-token logits: every layer
+    runs on every position, except that the last layer's attention output, feed-forward
+    and the head run on the last position only.
+
+    The cache is preallocated for ``max_len`` positions, one ``(max_len, slots, 2, heads,
+    dh)`` buffer of keys and values per layer; a step writes one position in place and
+    attends to the filled part.  Particles map to *slots* (``state["slots"]``): `select`
+    (the resampling copy) keeps each parent's slot for its first copy and copies the
+    filled part of the cache only into free slots for further copies, so a step copies
+    only duplicated particles' caches.  The buffers are shared between a state and the one
     `select` returns (each state is used once, as `SMCSteering` does).  A step runs on
     every slot and returns the logits of the particles' slots."""
 
@@ -74,43 +90,47 @@ class CausalTransformer(nn.Module):
             for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
+        self.register_buffer("scale", torch.full((self.dh,), self.dh ** -0.5), persistent=False)
 
-    def _qkv(self, b, x):  # (n, t, d) -> 3 x (n, h, t, dh)
-        n, t, _ = x.shape
-        return b["qkv"](b["ln1"](x)).view(n, t, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+    @staticmethod
+    def _ff(b, x):
+        ff = b["ff"]
+        return _lin(ff[2], F.gelu(_lin(ff[0], _ln(b["ln2"], x))))
 
-    def _rest(self, b, x, a):  # attention output (n, h, t, dh) -> block output
-        x = x + b["out"](a.transpose(1, 2).reshape(x.shape))
-        return x + b["ff"](b["ln2"](x))
+    def _forward(self, tokens):
+        """Run every layer on ``(n, t)`` tokens; returns the last position's logits and
+        each layer's keys and values ``(n, heads, t, dh)``."""
+        n, t = tokens.shape
+        x = F.embedding(tokens, self.tok.weight) + self.pos.weight[:t]
+        cache, last = [], len(self.blocks) - 1
+        for i, b in enumerate(self.blocks):
+            q, k, v = _lin(b["qkv"], _ln(b["ln1"], x)).view(n, t, 3, self.h, self.dh) \
+                .permute(2, 0, 3, 1, 4)
+            cache.append((k, v))
+            if i == last:  # only the last position's output is needed from here on
+                x = x[:, -1:]
+                a = F.scaled_dot_product_attention(q[:, :, -1:], k, v)
+            else:
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + _lin(b["out"], a.transpose(1, 2).reshape(x.shape))
+            x = x + self._ff(b, x)
+        return _lin(self.head, _ln(self.ln, x[:, -1])), cache
 
     @torch.no_grad()
     def __call__(self, prefixes):
-        n, t = prefixes.shape
-        x = self.tok(prefixes) + self.pos(torch.arange(t))
-        for b in self.blocks:
-            q, k, v = self._qkv(b, x)
-            x = self._rest(b, x, nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=True))
-        return self.head(self.ln(x[:, -1]))
+        return self._forward(prefixes)[0]
 
     @torch.no_grad()
     def start(self, tokens):
         n, t = tokens.shape
-        x = self.tok(tokens) + self.pos(torch.arange(t))
-        keys, values = [], []
-        for b in self.blocks:
-            q, k, v = self._qkv(b, x)
-            kb = k.new_empty(self.max_len, n, self.h, self.dh)  # (position, slot, head, dh)
-            vb = torch.empty_like(kb)
-            kb[:t], vb[:t] = k.permute(2, 0, 1, 3), v.permute(2, 0, 1, 3)
-            keys.append(kb)
-            values.append(vb)
-            x = self._rest(b, x, nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=True))
-        state = {"k": keys, "v": values, "len": t, "slots": np.arange(n)}
-        return state, self.head(self.ln(x[:, -1]))
+        logits, cache = self._forward(tokens)
+        bufs = []
+        for k, v in cache:
+            buf = k.new_empty(self.max_len, n, 2, self.h, self.dh)  # (position, slot, k|v, ..)
+            buf[:t] = torch.stack([k, v], 2).permute(3, 0, 2, 1, 4)
+            bufs.append(buf)
+        return {"kv": bufs, "len": t, "slots": np.arange(n)}, logits
 
-    @torch.no_grad()
     def select(self, state, rows):
         # (slot bookkeeping on small integer vectors: numpy is cheaper than torch here)
         parent = state["slots"][rows.numpy()]  # the slot of each new particle's parent
@@ -119,34 +139,35 @@ class CausalTransformer(nn.Module):
         if first.size < parent.size:
             again = np.ones(parent.size, dtype=bool)
             again[first] = False
-            used = np.zeros(state["k"][0].shape[1], dtype=bool)
+            used = np.zeros(state["kv"][0].shape[1], dtype=bool)
             used[parent] = True
             free = np.flatnonzero(~used)[:parent.size - first.size]
             slots[again] = free
             t, src, dst = state["len"], torch.from_numpy(parent[again]), torch.from_numpy(free)
-            for buf in state["k"] + state["v"]:  # free slots <- the parents' filled cache
+            for buf in state["kv"]:  # free slots <- the parents' filled cache
                 buf[:t].index_copy_(1, dst, buf[:t].index_select(1, src))
         return {**state, "slots": slots}
 
-    @torch.no_grad()
     def step(self, state, tokens):
-        t, slots = state["len"], state["slots"]
+        t, slots, bufs = state["len"], state["slots"], state["kv"]
         if t >= self.max_len:
             raise ValueError(f"the cache holds {self.max_len} positions")
-        n = state["k"][0].shape[1]
+        n, h, dh = bufs[0].shape[1], self.h, self.dh
         where = torch.from_numpy(slots)
-        x = tokens.new_zeros(n).index_copy_(0, where, tokens)
-        x = self.tok(x) + self.pos.weight[t]  # (slots, d)
-        scale, ones = self.dh ** -0.5, x.new_ones(self.dh)
-        for b, kb, vb in zip(self.blocks, state["k"], state["v"]):
-            q, kb[t], vb[t] = b["qkv"](b["ln1"](x)).view(n, 3, self.h, self.dh).unbind(1)
+        x = F.embedding(tokens.new_zeros(n).index_copy_(0, where, tokens), self.tok.weight) \
+            + self.pos.weight[t]  # (slots, d)
+        for b, buf in zip(self.blocks, bufs):
+            qkv = _lin(b["qkv"], _ln(b["ln1"], x)).view(n, 3, h, dh)
+            buf[t] = qkv[:, 1:]
+            kv = buf[:t + 1]
             # one query per slot and head against the t + 1 cached keys: (t + 1, slots, heads)
-            scores = torch.mv((kb[:t + 1] * q).view(-1, self.dh), ones).view(t + 1, n, self.h)
-            p = torch.softmax(scores * scale, 0)
-            a = (p.unsqueeze(-1) * vb[:t + 1]).sum(0)
-            x = x + b["out"](a.reshape(n, -1))
-            x = x + b["ff"](b["ln2"](x))
-        return {**state, "len": t + 1}, self.head(self.ln(x.index_select(0, where)))
+            scores = torch.mv((kv[:, :, 0] * qkv[:, 0]).view(-1, dh), self.scale)
+            p = torch.softmax(scores.view(t + 1, n, h), 0)
+            a = (p.unsqueeze(-1) * kv[:, :, 1]).sum(0)
+            x = x + _lin(b["out"], a.view(n, -1))
+            x = x + self._ff(b, x)
+        x = x.index_select(0, where)
+        return {**state, "len": t + 1}, _lin(self.head, _ln(self.ln, x))
 
 
 class RecurrentLM(nn.Module):
@@ -162,20 +183,19 @@ class RecurrentLM(nn.Module):
 
     @torch.no_grad()
     def __call__(self, prefixes):
-        out, _ = self.gru(self.tok(prefixes))
-        return self.head(out[:, -1])
+        _, h = self.gru(F.embedding(prefixes, self.tok.weight))
+        return _lin(self.head, h[0])
 
     @torch.no_grad()
     def start(self, tokens):
-        out, h = self.gru(self.tok(tokens))
-        return h[0], self.head(out[:, -1])
+        _, h = self.gru(F.embedding(tokens, self.tok.weight))
+        return h[0], _lin(self.head, h[0])
 
-    @torch.no_grad()
     def step(self, h, tokens):
         g = self.gru
-        h = torch.gru_cell(self.tok(tokens), h, g.weight_ih_l0, g.weight_hh_l0, g.bias_ih_l0,
-                           g.bias_hh_l0)
-        return h, self.head(h)
+        h = torch.gru_cell(F.embedding(tokens, self.tok.weight), h, g.weight_ih_l0,
+                           g.weight_hh_l0, g.bias_ih_l0, g.bias_hh_l0)
+        return h, _lin(self.head, h)
 
 
 class Stateless:
@@ -225,10 +245,11 @@ def check_incremental(model):
     toks = torch.randint(0, 64, (6, 10), generator=g)
     select = getattr(model, "select", None) or (lambda st, rows: st.index_select(0, rows))
     state, logits = model.start(toks[:, :1])
-    for i in range(1, 10):
-        rows = torch.randint(0, 6, (6,), generator=g)
-        toks = toks[rows]
-        state, logits = model.step(select(state, rows), toks[:, i])
+    with torch.no_grad():
+        for i in range(1, 10):
+            rows = torch.randint(0, 6, (6,), generator=g)
+            toks = toks[rows]
+            state, logits = model.step(select(state, rows), toks[:, i])
     full = model(toks)
     assert torch.allclose(logits, full, atol=1e-4), (logits - full).abs().max()
 
@@ -237,6 +258,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--only", choices=["scan", "transformer", "gru"],
+                    help="run one model's configurations only")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -258,6 +281,8 @@ def main() -> None:
         "LogitsLM GRU, recomputed": lambda: LogitsLM(gru, eos, bos, cache=False),
     }
     assert configs["scan program, cached state"]().mode == "scan-state"
+    if args.only:
+        configs = {k: v for k, v in configs.items() if args.only in k.lower()}
     best = {name: (math.inf, 0, math.inf, math.inf) for name in configs}
     for rep in range(args.reps + 1):  # the first round warms up
         for name, make in configs.items():
@@ -276,6 +301,8 @@ def main() -> None:
                          ("LogitsLM transformer", "LogitsLM transformer, KV cache"),
                          ("LogitsLM GRU", "LogitsLM GRU, hidden state")):
         base = f"{kind}, recomputed"
+        if cached not in rates:
+            continue
         report["speedup"][kind] = rates[cached] / rates[base]
         report["step31_speedup"][kind] = best[base][2] / best[cached][2]
         print(f"  {kind}: caching is {report['speedup'][kind]:.1f}x faster over the run, "

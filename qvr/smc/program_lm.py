@@ -14,8 +14,9 @@ is the next token.  Two program shapes exist (runtime spec §4.7, last paragraph
   With ``cache=True`` each particle carries the recurrent state `h` of the scan: a token
   is consumed by one cell step ``h ← cell(concat(pre(token), h))`` (spec §4.7), and a
   draw runs the rest of the program from `h` through the public
-  ``rsample(x, observations={site: value})`` (the scan's site supplied).  The state is
-  copied on resampling.  When the cell is stochastic, a carried state is *one* sampled
+  ``rsample(x, observations={site: value})`` (the scan's site supplied; the `K` copies
+  of a particle share `h`, so the parameters of the first kernel after the scan are
+  computed once per particle).  The state is copied on resampling.  When the cell is stochastic, a carried state is *one* sampled
   hidden trajectory that the particle keeps extending (the program read as a running
   state-space model), whereas recomputing (``cache=False``, spec §8.4 literally) draws a
   fresh trajectory for every call; the two next-token laws coincide for a deterministic
@@ -52,6 +53,22 @@ def _scan_type():
     except ImportError:  # pragma: no cover - the runtime is part of the package
         return None
     return Scan
+
+
+def _family_kernel_type():
+    try:
+        from qvr.runtime.morphisms.kernels import FamilyKernel
+    except ImportError:  # pragma: no cover - the runtime is part of the package
+        return None
+    return FamilyKernel
+
+
+def _rowwise_family(link) -> bool:
+    """`link` draws ``fam.sample(params(x))`` with `params` a function of each row of `x`
+    (a family kernel whose ``rsample`` is not overridden)."""
+    kernel = _family_kernel_type()
+    return kernel is not None and isinstance(link, kernel) \
+        and type(link).rsample is kernel.rsample
 
 
 class _ScanPlan:
@@ -91,6 +108,18 @@ class _ScanPlan:
         for link in links:
             x = link.rsample(x)
         return x
+
+    def post_copies(self, h: torch.Tensor, n: int) -> torch.Tensor:
+        """The links after the scan applied to `n` copies of each row of `h` (rows of the
+        result: row `i`'s copies consecutively).  When the first link is a family kernel,
+        its parameters are computed once per row and `n` values drawn from them (the same
+        law as running it on the copies; the copies share the row's state)."""
+        links = self.post
+        if links and _rowwise_family(links[0]):
+            params = links[0].params(h)
+            x = links[0].fam.sample(tuple(p.repeat_interleave(n, 0) for p in params))
+            return self.chain(links[1:], x)
+        return self.chain(links, h.repeat_interleave(n, 0))
 
     def consume(self, h: Optional[torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
         """One scan step per row: ``h ← cell(concat(pre(token), h))`` (``h = 0`` if None)."""
@@ -234,10 +263,9 @@ class ProgramLM:
         if self.mode == "last-token":
             preds = self._predict(state.repeat_interleave(n, 0).unsqueeze(1), generator)
             return preds.reshape(rows, n)
-        h = state.repeat_interleave(n, 0)
         with self._rng(generator), torch.no_grad():
-            value = _ScanPlan.chain(self.plan.post, h)
-            x = torch.full((h.shape[0], 1), self.bos, dtype=torch.long, device=h.device)
+            value = self.plan.post_copies(state, n)
+            x = torch.full((rows * n, 1), self.bos, dtype=torch.long, device=state.device)
             out = self.morphism.rsample(x, observations={self.plan.site: value})
         return torch.as_tensor(out).long().reshape(rows, n).cpu()
 

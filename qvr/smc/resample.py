@@ -188,25 +188,68 @@ def resample(log_u, n: int, generator: Optional[torch.Generator] = None) -> Resa
     first kept child.  Otherwise the `L` heaviest are kept with their weights and `n − L`
     others are drawn by `stratified_select`, each with weight ``U / c*`` computed as
     ``Σ_{stoch} u / (n − L)``.
+
+    This is `normalise`, `threshold` and `stratified_select` composed, inlined (the same
+    floats and the same draws; tests/smc/test_smc_resample.py checks it against the
+    composition): it runs once per SMC step on a few hundred weights, where numpy's
+    per-call cost is most of the time.
     """
     log_u = np.asarray(log_u, dtype=np.float64)
-    log_total, w_hat = normalise(log_u)
+    log_total = logsumexp(log_u)
     if log_total == -math.inf:
         idx = np.minimum(np.arange(n), log_u.size - 1)
         return Resampled(idx, np.full(n, -math.inf), np.ones(n, dtype=bool), math.inf, 0,
                          -math.inf)
-    th = threshold(w_hat, n)
-    if th.c_star == math.inf:
-        fill = n - th.num_det
-        idx = np.concatenate([th.det, np.repeat(th.det[:1], fill)])
-        logw = np.concatenate([log_u[th.det], np.full(fill, -math.inf)])
+    if n < 1:
+        raise ValueError(f"the number of particles must be at least 1, got {n}")
+    w_hat = np.exp(log_u - log_total)
+    if np.count_nonzero(w_hat) <= n:  # c* = ∞: keep every positive child
+        det = np.flatnonzero(w_hat)
+        fill = n - det.size
+        idx = np.concatenate([det, np.repeat(det[:1], fill)])
+        logw = np.concatenate([log_u[det], np.full(fill, -math.inf)])
         dead = np.zeros(n, dtype=bool)
-        dead[th.num_det:] = True
-        return Resampled(idx, logw, dead, math.inf, th.num_det, log_total)
-    k = n - th.num_det
-    picks = th.stoch[stratified_select(w_hat[th.stoch], k, generator)]
-    # W / c* = W · S_L / (N − L) = Σ_{j ∈ I_stoch} u_j / (N − L), computed in log space.
-    log_strat = logsumexp(log_u[th.stoch]) - math.log(k)
-    idx = np.concatenate([th.det, picks])
-    logw = np.concatenate([log_u[th.det], np.full(k, log_strat)])
-    return Resampled(idx, logw, np.zeros(n, dtype=bool), th.c_star, th.num_det, log_total)
+        dead[det.size:] = True
+        return Resampled(idx, logw, dead, math.inf, det.size, log_total)
+    # threshold(): the L heaviest are deterministic (see there)
+    order = np.argsort(-w_hat, kind="stable")
+    vals = w_hat[order]
+    tail = np.cumsum(vals[::-1])[::-1]
+    ok = np.flatnonzero(_countdown(n) * vals[:n] < tail[:n])
+    num_det = int(ok[0]) if ok.size else n - 1
+    det = order[:num_det]
+    stoch = np.sort(order[num_det:])
+    # stratified_select() on the others
+    k = n - num_det
+    w_stoch = w_hat[stoch]
+    csum = np.cumsum(w_stoch)
+    alpha = float(csum[-1]) / k
+    points = uniform(generator) * alpha + alpha * _countup(k)
+    picks = np.searchsorted(csum, points, side="right")
+    if picks[-1] >= csum.size or w_stoch[picks[-1]] == 0:  # rounding: clamp (see there)
+        picks = np.minimum(picks, int(np.flatnonzero(w_stoch)[-1]))
+    log_strat = logsumexp(log_u[stoch]) - math.log(k)
+    idx = np.concatenate([det, stoch[picks]])
+    logw = np.concatenate([log_u[det], np.full(k, log_strat)])
+    return Resampled(idx, logw, np.zeros(n, dtype=bool), k / float(tail[num_det]), num_det,
+                     log_total)
+
+
+_COUNTS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _counts(n: int) -> tuple[np.ndarray, np.ndarray]:
+    got = _COUNTS.get(n)
+    if got is None:
+        got = _COUNTS[n] = (n - np.arange(n, dtype=np.float64), np.arange(n, dtype=np.float64))
+    return got
+
+
+def _countdown(n: int) -> np.ndarray:
+    """``n − [0, 1, …, n−1]`` as float64 (cached)."""
+    return _counts(n)[0]
+
+
+def _countup(n: int) -> np.ndarray:
+    """``[0, 1, …, n−1]`` as float64 (cached)."""
+    return _counts(n)[1]

@@ -256,22 +256,21 @@ class _Run:
 
     def loop(self) -> SMCResult:
         state = self.lm.start(self.smc.num_particles, generator=self.smc.generator)
-        while True:
-            active = ~(self.finished | self.truncated | self.dead)
-            if not active.any():
-                break
+        active = np.ones(self.smc.num_particles, dtype=bool)
+        while active.any():
             if self.stop():
                 self.report(force=True)
                 return self.result(cancelled=True)
             self.t += 1
-            state = self.step(active, state)
+            state, active = self.step(active, state)
             self.history.append({"step": self.t, **self.metrics()})
             self.report()
         self.report(force=True)
         return self.result()
 
     def step(self, active: np.ndarray, state):
-        """Expand, weight, resample; returns the model state of the new live particles."""
+        """Expand, weight, resample; returns the model state of the new live particles and
+        which particles are live (unfinished and not dead)."""
         smc, t, K, N = self.smc, self.t, self.smc.expansion, self.smc.num_particles
         act = np.flatnonzero(active)
         everyone = act.size == N
@@ -318,11 +317,11 @@ class _Run:
         self.dead = self.dead[src] | r.dead
         self.log_w = r.log_weights
         if r.log_total == -math.inf:  # every child has weight 0 (step 3): stop with Ẑ = 0
-            self.dead[:] = True
-            return None
+            self.dead = np.ones(N, dtype=bool)
+            return None, ~self.dead
         live = ~(self.finished | self.truncated | self.dead)
         if not live.any():
-            return None
+            return None, live
         # (a live survivor is a new child; its parent's row in `state` is the parent's
         # rank among the active particles)
         rows = src[live]
@@ -332,7 +331,7 @@ class _Run:
             rows = row_of[rows]
         return self.lm.advance(state, torch.from_numpy(rows),
                                torch.from_numpy(child_tok[idx[live]]),
-                               PrefixBatch(tokens[live, :t]), generator=smc.generator)
+                               PrefixBatch(tokens[live, :t]), generator=smc.generator), live
 
     def metrics(self) -> dict[str, float]:
         log_z, ess = _weight_stats(self.log_w)

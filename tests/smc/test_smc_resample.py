@@ -164,3 +164,41 @@ def test_rounding_never_loses_or_adds_a_particle():
         r = resample(np.log(w_hat), n, torch.Generator().manual_seed(0))
         assert len(r.indices) == n and th.num_det < n
         assert len(set(r.indices.tolist())) == n
+
+
+def composed_resample(log_u, n, generator):
+    """`resample` as the composition of `normalise`, `threshold` and `stratified_select`
+    (its reference: the inlined version must give the same floats and the same draws)."""
+    log_u = np.asarray(log_u, dtype=np.float64)
+    log_total, w_hat = normalise(log_u)
+    th = threshold(w_hat, n)
+    if th.c_star == math.inf:
+        fill = n - th.num_det
+        idx = np.concatenate([th.det, np.repeat(th.det[:1], fill)])
+        logw = np.concatenate([log_u[th.det], np.full(fill, -math.inf)])
+        return idx, logw, th.c_star, th.num_det, log_total
+    k = n - th.num_det
+    picks = th.stoch[stratified_select(w_hat[th.stoch], k, generator)]
+    lw = log_u[th.stoch]
+    top = lw.max()
+    log_strat = top + math.log(np.exp(lw - top).sum()) - math.log(k)
+    idx = np.concatenate([th.det, picks])
+    logw = np.concatenate([log_u[th.det], np.full(k, log_strat)])
+    return idx, logw, th.c_star, th.num_det, log_total
+
+
+@pytest.mark.parametrize("case", range(len(weight_vectors())))
+def test_inlined_resample_equals_the_composition(case):
+    w_hat, n = weight_vectors()[case]
+    with np.errstate(divide="ignore"):
+        log_u = np.log(w_hat) + 3.0
+    cases = [(log_u, n), (log_u, len(log_u)), (log_u, len(log_u) + 2)]  # c* < ∞ and c* = ∞
+    for log_u, n in cases:
+        g1, g2 = torch.Generator().manual_seed(case), torch.Generator().manual_seed(case)
+        for _ in range(5):
+            r = resample(log_u, n, g1)
+            idx, logw, c_star, num_det, log_total = composed_resample(log_u, n, g2)
+            assert r.indices.tolist() == idx.tolist()
+            assert np.array_equal(r.log_weights, logw)
+            assert r.c_star == c_star and r.num_det == num_det and r.log_total == log_total
+        assert torch.equal(g1.get_state(), g2.get_state())
