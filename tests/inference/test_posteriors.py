@@ -162,3 +162,21 @@ export disc
     with pytest.raises(ValueError, match="`k`"):
         MCMC(NUTSKernel(), num_warmup=0, num_samples=1).run(
             model, torch.zeros(5, 1), {"y": torch.zeros(5)})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: NUTSKernel(mass_matrix="dense"),
+    lambda: NUTSKernel(transition="biased"),
+    lambda: NUTSKernel(warmup_schedule="end"),
+    lambda: HMCKernel(num_steps=6, mass_matrix="dense", step_size_jitter=0.5),
+])
+def test_kernel_variants_target_the_posterior(make):
+    torch.manual_seed(2)
+    model, x, obs, exact = correlated_case()
+    r = MCMC(make(), num_warmup=200, num_samples=400, num_chains=2).run(model, x, obs)
+    check_moments(r.samples, exact)
+    assert r.total_divergences == 0
+    if r.inverse_mass_matrix is not None and r.inverse_mass_matrix.dim() == 3:
+        # the dense metric learns the 0.9 correlation of the target
+        cov = r.inverse_mass_matrix[0]
+        assert float(cov[0, 1] / (cov[0, 0] * cov[1, 1]).sqrt()) > 0.7
