@@ -222,3 +222,33 @@ def test_matches_arviz_stats_when_installed():
         assert float(ours(x)) == pytest.approx(ref, rel=0.02)
     ref = float(array_stats.rhat(x, chain_axis=0, draw_axis=1, method="rank"))
     assert float(dg.split_rhat(x)) == pytest.approx(ref, rel=1e-3)
+
+
+def test_to_arviz_hands_posterior_and_sample_stats_to_arviz(monkeypatch):
+    import sys
+    import types
+    from qvr.inference import MCMC, NUTSKernel
+    from helpers import correlated_case
+    calls = {}
+    fake = types.ModuleType("arviz")
+
+    def from_dict(posterior=None, sample_stats=None):
+        calls.update(posterior=posterior, sample_stats=sample_stats)
+        return "idata"
+
+    fake.from_dict = from_dict
+    monkeypatch.setitem(sys.modules, "arviz", fake)
+    model, x, obs, _ = correlated_case()
+    r = MCMC(NUTSKernel(max_tree_depth=2), num_warmup=5, num_samples=6, num_chains=2).run(
+        model, x, obs)
+    assert r.to_arviz() == "idata"
+    assert calls["posterior"]["a"].shape == (2, 6, 1)
+    assert set(calls["sample_stats"]) >= {"lp", "diverging", "acceptance_rate", "tree_depth"}
+    assert calls["sample_stats"]["diverging"].dtype == bool
+
+
+def test_to_arviz_without_arviz_says_how_to_get_it(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "arviz", None)
+    with pytest.raises(ImportError, match="pip install arviz"):
+        dg.to_arviz(object())
