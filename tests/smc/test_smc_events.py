@@ -82,3 +82,13 @@ def test_constructor_callbacks_are_used_and_a_raising_callback_is_isolated():
     assert not r.cancelled and len(r.sequences) == 6
     assert any(isinstance(e, FitWarning) for e in seen)
     assert sum(isinstance(e, FitProgress) for e in seen) == 1  # no delivery after the bug
+
+
+def test_a_run_without_listener_builds_no_snapshot_and_gives_the_same_result():
+    pot = lambda p, c, t: 1.0 if c[-1] != EOS else 0.2
+    quiet = make(potential=pot, max_len=8).run()
+    events = []
+    loud = make(potential=pot, max_len=8, progress_interval=0).run(on_event=events.append)
+    assert quiet.sequences == loud.sequences and torch.equal(quiet.log_weights, loud.log_weights)
+    assert quiet.history == loud.history
+    assert sum(isinstance(e, ParticlesSnapshot) for e in events) == loud.num_steps

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from qvr.smc import LogitsLM, SMCSteering
-from qvr.smc.model import PrefixStates, as_stateful, take_rows
+from qvr.smc.model import PrefixBatch, PrefixStates, as_stateful, take_rows
 from smc_helpers import A, B, BIGRAM, EOS, START, bigram_logits, half_on_a
 from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
@@ -181,3 +181,33 @@ def test_z_hat_is_unbiased_with_an_incremental_model():
     zs = torch.tensor([smc.run().Z for _ in range(1000)], dtype=torch.float64)
     se = zs.std() / math.sqrt(len(zs))
     assert abs(zs.mean() - z) <= 4 * se
+
+
+def test_prefix_batch_is_a_lazy_sequence_of_tuples():
+    import doctest
+
+    import numpy as np
+
+    import qvr.smc.model
+    assert doctest.testmod(qvr.smc.model).failed == 0
+    pb = PrefixBatch(np.array([[A, B], [B, B]]))
+    assert pb == [(A, B), (B, B)] and list(pb) == [(A, B), (B, B)] and len(pb) == 2
+    assert pb[-1] == (B, B) and pb.tensor().dtype == torch.long
+    assert pb.tensor((BOS,)).tolist() == [[BOS, A, B], [BOS, B, B]]
+    empty = PrefixBatch(np.zeros((3, 0), dtype=np.int64))
+    assert list(empty) == [()] * 3 and empty.tensor((BOS,)).tolist() == [[BOS]] * 3
+
+
+def test_whole_prefix_logits_from_a_prefix_batch_equal_those_from_tuples():
+    import numpy as np
+
+    lm = LogitsLM(CountingLogits(), eos=EOS, bos=BOS, cache=False)
+    pb = PrefixBatch(np.array([[A, B, A], [B, B, EOS], [A, A, A]]))
+    assert torch.equal(lm.logits(pb), lm.logits(list(pb)))
+    assert torch.equal(LogitsLM(FullOnly(), eos=EOS, bos=BOS).logits(pb), lm.logits(pb))
+
+
+def test_positive_infinite_logits_are_reported():
+    lm = LogitsLM(lambda p: torch.tensor([[0.0, math.inf, 0.0]]).expand(p.shape[0], 3), eos=EOS)
+    with pytest.raises(ValueError, match=r"NaN or \+inf"):
+        lm.sample([()], 2)

@@ -9,7 +9,7 @@ import torch
 import qvr.smc.potentials as pots
 from qvr.smc import (LogitsLM, Potential, SMCSteering, batched, forbid_patterns, forbid_tokens,
                      from_callable, length_limits, product, require_token)
-from qvr.smc.potentials import log_potential_fn
+from qvr.smc.potentials import Transitions, log_potential_fn
 from smc_helpers import A, B, EOS, bigram_logits, enumerate_target
 from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 
@@ -100,3 +100,108 @@ def test_validation_messages():
         log_potential_fn()
     with pytest.raises(TypeError):
         log_potential_fn(potential=3.0)
+
+
+# -- the array path (Transitions, Potential.log_potential_batch) -------------------------
+
+def random_transitions(rng, t, vocab=4, a=5, k=3):
+    prefixes = rng.integers(0, vocab, size=(a, t - 1))
+    return Transitions(prefixes, rng.integers(0, vocab, size=a * k), k)
+
+
+LIBRARY = [
+    forbid_tokens(A), forbid_tokens(A, EOS),
+    forbid_patterns((A, B), (B, B, B), (EOS,)), forbid_patterns((A, A, A, A, A, A, A)),
+    require_token(B, within=3, eos=EOS), require_token(A, within=1, eos=EOS),
+    require_token(B, within=2, eos=None),
+    length_limits(eos=EOS, min_len=2), length_limits(eos=EOS, max_len=3),
+    length_limits(eos=EOS, min_len=1, max_len=4),
+    forbid_tokens(B) * require_token(A, within=4, eos=EOS) * (lambda p, c, t: 0.5 + c[-1]),
+    from_callable(lambda p, c, t: float(len(c)) if c[-1] != A else 0.0),
+    from_callable(lambda p, c, t: -0.25 * t, log=True),
+]
+
+
+@pytest.mark.parametrize("pot", LIBRARY, ids=[repr(p) for p in LIBRARY])
+def test_array_path_equals_the_tuple_path(pot):
+    rng = np.random.default_rng(0)
+    for t in range(1, 8):
+        for _ in range(5):
+            tr = random_transitions(rng, t)
+            a = np.asarray(pot.log_potential_batch(tr), dtype=np.float64)
+            b = pot.log_potential(tr.parents, tr.children, t).numpy()
+            assert np.array_equal(a, b), (t, tr.children)
+            checked = log_potential_fn(potential=pot)
+            assert np.array_equal(checked.batch(tr), checked(tr.parents, tr.children, t))
+
+
+def test_user_callables_get_tuples_on_the_array_path():
+    seen = []
+
+    def scalar(parent, child, t):
+        seen.append((parent, child, t))
+        return 2.0 if child[-1] == A else 0.5
+
+    @batched
+    def vector(parents, children, t):
+        assert isinstance(parents, list) and isinstance(children, list)
+        return [2.0 if c[-1] == A else 0.5 for c in children]
+
+    tr = Transitions(np.array([[A, B], [B, B]]), np.array([A, B, EOS, A]), 2)
+    a = log_potential_fn(potential=scalar).batch(tr)
+    b = log_potential_fn(potential=vector).batch(tr)
+    assert np.array_equal(a, b) and np.allclose(np.exp(a), [2, 0.5, 0.5, 2])
+    assert seen == [((A, B), (A, B, A), 3), ((A, B), (A, B, B), 3), ((B, B), (B, B, EOS), 3),
+                    ((B, B), (B, B, A), 3)]
+
+
+def test_transitions():
+    tr = Transitions(np.array([[4], [5]]), np.array([1, 2, 3, 4]), 2)
+    assert tr.parents == [(4,), (4,), (5,), (5,)]
+    assert tr.parent_index.tolist() == [0, 0, 1, 1]
+    assert tr.child_tokens.tolist() == [[4, 1], [4, 2], [5, 3], [5, 4]]
+    assert tr.tail_matches((5, 3)).tolist() == [False, False, True, False]
+    assert tr.tail_matches((9, 4, 1)).tolist() == [False] * 4  # longer than the children
+    empty = Transitions(np.zeros((3, 0), dtype=np.int64), np.array([0, 1, 2]), 1)
+    assert empty.t == 1 and empty.children == [(0,), (1,), (2,)]
+    back = Transitions.from_lists([(1, 2), (3, 4)], [(1, 2, 5), (3, 4, 6)])
+    assert back.children == [(1, 2, 5), (3, 4, 6)] and back.expansion == 1
+    with pytest.raises(ValueError):
+        Transitions.from_lists([(1,), (2, 3)], [(1, 5), (2, 3, 6)])
+    with pytest.raises(ValueError):
+        Transitions(np.array([[1]]), np.array([1, 2, 3]), 2)
+
+
+def test_array_path_validation_names_the_child():
+    class Bad(Potential):
+        def log_potential(self, parents, children, t):
+            return torch.tensor([0.0 if c[-1] != B else math.nan for c in children])
+
+        def log_potential_batch(self, batch):
+            return np.where(batch.tokens == B, math.nan, 0.0)
+
+    tr = Transitions(np.array([[A]]), np.array([A, B]), 2)
+    with pytest.raises(ValueError, match=r"log-potential is nan for child \(0, 1\) at step 2"):
+        log_potential_fn(potential=Bad()).batch(tr)
+    with pytest.raises(ValueError, match="potential is -1.0"):
+        log_potential_fn(potential=lambda p, c, t: -1.0).batch(tr)
+
+
+@pytest.mark.parametrize("pot", [forbid_patterns((A, B)), require_token(B, within=3, eos=EOS),
+                                 length_limits(eos=EOS, min_len=2, max_len=4),
+                                 forbid_tokens(EOS) * forbid_patterns((B, B))],
+                         ids=["patterns", "require", "lengths", "product"])
+@pytest.mark.parametrize("seed", range(3))
+def test_smc_is_identical_through_arrays_and_tuples(pot, seed):
+    """The library's array path and the same potential as a scalar callable give the
+    same run from the same generator (so the statistical tests of the scalar path carry
+    over)."""
+    def scalar(parent, child, t):
+        return math.exp(pot.log_potential([parent], [child], t)[0].item())
+
+    runs = [SMCSteering(LogitsLM(bigram_logits, eos=EOS), potential=p, num_particles=12,
+                        expansion=3, max_len=6, generator=torch.Generator().manual_seed(seed)
+                        ).run() for p in (pot, scalar)]
+    assert runs[0].sequences == runs[1].sequences
+    assert torch.equal(runs[0].log_weights, runs[1].log_weights)
+    assert runs[0].log_Z == runs[1].log_Z

@@ -132,3 +132,29 @@ def test_argument_errors(transformer):
         ProgramLM(hmm, bos=0, eos=1)
     with pytest.raises(TypeError):
         ProgramLM(object(), bos=0, eos=1)
+
+
+def test_scan_draw_shares_the_first_kernel_parameters_across_copies(recurrent):
+    """`post_copies` (parameters once per particle, K draws) gives the same values as
+    running the links on K copies of each state, from the same global RNG state."""
+    from qvr.smc.program_lm import _rowwise_family, _ScanPlan
+    lm = ProgramLM(recurrent, BOS, EOS)
+    assert _rowwise_family(lm.plan.post[0])  # recurrent_lm's `refine`
+    h = lm.start(7, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.manual_seed(3)
+        a = lm.plan.post_copies(h, 4)
+        torch.manual_seed(3)
+        b = _ScanPlan.chain(lm.plan.post, h.repeat_interleave(4, 0))
+    assert a.shape == b.shape == (28, h.shape[1]) and torch.allclose(a, b, atol=1e-6)
+
+
+def test_whole_prefix_draws_from_a_prefix_batch_equal_those_from_tuples(recurrent):
+    import numpy as np
+
+    from qvr.smc.model import PrefixBatch
+    lm = ProgramLM(recurrent, BOS, EOS, cache=False)
+    pb = PrefixBatch(np.array([[4, 20, 33], [5, 6, 7]]))
+    a = lm.sample(pb, 3, torch.Generator().manual_seed(1))
+    b = lm.sample(list(pb), 3, torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and a.shape == (2, 3)
