@@ -6,23 +6,35 @@ token is forbidden by a potential, so each run is 32 steps = 2,048 particle-step
 
 * scan program: ``examples/recurrent_lm.qvr`` through `ProgramLM` — ``cache=True`` carries
   each particle's recurrent state (one cell step per token), ``cache=False`` feeds the
-  whole ``[bos] + prefix`` through the program at every step;
+  whole ``[bos] + prefix`` of all `K` copies of every live particle through the program
+  at every step (spec §8.4; the cell is stochastic, so the copies cannot share work);
 * LogitsLM over a 2-layer causal transformer (d = 64, defined below) — ``cache=True``
-  carries its key/value cache per particle (the "CachedTransformer" of the user's
-  Algorithm 3), ``cache=False`` runs the full causal forward on every prefix at every
-  step; the stateless per-prefix logits cache (no KV cache) is reported too;
-* LogitsLM over a GRU (d = 128) — the hidden state per particle against one ``nn.GRU``
-  pass over every prefix.
+  carries a preallocated key/value cache per particle (the "CachedTransformer" of the
+  user's Algorithm 3), ``cache=False`` runs the causal forward on every live prefix at
+  every step, batched (the last layer on the last position only: nothing else of it is
+  used); the stateless per-prefix logits cache (no KV cache) is reported too;
+* LogitsLM over a GRU (d = 128) — the hidden state per particle (one ``gru_cell`` per
+  token) against one ``nn.GRU`` pass over every live prefix, batched.
 
-Each configuration runs `--reps` times, interleaved, and the best is reported.  Times are
-CPU times of this process (`time.process_time`) with torch single-threaded — SMC steps are
-many small ops — so other load on a shared machine barely moves them; wall-clock times
-are printed beside them.
+Both variants of a model run the same SMC (same seed, potential, N, K, length); only the
+model's state handling differs.
+
+How "whole run" is measured: the CPU time of one ``SMCSteering.run()`` — the model's
+start, all 32 steps (draws, potentials, resampling, state updates) and the result — with
+no event listener; particle-steps/s is 2,048 divided by it, and the whole-run speed-up is
+the ratio of the two variants' times.  Each configuration runs `--reps` times after a
+warm-up round, the configurations interleaved within each round; the best time of each
+is reported, and beside the ratio of the bests the median over rounds of the ratio
+within a round (robust to load that drifts between rounds).  Times are CPU times of
+this process (`time.process_time`) with torch single-threaded — SMC steps are many small
+ops — so other load on a shared machine moves them less than wall-clock times (printed
+beside them); it still moves them (caches, shared cores), so compare figures from one
+run.
 Also reported: the speed-up of one late step alone, the one that extends the prefixes from
 30 to 31 tokens (the final step only draws: its children all reach the maximum length),
 timed between the model's draws of steps 31 and 32.
 
-Run: .venv/bin/python bench/smc.py [--reps 5] [--json FILE]
+Run: .venv/bin/python bench/smc.py [--reps 5] [--only scan|transformer|gru] [--json FILE]
 Goal (issue 5): caching >= 5x at length 32.  Both readings are printed: the whole run to
 length 32 (the average step sees half that length) and step 31, the last step at which
 both variants do all their work (the recomputed one feeds 31 tokens per row).
@@ -32,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -69,9 +82,10 @@ class CausalTransformer(nn.Module):
     runs on every position, except that the last layer's attention output, feed-forward
     and the head run on the last position only.
 
-    The cache is preallocated for ``max_len`` positions, one ``(max_len, slots, 2, heads,
-    dh)`` buffer of keys and values per layer; a step writes one position in place and
-    attends to the filled part.  Particles map to *slots* (``state["slots"]``): `select`
+    The cache is preallocated for ``max_len`` positions, ``(max_len, slots, heads, dh)``
+    buffers of keys and of values per layer; a step writes one position in place and
+    attends to the filled part (one query per slot: products and sums, cheaper than
+    batched matrix products of one row).  Particles map to *slots* (``state["slots"]``): `select`
     (the resampling copy) keeps each parent's slot for its first copy and copies the
     filled part of the cache only into free slots for further copies, so a step copies
     only duplicated particles' caches.  The buffers are shared between a state and the one
@@ -125,10 +139,11 @@ class CausalTransformer(nn.Module):
         n, t = tokens.shape
         logits, cache = self._forward(tokens)
         bufs = []
-        for k, v in cache:
-            buf = k.new_empty(self.max_len, n, 2, self.h, self.dh)  # (position, slot, k|v, ..)
-            buf[:t] = torch.stack([k, v], 2).permute(3, 0, 2, 1, 4)
-            bufs.append(buf)
+        for kv in cache:
+            for x in kv:
+                buf = x.new_empty(self.max_len, n, self.h, self.dh)  # (position, slot, ..)
+                buf[:t] = x.permute(2, 0, 1, 3)
+                bufs.append(buf)
         return {"kv": bufs, "len": t, "slots": np.arange(n)}, logits
 
     def select(self, state, rows):
@@ -156,14 +171,12 @@ class CausalTransformer(nn.Module):
         where = torch.from_numpy(slots)
         x = F.embedding(tokens.new_zeros(n).index_copy_(0, where, tokens), self.tok.weight) \
             + self.pos.weight[t]  # (slots, d)
-        for b, buf in zip(self.blocks, bufs):
-            qkv = _lin(b["qkv"], _ln(b["ln1"], x)).view(n, 3, h, dh)
-            buf[t] = qkv[:, 1:]
-            kv = buf[:t + 1]
+        for b, kb, vb in zip(self.blocks, bufs[0::2], bufs[1::2]):
+            q, kb[t], vb[t] = _lin(b["qkv"], _ln(b["ln1"], x)).view(n, 3, h, dh).unbind(1)
             # one query per slot and head against the t + 1 cached keys: (t + 1, slots, heads)
-            scores = torch.mv((kv[:, :, 0] * qkv[:, 0]).view(-1, dh), self.scale)
+            scores = torch.mv((kb[:t + 1] * q).view(-1, dh), self.scale)
             p = torch.softmax(scores.view(t + 1, n, h), 0)
-            a = (p.unsqueeze(-1) * kv[:, :, 1]).sum(0)
+            a = (p.unsqueeze(-1) * vb[:t + 1]).sum(0)
             x = x + _lin(b["out"], a.view(n, -1))
             x = x + self._ff(b, x)
         x = x.index_select(0, where)
@@ -284,19 +297,24 @@ def main() -> None:
     if args.only:
         configs = {k: v for k, v in configs.items() if args.only in k.lower()}
     best = {name: (math.inf, 0, math.inf, math.inf) for name in configs}
+    rounds = []
     for rep in range(args.reps + 1):  # the first round warms up
+        times = {}
         for name, make in configs.items():
             total, steps, last, wall = timed_run(make(), eos, seed=rep)
+            times[name] = total
             if rep:
                 b = best[name]
                 best[name] = (min(b[0], total), steps, min(b[2], last), min(b[3], wall))
+        if rep:
+            rounds.append(times)
     rates = {name: steps / total for name, (total, steps, _, _) in best.items()}
     print(f"SMC steering, N={N}, K={K}, length {LENGTH} ({N * LENGTH} particle-steps per run), "
           f"best of {args.reps}, torch threads=1, CPU time")
     for name, (total, steps, last, wall) in best.items():
         print(f"  {name:40s} {rates[name]:8.0f} particle-steps/s   run {total * 1e3:7.1f} ms"
               f" (wall {wall * 1e3:7.1f})   step 31 {last * 1e3:6.2f} ms")
-    report = {"rates": rates, "speedup": {}, "step31_speedup": {}}
+    report = {"rates": rates, "speedup": {}, "paired_speedup": {}, "step31_speedup": {}}
     for kind, cached in (("scan program", "scan program, cached state"),
                          ("LogitsLM transformer", "LogitsLM transformer, KV cache"),
                          ("LogitsLM GRU", "LogitsLM GRU, hidden state")):
@@ -304,8 +322,10 @@ def main() -> None:
         if cached not in rates:
             continue
         report["speedup"][kind] = rates[cached] / rates[base]
+        report["paired_speedup"][kind] = statistics.median(r[base] / r[cached] for r in rounds)
         report["step31_speedup"][kind] = best[base][2] / best[cached][2]
-        print(f"  {kind}: caching is {report['speedup'][kind]:.1f}x faster over the run, "
+        print(f"  {kind}: caching is {report['speedup'][kind]:.1f}x faster over the run "
+              f"(median within a round {report['paired_speedup'][kind]:.1f}x), "
               f"{report['step31_speedup'][kind]:.1f}x at step 31 (goal >= 5x)")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

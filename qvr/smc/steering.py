@@ -272,16 +272,16 @@ class _Run:
         """Expand, weight, resample; returns the model state of the new live particles and
         which particles are live (unfinished and not dead)."""
         smc, t, K, N = self.smc, self.t, self.smc.expansion, self.smc.num_particles
-        act = np.flatnonzero(active)
-        everyone = act.size == N
+        everyone = bool(active.all())
+        act = None if everyone else np.flatnonzero(active)
         drawn = self.lm.draw(state, K, smc.generator)
         tok = np.asarray(drawn.detach().cpu()).astype(np.int64, copy=False).reshape(-1)
         # Children in lexicographic (i, k) order: K per active particle, 1 per other.
         # Every active particle has length t - 1, so its children have length t.
-        inc = np.full(tok.size, self.log_k)
+        inc = self.log_k  # log(G / K) of the new children
         if smc.log_potential is not None:
             prefixes = self.tokens[:, :t - 1] if everyone else self.tokens[act, :t - 1]
-            inc += smc.log_potential.batch(Transitions(prefixes, tok, K))
+            inc = smc.log_potential.batch(Transitions(prefixes, tok, K)) + self.log_k
         ends = tok == smc.eos
         if everyone:  # no carried-over child: skip the masks
             parent, is_new, child_tok = self.all_parents, None, tok
@@ -306,7 +306,7 @@ class _Run:
         src = parent[idx]  # the population row each survivor comes from
         tokens = self.tokens[src]
         if is_new is None:
-            tokens[:, t - 1] = tok[idx]
+            new_tok = tokens[:, t - 1] = tok[idx]
             self.lengths = np.full(N, t, dtype=np.int64)
         else:
             grown = is_new[idx]
@@ -324,14 +324,16 @@ class _Run:
             return None, live
         # (a live survivor is a new child; its parent's row in `state` is the parent's
         # rank among the active particles)
-        rows = src[live]
-        if not everyone:
-            row_of = np.full(N, -1, dtype=np.int64)
-            row_of[act] = np.arange(act.size)
-            rows = row_of[rows]
-        return self.lm.advance(state, torch.from_numpy(rows),
-                               torch.from_numpy(child_tok[idx[live]]),
-                               PrefixBatch(tokens[live, :t]), generator=smc.generator), live
+        if everyone and live.all():  # the common case: no mask needed
+            rows, new_tok, prefixes = src, new_tok, tokens[:, :t]
+        else:
+            rows, new_tok, prefixes = src[live], child_tok[idx[live]], tokens[live, :t]
+            if not everyone:
+                row_of = np.full(N, -1, dtype=np.int64)
+                row_of[act] = np.arange(act.size)
+                rows = row_of[rows]
+        return self.lm.advance(state, torch.from_numpy(rows), torch.from_numpy(new_tok),
+                               PrefixBatch(prefixes), generator=smc.generator), live
 
     def metrics(self) -> dict[str, float]:
         log_z, ess = _weight_stats(self.log_w)
