@@ -44,7 +44,7 @@ CASES = [
     ("relational_authors", "morphism wri$0tes", "writes",
      h("writes : Author -> Topic", "morphism · role latent · rule product_fuzzy",
        "Which topics an author writes about (learned relation).")),
-    ("pcfg_deduction", "parse(Gram$0mar", "Grammar",
+    ("pcfg_deduction", "compose(Morphology, Gram$0mar", "Grammar",
      h("Grammar : Word -> Word", "deduction · semiring LogProb · start S · 12 atoms · 3 rules · 5 lexicon entries",
        "Phrase structure: S -> NP VP, NP -> Det N, VP -> V NP. Determiners carry\n"
        "a logical form; `Lam` binds the variable of a quantifier.")),
@@ -124,8 +124,8 @@ def test_no_hover_in_comments_or_whitespace():
 
 
 def test_hover_on_a_chart_names_its_deduction():
-    doc, off = cursor(example("pcfg_deduction"), "let grammar_$0only")
-    assert hover(doc, off).text == h("grammar_only : chart of Grammar", "let step · line 38")
+    doc, off = cursor(example("pcfg_deduction"), "let cha$0rt")
+    assert hover(doc, off).text == h("chart : chart of pipeline", "let step · line 38")
 
 
 def test_hover_on_a_composition_rule():

@@ -62,7 +62,7 @@ def test_deduction_rules_are_children_of_their_deduction():
     lines = outline(doc, document_symbols(doc))
     assert lines[1:4] == ["module Morphology: Word -> Word [10-17]", "  method plural: rule [12-12]",
                           "  method bare: rule [13-13]"]
-    assert "  variable chart: chart of pipeline [37-37]" in lines
+    assert "  variable chart: chart of pipeline [38-38]" in lines
 
 
 def test_a_statement_with_a_syntax_error_still_has_its_symbol():
