@@ -17,6 +17,7 @@ import importlib
 _EXPORTS = {
     "SMCSteering": "steering", "SMCResult": "steering",
     "LogitsLM": "model", "NextTokenModel": "model", "StatefulModel": "model",
+    "PrefixBatch": "model", "Transitions": "potentials",
     "ProgramLM": "program_lm",
     "Potential": "potentials", "batched": "potentials", "forbid_tokens": "potentials",
     "forbid_patterns": "potentials", "require_token": "potentials",

@@ -187,6 +187,7 @@ class ProgramLM:
         param = next(iter(self.morphism.parameters()), None) \
             if callable(getattr(self.morphism, "parameters", None)) else None
         self.device = param.device if param is not None else torch.device("cpu")
+        self._bos_columns: dict[int, torch.Tensor] = {}
         self.kind = self._probe()
         self.plan = _ScanPlan.find(self.morphism) if cache and self.kind == "scan" else None
         if not cache:
@@ -197,12 +198,22 @@ class ProgramLM:
             self.mode = "scan-state" if self.plan is not None else "recompute"
 
     # -- running the program ------------------------------------------------------------
+    def _bos_column(self, rows: int) -> torch.Tensor:
+        """A ``(rows, 1)`` column of `bos` (the input a scan draw feeds; its site is
+        supplied, so the values are never read), kept per size."""
+        col = self._bos_columns.get(rows)
+        if col is None:
+            col = self._bos_columns[rows] = torch.full((rows, 1), self.bos, dtype=torch.long,
+                                                       device=self.device)
+        return col
+
     def _rng(self, generator):
         if generator is None:
             return contextlib.nullcontext()
         seed = int(torch.randint(0, 2 ** 62, (), generator=generator))
-        devices = [self.device] if self.device.type == "cuda" else []
-        return _Seeded(torch.random.fork_rng(devices=devices), seed, self.device)
+        if self.device.type != "cuda":
+            return _SeededCPU(seed)
+        return _Seeded(torch.random.fork_rng(devices=[self.device]), seed, self.device)
 
     def _rsample(self, tokens: torch.Tensor, generator=None, observations=None) -> torch.Tensor:
         tokens = tokens.to(self.device)
@@ -265,8 +276,8 @@ class ProgramLM:
             return preds.reshape(rows, n)
         with self._rng(generator), torch.no_grad():
             value = self.plan.post_copies(state, n)
-            x = torch.full((rows * n, 1), self.bos, dtype=torch.long, device=state.device)
-            out = self.morphism.rsample(x, observations={self.plan.site: value})
+            out = self.morphism.rsample(self._bos_column(rows * n),
+                                        observations={self.plan.site: value})
         return torch.as_tensor(out).long().reshape(rows, n).cpu()
 
     def advance(self, state, rows: torch.Tensor, tokens: torch.Tensor, prefixes,
@@ -277,6 +288,24 @@ class ProgramLM:
             return tokens.clone()
         with self._rng(generator), torch.no_grad():
             return self.plan.consume(take_rows(state, rows), tokens.to(self.device))
+
+
+class _SeededCPU:
+    """What ``_Seeded`` does for a CPU program, without ``fork_rng``'s general machinery
+    (it runs twice per SMC step): save the default generator's state, seed it, restore
+    the state on exit."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def __enter__(self):
+        gen = torch.default_generator
+        self.saved = gen.get_state()
+        gen.manual_seed(self.seed)
+
+    def __exit__(self, *exc):
+        torch.default_generator.set_state(self.saved)
+        return False
 
 
 class _Seeded:

@@ -14,7 +14,11 @@ unbiased estimate of `Z = E_M[Π_t G_t]`.
 Log-weights are float64 throughout.  Per-particle model state (cached logits, recurrent
 state) is extended by one token per step and copied on resampling, through the stateful
 protocol of `model.py`; only survivors are extended, so a step costs one model call for
-the draws and one for the `≤ N` survivors' new tokens.
+the draws and one for the `≤ N` survivors' new tokens.  The strings are one padded token
+matrix (gathered on resampling); tuples are built only for the result, for snapshots
+that someone listens to, and for potentials that take tuples (`potentials.Transitions`),
+so the per-step bookkeeping is a few dozen array operations whatever `N`, `K` and the
+length.
 
 Reporting follows `qvr.inference.events`: one `FitStarted`, throttled `FitProgress`
 (metrics ``ess``, ``num_finished``, ``log_Z``, ``num_dead``, ``num_det``) each with a
