@@ -57,8 +57,8 @@ def test_svi_recovers_the_exact_posterior(estimator):
         group["lr"] = 0.005
     losses += [svi.step(x, obs) for _ in range(400)]
     assert all(isinstance(v, float) for v in losses)
-    got_mean = float(guide.loc_mu)
-    got_sd = float(torch.exp(guide.log_scale_mu))
+    got_mean = guide.loc_mu.item()
+    got_sd = torch.exp(guide.log_scale_mu).item()
     # stated tolerances: mean within 0.1 posterior sd, sd within 10%
     assert abs(got_mean - mean) < 0.1 * sd, (got_mean, mean)
     assert abs(got_sd / sd - 1) < 0.1, (got_sd, sd)
