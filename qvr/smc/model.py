@@ -160,12 +160,11 @@ def sample_logits(logits: torch.Tensor, n: int, generator=None) -> torch.Tensor:
     if logits.shape[0] == 0:
         return torch.empty(0, n, dtype=torch.long)
     logits = logits.detach().to(torch.float64)
-    # multinomial takes unnormalised weights: exp(logits − max) is softmax up to a factor.
-    # A NaN or +inf logit, or a row without a finite one, makes a NaN weight, which
+    # A NaN or +inf logit, or a row without a finite one, makes a NaN probability, which
     # multinomial rejects: the logits are only inspected then.
-    weights = torch.exp(logits - logits.amax(-1, keepdim=True))
     try:
-        return torch.multinomial(weights, n, replacement=True, generator=generator)
+        return torch.multinomial(torch.softmax(logits, -1), n, replacement=True,
+                                 generator=generator)
     except RuntimeError:
         if torch.isnan(logits).any() or torch.isposinf(logits).any():
             raise ValueError("the logits function returned NaN or +inf") from None

@@ -190,9 +190,10 @@ def resample(log_u, n: int, generator: Optional[torch.Generator] = None) -> Resa
     ``Σ_{stoch} u / (n − L)``.
 
     This is `normalise`, `threshold` and `stratified_select` composed, inlined (the same
-    floats and the same draws; tests/smc/test_smc_resample.py checks it against the
-    composition): it runs once per SMC step on a few hundred weights, where numpy's
-    per-call cost is most of the time.
+    indices, weights and draws; only ``c_star`` may differ in the last bits when no child
+    is deterministic; tests/smc/test_smc_resample.py checks it against the composition):
+    it runs once per SMC step on a few hundred weights, where numpy's per-call cost is
+    most of the time.
     """
     log_u = np.asarray(log_u, dtype=np.float64)
     log_total = logsumexp(log_u)
@@ -211,6 +212,17 @@ def resample(log_u, n: int, generator: Optional[torch.Generator] = None) -> Resa
         dead = np.zeros(n, dtype=bool)
         dead[det.size:] = True
         return Resampled(idx, logw, dead, math.inf, det.size, log_total)
+    if n * float(w_hat.max()) < float(w_hat.sum()) * (1 - 1e-9):
+        # No child reaches c*·ŵ ≥ 1 even at c = N / Σŵ, so L = 0 (clear of rounding, which
+        # the margin leaves to the general path): every child is stochastic, nothing to sort.
+        csum = np.cumsum(w_hat)
+        alpha = float(csum[-1]) / n
+        points = uniform(generator) * alpha + alpha * _countup(n)
+        picks = np.searchsorted(csum, points, side="right")
+        if picks[-1] >= csum.size:  # rounding: clamp (see stratified_select)
+            picks = np.minimum(picks, int(np.flatnonzero(w_hat)[-1]))
+        return Resampled(picks, np.full(n, log_total - math.log(n)), np.zeros(n, dtype=bool),
+                         n / float(csum[-1]), 0, log_total)
     # threshold(): the L heaviest are deterministic (see there)
     order = np.argsort(-w_hat, kind="stable")
     vals = w_hat[order]

@@ -200,5 +200,25 @@ def test_inlined_resample_equals_the_composition(case):
             idx, logw, c_star, num_det, log_total = composed_resample(log_u, n, g2)
             assert r.indices.tolist() == idx.tolist()
             assert np.array_equal(r.log_weights, logw)
-            assert r.c_star == c_star and r.num_det == num_det and r.log_total == log_total
+            assert r.c_star == pytest.approx(c_star, rel=1e-12)  # (summed in another order)
+            assert r.num_det == num_det and r.log_total == log_total
         assert torch.equal(g1.get_state(), g2.get_state())
+
+
+def test_inlined_resample_without_deterministic_children_equals_the_composition():
+    """The path where no child can be deterministic (N·max ŵ < 1, no sort), and weights
+    right at its boundary (left to the general path)."""
+    rng = np.random.default_rng(3)
+    n = 16
+    flat = np.log(rng.uniform(0.5, 1.0, 64))
+    edge = np.zeros(64)
+    edge[0] = np.log(63 / (n - 1))  # n·ŵ_max = 1 up to rounding
+    with np.errstate(divide="ignore"):
+        zeros = np.where(rng.random(64) < 0.3, -np.inf, flat)
+    for log_u in (flat, edge, edge + 1e-12, zeros):
+        g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+        for _ in range(20):
+            r = resample(log_u, n, g1)
+            idx, logw, c_star, num_det, log_total = composed_resample(log_u, n, g2)
+            assert r.indices.tolist() == idx.tolist() and np.array_equal(r.log_weights, logw)
+            assert r.num_det == num_det and r.c_star == pytest.approx(c_star, rel=1e-12)
