@@ -243,13 +243,14 @@ class Summary:
 
     rows: dict = field(default_factory=dict)
     truncated: int = 0
+    columns: tuple = COLUMNS
 
     def to_dict(self) -> dict:
         return {k: dict(v) for k, v in self.rows.items()}
 
     def worst(self) -> dict:
         def pick(col, f):
-            vals = [r[col] for r in self.rows.values() if np.isfinite(r[col])]
+            vals = [r[col] for r in self.rows.values() if np.isfinite(r.get(col, np.nan))]
             return float(f(vals)) if vals else float("nan")
         return {"min_ess_bulk": pick("ess_bulk", min), "min_ess_tail": pick("ess_tail", min),
                 "max_r_hat": pick("r_hat", max)}
@@ -258,11 +259,11 @@ class Summary:
         if not self.rows:
             return "(no parameters)"
         width = max(12, max(len(k) for k in self.rows) + 1)
-        head = f"{'':<{width}}" + "".join(f"{c:>10}" for c in COLUMNS)
+        head = f"{'':<{width}}" + "".join(f"{c:>10}" for c in self.columns)
         lines = [head]
         for name, r in self.rows.items():
             cells = []
-            for c in COLUMNS:
+            for c in self.columns:
                 v = r[c]
                 if c.startswith("ess"):
                     cells.append(f"{v:>10.0f}" if np.isfinite(v) else f"{'nan':>10}")
@@ -276,13 +277,15 @@ class Summary:
         return "\n".join(lines)
 
 
-def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200) -> Summary:
+def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200,
+            columns: tuple = COLUMNS) -> Summary:
     """Statistics of every scalar coordinate of `samples` (`{name: (chains, draws, ...)}`).
 
     At most `max_coordinates` rows are computed (in site order); the count of the others
-    is kept in `Summary.truncated`.
+    is kept in `Summary.truncated`.  `columns` selects the statistics (e.g. only the
+    moments and quantiles for independent draws from a fitted guide).
     """
-    out = Summary()
+    out = Summary(columns=tuple(columns))
     budget = max_coordinates if max_coordinates is not None else float("inf")
     for name, draws in samples.items():
         a = np.asarray(_to_numpy(draws), dtype=np.float64)
@@ -296,20 +299,25 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200) ->
         if take == 0:
             continue
         flat = a.reshape(a.shape[0], a.shape[1], -1)[..., :take]
-        stats = {
-            "mean": flat.mean(axis=(0, 1)), "sd": flat.reshape(-1, take).std(axis=0, ddof=1)
+        compute = {
+            "mean": lambda: flat.mean(axis=(0, 1)),
+            "sd": lambda: flat.reshape(-1, take).std(axis=0, ddof=1)
             if flat.shape[0] * flat.shape[1] > 1 else np.full(take, np.nan),
-            "q5": np.quantile(flat, 0.05, axis=(0, 1)), "q50": np.quantile(flat, 0.5, axis=(0, 1)),
-            "q95": np.quantile(flat, 0.95, axis=(0, 1)),
-            "mcse_mean": np.atleast_1d(mcse_mean(flat)), "ess_bulk": np.atleast_1d(ess_bulk(flat)),
-            "ess_tail": np.atleast_1d(ess_tail(flat)), "r_hat": np.atleast_1d(split_rhat(flat)),
+            "q5": lambda: np.quantile(flat, 0.05, axis=(0, 1)),
+            "q50": lambda: np.quantile(flat, 0.5, axis=(0, 1)),
+            "q95": lambda: np.quantile(flat, 0.95, axis=(0, 1)),
+            "mcse_mean": lambda: np.atleast_1d(mcse_mean(flat)),
+            "ess_bulk": lambda: np.atleast_1d(ess_bulk(flat)),
+            "ess_tail": lambda: np.atleast_1d(ess_tail(flat)),
+            "r_hat": lambda: np.atleast_1d(split_rhat(flat)),
         }
+        stats = {c: compute[c]() for c in out.columns}
         for k in range(take):
             if not shape or shape == (1,):  # scalar sites are recorded with shape (1,)
                 label = name
             else:
                 label = f"{name}[{','.join(map(str, np.unravel_index(k, shape)))}]"
-            out.rows[label] = {c: float(stats[c][k]) for c in COLUMNS}
+            out.rows[label] = {c: float(stats[c][k]) for c in out.columns}
     return out
 
 

@@ -263,12 +263,13 @@ def _svi_params(model, guide) -> dict:
 
 def _guide_summary(guide, x, observations, n: int = 1000):
     from qvr.inference.diagnostics import summary
+    columns = ("mean", "sd", "q5", "q50", "q95")  # independent draws: no ESS or R-hat
     if not guide.latent_names:
-        return {}, summary({})
+        return {}, summary({}, columns=columns)
     with torch.no_grad():
         draws = guide.rsample(x, observations, sample_shape=(n,))
     samples = {k: v.detach().cpu().numpy()[None] for k, v in draws.items()}
-    return samples, summary(samples, max_coordinates=200)
+    return samples, summary(samples, max_coordinates=200, columns=columns)
 
 
 def _kernel(config: FitConfig):
