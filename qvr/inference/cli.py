@@ -211,7 +211,7 @@ class _Progress:
             acc = sum(e.metrics.get("accept_prob", 0.0) for e in same) / max(len(same), 1)
             div = int(sum(e.metrics.get("divergences", 0.0) for e in same))
             eps = sum(e.metrics.get("step_size", 0.0) for e in same) / max(len(same), 1)
-            info = f"accept {acc:.2f}  step {eps:.3g}  divergences {div}  chains {len(same)}"
+            info = f"accept {acc:.2f}  step size {eps:.3g}  divergences {div}"
         print(f"\r{event.phase:<12} [{bar}] {step}/{event.total}  {info}   ", end="",
               file=sys.stderr, flush=True)
         self.shown = True
