@@ -227,7 +227,8 @@ class _Run:
         self.smc, self.emit, self.stop = smc, emit, stop
         self.lm = as_stateful(smc.lm)
         n = smc.num_particles
-        self.tokens = np.zeros((n, smc.max_len), dtype=np.int64)  # row i: string i, padded
+        # row i: string i, padded; columns added as strings grow (doubling, up to max_len)
+        self.tokens = np.zeros((n, min(smc.max_len, 64)), dtype=np.int64)
         self.lengths = np.zeros(n, dtype=np.int64)
         self._seqs: Optional[list[Prefix]] = None
         self.log_w = np.zeros(n)
@@ -309,6 +310,10 @@ class _Run:
         self.num_det = r.num_det
         src = parent[idx]  # the population row each survivor comes from
         tokens = self.tokens[src]
+        if tokens.shape[1] < t:
+            wider = min(smc.max_len, 2 * tokens.shape[1])
+            tokens = np.concatenate([tokens, np.zeros((N, wider - tokens.shape[1]),
+                                                      dtype=np.int64)], axis=1)
         if is_new is None:
             new_tok = tokens[:, t - 1] = tok[idx]
             self.lengths = np.full(N, t, dtype=np.int64)

@@ -199,3 +199,14 @@ def test_global_rng_is_used_without_a_generator():
 
 def test_smc_tests_run_torch_single_threaded():
     assert torch.get_num_threads() == 1  # the autouse fixture of smc_helpers is active
+
+
+def test_long_strings_grow_the_token_matrix_and_a_huge_max_len_costs_nothing_upfront():
+    never_ends = LogitsLM(lambda p: torch.tensor([0.0, 0.0, -math.inf]).expand(p.shape[0], 3),
+                          eos=EOS)
+    r = SMCSteering(never_ends, num_particles=3, expansion=2, max_len=150, generator=gen()).run()
+    assert all(len(s) == 150 and set(s) <= {A, B} for s in r.sequences) and r.truncated.all()
+    # strings end early: max_len only bounds them
+    r = SMCSteering(bigram_lm(), num_particles=4, expansion=2, max_len=10 ** 9,
+                    generator=gen()).run()
+    assert all(s[-1] == EOS for s in r.sequences) and r.finished.all()
