@@ -84,13 +84,13 @@ class CausalTransformer(nn.Module):
 
     The cache is preallocated for ``max_len`` positions, ``(max_len, slots, heads, dh)``
     buffers of keys and of values per layer; a step writes one position in place and
-    attends to the filled part (one query per slot: products and sums, cheaper than
-    batched matrix products of one row).  Particles map to *slots* (``state["slots"]``): `select`
-    (the resampling copy) keeps each parent's slot for its first copy and copies the
-    filled part of the cache only into free slots for further copies, so a step copies
-    only duplicated particles' caches.  The buffers are shared between a state and the one
-    `select` returns (each state is used once, as `SMCSteering` does).  A step runs on
-    every slot and returns the logits of the particles' slots."""
+    attends to the filled part (one query per slot: products and sums, cheaper here than
+    batched one-row matrix products).  Particles map to *slots* (``state["slots"]``):
+    `select` (the resampling copy) keeps each parent's slot for its first copy and copies
+    the filled part of the cache only into free slots for further copies, so a step
+    copies only duplicated particles' caches.  The buffers are shared between a state and
+    the one `select` returns (each state is used once, as `SMCSteering` does).  A step
+    runs on every slot and returns the logits of the particles' slots."""
 
     def __init__(self, vocab=64, d=64, heads=4, layers=2, max_len=64):
         super().__init__()

@@ -16,18 +16,20 @@ is the next token.  Two program shapes exist (runtime spec §4.7, last paragraph
   draw runs the rest of the program from `h` through the public
   ``rsample(x, observations={site: value})`` (the scan's site supplied; the `K` copies
   of a particle share `h`, so the parameters of the first kernel after the scan are
-  computed once per particle).  The state is copied on resampling.  When the cell is stochastic, a carried state is *one* sampled
-  hidden trajectory that the particle keeps extending (the program read as a running
-  state-space model), whereas recomputing (``cache=False``, spec §8.4 literally) draws a
-  fresh trajectory for every call; the two next-token laws coincide for a deterministic
-  recurrence and differ otherwise (see the class docstring).
+  computed once per particle).  The state is copied on resampling.  When the cell is
+  stochastic, a carried state is *one* sampled hidden trajectory that the particle keeps
+  extending (the program read as a running state-space model), whereas recomputing
+  (``cache=False``, spec §8.4 literally) draws a fresh trajectory for every call; the two
+  next-token laws coincide for a deterministic recurrence and differ otherwise (see the
+  class docstring).
 
 ``cache=False`` always feeds the whole ``[bos] + s`` (batched over all copies of all
 live prefixes of equal length), recomputing every prefix from scratch.
 
-Draws use the global torch RNG; when a ``generator`` is passed, each program call runs in
-``torch.random.fork_rng`` seeded from it, so a run is a function of the generator and
-the global RNG is left untouched (runtime spec §9.3).
+Draws use the global torch RNG; when a ``generator`` is passed, each program call runs
+with the global generator's state saved, seeded from `generator`, and restored after
+(``torch.random.fork_rng`` on CUDA), so a run is a function of the generator and the
+global RNG is left untouched (runtime spec §9.3).
 
 This module reads the compiled program's structure (its steps, ``_step_<name>``
 submodules, ``links()`` and the scan's ``cell``) but never modifies the program, and it
