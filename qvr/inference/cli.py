@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
+
+from qvr.commands.argtypes import non_negative_int, positive_float, positive_int
 
 _SVI_ONLY = ("steps", "lr", "elbo_particles")
 _MCMC_ONLY = ("warmup", "samples", "chains", "step_size", "max_tree_depth", "leapfrog_steps",
@@ -32,38 +33,8 @@ _HMC_ONLY = ("leapfrog_steps",)
 _DRAWS_JSONL_LIMIT = 10_000  # coordinates per draw above which draws.jsonl is not written
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
 def _probability(text: str) -> float:
-    value = _positive_float(text)
+    value = positive_float(text)
     if not value < 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
     return value
@@ -74,22 +45,22 @@ def add_arguments(group) -> None:
     a = group.add_argument
     a("--data", metavar="FILE", help="observed data and host data (.npz, .pt or .json); "
       "the key x is the program input")
-    a("--synthetic", type=_positive, metavar="N",
+    a("--synthetic", type=positive_int, metavar="N",
       help="fit N rows drawn from the program's prior predictive instead of --data")
     a("--device", choices=("cpu", "cuda"), default="cpu", help="where to fit (default cpu)")
-    a("--steps", type=_positive, metavar="N", help="SVI: optimisation steps (default 1000)")
-    a("--lr", type=_positive_float, metavar="LR", help="SVI: Adam learning rate (default 0.01)")
-    a("--elbo-particles", type=_positive, metavar="K",
+    a("--steps", type=positive_int, metavar="N", help="SVI: optimisation steps (default 1000)")
+    a("--lr", type=positive_float, metavar="LR", help="SVI: Adam learning rate (default 0.01)")
+    a("--elbo-particles", type=positive_int, metavar="K",
       help="SVI: ELBO particles per step (default 1)")
-    a("--warmup", type=_non_negative, metavar="N", help="HMC/NUTS: warmup iterations "
+    a("--warmup", type=non_negative_int, metavar="N", help="HMC/NUTS: warmup iterations "
       "(default 500)")
-    a("--samples", type=_positive, metavar="N", help="HMC/NUTS: draws per chain (default 500)")
-    a("--chains", type=_positive, metavar="C", help="HMC/NUTS: chains (default 4)")
-    a("--step-size", type=_positive_float, metavar="EPS",
+    a("--samples", type=positive_int, metavar="N", help="HMC/NUTS: draws per chain (default 500)")
+    a("--chains", type=positive_int, metavar="C", help="HMC/NUTS: chains (default 4)")
+    a("--step-size", type=positive_float, metavar="EPS",
       help="HMC/NUTS: initial step size (default 0.1)")
-    a("--max-tree-depth", type=_positive, metavar="D", help="NUTS: maximum tree depth "
+    a("--max-tree-depth", type=positive_int, metavar="D", help="NUTS: maximum tree depth "
       "(default 10)")
-    a("--leapfrog-steps", type=_positive, metavar="L",
+    a("--leapfrog-steps", type=positive_int, metavar="L",
       help="HMC: leapfrog steps per iteration (default 10)")
     a("--target-accept", type=_probability, metavar="P",
       help="HMC/NUTS: step-size adaptation target (default 0.65 HMC, 0.8 NUTS)")

@@ -15,56 +15,38 @@ import argparse
 import math
 import sys
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _token(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a token id, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a token id >= 0, got {value}")
-    return value
+from qvr.commands.argtypes import positive_int, token_id
 
 
 def _pattern(text: str) -> tuple[int, ...]:
-    return tuple(_token(t) for t in text.split(",") if t.strip()) or (_token(text),)
+    return tuple(token_id(t) for t in text.split(",") if t.strip()) or (token_id(text),)
 
 
 def _requirement(text: str) -> tuple[int, int]:
     tok, sep, within = text.partition("@")
     if not sep:
         raise argparse.ArgumentTypeError(f"expected TOKEN@N, got {text!r}")
-    return _token(tok), _positive(within)
+    return token_id(tok), positive_int(within)
 
 
 def add_arguments(group) -> None:
-    group.add_argument("--particles", type=_positive, default=64, metavar="N",
+    group.add_argument("--particles", type=positive_int, default=64, metavar="N",
                        help="number of particles (default 64)")
-    group.add_argument("--expansion", type=_positive, default=1, metavar="K",
+    group.add_argument("--expansion", type=positive_int, default=1, metavar="K",
                        help="children per unfinished particle and step (default 1)")
-    group.add_argument("--max-len", type=_positive, default=32, metavar="L",
+    group.add_argument("--max-len", type=positive_int, default=32, metavar="L",
                        help="maximum sequence length in tokens (default 32)")
-    group.add_argument("--eos", type=_token, metavar="ID", help="end-of-sequence token (required)")
-    group.add_argument("--bos", type=_token, metavar="ID",
+    group.add_argument("--eos", type=token_id, metavar="ID", help="end-of-sequence token (required)")
+    group.add_argument("--bos", type=token_id, metavar="ID",
                        help="token fed before every prefix (default: the --eos token)")
     group.add_argument("--forbid", type=_pattern, action="append", default=[],
                        metavar="ID[,ID...]",
                        help="forbid a token, or a run of tokens given as ID,ID,...; repeatable")
     group.add_argument("--require", type=_requirement, action="append", default=[],
                        metavar="ID@N", help="require token ID among the first N; repeatable")
-    group.add_argument("--min-len", type=_positive, metavar="L",
+    group.add_argument("--min-len", type=positive_int, metavar="L",
                        help="forbid ending before L tokens (the end token not counted)")
-    group.add_argument("--top", type=_positive, default=10, metavar="K",
+    group.add_argument("--top", type=positive_int, default=10, metavar="K",
                        help="number of sequences to print (default 10)")
     group.add_argument("--no-cache", action="store_true",
                        help="recompute every prefix at each step instead of keeping "
