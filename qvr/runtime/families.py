@@ -281,9 +281,24 @@ class KernelFamily:
             return _categorical_sample(params[0], sample_shape)
         return draw(self.distribution(params), sample_shape)
 
-    def log_prob(self, params, y: torch.Tensor) -> torch.Tensor:
-        """log-density summed over the codomain coordinates (batch-shaped)."""
+    def log_prob(self, params, y: torch.Tensor, rows: Optional[torch.Tensor] = None
+                 ) -> torch.Tensor:
+        """log-density summed over the codomain coordinates (batch-shaped).
+
+        `rows` (optional, int64 of `y`'s batch shape): the parameters were computed once
+        per distinct input, with leading axes `(n, U)`, and batch position `r` of `y` uses
+        `params[:, rows[r]]`; the result is `(n, *rows.shape)`.  For a Normal, the
+        parts that do not depend on `y` (reciprocal scale, log-normaliser) are computed
+        on the `n x U` parameters before gathering.
+        """
         name = self.name
+        if rows is not None:
+            if name == "Normal":
+                loc, scale = params
+                log_norm = (torch.log(scale) + _LOG_SQRT_2PI).sum(-1)  # (n, U)
+                z = (y - gather_rows(loc, rows)) * gather_rows(torch.reciprocal(scale), rows)
+                return -0.5 * (z * z).sum(-1) - gather_rows(log_norm, rows)
+            params = tuple(gather_rows(p, rows) for p in params)
         if name == "Normal":
             loc, scale = params
             z = (y - loc) / scale
@@ -327,6 +342,13 @@ class KernelFamily:
         cls = _TORCH_BY_NAME[name]
         sup = cls.support
         return sup if isinstance(sup, constraints.Constraint) else constraints.real
+
+
+def gather_rows(p: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """`p[:, rows]`: `p (n, U, ...)` and an int64 index `rows (*batch)` with values in
+    `[0, U)` give `(n, *batch, ...)`."""
+    flat = p.index_select(1, rows.reshape(-1))
+    return flat.reshape(p.shape[0], *rows.shape, *p.shape[2:])
 
 
 def _categorical_sample(logits: torch.Tensor, sample_shape=torch.Size()) -> torch.Tensor:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.distributions import constraints
 
-from qvr.runtime.families import EPS, KernelFamily, _categorical_sample
+from qvr.runtime.families import EPS, KernelFamily, _categorical_sample, gather_rows
 from qvr.runtime.morphisms.base import ContinuousMorphism
 from qvr.runtime.values import as_features, as_index, finite_index
 
@@ -114,9 +114,20 @@ class FamilyKernel(ContinuousMorphism):
         return self.fam.sample(self.params(x), sample_shape)
 
     def log_prob(self, x, y):
+        return self.log_prob_from_params(self.params(x), y)
+
+    def log_prob_from_params(self, params, y, rows=None):
+        """`log_prob(x, y)` given `params = self.params(x)`.
+
+        With `rows` (int64, `y`'s batch shape) the parameters were computed once per
+        distinct input, with leading axes `(n, U)`: batch position `r` of `y` is scored
+        under `params[:, rows[r]]` and the result is `(n, *rows.shape)`.  Monte-Carlo
+        composites use this to run the last link's network on `n x distinct` prefix
+        draws only (`qvr.runtime.combinators.chain_log_prob`).
+        """
         if self.output_discrete:  # class indices: integers in [0, k)
             y = as_index(y, self.fam.d, who=self.label, what="class")
-        return self.fam.log_prob(self.params(x), y)
+        return self.fam.log_prob(params, y, rows)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()} ~ {self.family_name}"
@@ -149,7 +160,14 @@ class Embed(ContinuousMorphism):
         return mu + sigma * eps
 
     def log_prob(self, x, y):
-        mu, sigma = self.params(x)
+        return self.log_prob_from_params(self.params(x), y)
+
+    def log_prob_from_params(self, params, y, rows=None):
+        """`log_prob(x, y)` given `params = self.params(x)`; `rows` as for
+        `FamilyKernel.log_prob_from_params`."""
+        mu, sigma = params
+        if rows is not None:
+            mu, sigma = gather_rows(mu, rows), gather_rows(sigma, rows)
         z = (y - mu) / sigma
         return (-0.5 * z * z - torch.log(sigma) - _LOG_SQRT_2PI).sum(-1)
 
