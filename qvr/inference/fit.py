@@ -211,7 +211,9 @@ def _fit_svi(model, x, observations, config: FitConfig, emit: Emitter, stop) -> 
     params = list(model.parameters()) + list(guide.parameters())
     if not params:
         raise DataError("nothing to fit: the program has no parameters and no latent sites")
-    optim = torch.optim.Adam(params, lr=config.lr)
+    # the multi-tensor implementation (CUDA's default) on every device: same updates, one
+    # kernel per operation instead of one per parameter (~10% of a small SVI step on CPU)
+    optim = torch.optim.Adam(params, lr=config.lr, foreach=True)
     svi = SVI(model, guide, optim, ELBO(num_particles=config.num_particles))
     throttle = Throttle(config.progress_interval)
     result = FitResult("svi", guide=guide)
