@@ -11,7 +11,8 @@ from qvr.inference import diagnostics as dg
 from qvr.inference.mcmc.adaptation import (DualAveraging, Welford, mass_update_points,
                                            warmup_schedule)
 from qvr.inference.mcmc.integrator import MassMatrix, leapfrog
-from qvr.inference.mcmc.nuts import checkpoint_range
+from qvr.inference.mcmc.nuts import NUTSKernel, checkpoint_range
+from qvr.inference.mcmc.ops import turning_rho
 
 PREC = torch.tensor([[2.0, 0.6], [0.6, 1.0]])
 
@@ -252,3 +253,25 @@ def test_to_arviz_without_arviz_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "arviz", None)
     with pytest.raises(ImportError, match="pip install arviz"):
         dg.to_arviz(object())
+
+
+def test_generalised_uturn_fires_after_half_a_period():
+    """Harmonic oscillator (identity metric): z = cos t, p = -sin t.  The momenta summed
+    along an arc from t = 0 point against an end velocity once the arc passes half a
+    period, and not before."""
+    def arc(t_end, n=50):
+        t = torch.linspace(0.0, t_end, n)
+        p = torch.stack([-torch.sin(t), -torch.cos(t)], -1)  # 2-D: a circle
+        return p[:1], p[-1:], p.sum(0, keepdim=True)
+    for t_end, expected in ((1.0, False), (2.5, False), (math.pi + 0.3, True), (5.0, True)):
+        v0, v1, rho = arc(t_end)
+        assert bool(turning_rho(v1, rho, v0)[0]) is expected, t_end
+
+
+def test_nuts_defaults_are_stan_style_and_spec_variant_available():
+    k = NUTSKernel()
+    assert (k.transition, k.uturn) == ("biased", "momentum")
+    spec = NUTSKernel(transition="uniform", uturn="position")
+    assert spec.config()["transition"] == "uniform" and spec.config()["uturn"] == "position"
+    with pytest.raises(ValueError, match="uturn"):
+        NUTSKernel(uturn="angle")

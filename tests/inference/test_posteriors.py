@@ -166,7 +166,9 @@ export disc
 
 @pytest.mark.parametrize("make", [
     lambda: NUTSKernel(mass_matrix="dense"),
-    lambda: NUTSKernel(transition="biased"),
+    lambda: NUTSKernel(transition="uniform", uturn="position"),  # spec 6.6.5 verbatim
+    lambda: NUTSKernel(transition="uniform"),
+    lambda: NUTSKernel(uturn="position"),
     lambda: NUTSKernel(warmup_schedule="end"),
     lambda: HMCKernel(num_steps=6, mass_matrix="dense", step_size_jitter=0.5),
 ])

@@ -85,6 +85,12 @@ def turning(z: Tensor, v: Tensor, ck_z: Tensor, ck_v: Tensor, direction: Tensor)
     return ((dz * ck_v).sum(-1) < 0) | ((dz * v).sum(-1) < 0)
 
 
+def turning_rho(v: Tensor, rho: Tensor, ck_v: Tensor) -> Tensor:
+    """Generalised U-turn (Betancourt 2013) of a subtree whose end velocities are `ck_v`
+    and `v` and whose momenta sum to `rho`: `v- . rho <= 0` or `v+ . rho <= 0`."""
+    return ((ck_v * rho).sum(-1) <= 0) | ((v * rho).sum(-1) <= 0)
+
+
 def _script(fn):
     try:
         with warnings.catch_warnings():
@@ -97,7 +103,7 @@ def _script(fn):
 class _Lazy:
     """Scripts every function on first use (keeps `import` cheap)."""
 
-    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning")
+    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho")
 
     def __init__(self):
         self._done = False
