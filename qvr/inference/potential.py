@@ -118,6 +118,14 @@ def _per_chain(fn: Callable, z: torch.Tensor) -> tuple:
     return _clean(torch.stack(lps), torch.stack(grads))
 
 
+def _total(model, x, values) -> torch.Tensor:
+    """`log_joint(x, values).sum()`, without row attribution when the program offers it."""
+    total = getattr(model, "log_joint_total", None)
+    if total is not None:
+        return total(x, values)
+    return model.log_joint(x, values).sum()
+
+
 class ProgramTarget(Target):
     """The posterior of a program's latent sites given `observations` (spec 6.6.1).
 
@@ -145,7 +153,7 @@ class ProgramTarget(Target):
     def single(self, z: torch.Tensor) -> torch.Tensor:
         """`log p~` at one point `(D,)` (a scalar)."""
         values, logdet = self.registry.unpack(z)
-        lj = self.model.log_joint(self.x, {**values, **self.observations}).sum()
+        lj = _total(self.model, self.x, {**values, **self.observations})
         return lj + logdet
 
     def log_density_and_grad(self, z: torch.Tensor) -> tuple:

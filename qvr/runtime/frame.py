@@ -63,7 +63,7 @@ class Frame:
     """The state of one execution: input, environment, supplied values and the log joint."""
 
     def __init__(self, program: "MonadicProgram", x, values, *, score: bool,
-                 require_all: bool, record: bool):
+                 require_all: bool, record: bool, reduce: bool = False):
         self.program = program
         self.x = x
         self.B = int(x.shape[0])
@@ -75,7 +75,12 @@ class Frame:
         self.require_all = require_all
         self.record = record
         self.records: dict = {}
-        self.total = torch.zeros(self.B, dtype=self.dtype, device=self.device) if score else None
+        # reduce: keep only the scalar sum of the log joint (no row attribution); shares
+        # returned by `add` are then None
+        self.reduce = reduce
+        self.total = None if not score else (
+            torch.zeros((), dtype=self.dtype, device=self.device) if reduce
+            else torch.zeros(self.B, dtype=self.dtype, device=self.device))
         self._host = {k: v for k, v in values.items() if k not in program.bound_names}
 
     def literal(self, v):
@@ -95,7 +100,11 @@ class Frame:
         return self.program._deductions[name]
 
     def add(self, c: torch.Tensor) -> torch.Tensor:
-        """Row attribution of a contribution (spec 5.5); returns the `(B,)` share."""
+        """Row attribution of a contribution (spec 5.5); returns the `(B,)` share (None in
+        reduce mode, where only the scalar total is kept)."""
+        if self.reduce:
+            self.total = self.total + torch.as_tensor(c, device=self.device).sum().to(self.dtype)
+            return None
         share = attribute(c, self.B, self.dtype, self.device)
         self.total = self.total + share
         return share

@@ -7,7 +7,8 @@ every entry point:
 * `rsample(x, sample_shape, observations)` — forward execution; supplied values clamped,
   missing ones drawn; no log-densities computed;
 * `log_joint(x, values)` — every `sample`/`observe` value must be supplied; returns the
-  `(B,)` row-attributed joint log-density (spec 5.5);
+  `(B,)` row-attributed joint log-density (spec 5.5); `log_joint_total(x, values)` its
+  sum, computed without attribution (what MCMC and the ELBO use);
 * `execute(x, values, score=True)` — both at once, with a per-step `SiteRecord` (value,
   contribution, distribution or morphism, support): the basis of `qvr.inference.trace`,
   guides' shape passes and MCMC registries (spec 6.1, 6.2).
@@ -148,19 +149,26 @@ class MonadicProgram(ContinuousMorphism):
     def log_joint(self, x, values) -> torch.Tensor:
         return self.execute(x, values, score=True, require_all=True).log_joint
 
+    def log_joint_total(self, x, values) -> torch.Tensor:
+        """`log_joint(x, values).sum()` as a scalar, computed without row attribution and
+        without site records (the form MCMC and the ELBO need; fewer operations)."""
+        return self.execute(x, values, score=True, require_all=True, record=False,
+                            reduce=True).log_joint
+
     def log_prob(self, x, y):
         raise NotImplementedError(
             f"program `{self.label}`: the marginal density over unobserved sites is "
             "intractable in general; use log_joint(x, values)")
 
     def execute(self, x, values=None, *, score: bool = True, require_all: bool = False,
-                record: bool = True) -> Execution:
+                record: bool = True, reduce: bool = False) -> Execution:
         """Run the steps once (see the module docstring)."""
         values = dict(values or {})
         try:
             x = ensure_batch(x)
             self._check_keys(values)
-            frame = Frame(self, x, values, score=score, require_all=require_all, record=record)
+            frame = Frame(self, x, values, score=score, require_all=require_all, record=record,
+                          reduce=reduce)
             self._bind_inputs(frame)
             for step in self.steps:
                 self._run(step, frame)

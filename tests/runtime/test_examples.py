@@ -41,6 +41,10 @@ def test_program_samples_and_scores_its_own_draws(stem, export):
     lj = p.log_joint(x, {**given, **values})
     assert lj.shape == (x.shape[0],)
     assert torch.isfinite(lj).all(), lj
+    # the attribution-free total (MCMC's and the ELBO's form) is the sum of the rows
+    total = p.log_joint_total(x, {**given, **values})
+    assert total.shape == ()
+    assert torch.allclose(total, lj.sum(), rtol=1e-5, atol=1e-3), (float(total), float(lj.sum()))
 
 
 @pytest.mark.parametrize("stem, export", sorted(PIPELINES))
