@@ -206,14 +206,12 @@ def fit(program, data: Optional[dict] = None, config: Optional[FitConfig] = None
 def _fit_svi(model, x, observations, config: FitConfig, emit: Emitter, stop) -> FitResult:
     from qvr.inference.elbo import ELBO
     from qvr.inference.guides import AutoNormalGuide
-    from qvr.inference.svi import SVI
+    from qvr.inference.svi import SVI, adam
     guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
     params = list(model.parameters()) + list(guide.parameters())
     if not params:
         raise DataError("nothing to fit: the program has no parameters and no latent sites")
-    # the multi-tensor implementation (CUDA's default) on every device: same updates, one
-    # kernel per operation instead of one per parameter (~10% of a small SVI step on CPU)
-    optim = torch.optim.Adam(params, lr=config.lr, foreach=True)
+    optim = adam(params, config.lr)
     svi = SVI(model, guide, optim, ELBO(num_particles=config.num_particles))
     throttle = Throttle(config.progress_interval)
     result = FitResult("svi", guide=guide)

@@ -12,6 +12,19 @@ from __future__ import annotations
 import torch
 
 
+def adam(params, lr: float) -> torch.optim.Optimizer:
+    """`torch.optim.Adam(params, lr)` with the fastest implementation torch offers for the
+    parameters: the fused one (one native loop over all tensors: on CPU about 4 times
+    faster than the default per-tensor loop for the seed's ~120 small tensors, which is
+    a third of a small SVI step), else the multi-tensor one.  Same update rule.  Used by
+    `qvr.inference.fit` (and so `qvr run --method svi`)."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, ValueError, TypeError):  # a device or dtype without a fused kernel
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
 class SVI:
     """Stochastic variational inference.
 
