@@ -247,16 +247,31 @@ def _compile(batched, z: torch.Tensor):
     """Trace `batched` (z -> (grad, value)) at `z` into a TorchScript (or FX) function."""
     import warnings as _w
     from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.func import functionalize
+    from qvr.inference.graph_opt import simplify
     z = z.detach()
     validate = torch.distributions.Distribution._validate_args
     torch.distributions.Distribution.set_default_validate_args(False)  # no .item() checks
     try:
         with torch.no_grad():
-            gm = make_fx(lambda zz: batched(zz))(z)
+            try:  # a functional graph (no in-place operations) can be simplified
+                gm = make_fx(functionalize(lambda zz: batched(zz)))(z)
+            except Exception:
+                gm = make_fx(lambda zz: batched(zz))(z)
     finally:
         torch.distributions.Distribution.set_default_validate_args(validate)
+    if any(n.op == "call_function" and any(r in str(n.target).split(".")[-2:][0]
+                                           for r in _RANDOM_OPS)
+           for n in gm.graph.nodes):
+        raise _NotCompilable("the density draws random numbers (a Monte-Carlo composite); "
+                             "evaluated eagerly")
     gm.graph.eliminate_dead_code()
     gm.recompile()
+    try:
+        simplify(gm)
+    except Exception:  # the simplifier is an optimisation: never fail the compile for it
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
     candidates = []
     try:  # precompute everything that depends on the data only
         from torch.fx.experimental import const_fold

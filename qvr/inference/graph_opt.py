@@ -1,0 +1,222 @@
+"""Peephole simplification of traced density graphs (aten-level FX graphs from `make_fx`).
+
+The MCMC target is compiled by tracing `z -> (grad, log_density)` into a graph of aten
+operations (`qvr.inference.potential`).  Such a graph carries the program interpreter's
+bookkeeping verbatim: views to shapes a tensor already has, multiplications by 1,
+additions of zero log-Jacobians, `unsqueeze` immediately summed away, the same view taken
+four times.  On small models every operation costs a few microseconds of dispatch
+whatever its size, so removing them is a direct speed-up.
+
+`simplify(gm)` rewrites the graph in place, to a fixed point, with rules that are exact
+(the result is the same tensor, same shape and dtype, bit for bit):
+
+* identities: `view`/`reshape`/`expand`/`_to_copy` to the input's own shape and dtype,
+  `x * 1`, `x / 1`, `x + 0`, `x - 0`, `x ** 1`;
+* zeros: `x + 0-tensor` and `x - 0-tensor` (a tensor built by `zeros`, `zeros_like`,
+  `new_zeros`, a zero `full`, or a sum/view/expand/negation of one) when broadcasting
+  leaves `x`'s shape and dtype unchanged;
+* view chains: `view(view(x, a), b)` becomes `view(x, b)`;
+* `sum(unsqueeze(x, d), [d])` becomes `x`;
+* common subexpressions among pure operations.
+
+The graph must be functional (no in-place operations): `functionalize` the traced
+function first.  Graphs that still contain an in-place operation are left unchanged.
+Correctness does not rest on this module alone: the caller compares the compiled
+function with the eager one before using it.
+"""
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+aten = torch.ops.aten
+
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          aten.expand.default, aten.alias.default}
+_ZERO_MAKERS = {aten.zeros_like.default, aten.new_zeros.default, aten.zeros.default}
+_ZERO_KEEPERS = {aten.sum.dim_IntList, aten.sum.default, aten.neg.default} | _VIEWS
+_RANDOM = ("rand", "randn", "normal", "bernoulli", "multinomial", "poisson", "uniform",
+           "exponential", "random", "randint", "randperm", "_standard_gamma",
+           "_sample_dirichlet", "binomial", "native_dropout")
+
+
+def _val(x):
+    return x.meta.get("val") if isinstance(x, fx.Node) else None
+
+
+def _same_meta(a, b) -> bool:
+    va, vb = _val(a), _val(b)
+    return (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)
+            and va.shape == vb.shape and va.dtype == vb.dtype)
+
+
+def _is_number(x, value) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == value
+
+
+def _inplace(node: fx.Node) -> bool:
+    t = node.target
+    name = getattr(getattr(t, "overloadpacket", None), "__name__", "") or str(t)
+    return name.endswith("_") and not name.startswith("_")
+
+
+def _is_zero(node, memo) -> bool:
+    if not isinstance(node, fx.Node) or node.op != "call_function":
+        return False
+    if node in memo:
+        return memo[node]
+    t, out = node.target, False
+    if t in _ZERO_MAKERS:
+        out = True
+    elif t in (aten.full_like.default, aten.full.default, aten.new_full.default):
+        fill = node.args[1] if t is not aten.new_full.default else node.args[2]
+        out = _is_number(fill, 0)
+    elif t is aten.scalar_tensor.default:
+        out = _is_number(node.args[0], 0)
+    elif t in _ZERO_KEEPERS:
+        out = _is_zero(node.args[0], memo)
+    memo[node] = out
+    return out
+
+
+def _identity_input(node: fx.Node, memo):
+    """The node this one equals (same value, shape, dtype), or None."""
+    t, a = node.target, node.args
+    if not a or not isinstance(a[0], fx.Node):
+        if t in (aten.add.Tensor, aten.mul.Tensor) and len(a) > 1 and isinstance(a[1], fx.Node):
+            # 0 + x, 1 * x
+            x, s = a[1], a[0]
+            if t is aten.add.Tensor and _is_number(s, 0) and _same_meta(node, x):
+                return x
+            if t is aten.mul.Tensor and _is_number(s, 1) and _same_meta(node, x):
+                return x
+        return None
+    x = a[0]
+    if t in _VIEWS or t is aten._to_copy.default:
+        if t is aten._to_copy.default and set(node.kwargs) - {"dtype"}:
+            return None
+        return x if _same_meta(node, x) else None
+    if len(a) < 2:
+        return None
+    other = a[1]
+    if t in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar,
+             aten.pow.Tensor_Scalar):
+        if _is_number(other, 1) and not node.kwargs and _same_meta(node, x):
+            return x
+        if t is aten.mul.Tensor and isinstance(other, fx.Node) and _is_number(x, 1):
+            return None
+    if t in (aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar):
+        if node.kwargs.get("alpha", 1) != 1:
+            return None
+        if _is_number(other, 0) and _same_meta(node, x):
+            return x
+        if _is_zero(other, memo) and _same_meta(node, x):
+            return x
+        if t is aten.add.Tensor and _is_zero(x, memo) and isinstance(other, fx.Node) \
+                and _same_meta(node, other):
+            return other
+    return None
+
+
+def _norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _summed_unsqueeze(node: fx.Node):
+    """`sum(unsqueeze(x, d), [d])` (no keepdim) -> x."""
+    if node.target is not aten.sum.dim_IntList or len(node.args) < 2:
+        return None
+    if (len(node.args) > 2 and node.args[2]) or node.kwargs.get("keepdim") or \
+            node.kwargs.get("dtype") is not None:
+        return None
+    src, dims = node.args[0], node.args[1]
+    if not (isinstance(src, fx.Node) and src.target is aten.unsqueeze.default):
+        return None
+    if not (isinstance(dims, (list, tuple)) and len(dims) == 1):
+        return None
+    v = _val(src)
+    if not isinstance(v, torch.Tensor):
+        return None
+    rank = v.dim()
+    if _norm_dim(dims[0], rank) != _norm_dim(src.args[1], rank):
+        return None
+    x = src.args[0]
+    return x if _same_meta(node, x) else None
+
+
+def _rewrite_view_chain(graph: fx.Graph, node: fx.Node) -> bool:
+    if node.target is not aten.view.default:
+        return False
+    inner = node.args[0]
+    if not (isinstance(inner, fx.Node) and inner.target is aten.view.default):
+        return False
+    node.args = (inner.args[0],) + tuple(node.args[1:])
+    return True
+
+
+def _key(node: fx.Node):
+    def norm(v):
+        if isinstance(v, (list, tuple)):
+            return tuple(norm(i) for i in v)
+        if isinstance(v, torch.Tensor):
+            return ("tensor", id(v))
+        if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            return str(v)
+        if isinstance(v, float) and v != v:
+            return ("nan",)
+        return v
+    try:
+        key = (node.target, norm(node.args), tuple(sorted((k, norm(v))
+                                                         for k, v in node.kwargs.items())))
+        hash(key)
+        return key
+    except TypeError:
+        return None
+
+
+def _pure(node: fx.Node) -> bool:
+    if node.op != "call_function" or _inplace(node):
+        return False
+    name = str(node.target)
+    return not any(r in name for r in _RANDOM)
+
+
+def simplify(gm: fx.GraphModule) -> fx.GraphModule:
+    """Simplify `gm`'s graph in place (see the module docstring); returns `gm`."""
+    graph = gm.graph
+    if any(n.op == "call_function" and _inplace(n) for n in graph.nodes):
+        return gm
+    for _ in range(20):
+        changed = False
+        memo: dict = {}
+        seen: dict = {}
+        for node in list(graph.nodes):
+            if node.op != "call_function":
+                continue
+            target = _identity_input(node, memo) or _summed_unsqueeze(node)
+            if target is not None and target is not node:
+                node.replace_all_uses_with(target)
+                changed = True
+                continue
+            if _rewrite_view_chain(graph, node):
+                changed = True
+            if _pure(node):
+                key = _key(node)
+                if key is not None:
+                    prev = seen.get(key)
+                    if prev is not None:
+                        node.replace_all_uses_with(prev)
+                        changed = True
+                    else:
+                        seen[key] = node
+        graph.eliminate_dead_code()
+        if not changed:
+            break
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def count_ops(gm: fx.GraphModule) -> int:
+    """Number of operation nodes (for reports and tests)."""
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function")
