@@ -14,10 +14,12 @@ batch 2 x 1 and 256 x 16.
 When `pyro-ppl` is installed (the optional ``bench`` extra), the same workloads run in
 Pyro in the same invocation — the same priors and likelihoods written in Pyro's idiom,
 Pyro's `NUTS` with its defaults (chains in parallel processes), and for SVI Pyro's
-`AutoNormal` + `Trace_ELBO` on a model whose densities are computed by the very same torch
-modules — and the script prints our/Pyro ratios.  Both sides run with one intra-op torch
-thread.  Bulk ESS is computed by the same function (`qvr.inference.diagnostics.ess_bulk`)
-for both.
+`AutoNormal` + `Trace_ELBO` + Adam on the seed written in Pyro (hand-written torch
+densities on the same parameter tensors, the spec's Monte-Carlo estimator per row; checked
+equal to ours with the same noise) and, second line, on a model whose densities are the
+runtime's own modules — and the script prints our/Pyro ratios (SVI: steps per second of
+CPU time).  Both sides run with one intra-op torch thread.  Bulk ESS is computed by the
+same function (`qvr.inference.diagnostics.ess_bulk`) for both.
 """
 from __future__ import annotations
 
@@ -241,23 +243,181 @@ def transformer(batch, seq):
     return model, ctx, obs
 
 
-def svi_ours(batch, seq, steps):
+def _timed_steps(step, steps) -> dict:
+    """Run `step()` `steps` times: steps per second of process CPU time (the figure
+    compared; both sides run single-threaded in this process, and CPU time is not
+    inflated by other load on the machine) and of wall time."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(steps):
+        step()
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    return {"steps_per_s": steps / cpu, "wall_steps_per_s": steps / wall}
+
+
+def svi_ours(batch, seq, steps, default_adam=False):
+    """Our SVI with Adam as `qvr run --method svi` builds it (`qvr.inference.svi.adam`:
+    torch's fused implementation), or with `torch.optim.Adam`'s default implementation."""
+    from qvr.inference.svi import adam
     model, ctx, obs = transformer(batch, seq)
     guide = AutoNormalGuide(model, observed_names={"next_token"})
-    optim = torch.optim.Adam(list(model.parameters()) + list(guide.parameters()), lr=5e-2)
+    params = list(model.parameters()) + list(guide.parameters())
+    optim = torch.optim.Adam(params, lr=5e-2) if default_adam else adam(params, 5e-2)
     svi = SVI(model, guide, optim, ELBO(num_particles=1))
     svi.step(ctx, obs)  # warm-up step (lazy initialisation), not timed
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        svi.step(ctx, obs)
-    return {"steps_per_s": steps / (time.perf_counter() - t0)}
+    return _timed_steps(lambda: svi.step(ctx, obs), steps)
+
+
+class HandWrittenTransformer:
+    """The seed program's densities written out in plain torch, on the parameter tensors
+    of a compiled `transformer_lm` (so that Pyro's optimiser updates the same tensors and
+    the two densities can be compared at the same parameters).
+
+    `h ~ backbone(ctx)` with `backbone = tok_embed >> stack(layer, 2)`,
+    `layer = fan(head x 4) >> attn_proj >> residual_attn >> ff_up >> ff_down >>
+    residual_ff`: every kernel is a Normal whose `(loc, log scale)` come from an MLP
+    Linear-tanh-Linear-tanh-Linear, the embedding is a Normal per token.  Its marginal
+    density is the estimator of the runtime spec (4.1), written per row:
+    `log p(h | ctx) ~= logsumexp_i log N(h; last(y_i)) - log 100` over 100 ancestral
+    draws `y_i` of every link but the last, made from a private generator seeded with 0
+    at each call (common random numbers).  `next_token ~ Categorical(logits=
+    lm_head(h))`."""
+
+    N_DRAWS = 100
+
+    def __init__(self, model):
+        from qvr.runtime.combinators import Fan
+        links = model._step_h.links()
+        assert len(links) == 13 and isinstance(links[1], Fan) and isinstance(links[7], Fan)
+        self.centers, self.log_sigma = links[0].centers, links[0].log_sigma
+        self.links = [[self._mlp_params(k) for k in link.parts] if isinstance(link, Fan)
+                      else self._mlp_params(link) for link in links[1:]]
+        self.head = self._mlp_params(model._step_next_token)
+
+    @staticmethod
+    def _mlp_params(kernel):
+        net = kernel.param_source.net
+        return tuple(t for i in (0, 2, 4) for t in (net[i].weight, net[i].bias))
+
+    @staticmethod
+    def _mlp(p, x):
+        linear = torch.nn.functional.linear
+        h = torch.tanh(linear(x, p[0], p[1]))
+        h = torch.tanh(linear(h, p[2], p[3]))
+        return linear(h, p[4], p[5])
+
+    def _normal(self, p, x):
+        raw = self._mlp(p, x)
+        d = raw.shape[-1] // 2
+        return raw[..., :d], torch.exp(raw[..., d:]).clamp(min=1e-7)
+
+    def _draw(self, p, y, generator):
+        if isinstance(p, list):  # fan: the heads side by side, one noise tensor for all
+            params = [self._normal(q, y) for q in p]
+            loc = torch.stack([m for m, _ in params], -2)
+            scale = torch.stack([s for _, s in params], -2)
+            eps = torch.randn(loc.shape, generator=generator)
+            return (loc + scale * eps).flatten(-2)
+        loc, scale = self._normal(p, y)
+        return loc + scale * torch.randn(loc.shape, generator=generator)
+
+    def sample_prefix(self, ctx, sample_shape=(), generator=None):
+        """Ancestral draws of every link but the last: `(*sample_shape, *ctx.shape, 16)`."""
+        mu, sigma = self.centers[ctx], torch.exp(self.log_sigma[ctx]).clamp(min=1e-7)
+        y = mu + sigma * torch.randn((*sample_shape, *mu.shape), generator=generator)
+        for p in self.links[:-1]:
+            y = self._draw(p, y, generator)
+        return y
+
+    def sample_backbone(self, ctx, sample_shape=()):
+        return self._draw(self.links[-1], self.sample_prefix(ctx, sample_shape), None)
+
+    def backbone_log_prob(self, ctx, h):
+        import pyro.distributions as dist
+        gen = torch.Generator().manual_seed(0)
+        ys = self.sample_prefix(ctx, (self.N_DRAWS,), gen)  # (100, *ctx.shape, 16)
+        loc, scale = self._normal(self.links[-1], ys)
+        lp = dist.Normal(loc, scale).log_prob(h).sum(-1)
+        return torch.logsumexp(lp, 0) - math.log(self.N_DRAWS)
+
+    def head_logits(self, h):
+        return self._mlp(self.head, h)
+
+
+def check_handwritten(model, ctx, rows: int = 8) -> float:
+    """The hand-written density against the runtime's on (at most) `rows` rows, with the
+    same noise: the runtime's per-row layout (`dedup=False`, spec 9.3 to the letter) draws
+    exactly the numbers the hand-written code draws.  Returns the largest difference of
+    the log-densities (backbone and head); raises if it exceeds 1e-3."""
+    from qvr.runtime.combinators import chain_log_prob
+    hw = HandWrittenTransformer(model)
+    ctx = ctx.reshape(-1)[:rows].reshape(-1, 1)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        h = model._step_h.sample(ctx)
+        y = model._step_next_token.sample(h)
+        ours = chain_log_prob(model._step_h.links(), ctx, h, 100, 0, dedup=False)
+        theirs = hw.backbone_log_prob(ctx, h)
+        head_ours = model._step_next_token.log_prob(h, y)
+        head_theirs = torch.distributions.Categorical(logits=hw.head_logits(h)).log_prob(y)
+    diff = max(float((ours - theirs).abs().max()), float((head_ours - head_theirs).abs().max()))
+    if not diff < 1e-3:
+        raise AssertionError(f"the hand-written Pyro density differs from the runtime's "
+                             f"by {diff:.3g} with the same noise")
+    return diff
+
+
+def _pyro_svi(pmodel, ctx, y, steps):
+    import pyro
+    from pyro.infer import SVI as PSVI, Trace_ELBO
+    from pyro.infer.autoguide import AutoNormal
+    pyro.clear_param_store()
+    guide = AutoNormal(pmodel, init_scale=0.1)
+    svi = PSVI(pmodel, guide, pyro.optim.Adam({"lr": 5e-2}), Trace_ELBO())
+    svi.step(ctx, y)  # warm-up step (guide initialisation), not timed
+    return _timed_steps(lambda: svi.step(ctx, y), steps)
 
 
 def svi_pyro(batch, seq, steps):
+    """The same workload written in Pyro: the seed's backbone and head as hand-written
+    torch code (`HandWrittenTransformer`, the estimator of the spec per row) on the same
+    parameter tensors (`pyro.module`), `AutoNormal` + `Trace_ELBO` + Pyro's Adam."""
     import pyro
     import pyro.distributions as dist
-    from pyro.infer import SVI as PSVI, Trace_ELBO
-    from pyro.infer.autoguide import AutoNormal
+    from torch.distributions import constraints
+
+    model, ctx, obs = transformer(batch, seq)
+    hw = HandWrittenTransformer(model)
+
+    class Backbone(dist.TorchDistribution):
+        arg_constraints = {}
+        support = constraints.independent(constraints.real, 1)
+        has_rsample = True
+
+        def __init__(self, x):
+            self.x = x
+            super().__init__(torch.Size(x.shape), torch.Size([16]), validate_args=False)
+
+        def rsample(self, sample_shape=torch.Size()):
+            return hw.sample_backbone(self.x, sample_shape)
+
+        def log_prob(self, value):
+            return hw.backbone_log_prob(self.x, value)
+
+    def pmodel(x, y):
+        pyro.module("transformer", model)
+        h = pyro.sample("h", Backbone(x).to_event(2))
+        pyro.sample("next_token", dist.Categorical(logits=hw.head_logits(h)).to_event(2),
+                    obs=y)
+
+    return _pyro_svi(pmodel, ctx, obs["next_token"], steps)
+
+
+def svi_pyro_modules(batch, seq, steps):
+    """Pyro's SVI driving the runtime's own density modules (`backbone.log_prob`,
+    `lm_head.log_prob`): isolates the inference machinery, since every runtime speed-up
+    of the densities helps both sides equally."""
+    import pyro
+    import pyro.distributions as dist
     from torch.distributions import constraints
 
     model, ctx, obs = transformer(batch, seq)
@@ -298,15 +458,7 @@ def svi_pyro(batch, seq, steps):
         h = pyro.sample("h", Backbone(x).to_event(2))
         pyro.sample("next_token", Head(h).to_event(2), obs=y)
 
-    pyro.clear_param_store()
-    guide = AutoNormal(pmodel, init_scale=0.1)
-    svi = PSVI(pmodel, guide, pyro.optim.Adam({"lr": 5e-2}), Trace_ELBO())
-    y = obs["next_token"]
-    svi.step(ctx, y)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        svi.step(ctx, y)
-    return {"steps_per_s": steps / (time.perf_counter() - t0)}
+    return _pyro_svi(pmodel, ctx, obs["next_token"], steps)
 
 
 # ------------------------------------------------------------------ main
@@ -338,13 +490,31 @@ def bench_svi(key, args, have_pyro) -> dict:
     steps = args.svi_steps if batch * seq <= 16 else max(3, args.svi_steps // 5)
     ours = svi_ours(batch, seq, steps)
     out = {"ours": ours}
-    print(f"{key:<18} ours  {ours['steps_per_s']:9.2f} steps/s", flush=True)
+    print(f"{key:<18} ours  {ours['steps_per_s']:9.2f} steps/s  (CPU time; wall "
+          f"{ours['wall_steps_per_s']:.2f})   [Adam as `qvr run` builds it: fused]",
+          flush=True)
+    od = svi_ours(batch, seq, steps, default_adam=True)
+    out["ours_default_adam"] = od
+    print(f"{'':<18} ours  {od['steps_per_s']:9.2f} steps/s  (wall "
+          f"{od['wall_steps_per_s']:.2f})   [torch.optim.Adam's default implementation]",
+          flush=True)
     if have_pyro:
+        model, ctx, _ = transformer(batch, seq)
+        diff = check_handwritten(model, ctx)
+        out["check_max_abs_diff"] = diff
         p = svi_pyro(batch, seq, steps)
         ratio = ours["steps_per_s"] / p["steps_per_s"]
         out.update(pyro=p, ratio=ratio)
-        print(f"{'':<18} pyro  {p['steps_per_s']:9.2f} steps/s   ours/pyro = {ratio:.2f}x",
+        print(f"{'':<18} pyro  {p['steps_per_s']:9.2f} steps/s  (wall "
+              f"{p['wall_steps_per_s']:.2f})   ours/pyro = {ratio:.2f}x   [the model "
+              f"written in Pyro; same density as ours to {diff:.1e} with the same noise]",
               flush=True)
+        pm = svi_pyro_modules(batch, seq, steps)
+        ratio_m = ours["steps_per_s"] / pm["steps_per_s"]
+        out.update(pyro_modules=pm, ratio_modules=ratio_m)
+        print(f"{'':<18} pyro  {pm['steps_per_s']:9.2f} steps/s  (wall "
+              f"{pm['wall_steps_per_s']:.2f})   ours/pyro = {ratio_m:.2f}x   [pyro driving "
+              f"the runtime's own density modules]", flush=True)
     return out
 
 
