@@ -66,8 +66,9 @@ def add_arguments(group) -> None:
       help="HMC/NUTS: step-size adaptation target (default 0.65 HMC, 0.8 NUTS)")
     a("--mass-matrix", choices=("identity", "diagonal", "dense"),
       help="HMC/NUTS: mass matrix (default identity for HMC, diagonal for NUTS)")
-    a("--chain-method", choices=("vectorized", "sequential"),
-      help="HMC/NUTS: run chains as one batch (default) or one after the other")
+    a("--chain-method", choices=("vectorized", "sequential", "parallel"),
+      help="HMC/NUTS: run chains as one batch (default), one after the other, or "
+           "split over worker processes")
     a("--init", choices=("prior", "zero"), help="HMC/NUTS: initial positions (default prior)")
 
 

@@ -9,7 +9,8 @@ Chains.  ``chain_method="vectorized"`` (default) runs all chains as one batch: e
 gradient evaluation serves every chain (the program is mapped over the chain axis with
 vmap, see `potential.py`), and chains stay independent (own momenta, own adaptation
 state, own mass matrices).  ``"sequential"`` runs them one after the other, as the spec
-describes; both target the same posterior with the same per-chain algorithm.
+describes; ``"parallel"`` splits them over processes, each batch vectorised
+(`parallel.py`).  All target the same posterior with the same per-chain algorithm.
 
 Initial positions (spec 6.6.2): ``"prior"`` -> `0.1 N(0, I)` from a private generator
 seeded with the chain index (the global RNG is untouched); ``"zero"``; ``"guide"`` ->
@@ -38,7 +39,7 @@ from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitCancell
 from qvr.inference.potential import Target, make_target
 
 _INIT = ("prior", "zero", "guide")
-_CHAIN_METHODS = ("vectorized", "sequential")
+_CHAIN_METHODS = ("vectorized", "sequential", "parallel")
 
 
 @dataclass
@@ -130,7 +131,11 @@ class MCMC:
       num_samples: recorded iterations per chain (>= 1).
       num_chains: independent chains (>= 1).
       init_strategy: ``"prior"``, ``"zero"`` or ``"guide"``.
-      chain_method: ``"vectorized"`` or ``"sequential"``.
+      chain_method: ``"vectorized"`` (default), ``"sequential"`` or ``"parallel"``
+        (chains split over `num_workers` processes, each batch vectorised; see
+        `qvr.inference.mcmc.parallel`).
+      num_workers: processes for ``"parallel"`` (default: the CPU count, at most one
+        per chain).
       on_event, should_stop: fit events callback and cancellation poll (also accepted
         by `run`).
       progress_interval: minimum seconds between progress events.
@@ -145,7 +150,8 @@ class MCMC:
                  init_strategy: str = "prior", chain_method: str = "vectorized",
                  on_event: Optional[EventCallback] = None,
                  should_stop: Optional[Callable[[], bool]] = None,
-                 progress_interval: float = 0.1, draws_chunk: int = 100):
+                 progress_interval: float = 0.1, draws_chunk: int = 100,
+                 num_workers: Optional[int] = None):
         if not (isinstance(num_warmup, int) and num_warmup >= 0):
             raise ValueError(f"num_warmup must be an integer >= 0, got {num_warmup}")
         if not (isinstance(num_samples, int) and num_samples >= 1):
@@ -167,6 +173,9 @@ class MCMC:
         self.should_stop = should_stop
         self.progress_interval = progress_interval
         self.draws_chunk = max(1, int(draws_chunk))
+        if num_workers is not None and not (isinstance(num_workers, int) and num_workers >= 1):
+            raise ValueError(f"num_workers must be an integer >= 1, got {num_workers}")
+        self.num_workers = num_workers
 
     def config(self) -> dict:
         return {"method": getattr(self.kernel, "method", "mcmc"), "num_warmup": self.num_warmup,
@@ -260,10 +269,24 @@ class _Run:
         self.throttle = Throttle(mc.progress_interval)
 
     def loop(self, z0: torch.Tensor) -> MCMCResult:
+        if self.mc.chain_method == "parallel":
+            from qvr.inference.mcmc.parallel import run_parallel
+            raw = run_parallel(self, z0)
+        else:
+            raw = self.collect(z0)
+        return self._result(**raw)
+
+    def collect(self, z0: torch.Tensor, chain_ids=None, pump=None) -> dict:
+        """Run the chains of `z0` (global ids `chain_ids`, default `0..C-1`) and return the
+        raw recordings that `_result` turns into an `MCMCResult` (chain axis first, so
+        the recordings of several processes concatenate).  `pump` is called after every
+        iteration (the parallel driver forwards its workers' events there)."""
         mc = self.mc
         C, D = z0.shape
         S, W = mc.num_samples, mc.num_warmup
-        groups = [list(range(C))] if mc.chain_method == "vectorized" else \
+        ids = list(range(C)) if chain_ids is None else list(chain_ids)
+        self.chain_ids = ids
+        groups = [list(range(C))] if mc.chain_method != "sequential" else \
             [[c] for c in range(C)]
         dtype, device = z0.dtype, z0.device
         zs = torch.zeros(C, S, D, dtype=dtype, device=device)
@@ -326,6 +349,8 @@ class _Run:
                                    acc_sum / step, state, div_sum)
                 if not warm and (due or step - emitted >= mc.draws_chunk):
                     emitted = self._draws(group, zs, emitted, step)
+                if pump is not None:
+                    pump()
             if done[group[0]] > emitted:
                 emitted = self._draws(group, zs, emitted, done[group[0]])
             step_sizes[idx] = state.step_size
@@ -336,12 +361,13 @@ class _Run:
                 inv_mass[idx] = state.mass.inv
             if cancelled:
                 break
-        return self._result(zs, rec, rec_l, rec_b, warm_div, step_sizes, inv_mass, done,
-                            t_warm, t_samp, cancelled, self.target.num_evals - evals0)
+        return dict(zs=zs, rec=rec, rec_l=rec_l, rec_b=rec_b, warm_div=warm_div,
+                    step_sizes=step_sizes, inv_mass=inv_mass, done=done, t_warm=t_warm,
+                    t_samp=t_samp, cancelled=cancelled, evals=self.target.num_evals - evals0)
 
     # ------------------------------------------------------------------ events
     def _progress(self, group, phase, step, total, acc_mean, state, div_sum) -> None:
-        for k, c in enumerate(group):
+        for k, c in enumerate(self.chain_ids[g] for g in group):
             metrics = {"accept_prob": float(acc_mean[k]), "step_size": float(state.step_size[k]),
                        "tree_depth": float(state.tree_depth[k]),
                        "num_steps": float(state.num_steps[k]),
@@ -354,7 +380,7 @@ class _Run:
             return end
         idx = torch.tensor(group, device=zs.device)
         values = self.target.constrain(zs[idx, start:end])
-        for k, c in enumerate(group):
+        for k, c in enumerate(self.chain_ids[g] for g in group):
             draws = {n: v[k].detach().cpu().numpy() for n, v in values.items()}
             self.emit(DrawsChunk(chain=c, start=start, draws=draws))
         return end
