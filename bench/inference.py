@@ -243,20 +243,40 @@ def transformer(batch, seq):
     return model, ctx, obs
 
 
-def _timed_steps(step, steps) -> dict:
-    """Run `step()` `steps` times: steps per second of process CPU time (the figure
-    compared; both sides run single-threaded in this process, and CPU time is not
-    inflated by other load on the machine) and of wall time."""
-    c0, t0 = time.process_time(), time.perf_counter()
-    for _ in range(steps):
-        step()
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    return {"steps_per_s": steps / cpu, "wall_steps_per_s": steps / wall}
+def _timed(step):
+    """`run(k)`: `k` calls of `step()`, returning their (CPU, wall) seconds."""
+    def run(k):
+        c0, t0 = time.process_time(), time.perf_counter()
+        for _ in range(k):
+            step()
+        return time.process_time() - c0, time.perf_counter() - t0
+    return run
 
 
-def svi_ours(batch, seq, steps, default_adam=False):
-    """Our SVI with Adam as `qvr run --method svi` builds it (`qvr.inference.svi.adam`:
-    torch's fused implementation), or with `torch.optim.Adam`'s default implementation."""
+def timed_interleaved(runners: dict, steps: int, rounds: int = 5) -> dict:
+    """Time `steps` SVI steps of every variant (`runners[name](k)` runs `k` steps and
+    returns their CPU and wall seconds), interleaved: in each of `rounds` rounds every
+    variant runs `steps / rounds` steps in turn, so that drifting load on the machine
+    hits all variants alike.  Steps per second of process CPU time (the figure compared:
+    every variant runs single-threaded in this process) and of wall time."""
+    rounds = max(1, min(rounds, steps))
+    per = max(1, steps // rounds)
+    cpu = dict.fromkeys(runners, 0.0)
+    wall = dict.fromkeys(runners, 0.0)
+    for _ in range(rounds):
+        for name, run in runners.items():
+            c, w = run(per)
+            cpu[name] += c
+            wall[name] += w
+    n = per * rounds
+    return {name: {"steps_per_s": n / cpu[name], "wall_steps_per_s": n / wall[name],
+                   "steps": n} for name in runners}
+
+
+def svi_ours(batch, seq, default_adam=False):
+    """A runner (`timed_interleaved`) of our SVI after one untimed warm-up step, with Adam
+    as `qvr run --method svi` builds it (`qvr.inference.svi.adam`: torch's fused
+    implementation) or with `torch.optim.Adam`'s default implementation."""
     from qvr.inference.svi import adam
     model, ctx, obs = transformer(batch, seq)
     guide = AutoNormalGuide(model, observed_names={"next_token"})
@@ -264,7 +284,7 @@ def svi_ours(batch, seq, steps, default_adam=False):
     optim = torch.optim.Adam(params, lr=5e-2) if default_adam else adam(params, 5e-2)
     svi = SVI(model, guide, optim, ELBO(num_particles=1))
     svi.step(ctx, obs)  # warm-up step (lazy initialisation), not timed
-    return _timed_steps(lambda: svi.step(ctx, obs), steps)
+    return _timed(lambda: svi.step(ctx, obs))
 
 
 class HandWrittenTransformer:
@@ -366,18 +386,27 @@ def check_handwritten(model, ctx, rows: int = 8) -> float:
     return diff
 
 
-def _pyro_svi(pmodel, ctx, y, steps):
+def _pyro_svi(pmodel, ctx, y):
+    """A runner (`timed_interleaved`) of Pyro's SVI on `pmodel` after one untimed warm-up
+    step.  Each variant keeps its parameters in a param-store scope of its own (the
+    guides' parameter names are equal), entered outside the timed steps."""
     import pyro
     from pyro.infer import SVI as PSVI, Trace_ELBO
     from pyro.infer.autoguide import AutoNormal
-    pyro.clear_param_store()
-    guide = AutoNormal(pmodel, init_scale=0.1)
-    svi = PSVI(pmodel, guide, pyro.optim.Adam({"lr": 5e-2}), Trace_ELBO())
-    svi.step(ctx, y)  # warm-up step (guide initialisation), not timed
-    return _timed_steps(lambda: svi.step(ctx, y), steps)
+    store = pyro.get_param_store()
+    with store.scope() as state:
+        guide = AutoNormal(pmodel, init_scale=0.1)
+        svi = PSVI(pmodel, guide, pyro.optim.Adam({"lr": 5e-2}), Trace_ELBO())
+        svi.step(ctx, y)  # warm-up step (guide initialisation), not timed
+    timed = _timed(lambda: svi.step(ctx, y))
+
+    def run(k):
+        with store.scope(state):
+            return timed(k)
+    return run
 
 
-def svi_pyro(batch, seq, steps):
+def svi_pyro(batch, seq):
     """The same workload written in Pyro: the seed's backbone and head as hand-written
     torch code (`HandWrittenTransformer`, the estimator of the spec per row) on the same
     parameter tensors (`pyro.module`), `AutoNormal` + `Trace_ELBO` + Pyro's Adam."""
@@ -409,10 +438,10 @@ def svi_pyro(batch, seq, steps):
         pyro.sample("next_token", dist.Categorical(logits=hw.head_logits(h)).to_event(2),
                     obs=y)
 
-    return _pyro_svi(pmodel, ctx, obs["next_token"], steps)
+    return _pyro_svi(pmodel, ctx, obs["next_token"])
 
 
-def svi_pyro_modules(batch, seq, steps):
+def svi_pyro_modules(batch, seq):
     """Pyro's SVI driving the runtime's own density modules (`backbone.log_prob`,
     `lm_head.log_prob`): isolates the inference machinery, since every runtime speed-up
     of the densities helps both sides equally."""
@@ -458,7 +487,7 @@ def svi_pyro_modules(batch, seq, steps):
         h = pyro.sample("h", Backbone(x).to_event(2))
         pyro.sample("next_token", Head(h).to_event(2), obs=y)
 
-    return _pyro_svi(pmodel, ctx, obs["next_token"], steps)
+    return _pyro_svi(pmodel, ctx, obs["next_token"])
 
 
 # ------------------------------------------------------------------ main
@@ -488,30 +517,29 @@ def bench_nuts(name, args, have_pyro) -> dict:
 def bench_svi(key, args, have_pyro) -> dict:
     batch, seq = (2, 1) if key == "svi_2x1" else (256, 16)
     steps = args.svi_steps if batch * seq <= 16 else max(3, args.svi_steps // 5)
-    ours = svi_ours(batch, seq, steps)
-    out = {"ours": ours}
+    runners = {"ours": svi_ours(batch, seq),
+               "ours_default_adam": svi_ours(batch, seq, default_adam=True)}
+    out = {}
+    if have_pyro:
+        model, ctx, _ = transformer(batch, seq)
+        out["check_max_abs_diff"] = check_handwritten(model, ctx)
+        runners.update(pyro=svi_pyro(batch, seq), pyro_modules=svi_pyro_modules(batch, seq))
+    out.update(timed_interleaved(runners, steps))
+    ours, od = out["ours"], out["ours_default_adam"]
     print(f"{key:<18} ours  {ours['steps_per_s']:9.2f} steps/s  (CPU time; wall "
           f"{ours['wall_steps_per_s']:.2f})   [Adam as `qvr run` builds it: fused]",
           flush=True)
-    od = svi_ours(batch, seq, steps, default_adam=True)
-    out["ours_default_adam"] = od
     print(f"{'':<18} ours  {od['steps_per_s']:9.2f} steps/s  (wall "
           f"{od['wall_steps_per_s']:.2f})   [torch.optim.Adam's default implementation]",
           flush=True)
     if have_pyro:
-        model, ctx, _ = transformer(batch, seq)
-        diff = check_handwritten(model, ctx)
-        out["check_max_abs_diff"] = diff
-        p = svi_pyro(batch, seq, steps)
-        ratio = ours["steps_per_s"] / p["steps_per_s"]
-        out.update(pyro=p, ratio=ratio)
+        p, pm = out["pyro"], out["pyro_modules"]
+        out["ratio"] = ratio = ours["steps_per_s"] / p["steps_per_s"]
+        out["ratio_modules"] = ratio_m = ours["steps_per_s"] / pm["steps_per_s"]
         print(f"{'':<18} pyro  {p['steps_per_s']:9.2f} steps/s  (wall "
               f"{p['wall_steps_per_s']:.2f})   ours/pyro = {ratio:.2f}x   [the model "
-              f"written in Pyro; same density as ours to {diff:.1e} with the same noise]",
-              flush=True)
-        pm = svi_pyro_modules(batch, seq, steps)
-        ratio_m = ours["steps_per_s"] / pm["steps_per_s"]
-        out.update(pyro_modules=pm, ratio_modules=ratio_m)
+              f"written in Pyro; same density as ours to {out['check_max_abs_diff']:.1e} "
+              f"with the same noise]", flush=True)
         print(f"{'':<18} pyro  {pm['steps_per_s']:9.2f} steps/s  (wall "
               f"{pm['wall_steps_per_s']:.2f})   ours/pyro = {ratio_m:.2f}x   [pyro driving "
               f"the runtime's own density modules]", flush=True)
