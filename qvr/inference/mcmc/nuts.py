@@ -98,9 +98,10 @@ def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float):
                     sub_w, sz, sg, slp, sh):
             z, p_half = ops.kick_drift(z, p, g, eps, inv, dense)
             g, lp = self.density(z)
-            finite = torch.isfinite(lp)
-            lp = torch.where(finite, lp, torch.full_like(lp, -math.inf))
-            g = torch.where(torch.isfinite(g) & finite.unsqueeze(-1), g, torch.zeros_like(g))
+            # non-finite log-density -> -inf (the leaf then diverges and is never used, so
+            # its gradient needs no masking); non-finite gradient entries -> 0
+            lp = torch.nan_to_num(lp, nan=-math.inf, posinf=-math.inf)
+            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
             log_u = torch.log(torch.rand_like(lp))
             (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
              sh) = ops.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,

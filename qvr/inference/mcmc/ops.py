@@ -50,23 +50,24 @@ def nuts_leaf(z: Tensor, p_half: Tensor, lp: Tensor, g: Tensor, eps: Tensor, inv
               slp: Tensor, sh: Tensor, log_u: Tensor):
     """Finish a leapfrog step and fold the new leaf into the subtree (see `nuts.py`).
 
+    `lp` must already map non-finite values to `-inf`.  An energy error that is not a
+    number counts as `+inf`: such a leaf has acceptance statistic 0, weight 0 and is
+    divergent.  Written with as few operations as possible (each costs a dispatch).
+
     Returns `(p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh)`.
     """
-    p = p_half + 0.5 * eps * g
+    p = p_half + (0.5 * eps) * g
     if dense:
         v = torch.bmm(inv, p.unsqueeze(-1)).squeeze(-1)
     else:
         v = inv * p
-    h = -lp + 0.5 * (p * v).sum(-1)
-    dh = h - h0
-    finite = torch.isfinite(dh)
-    zero = torch.zeros_like(dh)
-    stat = torch.where(finite, torch.exp(-dh).clamp(max=1.0), zero)
-    sum_acc = sum_acc + torch.where(running, stat, zero)
+    h = 0.5 * (p * v).sum(-1) - lp
+    dh = torch.nan_to_num(h - h0, nan=float("inf"))
+    sum_acc = sum_acc + torch.exp(-dh.clamp(min=0.0)) * running
     n_leaves = n_leaves + running.to(n_leaves.dtype)
-    div = running & (~finite | (dh > thr))
+    div = running & (dh > thr)
     diverged = diverged | div
-    lw = torch.where(finite, -dh, torch.full_like(dh, -float("inf")))
+    lw = -dh
     new_w = torch.logaddexp(sub_w, lw)
     take = running & (log_u < lw - new_w)
     tcol = take.unsqueeze(-1)
