@@ -17,7 +17,11 @@ whatever its size, so removing them is a direct speed-up.
   leaves `x`'s shape and dtype unchanged;
 * view chains: `view(view(x, a), b)` becomes `view(x, b)`;
 * `sum(unsqueeze(x, d), [d])` becomes `x`;
-* common subexpressions among pure operations.
+* common subexpressions among pure operations;
+* `ones_like(x)` / `zeros_like(x)` of a statically shaped `x` become constants (so the
+  caller's constant folding can precompute what follows, e.g. the gradient seed);
+* a sum of `slice_backward`s that tile a tensor along one axis (the gradient of a flat
+  vector cut into sites) becomes one `cat`.
 
 The graph must be functional (no in-place operations): `functionalize` the traced
 function first.  Graphs that still contain an in-place operation are left unchanged.
@@ -181,6 +185,73 @@ def _pure(node: fx.Node) -> bool:
     return not any(r in name for r in _RANDOM)
 
 
+def _constant_like(graph: fx.Graph, node: fx.Node) -> bool:
+    """`ones_like(x)`/`zeros_like(x)` -> `full(shape, value)`: no input dependency."""
+    if node.target not in (aten.ones_like.default, aten.zeros_like.default):
+        return False
+    v = _val(node)
+    if not isinstance(v, torch.Tensor) or set(node.kwargs) - {
+            "dtype", "layout", "device", "pin_memory", "memory_format"}:
+        return False
+    fill = 1.0 if node.target is aten.ones_like.default else 0.0
+    if not v.dtype.is_floating_point:
+        fill = int(fill)
+    with graph.inserting_before(node):
+        new = graph.call_function(aten.full.default, (list(v.shape), fill),
+                                  {"dtype": v.dtype, "device": v.device})
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    return True
+
+
+def _slice_pieces(node, shape, out):
+    """Collect the `(start, end, grad)` of an add-tree of `slice_backward`s into `out`;
+    False if the tree holds anything else."""
+    if not isinstance(node, fx.Node) or node.op != "call_function":
+        return False
+    if node.target is aten.add.Tensor and not node.kwargs and len(node.args) == 2:
+        return _slice_pieces(node.args[0], shape, out) and \
+            _slice_pieces(node.args[1], shape, out)
+    if node.target is aten.slice_backward.default:
+        grad, in_shape, dim, start, end, step = node.args
+        if step != 1 or list(in_shape) != list(shape[0]) or dim != shape[1]:
+            return False
+        out.append((start, end, grad))
+        return True
+    return False
+
+
+def _tiled_slices_to_cat(graph: fx.Graph, node: fx.Node) -> bool:
+    if node.target is not aten.add.Tensor:
+        return False
+    first = node.args[0]
+    while isinstance(first, fx.Node) and first.target is aten.add.Tensor:
+        first = first.args[0]
+    if not (isinstance(first, fx.Node) and first.target is aten.slice_backward.default):
+        return False
+    in_shape, dim = list(first.args[1]), first.args[2]
+    pieces: list = []
+    if not _slice_pieces(node, (in_shape, dim), pieces) or len(pieces) < 2:
+        return False
+    dim = dim if dim >= 0 else dim + len(in_shape)
+    size = in_shape[dim]
+    pieces.sort(key=lambda t: t[0])
+    pos = 0
+    for start, end, grad in pieces:
+        end = min(end, size)
+        g = _val(grad)
+        if start != pos or not isinstance(g, torch.Tensor) or g.shape[dim] != end - start:
+            return False
+        pos = end
+    if pos != size or not _same_meta(node, first):
+        return False
+    with graph.inserting_before(node):
+        new = graph.call_function(aten.cat.default, ([g for _, _, g in pieces], dim))
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    return True
+
+
 def simplify(gm: fx.GraphModule) -> fx.GraphModule:
     """Simplify `gm`'s graph in place (see the module docstring); returns `gm`."""
     graph = gm.graph
@@ -196,6 +267,9 @@ def simplify(gm: fx.GraphModule) -> fx.GraphModule:
             target = _identity_input(node, memo) or _summed_unsqueeze(node)
             if target is not None and target is not node:
                 node.replace_all_uses_with(target)
+                changed = True
+                continue
+            if _constant_like(graph, node) or _tiled_slices_to_cat(graph, node):
                 changed = True
                 continue
             if _rewrite_view_chain(graph, node):

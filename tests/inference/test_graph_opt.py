@@ -59,3 +59,18 @@ def test_graphs_with_in_place_operations_are_left_alone():
     before = count_ops(gm)
     simplify(gm)
     assert count_ops(gm) == before
+
+
+def test_gradient_of_a_flat_vector_cut_into_sites_becomes_one_cat():
+    def lp(z):
+        a, b, c = z[0:1], z[1:4], z[4:]
+        return (a ** 2).sum() + (b.exp()).sum() + (c * 3.0).sum()
+    fn = vmap(grad_and_value(lp))
+    z = torch.randn(4, 6)
+    gm = _trace(fn, z)
+    simplify(gm)
+    ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "aten.slice_backward.default" not in ops and ops.count("aten.cat.default") == 1
+    assert not any("ones_like" in o for o in ops)  # the gradient seed became a constant
+    for a, b in zip(gm(z), fn(z)):
+        assert torch.equal(a, b)
