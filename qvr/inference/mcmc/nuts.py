@@ -71,20 +71,16 @@ def checkpoint_range(n: int) -> tuple[int, int]:
     return idx_max - num_subtrees + 1, idx_max
 
 
-def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float, momentum: bool,
-                slots: int):
-    """One TorchScript function for a whole leaf, when the target's density is compiled
-    (None otherwise): kick-drift, the compiled density, the closing kick, the leaf
-    bookkeeping, the checkpoint store and the U-turn checks of the sub-subtrees ending at
-    the leaf (against all `slots` checkpoints at once, masked), and the running mask.
-    It consumes the global RNG exactly as the step-by-step path does, so both paths give
-    the same draws.  Cached on the target per (chains, mass kind, threshold, criterion,
-    slots)."""
+def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float):
+    """One TorchScript function for a whole leaf (kick-drift, the compiled density, the
+    closing kick and the leaf bookkeeping), when the target's density is compiled; None
+    otherwise.  It consumes the global RNG exactly as the step-by-step path does, so both
+    paths give the same draws.  Cached on the target per (chains, mass kind, threshold)."""
     compiled_for = getattr(target, "compiled_for", None)
     if compiled_for is None:
         return None
     cache = target.__dict__.setdefault("_whole_leaf_cache", {})
-    key = (z0.shape[0], dense, thr, momentum, slots)
+    key = (z0.shape[0], dense, thr)
     if key in cache:
         return cache[key]
     cache[key] = None
@@ -99,7 +95,7 @@ def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float, momentum: boo
             self.density = density  # a submodule, so that tracing inlines it
 
         def forward(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
-                    sub_w, sz, sg, slp, sh, psum, ck_a, ck_v, store, check, dcol):
+                    sub_w, sz, sg, slp, sh):
             z, p_half = ops.kick_drift(z, p, g, eps, inv, dense)
             g, lp = self.density(z)
             # non-finite log-density -> -inf (the leaf then diverges and is never used, so
@@ -110,22 +106,7 @@ def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float, momentum: boo
             (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
              sh) = ops.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,
                                  n_leaves, diverged, sub_w, sz, sg, slp, sh, log_u)
-            # checkpoints (stored at even leaves) and the U-turns of the sub-subtrees that
-            # end here (checked at odd leaves): see `checkpoint_range`
-            ck_v = torch.where(store, v.unsqueeze(0), ck_v)
-            if momentum:  # ck_a: the momentum sum before the checkpoint leaf
-                ck_a = torch.where(store, psum.unsqueeze(0), ck_a)
-                psum = psum + p
-                rho = psum.unsqueeze(0) - ck_a
-                turn = ((ck_v * rho).sum(-1) <= 0) | ((v.unsqueeze(0) * rho).sum(-1) <= 0)
-            else:  # ck_a: the checkpoint positions
-                ck_a = torch.where(store, z.unsqueeze(0), ck_a)
-                dz = (z.unsqueeze(0) - ck_a) * dcol
-                turn = ((dz * ck_v).sum(-1) < 0) | ((dz * v.unsqueeze(0)).sum(-1) < 0)
-            stop = div | (turn & check).any(0)
-            running = running & ~stop
-            return (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                    ck_a, ck_v, running)
+            return z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
 
     C, D = z0.shape
     f = z0.new_zeros
@@ -133,9 +114,7 @@ def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float, momentum: boo
     example = (z0, f(C, D), f(C, D), f(C, 1) + 0.1,
                f(C, D, D) + torch.eye(D, dtype=z0.dtype, device=z0.device) if dense
                else f(C, D) + 1, f(C), b | True, f(C), torch.zeros(C, dtype=torch.long),
-               b, f(C) - math.inf, z0, f(C, D), f(C), f(C), f(C, D), f(slots, C, D),
-               f(slots, C, D), torch.zeros(slots, 1, 1, dtype=torch.bool, device=z0.device),
-               torch.zeros(slots, 1, dtype=torch.bool, device=z0.device), f(C, 1) + 1)
+               b, f(C) - math.inf, z0, f(C, D), f(C), f(C))
     try:
         import warnings
         state = torch.get_rng_state()
@@ -147,17 +126,6 @@ def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float, momentum: boo
         return None
     cache[key] = traced
     return traced
-
-
-def _leaf_masks(n: int, slots: int, device) -> tuple:
-    """`(store (slots, 1, 1), check (slots, 1))` boolean masks of leaf `n`: the slot a
-    checkpoint is stored in (even leaves) and the checkpoints whose sub-subtrees end at
-    leaf `n` (odd leaves)."""
-    lo, hi = checkpoint_range(n)
-    k = torch.arange(slots, device=device)
-    store = (k == hi) if n % 2 == 0 else torch.zeros(slots, dtype=torch.bool, device=device)
-    check = (k >= lo) & (k <= hi)
-    return store.reshape(slots, 1, 1), check.reshape(slots, 1)
 
 
 class NUTSKernel(HMCBase):
@@ -204,7 +172,6 @@ class NUTSKernel(HMCBase):
         self.max_tree_depth = max_tree_depth
         self.transition = transition
         self.uturn = uturn
-        self._masks = {}  # leaf index -> checkpoint masks of the compiled leaf
 
     def config(self) -> dict:
         return {**super().config(), "max_tree_depth": self.max_tree_depth,
@@ -237,7 +204,6 @@ class NUTSKernel(HMCBase):
         ck_v = [None] * (self.max_tree_depth + 1)
         momentum = self.uturn == "momentum"
         rho = p0  # momenta summed over the trajectory (generalised U-turn criterion)
-        ck_a = ck_vt = None  # stacked checkpoints of the compiled leaf
 
         for j in range(self.max_tree_depth):
             if not bool(active.any()):
@@ -257,25 +223,14 @@ class NUTSKernel(HMCBase):
             running = active.clone()
             inv, dense = mass.as_tensor(z0), mass.dense
             eps_col = step.unsqueeze(-1)
-            slots = self.max_tree_depth + 1
-            whole = _whole_leaf(target, z0, dense, thr, momentum, slots)
+            whole = _whole_leaf(target, z0, dense, thr)
             psum = torch.zeros_like(z0)  # momenta summed over the subtree's leaves
-            if whole is not None and ck_a is None:
-                ck_a = z0.new_zeros(slots, C, D)
-                ck_vt = z0.new_zeros(slots, C, D)
             for n in range(2 ** j):
-                if whole is not None:  # one compiled call: the leaf and its U-turn checks
+                if whole is not None:  # one compiled call: kick, drift, density, bookkeeping
                     target.num_evals += 1
-                    masks = self._masks.get(n)
-                    if masks is None or masks[0].device != device:
-                        masks = self._masks[n] = _leaf_masks(n, slots, device)
-                    (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                     ck_a, ck_vt, running) = whole(
-                        z, p, g, eps_col, inv, h0, running, sum_acc, n_leaves, diverged,
-                        sub_w, sz, sg, slp, sh, psum, ck_a, ck_vt, masks[0], masks[1], dcol)
-                    if n + 1 < 2 ** j and not bool(running.any()):
-                        break
-                    continue
+                    (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+                     sh) = whole(z, p, g, eps_col, inv, h0, running, sum_acc, n_leaves,
+                                 diverged, sub_w, sz, sg, slp, sh)
                 else:
                     z, p_half = fused.kick_drift(z, p, g, eps_col, inv, dense)
                     lp, g = grad_fn(z)
