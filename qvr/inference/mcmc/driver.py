@@ -25,10 +25,9 @@ raised) or `FitCancelled` (and a partial result with ``cancelled=True`` is retur
 """
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import numpy as np
 import torch
