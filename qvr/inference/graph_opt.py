@@ -20,8 +20,9 @@ whatever its size, so removing them is a direct speed-up.
 * common subexpressions among pure operations;
 * `ones_like(x)` / `zeros_like(x)` of a statically shaped `x` become constants (so the
   caller's constant folding can precompute what follows, e.g. the gradient seed);
-* a sum of `slice_backward`s that tile a tensor along one axis (the gradient of a flat
-  vector cut into sites) becomes one `cat`.
+* a sum of `slice_backward`s / `select_backward`s that tile a tensor along one axis (the
+  gradient of a flat vector cut into sites, of a vector read element by element) becomes
+  one `cat` (one `stack` when every piece is a single element).
 
 The graph must be functional (no in-place operations): `functionalize` the traced
 function first.  Graphs that still contain an in-place operation are left unchanged.
@@ -214,9 +215,17 @@ def _slice_pieces(node, shape, out):
             _slice_pieces(node.args[1], shape, out)
     if node.target is aten.slice_backward.default:
         grad, in_shape, dim, start, end, step = node.args
-        if step != 1 or list(in_shape) != list(shape[0]) or dim != shape[1]:
+        if step != 1 or list(in_shape) != list(shape[0]) or \
+                _norm_dim(dim, len(in_shape)) != shape[1]:
             return False
-        out.append((start, end, grad))
+        out.append((start, end, grad, False))
+        return True
+    if node.target is aten.select_backward.default:
+        grad, in_shape, dim, index = node.args
+        if list(in_shape) != list(shape[0]) or _norm_dim(dim, len(in_shape)) != shape[1]:
+            return False
+        index = _norm_dim(index, in_shape[shape[1]])
+        out.append((index, index + 1, grad, True))
         return True
     return False
 
@@ -227,26 +236,34 @@ def _tiled_slices_to_cat(graph: fx.Graph, node: fx.Node) -> bool:
     first = node.args[0]
     while isinstance(first, fx.Node) and first.target is aten.add.Tensor:
         first = first.args[0]
-    if not (isinstance(first, fx.Node) and first.target is aten.slice_backward.default):
+    if not (isinstance(first, fx.Node) and first.target in (aten.slice_backward.default,
+                                                             aten.select_backward.default)):
         return False
-    in_shape, dim = list(first.args[1]), first.args[2]
+    in_shape = list(first.args[1])
+    dim = _norm_dim(first.args[2], len(in_shape))
     pieces: list = []
     if not _slice_pieces(node, (in_shape, dim), pieces) or len(pieces) < 2:
         return False
-    dim = dim if dim >= 0 else dim + len(in_shape)
     size = in_shape[dim]
     pieces.sort(key=lambda t: t[0])
     pos = 0
-    for start, end, grad in pieces:
+    for start, end, grad, selected in pieces:
         end = min(end, size)
         g = _val(grad)
-        if start != pos or not isinstance(g, torch.Tensor) or g.shape[dim] != end - start:
+        if start != pos or not isinstance(g, torch.Tensor):
+            return False
+        if (g.dim() != len(in_shape) - 1) if selected else (g.shape[dim] != end - start):
             return False
         pos = end
     if pos != size or not _same_meta(node, first):
         return False
     with graph.inserting_before(node):
-        new = graph.call_function(aten.cat.default, ([g for _, _, g in pieces], dim))
+        if all(selected for *_, selected in pieces):
+            new = graph.call_function(aten.stack.default, ([g for _, _, g, _ in pieces], dim))
+        else:
+            grads = [graph.call_function(aten.unsqueeze.default, (g, dim)) if selected else g
+                     for _, _, g, selected in pieces]
+            new = graph.call_function(aten.cat.default, (grads, dim))
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
     return True

@@ -74,3 +74,17 @@ def test_gradient_of_a_flat_vector_cut_into_sites_becomes_one_cat():
     assert not any("ones_like" in o for o in ops)  # the gradient seed became a constant
     for a, b in zip(gm(z), fn(z)):
         assert torch.equal(a, b)
+
+
+def test_gradient_of_a_vector_read_element_by_element_becomes_one_stack():
+    def lp(z):
+        b = z[1:]
+        return -0.5 * z[0] ** 2 + b[0] * 2.0 + b[1] * b[2] + b[3].exp()
+    fn = vmap(grad_and_value(lp))
+    z = torch.randn(4, 5)
+    gm = _trace(fn, z)
+    simplify(gm)
+    ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "aten.select_backward.default" not in ops and "aten.slice_backward.default" not in ops
+    for a, b in zip(gm(z), fn(z)):
+        assert torch.allclose(a, b, rtol=0, atol=0)
