@@ -8,7 +8,10 @@ NUTS (4 chains, 1000 warmup + 1000 draws by default) on four models written in Q
 normal-normal (N = 50), eight schools (non-centred), a 10-D funnel, and Bayesian logistic
 regression (N = 1000, D = 10) — reports the *minimum bulk ESS over all parameters divided
 by the total wall time* (warmup, compilation and set-up included), with `NUTSKernel()`'s
-defaults (`--also-spec` adds the spec's verbatim merge and U-turn rules).  SVI (AutoNormalGuide,
+defaults (`--also-spec` adds the spec's verbatim merge and U-turn rules).  The funnel's
+minimum ESS (its log-scale `v`) varies several-fold between seeds on both sides (Pyro's
+chains seeded 0-3 give 113, 4-7 give 25, 8-11 give 17): compare it with `--repeats 3`,
+which also prints the median over seeds.  SVI (AutoNormalGuide,
 ELBO with one particle, Adam) on the seed `transformer_lm` reports steps per second at
 batch 2 x 1 and 256 x 16.
 
