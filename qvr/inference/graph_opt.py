@@ -22,7 +22,12 @@ whatever its size, so removing them is a direct speed-up.
   caller's constant folding can precompute what follows, e.g. the gradient seed);
 * a sum of `slice_backward`s / `select_backward`s that tile a tensor along one axis (the
   gradient of a flat vector cut into sites, of a vector read element by element) becomes
-  one `cat` (one `stack` when every piece is a single element).
+  one `cat` (one `stack` when every piece is a single element);
+* linear predictors written term by term (`a + b[0] * x0 + ... + b[9] * x9` with data
+  columns `x_j`, which the core language has no dot product for) become one matrix
+  product, and so do the matching gradient pieces `stack([sum(g * x_j), ...])`.  Unlike
+  the rules above these change the summation order, so results agree up to float
+  rounding, not bit for bit.
 
 The graph must be functional (no in-place operations): `functionalize` the traced
 function first.  Graphs that still contain an in-place operation are left unchanged.
@@ -269,6 +274,119 @@ def _tiled_slices_to_cat(graph: fx.Graph, node: fx.Node) -> bool:
     return True
 
 
+def _const(node) -> bool:
+    return isinstance(node, fx.Node) and node.op == "get_attr"
+
+
+def _term(node):
+    """`(S, j, K)` when `node` is `view(select(S, 1, j), [C, 1]) * K` (either order) with `K`
+    a constant vector; else None."""
+    if not (isinstance(node, fx.Node) and node.target is aten.mul.Tensor) or node.kwargs:
+        return None
+    a, b = node.args
+    if _const(a):
+        a, b = b, a
+    if not (_const(b) and isinstance(a, fx.Node) and a.target is aten.view.default):
+        return None
+    sel = a.args[0]
+    if not (isinstance(sel, fx.Node) and sel.target is aten.select.int and sel.args[1] == 1):
+        return None
+    S, K, out = sel.args[0], _val(b), _val(node)
+    vs, va = _val(S), _val(a)
+    if not all(isinstance(t, torch.Tensor) for t in (K, out, vs, va)):
+        return None
+    C = vs.shape[0]
+    if vs.dim() != 2 or K.dim() != 1 or tuple(va.shape) != (C, 1) or \
+            tuple(out.shape) != (C, K.shape[0]) or K.dtype != vs.dtype:
+        return None
+    return S, _norm_dim(sel.args[2], vs.shape[1]), b
+
+
+def _add_leaves(node, root, out) -> None:
+    if node is root or (isinstance(node, fx.Node) and node.target is aten.add.Tensor and
+                        not node.kwargs and len(node.users) == 1):
+        _add_leaves(node.args[0], None, out)
+        _add_leaves(node.args[1], None, out)
+    else:
+        out.append(node)
+
+
+def _linear_predictor(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """`x0 + sum_j S[:, j] * K_j` -> `x0 + S[:, idx] @ stack(K_j)`."""
+    if node.target is not aten.add.Tensor or node.kwargs:
+        return False
+    if any(u.target is aten.add.Tensor and len(node.users) == 1 for u in node.users):
+        return False  # not the root of its add-tree
+    leaves: list = []
+    _add_leaves(node, node, leaves)
+    terms = [(leaf, _term(leaf)) for leaf in leaves]
+    by_source: dict = {}
+    for leaf, t in terms:
+        if t is not None:
+            by_source.setdefault(t[0], []).append((leaf, t))
+    source, group = max(by_source.items(), key=lambda kv: len(kv[1]), default=(None, []))
+    idx = [t[1] for _, t in group]
+    if len(group) < 3 or len(set(idx)) != len(idx):
+        return False
+    graph = gm.graph
+    width = _val(source).shape[1]
+    with graph.inserting_before(node):
+        if idx == list(range(width)):
+            picked = source
+        else:
+            name = f"_qvr_index_{len(list(gm.buffers()))}"
+            gm.register_buffer(name, torch.tensor(idx, device=_val(source).device))
+            picked = graph.call_function(aten.index_select.default,
+                                         (source, 1, graph.get_attr(name)))
+        weights = graph.call_function(aten.stack.default, ([t[2] for _, t in group], 0))
+        total = graph.call_function(aten.mm.default, (picked, weights))
+        used = {leaf for leaf, _ in group}
+        for leaf in leaves:
+            if leaf not in used:
+                total = graph.call_function(aten.add.Tensor, (leaf, total))
+    if not total.meta:
+        total.meta.update(node.meta)
+    node.replace_all_uses_with(total)
+    return True
+
+
+def _gradient_columns(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """`stack([sum(G * K_j, [1]) ...], 1)` -> `G @ stack(K_j, 1)`."""
+    if node.target is not aten.stack.default or len(node.args) < 2 or node.args[1] != 1:
+        return False
+    pieces = node.args[0]
+    if len(pieces) < 3:
+        return False
+    G, consts = None, []
+    for piece in pieces:
+        if not (isinstance(piece, fx.Node) and piece.target is aten.sum.dim_IntList and
+                list(piece.args[1]) == [1] and len(piece.args) == 2 and not piece.kwargs):
+            return False
+        prod = piece.args[0]
+        if not (isinstance(prod, fx.Node) and prod.target is aten.mul.Tensor) or prod.kwargs:
+            return False
+        a, b = prod.args
+        if _const(a):
+            a, b = b, a
+        if not _const(b) or (G is not None and a is not G):
+            return False
+        G = a
+        consts.append(b)
+    vg = _val(G)
+    vk = [_val(k) for k in consts]
+    if not isinstance(vg, torch.Tensor) or vg.dim() != 2 or not all(
+            isinstance(k, torch.Tensor) and k.dim() == 1 and k.shape[0] == vg.shape[1]
+            and k.dtype == vg.dtype for k in vk):
+        return False
+    graph = gm.graph
+    with graph.inserting_before(node):
+        weights = graph.call_function(aten.stack.default, (consts, 1))
+        new = graph.call_function(aten.mm.default, (G, weights))
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    return True
+
+
 def simplify(gm: fx.GraphModule) -> fx.GraphModule:
     """Simplify `gm`'s graph in place (see the module docstring); returns `gm`."""
     graph = gm.graph
@@ -286,7 +404,8 @@ def simplify(gm: fx.GraphModule) -> fx.GraphModule:
                 node.replace_all_uses_with(target)
                 changed = True
                 continue
-            if _constant_like(graph, node) or _tiled_slices_to_cat(graph, node):
+            if _constant_like(graph, node) or _tiled_slices_to_cat(graph, node) or \
+                    _linear_predictor(gm, node) or _gradient_columns(gm, node):
                 changed = True
                 continue
             if _rewrite_view_chain(graph, node):

@@ -1,4 +1,6 @@
-"""The peephole simplifier of traced density graphs: exact rewrites only."""
+"""The peephole simplifier of traced density graphs (exact rewrites, and the matrix-product
+rewrite of term-by-term linear predictors, exact up to float rounding)."""
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize, grad_and_value, vmap
@@ -88,3 +90,31 @@ def test_gradient_of_a_vector_read_element_by_element_becomes_one_stack():
     assert "aten.select_backward.default" not in ops and "aten.slice_backward.default" not in ops
     for a, b in zip(gm(z), fn(z)):
         assert torch.allclose(a, b, rtol=0, atol=0)
+
+
+def _logistic_like(columns, order):
+    X = [torch.randn(50, generator=torch.Generator().manual_seed(j)) for j in range(columns)]
+
+    def lp(z):
+        beta = z[1:]
+        eta = z[0]
+        for j in order:
+            eta = eta + beta[j] * X[j]
+        return torch.nn.functional.logsigmoid(eta).sum() - 0.5 * (z ** 2).sum()
+    return lp
+
+
+@pytest.mark.parametrize("order", [list(range(6)), [3, 1, 4, 0]])
+def test_a_linear_predictor_written_term_by_term_becomes_matrix_products(order):
+    fn = vmap(grad_and_value(_logistic_like(6, order)))
+    z = torch.randn(4, 7)
+    gm = _trace(fn, z)
+    before = count_ops(gm)
+    simplify(gm)
+    ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    # the predictor; and its gradient when every column is used (then the gradient
+    # pieces tile the coefficient vector)
+    assert ops.count("aten.mm.default") == (2 if len(order) == 6 else 1)
+    assert count_ops(gm) < before - 2 * len(order)
+    for a, b in zip(gm(z), fn(z)):  # same up to float rounding (summation order)
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
