@@ -8,7 +8,7 @@ every entry point:
   missing ones drawn; no log-densities computed;
 * `log_joint(x, values)` — every `sample`/`observe` value must be supplied; returns the
   `(B,)` row-attributed joint log-density (spec 5.5); `log_joint_total(x, values)` its
-  sum, computed without attribution (what MCMC and the ELBO use);
+  sum, computed without attribution (what the MCMC target uses);
 * `execute(x, values, score=True)` — both at once, with a per-step `SiteRecord` (value,
   contribution, distribution or morphism, support): the basis of `qvr.inference.trace`,
   guides' shape passes and MCMC registries (spec 6.1, 6.2).
@@ -151,7 +151,7 @@ class MonadicProgram(ContinuousMorphism):
 
     def log_joint_total(self, x, values) -> torch.Tensor:
         """`log_joint(x, values).sum()` as a scalar, computed without row attribution and
-        without site records (the form MCMC and the ELBO need; fewer operations)."""
+        without site records (the form the MCMC target uses; fewer operations)."""
         return self.execute(x, values, score=True, require_all=True, record=False,
                             reduce=True).log_joint
 
