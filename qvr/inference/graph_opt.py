@@ -45,9 +45,10 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
           aten.expand.default, aten.alias.default}
 _ZERO_MAKERS = {aten.zeros_like.default, aten.new_zeros.default, aten.zeros.default}
 _ZERO_KEEPERS = {aten.sum.dim_IntList, aten.sum.default, aten.neg.default} | _VIEWS
-_RANDOM = ("rand", "randn", "normal", "bernoulli", "multinomial", "poisson", "uniform",
-           "exponential", "random", "randint", "randperm", "_standard_gamma",
-           "_sample_dirichlet", "binomial", "native_dropout")
+#: names of the aten operations that draw random numbers
+RANDOM_OPS = ("rand", "randn", "normal", "bernoulli", "multinomial", "poisson", "uniform",
+              "exponential", "geometric", "cauchy", "log_normal", "random", "randint",
+              "randperm", "_standard_gamma", "_sample_dirichlet", "binomial", "native_dropout")
 
 
 def _val(x):
@@ -184,11 +185,17 @@ def _key(node: fx.Node):
         return None
 
 
+def _random(node: fx.Node) -> bool:
+    return node.op == "call_function" and any(r in str(node.target) for r in RANDOM_OPS)
+
+
 def _pure(node: fx.Node) -> bool:
-    if node.op != "call_function" or _inplace(node):
-        return False
-    name = str(node.target)
-    return not any(r in name for r in _RANDOM)
+    return node.op == "call_function" and not _inplace(node) and not _random(node)
+
+
+def draws_random_numbers(gm: fx.GraphModule) -> bool:
+    """Whether the graph holds an operation that draws random numbers."""
+    return any(_random(n) for n in gm.graph.nodes)
 
 
 def _constant_like(graph: fx.Graph, node: fx.Node) -> bool:

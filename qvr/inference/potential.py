@@ -238,17 +238,12 @@ class _NotCompilable(Exception):
     pass
 
 
-_RANDOM_OPS = ("rand", "randn", "normal", "bernoulli", "multinomial", "poisson", "uniform",
-               "exponential", "geometric", "cauchy", "log_normal", "random", "randint",
-               "randperm", "_standard_gamma", "_sample_dirichlet", "binomial")
-
-
 def _compile(batched, z: torch.Tensor):
     """Trace `batched` (z -> (grad, value)) at `z` into a TorchScript (or FX) function."""
     import warnings as _w
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functionalize
-    from qvr.inference.graph_opt import simplify
+    from qvr.inference.graph_opt import draws_random_numbers, simplify
     z = z.detach()
     validate = torch.distributions.Distribution._validate_args
     torch.distributions.Distribution.set_default_validate_args(False)  # no .item() checks
@@ -260,9 +255,7 @@ def _compile(batched, z: torch.Tensor):
                 gm = make_fx(lambda zz: batched(zz))(z)
     finally:
         torch.distributions.Distribution.set_default_validate_args(validate)
-    if any(n.op == "call_function" and any(r in str(n.target).split(".")[-2:][0]
-                                           for r in _RANDOM_OPS)
-           for n in gm.graph.nodes):
+    if draws_random_numbers(gm):
         raise _NotCompilable("the density draws random numbers (a Monte-Carlo composite); "
                              "evaluated eagerly")
     gm.graph.eliminate_dead_code()

@@ -174,7 +174,7 @@ class Compose(ContinuousMorphism):
 
     def log_prob(self, x, z):
         return chain_log_prob(self._links, x, z, self.n_intermediate, self.mc_seed,
-                              getattr(self, "dedup_inputs", True))
+                              self.dedup_inputs)
 
 
 def chain_rsample(links, x, sample_shape=torch.Size()):
