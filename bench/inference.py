@@ -410,16 +410,11 @@ def _pyro_svi(pmodel, ctx, y):
     return run
 
 
-def svi_pyro(batch, seq):
-    """The same workload written in Pyro: the seed's backbone and head as hand-written
-    torch code (`HandWrittenTransformer`, the estimator of the spec per row) on the same
-    parameter tensors (`pyro.module`), `AutoNormal` + `Trace_ELBO` + Pyro's Adam."""
-    import pyro
+def _backbone_distribution(rsample, log_prob):
+    """A Pyro distribution class for `h ~ backbone(x)` (16 features per position) whose
+    sampler and density are `rsample(x, sample_shape)` and `log_prob(x, value)`."""
     import pyro.distributions as dist
     from torch.distributions import constraints
-
-    model, ctx, obs = transformer(batch, seq)
-    hw = HandWrittenTransformer(model)
 
     class Backbone(dist.TorchDistribution):
         arg_constraints = {}
@@ -431,10 +426,24 @@ def svi_pyro(batch, seq):
             super().__init__(torch.Size(x.shape), torch.Size([16]), validate_args=False)
 
         def rsample(self, sample_shape=torch.Size()):
-            return hw.sample_backbone(self.x, sample_shape)
+            return rsample(self.x, sample_shape)
 
         def log_prob(self, value):
-            return hw.backbone_log_prob(self.x, value)
+            return log_prob(self.x, value)
+
+    return Backbone
+
+
+def svi_pyro(batch, seq):
+    """The same workload written in Pyro: the seed's backbone and head as hand-written
+    torch code (`HandWrittenTransformer`, the estimator of the spec per row) on the same
+    parameter tensors (`pyro.module`), `AutoNormal` + `Trace_ELBO` + Pyro's Adam."""
+    import pyro
+    import pyro.distributions as dist
+
+    model, ctx, obs = transformer(batch, seq)
+    hw = HandWrittenTransformer(model)
+    Backbone = _backbone_distribution(hw.sample_backbone, hw.backbone_log_prob)
 
     def pmodel(x, y):
         pyro.module("transformer", model)
@@ -455,22 +464,7 @@ def svi_pyro_modules(batch, seq):
 
     model, ctx, obs = transformer(batch, seq)
     backbone, head = model._step_h, model._step_next_token
-
-    class Backbone(dist.TorchDistribution):
-        """`h ~ backbone(ctx)`: the same torch module's sampler and (Monte-Carlo) density."""
-        arg_constraints = {}
-        support = constraints.independent(constraints.real, 1)
-        has_rsample = True
-
-        def __init__(self, x):
-            self.x = x
-            super().__init__(torch.Size(x.shape), torch.Size([16]), validate_args=False)
-
-        def rsample(self, sample_shape=torch.Size()):
-            return backbone.rsample(self.x, sample_shape)
-
-        def log_prob(self, value):
-            return backbone.log_prob(self.x, value)
+    Backbone = _backbone_distribution(backbone.rsample, backbone.log_prob)
 
     class Head(dist.TorchDistribution):
         arg_constraints = {}
