@@ -42,6 +42,16 @@ program correlated : One -> One
 export correlated
 """
 
+#: a program with a discrete latent site `k` (neither guides nor MCMC accept it)
+DISCRETE_LATENT = """
+object Obs : FinSet 5
+program disc : Obs -> Obs
+    sample k <- Poisson(3.0)
+    observe y : Obs <- Normal(k, 1.0)
+    return k
+export disc
+"""
+
 FUNNEL = """
 object Dim : FinSet 9
 object One : FinSet 1

@@ -6,7 +6,7 @@ import torch
 
 from qvr.inference import ELBO, SVI, AutoNormalGuide
 from qvr.runtime.monadic import MonadicProgram
-from qvr.runtime.objects import Euclidean, Unit
+from qvr.runtime.objects import Unit
 
 from helpers import normal_normal_case
 

@@ -4,7 +4,7 @@ import sys
 import threading
 from pathlib import Path
 
-from qvr.inference.events import (Emitter, FitProgress, FitStarted, FitWarning, StopToken,
+from qvr.inference.events import (Emitter, FitProgress, FitStarted, StopToken,
                                   Throttle)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,8 @@ from qvr import load, loads
 from qvr.inference import AutoNormalGuide, Trace, trace
 from qvr.inference.sites import build_registry
 
+from helpers import DISCRETE_LATENT
+
 SHAPES = """
 object K : FinSet 3
 object G : FinSet 4
@@ -142,13 +144,6 @@ def test_registry_layout_and_round_trip():
 
 
 def test_discrete_latent_site_is_rejected():
-    model = loads("""
-object Obs : FinSet 5
-program disc : Obs -> Obs
-    sample k <- Poisson(3.0)
-    observe y : Obs <- Normal(k, 1.0)
-    return k
-export disc
-""").morphism
+    model = loads(DISCRETE_LATENT).morphism
     with pytest.raises(ValueError, match="`k`"):
         AutoNormalGuide(model, observed_names={"y"})

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from qvr import load, loads
-from qvr.inference import (HMCKernel, MCMC, NUTSKernel, bayesian_lift_parameters,
+from qvr.inference import (MCMC, NUTSKernel, bayesian_lift_parameters,
                            lift_from_log_prob, lift_to_bayesian_program)
 from qvr.inference.sites import build_registry
 

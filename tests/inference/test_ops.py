@@ -214,7 +214,7 @@ def test_summary_table():
 
 
 def test_matches_arviz_stats_when_installed():
-    azs = pytest.importorskip("arviz_stats")
+    pytest.importorskip("arviz_stats")
     from arviz_stats.base import array_stats
     x = ar1(0.6, 4, 800, seed=6)
     for method, ours in (("bulk", dg.ess_bulk), ("tail", dg.ess_tail)):

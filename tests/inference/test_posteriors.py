@@ -10,8 +10,8 @@ import torch
 from qvr import loads
 from qvr.inference import HMCKernel, MCMC, NUTSKernel
 
-from helpers import (FUNNEL, beta_bernoulli_case, check_moments, correlated_case,
-                     normal_normal_case)
+from helpers import (DISCRETE_LATENT, FUNNEL, beta_bernoulli_case, check_moments,
+                     correlated_case, normal_normal_case)
 
 CASES = {
     "normal-normal": normal_normal_case,
@@ -151,14 +151,7 @@ def test_guide_initialisation_needs_a_guide():
 
 
 def test_discrete_latent_is_rejected_by_name():
-    model = loads("""
-object Obs : FinSet 5
-program disc : Obs -> Obs
-    sample k <- Poisson(3.0)
-    observe y : Obs <- Normal(k, 1.0)
-    return k
-export disc
-""").morphism
+    model = loads(DISCRETE_LATENT).morphism
     with pytest.raises(ValueError, match="`k`"):
         MCMC(NUTSKernel(), num_warmup=0, num_samples=1).run(
             model, torch.zeros(5, 1), {"y": torch.zeros(5)})
