@@ -50,19 +50,12 @@ class Client:
         self.reader.start()
 
     def _read(self):
+        from qvr_lsp.quickstart import read_frame
         out = self.proc.stdout
         while True:
-            length = None
-            while True:
-                line = out.readline()
-                if not line:
-                    return
-                line = line.strip()
-                if not line:
-                    break
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            body = json.loads(out.read(length))
+            body = read_frame(out).message
+            if body is None:  # the server closed its output (or sent no JSON)
+                return
             now = time.perf_counter()
             with self.cv:
                 if "id" in body and "method" not in body:

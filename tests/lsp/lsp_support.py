@@ -142,20 +142,14 @@ class RawClient:
             self.stderr.append(line.decode("utf-8", "replace"))
 
     def _read(self):
+        from qvr_lsp.quickstart import read_frame
         out = self.proc.stdout
         while True:
-            length = None
-            while True:
-                line = out.readline()
-                if not line:
-                    with self.cv:
-                        self.cv.notify_all()
-                    return
-                if line in (b"\r\n", b"\n"):
-                    break
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            body = self._json.loads(out.read(length))
+            body = read_frame(out).message
+            if body is None:  # the server closed its output (or sent no JSON)
+                with self.cv:
+                    self.cv.notify_all()
+                return
             with self.cv:
                 if "id" in body and "method" not in body:
                     self.responses[body["id"]] = body

@@ -270,18 +270,11 @@ class Session:
     def _read(self):
         out = self.proc.stdout
         while True:
-            length = None
-            while True:
-                line = out.readline()
-                if not line:
-                    with self.cv:
-                        self.cv.notify_all()
-                    return
-                if not line.strip():
-                    break
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            body = json.loads(out.read(length))
+            body = Q.read_frame(out).message
+            if body is None:  # the server closed its output (or sent no JSON)
+                with self.cv:
+                    self.cv.notify_all()
+                return
             with self.cv:
                 if "id" in body and "method" in body:  # a server->client request: answer null
                     self.send({"jsonrpc": "2.0", "id": body["id"], "result": None})
