@@ -250,10 +250,10 @@ def _log_mean_exp(lp):
     any practical size, the float64) sum, and computing them as subnormals makes `exp`
     and its gradient about 30 times slower on CPUs.  Rows whose terms are all `-inf` give
     `-inf`, as `torch.logsumexp` does."""
-    m = lp.detach().amax(dim=0)
-    m = torch.where(torch.isfinite(m), m, torch.zeros((), dtype=m.dtype, device=m.device))
+    # the shift: the detached maximum, with non-finite values (nan, +-inf) replaced by 0
+    m = torch.nan_to_num(lp.detach().amax(dim=0), nan=0.0, posinf=0.0, neginf=0.0)
     w = torch.exp((lp - m).clamp(min=_EXP_FLOOR))
-    w = torch.where(lp == -math.inf, torch.zeros((), dtype=w.dtype, device=w.device), w)
+    w = torch.where(lp == -math.inf, 0.0, w)
     return torch.log(w.sum(dim=0)) + (m - math.log(lp.shape[0]))
 
 
@@ -436,25 +436,26 @@ class Fan(ContinuousMorphism):
 
     def _batched_params(self, x):
         """Normal parameters of every part, `(*batch, k, d)` each."""
-        parts = list(self.parts)
-        nets = [p.param_source.net for p in parts]
-        src = parts[0].param_source
-        x = as_features(x, src.width, who=parts[0].label, dtype=nets[0][0].weight.dtype)
+        parts = self.parts._modules.values()
+        srcs = [p.param_source for p in parts]
+        layers = [s.linears() for s in srcs]  # ((l0, l2, l4) per part)
+        x = as_features(x, srcs[0].width, who=self.parts[0].label,
+                        dtype=layers[0][0].weight.dtype)
         lead = x.shape[:-1]
-        k = len(nets)
-        w0 = torch.cat([n[0].weight for n in nets])
-        b0 = torch.cat([n[0].bias for n in nets])
+        k = len(layers)
+        w0 = torch.cat([ls[0].weight for ls in layers])
+        b0 = torch.cat([ls[0].bias for ls in layers])
         h = torch.tanh(torch.nn.functional.linear(x, w0, b0))  # (*lead, k*h)
         h = h.reshape(-1, k, h.shape[-1] // k).transpose(0, 1)  # (k, N, h)
-        w2 = torch.stack([n[2].weight for n in nets])
-        b2 = torch.stack([n[2].bias for n in nets]).unsqueeze(1)
+        w2 = torch.stack([ls[1].weight for ls in layers])
+        b2 = torch.stack([ls[1].bias for ls in layers]).unsqueeze(1)
         h = torch.tanh(torch.baddbmm(b2, h, w2.transpose(1, 2)))
-        w4 = torch.stack([n[4].weight for n in nets])
-        b4 = torch.stack([n[4].bias for n in nets]).unsqueeze(1)
+        w4 = torch.stack([ls[2].weight for ls in layers])
+        b4 = torch.stack([ls[2].bias for ls in layers]).unsqueeze(1)
         raw = torch.baddbmm(b4, h, w4.transpose(1, 2)).transpose(0, 1)  # (N, k, P)
         raw = raw.reshape(*lead, k, raw.shape[-1])
-        d = raw.shape[-1] // 2
-        return raw[..., :d], torch.exp(raw[..., d:]).clamp(min=EPS)
+        loc, raw_scale = raw.chunk(2, -1)
+        return loc, torch.exp(raw_scale).clamp(min=EPS)
 
 
 def _batchable(parts) -> bool:

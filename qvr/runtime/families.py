@@ -238,7 +238,10 @@ class KernelFamily:
     def params(self, raw: torch.Tensor):
         d, name = self.d, self.name
         if name in ("Normal", "LogitNormal"):
-            return raw[..., :d], torch.exp(raw[..., d:]).clamp(min=EPS)
+            # one chunk (one autograd node, whose backward is one concatenation) rather
+            # than two slices (two zero-filled gradients and a sum); the same values
+            loc, raw_scale = raw.chunk(2, -1)
+            return loc, torch.exp(raw_scale).clamp(min=EPS)
         if name == "Categorical":
             return (raw,)
         if name == "Bernoulli":

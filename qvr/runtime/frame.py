@@ -78,9 +78,7 @@ class Frame:
         # reduce: keep only the scalar sum of the log joint (no row attribution); shares
         # returned by `add` are then None
         self.reduce = reduce
-        self.total = None if not score else (
-            torch.zeros((), dtype=self.dtype, device=self.device) if reduce
-            else torch.zeros(self.B, dtype=self.dtype, device=self.device))
+        self._total = None  # the running sum, None until the first contribution
         self._host = {k: v for k, v in values.items() if k not in program.bound_names}
 
     def literal(self, v):
@@ -99,14 +97,33 @@ class Frame:
     def deduction(self, name):
         return self.program._deductions[name]
 
+    @property
+    def total(self):
+        """The log joint so far: `(B,)` (a 0-d scalar in reduce mode); zeros before any
+        contribution, None when the frame does not score."""
+        if not self.score:
+            return None
+        if self._total is None:
+            return torch.zeros(() if self.reduce else self.B, dtype=self.dtype,
+                               device=self.device)
+        return self._total
+
+    def _accumulate(self, t: torch.Tensor) -> None:
+        # the first contribution is the total itself (`0 + t == t`): one addition fewer
+        # (an evenly spread share, an expanded view, is made a tensor of its own)
+        if self._total is None:
+            self._total = t.contiguous() if t.dim() and t.stride(0) == 0 else t
+        else:
+            self._total = self._total + t
+
     def add(self, c: torch.Tensor) -> torch.Tensor:
         """Row attribution of a contribution (spec 5.5); returns the `(B,)` share (None in
         reduce mode, where only the scalar total is kept)."""
         if self.reduce:
-            self.total = self.total + torch.as_tensor(c, device=self.device).sum().to(self.dtype)
+            self._accumulate(torch.as_tensor(c, device=self.device).sum().to(self.dtype))
             return None
         share = attribute(c, self.B, self.dtype, self.device)
-        self.total = self.total + share
+        self._accumulate(share)
         return share
 
 

@@ -52,7 +52,7 @@ def as_index(x, n: int, *, who: str = None, what: str = "index") -> torch.Tensor
         raise InputDtypeError(f"{what} values must be integers", morphism=who,
                               expected=f"int64 values in [0, {n})", actual=describe(x))
     if x.numel():
-        lo, hi = int(x.min()), int(x.max())
+        lo, hi = (int(v) for v in torch.aminmax(x))
         if lo < 0 or hi >= n:
             raise IndexRangeError(f"{what} values out of range", morphism=who,
                                   expected=f"values in [0, {n})",
@@ -62,6 +62,9 @@ def as_index(x, n: int, *, who: str = None, what: str = "index") -> torch.Tensor
 
 def as_features(x, width: int, *, who: str = None, dtype=None) -> torch.Tensor:
     """A float tensor `(*batch, width)`; a 1-D tensor `(B,)` is read as `(B, 1)`."""
+    if type(x) is torch.Tensor and x.dim() >= 2 and x.shape[-1] == width \
+            and x.is_floating_point():
+        return x  # the common case, without further checks
     x = as_tensor(x, who=who)
     orig = tuple(x.shape)
     if x.dim() == 0:
