@@ -66,12 +66,14 @@ class ELBO:
 
     def _loop(self, model, guide, x, observations) -> torch.Tensor:
         K = self.num_particles
-        total = 0.0
+        total = None
         for _ in range(K):
             z = guide.rsample(x, observations)
             lp = model.log_joint(x, {**z, **observations}).sum()
             lq = guide.log_prob(x, z, detach_params=self.estimator == "stl")
-            total = total + (lp - lq)
+            if K == 1:
+                return lq - lp  # -(lp - lq) / 1, in one operation (the same value)
+            total = lp - lq if total is None else total + (lp - lq)
         return -total / K
 
     def _vectorized(self, model, guide, x, observations) -> torch.Tensor:

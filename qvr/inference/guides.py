@@ -23,10 +23,17 @@ from typing import Optional
 
 import torch
 from torch import nn
+from torch.distributions.transforms import ComposeTransform, identity_transform
 
 from qvr.inference.sites import SiteSpec, build_registry, static_sites
 
 _MIN_SCALE = 1e-6  # spec 9.4: guide scales >= 1e-6
+
+
+def _is_identity(transform) -> bool:
+    """True for the bijector of a real support (`biject_to(real)`, the empty composition)."""
+    return transform is identity_transform or (
+        type(transform) is ComposeTransform and not transform.parts)
 
 
 def _model_of(model):
@@ -113,7 +120,7 @@ class AutoNormalGuide(nn.Module):
                 eps_shape = (*sample_shape, *batch, s.u)
             eps = torch.randn(eps_shape, dtype=loc.dtype, device=loc.device)
             z = loc + scale * eps
-            v = s.transform(z)
+            v = z if _is_identity(s.transform) else s.transform(z)
             event = s.event_shape
             out[s.name] = v.reshape((*sample_shape, *batch, *event))
         return out
@@ -138,14 +145,16 @@ class AutoNormalGuide(nn.Module):
             lead = v.shape[:batch_ndims]
             v = v.reshape(*v.shape[:v.dim() - len(s.event_shape)], s.d) if s.event_shape \
                 else v.unsqueeze(-1)
-            z = s.transform.inv(v)
+            identity = _is_identity(s.transform)
+            z = v if identity else s.transform.inv(v)
             loc, log_scale = self.loc(s.name), getattr(self, f"log_scale_{s.name}")
             if detach_params:
                 loc, log_scale = loc.detach(), log_scale.detach()
             scale = torch.exp(log_scale).clamp(min=_MIN_SCALE)
             lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
-            lj = s.transform.log_abs_det_jacobian(z, v)
-            lq = lq.reshape((*lead, -1)).sum(-1) - lj.reshape((*lead, -1)).sum(-1)
+            lq = lq.reshape((*lead, -1)).sum(-1)
+            if not identity:  # the identity's log-Jacobian is zero: nothing to subtract
+                lq = lq - s.transform.log_abs_det_jacobian(z, v).reshape((*lead, -1)).sum(-1)
             total = lq if total is None else total + lq
         if total is None:
             p = next(iter(self.parameters()), None)
