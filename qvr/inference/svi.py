@@ -17,12 +17,102 @@ def adam(params, lr: float) -> torch.optim.Optimizer:
     parameters: the fused one (one native loop over all tensors: on CPU about 4 times
     faster than the default per-tensor loop for the seed's ~120 small tensors, which is
     a third of a small SVI step), else the multi-tensor one.  Same update rule.  Used by
-    `qvr.inference.fit` (and so `qvr run --method svi`)."""
+    `qvr.inference.fit` (and so `qvr run --method svi`).
+
+    The fused optimiser is a `FusedAdam`: torch's Adam whose steps, once its state exists,
+    skip the per-parameter Python bookkeeping of `torch.optim.Adam.step` (see there)."""
     params = list(params)
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return FusedAdam(params, lr=lr, fused=True)
     except (RuntimeError, ValueError, TypeError):  # a device or dtype without a fused kernel
         return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+class FusedAdam(torch.optim.Adam):
+    """`torch.optim.Adam(..., fused=True)` with a lean `step` for the common case.
+
+    Torch's `step` rebuilds, at every call, the lists of parameters, gradients and state
+    tensors in Python, and increments every parameter's 0-d `step` counter with one
+    `_foreach_add_` (on CPU a loop of one small operation per tensor).  For ~120 small
+    tensors that bookkeeping costs several times the update itself.  Here, after a first
+    ordinary step has created the state, the lists are kept, the `step` counters are made
+    0-d views of one shared vector (incremented with one operation; each parameter still
+    has its own counter in `state`), and a step is one call of the same fused kernel
+    (`torch._fused_adam_`) with the same arguments: the same updates, bit for bit.
+
+    Any other situation takes torch's `step`: a closure, several parameter groups, a
+    parameter without gradient, amsgrad, weight decay variants other than torch's
+    default coupled one... (everything but the plain one-group, every-gradient case),
+    a tensor learning rate or betas, parameters on several devices or of several dtypes,
+    and any change to the parameter list, the state (e.g. `load_state_dict`) or the group.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._fast = None
+
+    def _fast_lists(self):
+        """`(group, params, exp_avgs, exp_avg_sqs, steps, counter)` when the lean step
+        applies to the current state, else None (the lists are rebuilt when stale)."""
+        if len(self.param_groups) != 1:
+            return None
+        group = self.param_groups[0]
+        fast = self._fast
+        if fast is not None and fast[0] is group and fast[6] is self.state \
+                and fast[1] is group["params"] and fast[7] == len(fast[1]):
+            return fast
+        self._fast = None
+        params = group["params"]
+        if not params or group["amsgrad"] or group["capturable"] or group["differentiable"] \
+                or group.get("decoupled_weight_decay", False) or not group["fused"] \
+                or isinstance(group["lr"], torch.Tensor) \
+                or any(isinstance(b, torch.Tensor) for b in group["betas"]):
+            return None
+        p0 = params[0]
+        states = [self.state.get(p) for p in params]
+        if any(not st or "exp_avg" not in st for st in states):
+            return None  # no state yet: the first step is torch's (it creates the state)
+        if any(p.device != p0.device or p.dtype != p0.dtype or p.is_complex() for p in params):
+            return None
+        steps = [st["step"] for st in states]
+        if any(t.dim() != 0 or t.device != steps[0].device or t.dtype != steps[0].dtype
+               for t in steps):
+            return None
+        counter = torch.stack([t.detach() for t in steps])
+        steps = list(counter.unbind(0))
+        for st, t in zip(states, steps):
+            st["step"] = t
+        self._fast = (group, params, [st["exp_avg"] for st in states],
+                      [st["exp_avg_sq"] for st in states], steps, counter, self.state,
+                      len(params))
+        return self._fast
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        fast = self._fast_lists() if closure is None else None
+        if fast is None:
+            return _torch_adam_step(self, closure)
+        group, params, exp_avgs, exp_avg_sqs, steps, counter = fast[:6]
+        grads = [p.grad for p in params]
+        if any(g is None for g in grads):
+            return _torch_adam_step(self, closure)
+        self._accelerator_graph_capture_health_check()
+        beta1, beta2 = group["betas"]
+        counter.add_(1)
+        torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps,
+                           amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
+                           weight_decay=group["weight_decay"], eps=group["eps"],
+                           maximize=group["maximize"], grad_scale=None, found_inf=None)
+        return None
+
+
+def _torch_adam_step(opt, closure):
+    """`torch.optim.Adam.step` without the optimizer-hook wrapper torch may have put
+    around it (this class's own `step` is wrapped: hooks run once)."""
+    step = torch.optim.Adam.step
+    if getattr(step, "hooked", False):  # torch's `profile_hook_step` wrapper
+        step = step.__wrapped__
+    return step(opt, closure)
 
 
 class SVI:
