@@ -178,10 +178,55 @@ class Compose(ContinuousMorphism):
 
 
 def chain_rsample(links, x, sample_shape=torch.Size()):
+    """Ancestral draw through `links`: `links[0].rsample(x, sample_shape)`, then every
+    further link on the previous draw.
+
+    When every link after the first is a row-wise Normal-type kernel on continuous
+    features (`_flat_link`), the draws between links are kept as 2-D `(rows, width)`
+    tensors and the leading axes restored at the end: the same values (the kernels act
+    row by row, and their noise is drawn in the same order), without a reshape per layer.
+    """
     y = links[0].rsample(x, sample_shape)
-    for link in links[1:]:
+    rest = links[1:]
+    if rest and y.dim() > 2 and y.is_floating_point() and y.is_contiguous() \
+            and _chain_facts(links)[1]:
+        lead = y.shape[:-1]
+        y = y.view(-1, y.shape[-1])
+        for link in rest:
+            y = link.rsample(y)
+        return y.view(*lead, y.shape[-1])
+    for link in rest:
         y = link.rsample(y)
     return y
+
+
+def _flat_link(link) -> bool:
+    """A link that maps `(rows, w)` features to `(rows, w')` draws row by row, drawing its
+    noise in row-major order whatever the leading shape: a Normal or LogitNormal kernel
+    with an MLP parameter source, or a fan of those evaluated together."""
+    from qvr.runtime.morphisms.kernels import FamilyKernel, MLPSource
+    if type(link) is Fan:
+        return link.batched
+    return type(link) is FamilyKernel and link.family_name in ("Normal", "LogitNormal") \
+        and isinstance(link.param_source, MLPSource)
+
+
+_FACTS: dict = {}
+
+
+def _chain_facts(links) -> tuple:
+    """`(every link row-wise, every link after the first a _flat_link)` for a chain,
+    memoised by the identity of its links (the facts depend only on their types and
+    construction-time structure)."""
+    key = tuple(map(id, links))
+    hit = _FACTS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], links)):
+        return hit[1]
+    facts = (all(_rowwise(link) for link in links), all(_flat_link(link) for link in links[1:]))
+    if len(_FACTS) >= 256:
+        _FACTS.clear()
+    _FACTS[key] = (tuple(links), facts)
+    return facts
 
 
 def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True):
@@ -318,7 +363,7 @@ def _distinct_inputs(prefix, x):
         return None
     if _is_wrapped(x):  # an input under vmap/grad transforms: keep the per-row layout
         return None
-    if not all(_rowwise(link) for link in prefix):
+    if not _chain_facts(prefix)[0]:
         return None
     uniq, inv = torch.unique(x.reshape(-1), return_inverse=True)
     if uniq.numel() == x.numel():
@@ -436,22 +481,21 @@ class Fan(ContinuousMorphism):
 
     def _batched_params(self, x):
         """Normal parameters of every part, `(*batch, k, d)` each."""
-        parts = self.parts._modules.values()
-        srcs = [p.param_source for p in parts]
-        layers = [s.linears() for s in srcs]  # ((l0, l2, l4) per part)
-        x = as_features(x, srcs[0].width, who=self.parts[0].label,
-                        dtype=layers[0][0].weight.dtype)
+        parts = list(self._modules["parts"]._modules.values())
+        src = parts[0]._modules["param_source"]
+        ws = [p._modules["param_source"].weights() for p in parts]  # (w0, b0, ..., b4) each
+        x = as_features(x, src.width, who=parts[0].label, dtype=ws[0][0].dtype)
         lead = x.shape[:-1]
-        k = len(layers)
-        w0 = torch.cat([ls[0].weight for ls in layers])
-        b0 = torch.cat([ls[0].bias for ls in layers])
+        k = len(ws)
+        w0 = torch.cat([w[0] for w in ws])
+        b0 = torch.cat([w[1] for w in ws])
         h = torch.tanh(torch.nn.functional.linear(x, w0, b0))  # (*lead, k*h)
         h = h.reshape(-1, k, h.shape[-1] // k).transpose(0, 1)  # (k, N, h)
-        w2 = torch.stack([ls[1].weight for ls in layers])
-        b2 = torch.stack([ls[1].bias for ls in layers]).unsqueeze(1)
+        w2 = torch.stack([w[2] for w in ws])
+        b2 = torch.stack([w[3] for w in ws]).unsqueeze(1)
         h = torch.tanh(torch.baddbmm(b2, h, w2.transpose(1, 2)))
-        w4 = torch.stack([ls[2].weight for ls in layers])
-        b4 = torch.stack([ls[2].bias for ls in layers]).unsqueeze(1)
+        w4 = torch.stack([w[4] for w in ws])
+        b4 = torch.stack([w[5] for w in ws]).unsqueeze(1)
         raw = torch.baddbmm(b4, h, w4.transpose(1, 2)).transpose(0, 1)  # (N, k, P)
         raw = raw.reshape(*lead, k, raw.shape[-1])
         loc, raw_scale = raw.chunk(2, -1)

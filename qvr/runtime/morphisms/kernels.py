@@ -52,8 +52,7 @@ class MLPSource(nn.Module):
                                  nn.Tanh(), nn.Linear(hidden, n_raw))
 
     def forward(self, x):
-        l0, l2, l4 = self.linears()
-        w0 = l0.weight
+        w0, b0, w2, b2, w4, b4 = self.weights()
         x = as_features(x, self.width, who=self.who, dtype=w0.dtype)
         if x.dtype != w0.dtype:
             x = x.to(w0.dtype)
@@ -64,20 +63,29 @@ class MLPSource(nn.Module):
             x = x.view(-1, x.shape[-1])
         else:
             lead = None
-        h = torch.tanh(F.linear(x, w0, l0.bias))
-        h = torch.tanh(F.linear(h, l2.weight, l2.bias))
-        out = F.linear(h, l4.weight, l4.bias)
+        h = torch.tanh(F.linear(x, w0, b0))
+        h = torch.tanh(F.linear(h, w2, b2))
+        out = F.linear(h, w4, b4)
         return out if lead is None else out.view(*lead, out.shape[-1])
 
     def linears(self):
-        """The three `nn.Linear` layers of `net` (positions 0, 2, 4).
-
-        The network is evaluated functionally with their current weights (the same
-        operations as `net(x)`, without the per-module call machinery: a large share of
-        the cost of a small batch); forward hooks registered on `net` or its layers are
-        therefore not called."""
-        m = self.net._modules
+        """The three `nn.Linear` layers of `net` (positions 0, 2, 4)."""
+        m = self._modules["net"]._modules
         return m["0"], m["2"], m["4"]
+
+    def weights(self) -> tuple:
+        """`(w0, b0, w2, b2, w4, b4)`: the current weights and biases of the three layers.
+
+        The network is evaluated functionally with them (the same operations as `net(x)`,
+        without the per-module call and attribute machinery: a large share of the cost of
+        a small batch); forward hooks registered on `net` or its layers are therefore not
+        called."""
+        l0, l2, l4 = self.linears()
+        try:  # the parameters themselves, read from the layers' parameter tables
+            p0, p2, p4 = l0._parameters, l2._parameters, l4._parameters
+            return p0["weight"], p0["bias"], p2["weight"], p2["bias"], p4["weight"], p4["bias"]
+        except KeyError:  # e.g. a parametrized layer: the attributes compute the weights
+            return l0.weight, l0.bias, l2.weight, l2.bias, l4.weight, l4.bias
 
 
 class FamilyKernel(ContinuousMorphism):
