@@ -45,11 +45,15 @@ class FusedAdam(torch.optim.Adam):
     default coupled one... (everything but the plain one-group, every-gradient case),
     a tensor learning rate or betas, parameters on several devices or of several dtypes,
     and any change to the parameter list, the state (e.g. `load_state_dict`) or the group.
+    The kernel is private to PyTorch: where it is missing or its signature differs, every
+    step is torch's (checked at construction and on the first lean step).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._fast = None
+        # the lean step calls torch's private fused kernel: only where it exists
+        self._lean = hasattr(torch, "_fused_adam_")
 
     def _fast_lists(self):
         """`(group, params, exp_avgs, exp_avg_sqs, steps, counter)` when the lean step
@@ -89,20 +93,30 @@ class FusedAdam(torch.optim.Adam):
 
     @torch.no_grad()
     def step(self, closure=None):
-        fast = self._fast_lists() if closure is None else None
+        fast = self._fast_lists() if closure is None and self._lean else None
         if fast is None:
             return _torch_adam_step(self, closure)
         group, params, exp_avgs, exp_avg_sqs, steps, counter = fast[:6]
         grads = [p.grad for p in params]
         if any(g is None for g in grads):
             return _torch_adam_step(self, closure)
-        self._accelerator_graph_capture_health_check()
+        check = getattr(self, "_accelerator_graph_capture_health_check", None)
+        if check is not None:
+            check()
         beta1, beta2 = group["betas"]
         counter.add_(1)
-        torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps,
-                           amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
-                           weight_decay=group["weight_decay"], eps=group["eps"],
-                           maximize=group["maximize"], grad_scale=None, found_inf=None)
+        try:
+            torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps,
+                               amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
+                               weight_decay=group["weight_decay"], eps=group["eps"],
+                               maximize=group["maximize"], grad_scale=None, found_inf=None)
+        except (AttributeError, TypeError, RuntimeError):
+            # a PyTorch whose private fused kernel has another signature (the arguments are
+            # checked before anything is written): undo the count, use torch's own step
+            counter.sub_(1)
+            self._lean = False
+            self._fast = None
+            return _torch_adam_step(self, closure)
         return None
 
 

@@ -1,6 +1,7 @@
 """`qvr.inference.svi.FusedAdam`: torch's fused Adam with a lean step; the same updates,
 bit for bit, in every situation (lean path and torch's fallback)."""
 import copy
+import sys
 
 import torch
 
@@ -83,3 +84,27 @@ def test_fused_adam_state_dict_round_trip_into_torch_adam():
     ref.step()
     for a, b in zip(params, other):
         assert torch.equal(a, b)
+
+
+def test_a_torch_without_the_private_kernel_signature_gets_torchs_step(monkeypatch):
+    real = torch._fused_adam_
+    calls = []
+
+    def changed(*args, **kwargs):
+        # a PyTorch whose private kernel takes other arguments than the lean step passes
+        # (torch's own step, which knows its kernel, still works)
+        if sys._getframe(1).f_globals.get("__name__") == "qvr.inference.svi":
+            calls.append(1)
+            raise TypeError("_fused_adam_() got an unexpected keyword argument")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_fused_adam_", changed)
+    ours, pa, ha = _run(lambda ps, **k: FusedAdam(ps, fused=True, **k), lr=0.05)
+    monkeypatch.setattr(torch, "_fused_adam_", real)
+    ref, pb, hb = _run(lambda ps, **k: torch.optim.Adam(ps, fused=True, **k), lr=0.05)
+    assert calls and not ours._lean  # the lean step was tried once, then given up
+    for xa, xb in zip(ha, hb):
+        for a, b in zip(xa, xb):
+            assert torch.equal(a, b)
+    for a, b in zip(pa, pb):
+        assert torch.equal(ours.state[a]["step"], ref.state[b]["step"])
