@@ -509,6 +509,11 @@ def bench_nuts(name, args, have_pyro) -> dict:
             line += f", pyro {med['pyro']:.2f} ESS/s, ours/pyro = {out['median_ratio']:.2f}x"
             per_seed = [r["ratio"] for r in out["runs"]]
             line += " (per seed " + " / ".join(f"{v:.2f}x" for v in per_seed) + ")"
+            pooled = {side: sum(r[side]["min_ess_bulk"] for r in out["runs"]) /
+                      sum(r[side]["wall_s"] for r in out["runs"]) for side in ("ours", "pyro")}
+            out["pooled_ratio"] = pooled["ours"] / pooled["pyro"] if pooled["pyro"] > 0 \
+                else math.inf
+            line += f"; pooled (all seeds' ESS / all seeds' time) {out['pooled_ratio']:.2f}x"
         print(line, flush=True)
     return out
 
