@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 
 import torch
 from torch import nn
@@ -217,15 +218,16 @@ _FACTS: dict = {}
 def _chain_facts(links) -> tuple:
     """`(every link row-wise, every link after the first a _flat_link)` for a chain,
     memoised by the identity of its links (the facts depend only on their types and
-    construction-time structure)."""
+    construction-time structure).  The memo holds its links weakly: it never keeps a
+    model alive, and an id reused by a new object is not mistaken for the old one."""
     key = tuple(map(id, links))
     hit = _FACTS.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], links)):
+    if hit is not None and all(ref() is link for ref, link in zip(hit[0], links)):
         return hit[1]
     facts = (all(_rowwise(link) for link in links), all(_flat_link(link) for link in links[1:]))
     if len(_FACTS) >= 256:
         _FACTS.clear()
-    _FACTS[key] = (tuple(links), facts)
+    _FACTS[key] = (tuple(weakref.ref(link) for link in links), facts)
     return facts
 
 

@@ -120,3 +120,18 @@ export p
         f.add(torch.ones(3))
         f.add(torch.ones(3))
         assert torch.equal(f.total, torch.full(shape, 2.0 if not reduce else 6.0))
+
+
+def test_the_chain_facts_memo_does_not_keep_models_alive():
+    import gc
+    import weakref
+
+    from qvr.runtime.combinators import _chain_facts
+    prog = _prog()
+    links = prog["chain"].links()
+    assert _chain_facts(links) == (True, True)
+    assert _chain_facts(links) == (True, True)  # from the memo
+    alive = weakref.ref(links[-1])
+    del prog, links
+    gc.collect()
+    assert alive() is None
