@@ -69,3 +69,21 @@ def test_directories_are_searched_recursively(tmp_path):
     data = json.loads(out.stdout)
     assert [f["path"].endswith("x.qvr") for f in data["files"]] == [True]
     assert out.returncode == 1
+
+
+def test_line_ends_are_read_as_they_are(tmp_path):
+    """A lone carriage return is not a line break for the front end: `qvr check` reports
+    the positions the language server computes from the same text (no newline
+    translation when reading the file)."""
+    from qvr.analysis import Document
+    text = "object A : FinSet 3\r\nobject A : FinSet 4 # a\rb\nobject A : FinSet 5\n"
+    f = tmp_path / "cr.qvr"
+    f.write_bytes(text.encode("utf-8"))
+    out = run("check", "--format", "json", str(f))
+    got = [(d["range"]["start"]["line"], d["range"]["start"]["character"])
+           for d in json.loads(out.stdout)["files"][0]["diagnostics"]]
+    doc = Document(text)
+    want = [(doc.position(d.span.start).line, doc.position(d.span.start).character)
+            for d in doc.diagnostics()]
+    assert got == want and len(got) == 2
+    assert got[1][0] == 2  # the third line: the `\r` inside the comment does not count

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 from typing import Optional
 
 from lsprotocol import types as T
@@ -135,11 +134,18 @@ class QvrLanguageServer(LanguageServer):
                         mtime = os.stat(path).st_mtime
                         hit = self.index.get(path)
                         if hit is None or hit[0] != mtime:
-                            hit = (mtime, Document(Path(path).read_text(encoding="utf-8"), path, cache=self.cache))
+                            hit = (mtime, Document(_read_exact(path), path, cache=self.cache))
                             self.index[path] = hit
                     except (OSError, UnicodeDecodeError):
                         continue
                     yield convert.to_uri(path), hit[1]
+
+
+def _read_exact(path) -> str:
+    """A workspace file's text with its line ends as they are (as `qvr check` reads it
+    and as an editor would send it: a lone `\r` is not turned into `\n`)."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        return fh.read()
 
 
 def build_server(faults: Optional[set] = None) -> QvrLanguageServer:

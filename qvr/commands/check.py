@@ -25,9 +25,12 @@ def collect(paths: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def read_source(f: Path, tool: str):
-    """The file's text, or None after printing a clear message."""
+    """The file's text with its line ends as they are (no newline translation: a lone
+    `\r` or a `\r\n` stays, so positions are those an editor and the language server
+    see), or None after printing a clear message."""
     try:
-        return f.read_text(encoding="utf-8")
+        with open(f, encoding="utf-8", newline="") as fh:
+            return fh.read()
     except UnicodeDecodeError as exc:
         print(f"{tool}: {f}: cannot read file: not UTF-8 text ({exc.reason} at byte {exc.start})",
               file=sys.stderr)

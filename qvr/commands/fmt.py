@@ -35,18 +35,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _read_exact(f: Path):
-    """The file's text with its line ends as they are (read_source reports failures)."""
-    if read_source(f, TOOL) is None:
-        return None
-    try:
-        with open(f, encoding="utf-8", newline="") as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"{TOOL}: {f}: cannot read file: {exc}", file=sys.stderr)
-        return None
-
-
 def _write_atomic(f: Path, text: str) -> bool:
     """Replace `f` by `text` through a temporary file in the same directory."""
     tmp = None
@@ -95,7 +83,7 @@ def run(args) -> int:
     write = not (args.check or args.diff)
     changed = unchanged = 0
     for f in files:
-        text = _read_exact(f)
+        text = read_source(f, TOOL)
         if text is None:
             status = 2
             continue

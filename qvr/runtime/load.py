@@ -34,8 +34,9 @@ def load(path_or_source: Union[str, os.PathLike], *, data: Optional[dict] = None
     """
     if isinstance(path_or_source, os.PathLike) or (
             isinstance(path_or_source, str) and _looks_like_path(path_or_source)):
-        p = Path(path_or_source)
-        return loads(p.read_text(encoding="utf-8"), data=data, path=str(path_or_source))
+        with open(Path(path_or_source), encoding="utf-8", newline="") as fh:
+            text = fh.read()  # line ends as they are: positions as `qvr check` reports them
+        return loads(text, data=data, path=str(path_or_source))
     return loads(str(path_or_source), data=data)
 
 
