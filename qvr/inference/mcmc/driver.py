@@ -305,7 +305,7 @@ class _Run:
         for group in groups:
             idx = torch.tensor(group, device=device)
             t0 = time.perf_counter()
-            state = self.kernel.init(self.target, z0[idx], W)
+            state = self.kernel.init(self.target, z0[idx], W, **self._init_extra())
             acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
             div_sum = torch.zeros(len(group), dtype=dtype, device=device)
             emitted = 0
@@ -363,6 +363,18 @@ class _Run:
         return dict(zs=zs, rec=rec, rec_l=rec_l, rec_b=rec_b, warm_div=warm_div,
                     step_sizes=step_sizes, inv_mass=inv_mass, done=done, t_warm=t_warm,
                     t_samp=t_samp, cancelled=cancelled, evals=self.target.num_evals - evals0)
+
+    def _init_extra(self) -> dict:
+        """`num_samples=S` for kernels whose `init` takes it (a kernel written before
+        the argument existed gets the three positional arguments only)."""
+        import inspect
+        try:
+            params = inspect.signature(self.kernel.init).parameters
+        except (TypeError, ValueError):
+            return {}
+        takes = "num_samples" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        return {"num_samples": self.mc.num_samples} if takes else {}
 
     # ------------------------------------------------------------------ events
     def _progress(self, group, phase, step, total, acc_mean, state, div_sum) -> None:

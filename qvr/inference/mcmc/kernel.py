@@ -60,6 +60,8 @@ class HMCState:
       welford: the running position covariance (None when the mass matrix is fixed).
       mass_updates: warmup iterations after which the mass matrix is updated.
       slow_range: inclusive `(start, end)` of the iterations folded into the covariance.
+      num_samples: draws after warmup in this run (0 if unknown): with `num_warmup` the
+        run's length, which a kernel may use to plan (NUTS: whether compiling pays).
     """
 
     i: int
@@ -79,6 +81,7 @@ class HMCState:
     welford: Optional[Welford] = None
     mass_updates: frozenset = frozenset()
     slow_range: tuple = (0, -1)
+    num_samples: int = 0
 
     @property
     def warming_up(self) -> bool:
@@ -103,7 +106,8 @@ class Transition:
 class MCMCKernel:
     """Base of MCMC kernels: `init` a state, `sample` the next one."""
 
-    def init(self, target, z0: torch.Tensor, num_warmup: int):  # pragma: no cover
+    def init(self, target, z0: torch.Tensor, num_warmup: int,
+             num_samples: int = 0):  # pragma: no cover
         raise NotImplementedError
 
     def sample(self, state, target):  # pragma: no cover
@@ -158,7 +162,8 @@ class HMCBase(MCMCKernel):
         return self.adapt_mass_matrix and self.mass_matrix != "identity"
 
     # ------------------------------------------------------------------ init
-    def init(self, target, z0: torch.Tensor, num_warmup: int) -> HMCState:
+    def init(self, target, z0: torch.Tensor, num_warmup: int,
+             num_samples: int = 0) -> HMCState:
         """Fresh state at `z0` `(C, D)`: identity mass matrix, adaptation reset."""
         C, D = z0.shape
         logp, grad = target.log_density_and_grad(z0)
@@ -168,7 +173,7 @@ class HMCBase(MCMCKernel):
         false = torch.zeros(C, dtype=torch.bool, device=z0.device)
         izeros = torch.zeros(C, dtype=torch.long, device=z0.device)
         state = HMCState(0, int(num_warmup), z0, logp, grad, step, mass, zeros, false, false,
-                         izeros, izeros, -logp)
+                         izeros, izeros, -logp, num_samples=int(num_samples))
         if num_warmup > 0 and self.adapt_step_size:
             # below 20 warmup iterations (no adaptation windows) keep the given step size
             # as the starting point: too few iterations to recover from a poor search

@@ -38,8 +38,9 @@ exactly the multinomial over the subtree's leaves that the recursive merge produ
 the U-turn checks of the sub-subtrees ending at leaf `n` use checkpoints stored at even
 leaves, indexed by bit counts of `n` (NumPyro's iterative scheme).  All `C` chains advance
 in lockstep: leaf `n` of depth `j` is one batched gradient evaluation for every chain that
-is still building; finished chains are masked.  Python overhead per leaf is a fixed
-handful of tensor operations, independent of the number of chains.
+is still building; finished chains are masked.  A leaf and its U-turn checks are one
+compiled call (`tick.py`: TorchScript, or an Inductor C++ kernel on long runs), so the
+Python overhead per leaf is one call and one test, independent of the number of chains.
 
 References:
   Hoffman & Gelman (2014), The No-U-Turn Sampler, JMLR 15.
@@ -52,80 +53,10 @@ import math
 
 import torch
 
+from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc.ops import fused
+from qvr.inference.mcmc.tick import checkpoint_range  # noqa: F401  (re-exported)
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Transition
-
-
-def checkpoint_range(n: int) -> tuple[int, int]:
-    """`(idx_min, idx_max)` of the checkpoints whose sub-subtrees end at leaf `n`.
-
-    A checkpoint is stored at every even leaf in slot `idx_max`; at an odd leaf the
-    subtrees of sizes 2, 4, ... that end there start at the checkpoints
-    `idx_min..idx_max` (an empty range when `idx_min > idx_max`).
-
-      >>> checkpoint_range(3)
-      (0, 1)
-    """
-    idx_max = bin(n >> 1).count("1")
-    num_subtrees = bin((~n & (n + 1)) - 1).count("1")
-    return idx_max - num_subtrees + 1, idx_max
-
-
-def _whole_leaf(target, z0: torch.Tensor, dense: bool, thr: float):
-    """One TorchScript function for a whole leaf (kick-drift, the compiled density, the
-    closing kick and the leaf bookkeeping), when the target's density is compiled; None
-    otherwise.  It consumes the global RNG exactly as the step-by-step path does, so both
-    paths give the same draws.  Cached on the target per (chains, mass kind, threshold)."""
-    compiled_for = getattr(target, "compiled_for", None)
-    if compiled_for is None:
-        return None
-    cache = target.__dict__.setdefault("_whole_leaf_cache", {})
-    key = (z0.shape[0], dense, thr)
-    if key in cache:
-        return cache[key]
-    cache[key] = None
-    density = compiled_for(z0)
-    if density is None:
-        return None
-    from qvr.inference.mcmc import ops
-
-    class Leaf(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.density = density  # a submodule, so that tracing inlines it
-
-        def forward(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
-                    sub_w, sz, sg, slp, sh):
-            z, p_half = ops.kick_drift(z, p, g, eps, inv, dense)
-            g, lp = self.density(z)
-            # non-finite log-density -> -inf (the leaf then diverges and is never used, so
-            # its gradient needs no masking); non-finite gradient entries -> 0
-            lp = torch.nan_to_num(lp, nan=-math.inf, posinf=-math.inf)
-            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
-            log_u = torch.log(torch.rand_like(lp))
-            (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-             sh) = ops.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,
-                                 n_leaves, diverged, sub_w, sz, sg, slp, sh, log_u)
-            return z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
-
-    C, D = z0.shape
-    f = z0.new_zeros
-    b = torch.zeros(C, dtype=torch.bool, device=z0.device)
-    example = (z0, f(C, D), f(C, D), f(C, 1) + 0.1,
-               f(C, D, D) + torch.eye(D, dtype=z0.dtype, device=z0.device) if dense
-               else f(C, D) + 1, f(C), b | True, f(C), torch.zeros(C, dtype=torch.long),
-               b, f(C) - math.inf, z0, f(C, D), f(C), f(C))
-    try:
-        import warnings
-        state = torch.get_rng_state()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            traced = torch.jit.trace(Leaf(), example, check_trace=False)
-        torch.set_rng_state(state)
-    except Exception:
-        return None
-    cache[key] = traced
-    return traced
 
 
 class NUTSKernel(HMCBase):
@@ -148,6 +79,13 @@ class NUTSKernel(HMCBase):
       uturn: termination criterion: ``"momentum"`` (default: the generalised criterion
         on summed momenta, as Stan and Pyro) or ``"position"`` (the spec's
         `(z+ - z-) . M^-1 p` test).  See the module docstring for the decision.
+      compiler: how a leaf is run when the model's density compiles (`tick.py`):
+        ``"auto"`` (default: TorchScript, switching to an Inductor C++ kernel at
+        iteration 50, 100, 200, 400, ... once the rest of the run is long enough for
+        the compile to pay; the
+        environment variable ``QVR_MCMC_COMPILER`` may override it),
+        ``"torchscript"`` (never Inductor) or ``"inductor"`` (from the first iteration).
+        Inductor falls back to TorchScript when it or a C++ compiler is unavailable.
 
     Example:
       >>> kernel = NUTSKernel(step_size=0.1, max_tree_depth=3, target_accept=0.8)
@@ -160,7 +98,7 @@ class NUTSKernel(HMCBase):
                  divergence_threshold: float = 1000.0, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, warmup_schedule: str = "windowed",
                  find_step_size: bool = True, transition: str = "biased",
-                 uturn: str = "momentum"):
+                 uturn: str = "momentum", compiler: str = "auto"):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
                          adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size)
         if not (isinstance(max_tree_depth, int) and max_tree_depth >= 1):
@@ -169,22 +107,48 @@ class NUTSKernel(HMCBase):
             raise ValueError(f"transition must be 'uniform' or 'biased', got {transition!r}")
         if uturn not in ("momentum", "position"):
             raise ValueError(f"uturn must be 'momentum' or 'position', got {uturn!r}")
+        if compiler not in ticks.COMPILERS:
+            raise ValueError(f"compiler must be one of {ticks.COMPILERS}, got {compiler!r}")
         self.max_tree_depth = max_tree_depth
         self.transition = transition
         self.uturn = uturn
+        self.compiler = compiler
 
     def config(self) -> dict:
         return {**super().config(), "max_tree_depth": self.max_tree_depth,
-                "transition": self.transition, "uturn": self.uturn}
+                "transition": self.transition, "uturn": self.uturn, "compiler": self.compiler}
+
+    def _tick(self, state: HMCState, target, z0: torch.Tensor, dense: bool, K: int):
+        """The tick (`tick.py`) for this iteration."""
+        momentum = self.uturn == "momentum"
+        thr = self.divergence_threshold
+        setting = ticks.resolve_compiler(self.compiler)
+        cache = ticks.TickCache.of(target)
+        want = setting == "inductor"
+        if setting == "auto":
+            # reconsidered at fixed iterations from the ticks taken since the last
+            # probe (never from a clock: a seeded run stays reproducible)
+            if state.i == 0:
+                cache.probe = (0, target.num_evals)
+            elif ticks.is_probe(state.i):
+                i0, evals0 = cache.probe
+                cache.probe = (state.i, target.num_evals)
+                per_iter = (target.num_evals - evals0) / max(state.i - i0, 1)
+                left = per_iter * (state.num_warmup + state.num_samples - state.i)
+                current = cache.get(target, z0, dense, thr, momentum, K)
+                if current.backend == "torchscript":
+                    want = ticks.worth_compiling(current.num_ops, left)
+                    if not want and ticks.worth_compiling(current.num_ops, 3 * left):
+                        ticks.prewarm()  # a head start for a compile that may come
+        return cache.get(target, z0, dense, thr, momentum, K, want_inductor=want)
 
     def _transition(self, state: HMCState, target) -> Transition:
-        grad_fn = target.log_density_and_grad
         mass = state.mass
-        z0, logp0, grad0 = state.z, state.log_density, state.grad
+        # contiguous, as a compiled tick assumes (a no-op for the tensors NUTS makes)
+        z0, logp0, grad0 = (t.contiguous() for t in (state.z, state.log_density, state.grad))
         C, D = z0.shape
         dtype, device = z0.dtype, z0.device
         eps = state.step_size
-        thr = self.divergence_threshold
         neg_inf = torch.full((C,), -math.inf, dtype=dtype, device=device)
 
         p0 = mass.sample_momentum(z0)
@@ -200,10 +164,13 @@ class NUTSKernel(HMCBase):
         n_leaves = torch.zeros(C, dtype=torch.long, device=device)
         sum_acc = torch.zeros(C, dtype=dtype, device=device)
         diverged = torch.zeros(C, dtype=torch.bool, device=device)
-        ck_z = [None] * (self.max_tree_depth + 1)
-        ck_v = [None] * (self.max_tree_depth + 1)
+        K = self.max_tree_depth
         momentum = self.uturn == "momentum"
         rho = p0  # momenta summed over the trajectory (generalised U-turn criterion)
+        inv, dense = mass.as_tensor(z0).contiguous(), mass.dense
+        tick = self._tick(state, target, z0, dense, K)
+        # checkpoints (slots are written before they are read within a subtree)
+        ck_a, ck_v = tick.checkpoints(K, z0)
 
         for j in range(self.max_tree_depth):
             if not bool(active.any()):
@@ -221,41 +188,16 @@ class NUTSKernel(HMCBase):
             sz, slp, sg, sh = zp, lpp, gp, hp
             sub_w = neg_inf
             running = active.clone()
-            inv, dense = mass.as_tensor(z0), mass.dense
             eps_col = step.unsqueeze(-1)
-            whole = _whole_leaf(target, z0, dense, thr)
             psum = torch.zeros_like(z0)  # momenta summed over the subtree's leaves
             for n in range(2 ** j):
-                if whole is not None:  # one compiled call: kick, drift, density, bookkeeping
+                u = torch.rand(C, dtype=dtype, device=device)
+                if not tick.counts_itself:
                     target.num_evals += 1
-                    (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-                     sh) = whole(z, p, g, eps_col, inv, h0, running, sum_acc, n_leaves,
-                                 diverged, sub_w, sz, sg, slp, sh)
-                else:
-                    z, p_half = fused.kick_drift(z, p, g, eps_col, inv, dense)
-                    lp, g = grad_fn(z)
-                    log_u = torch.log(torch.rand(C, dtype=dtype, device=device))
-                    (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-                     sh) = fused.nuts_leaf(z, p_half, lp, g, eps_col, inv, dense, h0, thr,
-                                           running, sum_acc, n_leaves, diverged, sub_w, sz,
-                                           sg, slp, sh, log_u)
-                # U-turns of the sub-subtrees that end at this leaf
-                lo, hi = checkpoint_range(n)
-                stop = div
-                if momentum:
-                    # ck_z holds the momentum sum *before* the checkpoint leaf, so the
-                    # sub-subtree from checkpoint k to leaf n sums to psum - ck_z[k]
-                    if n % 2 == 0:
-                        ck_z[hi], ck_v[hi] = psum, v
-                    psum = psum + p
-                    for k in range(lo, hi + 1):
-                        stop = stop | fused.turning_rho(v, psum - ck_z[k], ck_v[k])
-                else:
-                    if n % 2 == 0:
-                        ck_z[hi], ck_v[hi] = z, v
-                    for k in range(lo, hi + 1):
-                        stop = stop | fused.turning(z, v, ck_z[k], ck_v[k], dcol)
-                running = running & ~stop
+                (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
+                 ck_a, ck_v, running) = tick(z, p, g, eps_col, inv, h0, running, sum_acc,
+                                             n_leaves, diverged, sub_w, sz, sg, slp, sh, u,
+                                             psum, ck_a, ck_v, n, dcol)
                 if n + 1 < 2 ** j and not bool(running.any()):
                     break
             completed = running  # still running after its last leaf: not terminated

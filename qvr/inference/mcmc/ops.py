@@ -92,6 +92,33 @@ def turning_rho(v: Tensor, rho: Tensor, ck_v: Tensor) -> Tensor:
     return ((ck_v * rho).sum(-1) <= 0) | ((v * rho).sum(-1) <= 0)
 
 
+def uturn_update(z: Tensor, p: Tensor, v: Tensor, div: Tensor, running: Tensor,
+                 psum: Tensor, ck_a: Tensor, ck_v: Tensor, store: Tensor, check: Tensor,
+                 direction: Tensor, momentum: bool):
+    """Store this leaf's checkpoint and stop the chains whose leaf diverged (`div`) or
+    one of whose sub-subtrees ending here turns (see `tick.py`).
+
+    `ck_a`, `ck_v` are `(K, C, D)` checkpoint stacks; `store` `(K, 1, 1)` marks the slot
+    this leaf goes to, `check` `(K, 1)` the slots to test.  With `momentum` (generalised
+    criterion) `ck_a` holds the momentum sum *before* the checkpoint leaf, so the
+    sub-subtree from slot `k` to this leaf sums to `psum - ck_a[k]`; otherwise it holds
+    positions (`turning`).  Returns `(psum, ck_a, ck_v, running)`.
+    """
+    if momentum:
+        ck_a = torch.where(store, psum, ck_a)
+        ck_v = torch.where(store, v, ck_v)
+        psum = psum + p
+        rho = psum - ck_a
+        turns = torch.minimum((ck_v * rho).sum(-1), (v * rho).sum(-1)) <= 0
+    else:
+        ck_a = torch.where(store, z, ck_a)
+        ck_v = torch.where(store, v, ck_v)
+        dz = (z - ck_a) * direction
+        turns = torch.minimum((dz * ck_v).sum(-1), (dz * v).sum(-1)) < 0
+    stop = div | (turns & check).any(0)
+    return psum, ck_a, ck_v, running & ~stop
+
+
 def _script(fn):
     try:
         with warnings.catch_warnings():
@@ -104,7 +131,8 @@ def _script(fn):
 class _Lazy:
     """Scripts every function on first use (keeps `import` cheap)."""
 
-    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho")
+    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho",
+              "uturn_update")
 
     def __init__(self):
         self._done = False

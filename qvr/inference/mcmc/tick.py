@@ -1,0 +1,453 @@
+"""One NUTS *tick*: a leapfrog step, its leaf bookkeeping and its U-turn checks, as one call.
+
+The iterative NUTS loop (`nuts.py`) advances every chain by one leaf per tick.  A tick is
+a fixed sequence of small tensor operations — kick and drift, the log-density and its
+gradient, the closing kick, the leaf's weight and acceptance statistic, the progressive
+proposal, the checkpoint store and the U-turn tests of the sub-subtrees that end at this
+leaf — so it is compiled as one function of tensors:
+
+    tick(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
+         sz, sg, slp, sh, u, psum, ck_a, ck_v, store, check, direction)
+      -> (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh,
+          psum, ck_a, ck_v, running)
+
+`u` is the leaf's uniform draw `(C,)` (drawn by the caller, so every way of running a
+tick consumes the random stream identically).  Checkpoints live in `(K, C, D)` stacks
+`ck_a` (momentum sums before the checkpoint leaf, or positions for the position
+criterion) and `ck_v` (velocities); `store` `(K, 1, 1)` marks the slot this leaf is stored in
+(none at odd leaves) and `check` `(K, 1)` the slots whose sub-subtrees end at this leaf
+(`checkpoint_masks`).  `direction` `(C, 1)` is only read by the position criterion.
+
+Three ways of running it, chosen per target and chain count:
+
+* **eager** — the model's density is not compiled: TorchScript pieces (`ops.fused`)
+  around the target's own `log_density_and_grad`;
+* **TorchScript** — the density is compiled (`potential`): the whole tick is traced into
+  one TorchScript graph;
+* **Inductor** — the same graph compiled by PyTorch Inductor into one C++ kernel.  A
+  TorchScript graph costs a few microseconds per operation (a funnel tick is about 100
+  operations: ~0.25 ms); the C++ kernel does the arithmetic of a small model in a few
+  microseconds, and the call costs about 30.  Compiling costs seconds (a C++ compiler
+  runs), so ``compiler="auto"`` switches to it only when the run is long enough to win
+  (`worth_compiling`), at a point fixed by the run's own draws (never by a clock), so a
+  seeded run is reproducible.  If Inductor or a C++ compiler is missing, or the kernel
+  disagrees with the TorchScript graph on test inputs, the TorchScript graph is kept.
+
+The Inductor kernel evaluates the same formulas but may round differently (vectorised
+transcendental functions, fused arithmetic), so a run that switched gives draws that
+differ in the last bits from one that did not — the same law, a different stream.
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from typing import Callable
+
+import torch
+
+from qvr.inference.mcmc import ops
+
+#: `compiler` settings of `NUTSKernel`
+COMPILERS = ("auto", "torchscript", "inductor")
+#: environment override of the ``"auto"`` setting (e.g. ``QVR_MCMC_COMPILER=torchscript``
+#: keeps test suites free of C++ compilations)
+ENV_VAR = "QVR_MCMC_COMPILER"
+
+#: TorchScript's cost per graph operation, the U-turn checks' cost per tick in Python
+#: and an Inductor tick's (seconds), measured on a 2-vCPU x86 VM; only their ratio to
+#: `COMPILE_COST_S` matters
+TS_COST_PER_OP_S = 2.5e-6
+PY_CHECKS_S = 30e-6
+INDUCTOR_TICK_S = 45e-6
+#: a cold Inductor compile of a tick (imports, lowering, the C++ compiler), seconds
+COMPILE_COST_S = 8.0
+
+
+def checkpoint_range(n: int) -> tuple[int, int]:
+    """`(idx_min, idx_max)` of the checkpoints whose sub-subtrees end at leaf `n`.
+
+    A checkpoint is stored at every even leaf in slot `idx_max`; at an odd leaf the
+    subtrees of sizes 2, 4, ... that end there start at the checkpoints
+    `idx_min..idx_max` (an empty range when `idx_min > idx_max`).
+
+      >>> checkpoint_range(3)
+      (0, 1)
+    """
+    idx_max = bin(n >> 1).count("1")
+    num_subtrees = bin((~n & (n + 1)) - 1).count("1")
+    return idx_max - num_subtrees + 1, idx_max
+
+
+def checkpoint_masks(n: int, K: int, device=None) -> tuple:
+    """`(store, check)`: boolean masks of shapes `(K, 1, 1)` and `(K, 1)` (ready to
+    broadcast against `(K, C, D)` and `(K, C)`) for leaf `n` of a subtree: the slot this
+    leaf is stored in (none at odd leaves) and the slots whose sub-subtrees end here."""
+    lo, hi = checkpoint_range(n)
+    store = torch.zeros(K, 1, 1, dtype=torch.bool, device=device)
+    if n % 2 == 0:
+        store[hi] = True
+    check = torch.zeros(K, 1, dtype=torch.bool, device=device)
+    if lo <= hi:
+        check[lo:hi + 1] = True
+    return store, check
+
+
+def leaf_function(density: Callable, raw: bool, dense: bool, thr: float) -> Callable:
+    """A leaf as a plain function of tensors around `density`: kick and drift, the
+    density, the closing kick and the leaf's bookkeeping (`ops.nuts_leaf`):
+
+        leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
+             sz, sg, slp, sh, u)
+          -> (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh)
+
+    `density(z)` returns `(grad, log_density)` with non-finite values as they come when
+    `raw` (a compiled density: mapped here) or `(log_density, grad)` already cleaned
+    (`Target.log_density_and_grad`) otherwise.  With `raw` the arithmetic is `ops`'s
+    Python functions (for tracing); otherwise the TorchScript-compiled `ops.fused`.
+    """
+    f = ops if raw else ops.fused
+
+    def leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
+             slp, sh, u):
+        z, p_half = f.kick_drift(z, p, g, eps, inv, dense)
+        if raw:
+            g, lp = density(z)
+            # a non-finite log-density -> -inf (the leaf diverges and is never used, so
+            # its gradient needs no masking); non-finite gradient entries -> 0
+            lp = torch.nan_to_num(lp, nan=-math.inf, posinf=-math.inf)
+            g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
+        else:
+            lp, g = density(z)
+        log_u = torch.log(u)
+        (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+         sh) = f.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,
+                           n_leaves, diverged, sub_w, sz, sg, slp, sh, log_u)
+        return z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
+
+    return leaf
+
+
+def folded_function(leaf: Callable, momentum: bool) -> Callable:
+    """The whole tick (the module docstring's signature, with the masks) as one
+    function of tensors: `leaf`, then `ops.uturn_update` on checkpoint stacks."""
+
+    def tick(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
+             slp, sh, u, psum, ck_a, ck_v, store, check, direction):
+        (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+         sh) = leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz,
+                    sg, slp, sh, u)
+        psum, ck_a, ck_v, running = ops.uturn_update(z, p, v, div, running, psum, ck_a,
+                                                     ck_v, store, check, direction,
+                                                     momentum)
+        return (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
+                ck_a, ck_v, running)
+
+    return tick
+
+
+class LeafTick:
+    """A tick from a leaf function (TorchScript or eager) with the U-turn checks of the
+    sub-subtrees ending at the leaf done here, on lists of checkpoints: only the
+    `checkpoint_range(n)` slots are tested, which in TorchScript or eager PyTorch is
+    cheaper than testing every slot under a mask."""
+
+    def __init__(self, leaf: Callable, momentum: bool, backend: str, num_ops: int = 0):
+        self.leaf = leaf
+        self.momentum = momentum
+        self.backend = backend  # "torchscript" or "eager"
+        self.num_ops = num_ops  # operations in the leaf's graph (0 if unknown)
+        #: the eager leaf counts its density evaluations through the target
+        self.counts_itself = backend == "eager"
+
+    @staticmethod
+    def checkpoints(K: int, z0: torch.Tensor) -> tuple:
+        return [None] * K, [None] * K
+
+    def __call__(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
+                 sz, sg, slp, sh, u, psum, ck_a, ck_v, n, direction):
+        (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+         sh) = self.leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
+                         sz, sg, slp, sh, u)
+        lo, hi = checkpoint_range(n)
+        stop = div
+        if self.momentum:
+            # ck_a holds the momentum sum *before* the checkpoint leaf, so the
+            # sub-subtree from checkpoint k to leaf n sums to psum - ck_a[k]
+            if n % 2 == 0:
+                ck_a[hi], ck_v[hi] = psum, v
+            psum = psum + p
+            for k in range(lo, hi + 1):
+                stop = stop | ops.fused.turning_rho(v, psum - ck_a[k], ck_v[k])
+        else:
+            if n % 2 == 0:
+                ck_a[hi], ck_v[hi] = z, v
+            for k in range(lo, hi + 1):
+                stop = stop | ops.fused.turning(z, v, ck_a[k], ck_v[k], direction)
+        running = running & ~stop
+        return (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
+                ck_a, ck_v, running)
+
+
+class InductorTick:
+    """The folded tick compiled by Inductor into one C++ kernel; called like `LeafTick`
+    (leaf index `n` instead of the masks, which it looks up)."""
+
+    backend = "inductor"
+    counts_itself = False
+
+    def __init__(self, compiled, K: int, device):
+        self._compiled = compiled
+        self._K, self._device = K, device
+        self._masks = {}
+
+    @staticmethod
+    def checkpoints(K: int, z0: torch.Tensor) -> tuple:
+        C, D = z0.shape
+        return z0.new_zeros(K, C, D), z0.new_zeros(K, C, D)
+
+    def masks(self, n: int) -> tuple:
+        m = self._masks.get(n)
+        if m is None:
+            m = self._masks[n] = checkpoint_masks(n, self._K, self._device)
+        return m
+
+    def __call__(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
+                 sz, sg, slp, sh, u, psum, ck_a, ck_v, n, direction):
+        store, check = self.masks(n)
+        return self._compiled([z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
+                               sub_w, sz, sg, slp, sh, u, psum, ck_a, ck_v, store, check,
+                               direction])
+
+
+def example_inputs(z0: torch.Tensor, g0: torch.Tensor, dense: bool, K: int) -> tuple:
+    """Representative tick inputs at `z0` (for tracing and for checking a compilation)."""
+    C, D = z0.shape
+    dtype, device = z0.dtype, z0.device
+    gen = torch.Generator(device=device).manual_seed(7)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, dtype=dtype, device=device)
+
+    f = z0.new_zeros
+    inv = (torch.eye(D, dtype=dtype, device=device).expand(C, D, D).clone() if dense
+           else f(C, D) + 1)
+    b = torch.zeros(C, dtype=torch.bool, device=device)
+    store, check = checkpoint_masks(3, K, device)
+    u = torch.rand(C, generator=gen, dtype=dtype, device=device)
+    # no two inputs share storage: Inductor would specialise the kernel to the aliasing
+    z0, g0 = z0.detach(), g0.detach()
+    return (z0.clone(), rnd(C, D), g0.clone(), f(C, 1) + 0.05, inv, f(C) + 1.0, b | True,
+            f(C), torch.zeros(C, dtype=torch.long, device=device), b.clone(),
+            f(C) - math.inf, z0.clone(), g0.clone(), f(C), f(C), u, rnd(C, D),
+            rnd(K, C, D), rnd(K, C, D), store, check, f(C, 1) + 1)
+
+
+def leaf_inputs(example: tuple) -> tuple:
+    """The leaf's 16 inputs among a tick's example inputs."""
+    return example[:16]
+
+
+def traced_leaf(density, z0: torch.Tensor, dense: bool, thr: float):
+    """The leaf around a compiled `density` traced into one TorchScript graph, or None."""
+    fn = leaf_function(density, True, dense, thr)
+
+    class Leaf(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.density = density  # a submodule, so that tracing inlines it
+
+        def forward(self, *args):
+            return fn(*args)
+
+    g0, _ = density(z0)
+    example = leaf_inputs(example_inputs(z0, torch.nan_to_num(g0), dense, 1))
+    state = torch.get_rng_state()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.jit.trace(Leaf(), example, check_trace=False)
+    except Exception:
+        return None
+    finally:
+        torch.set_rng_state(state)
+
+
+def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, momentum: bool,
+                  K: int) -> tuple:
+    """`(InductorTick, note)`: the folded tick around the compiled `density` compiled by
+    Inductor, or `(None, why not)`.  The kernel is checked against the same function
+    run by PyTorch on test inputs; any disagreement beyond float rounding rejects it."""
+    wait_prewarm()
+    try:
+        from torch._inductor import config
+        from torch._inductor.compile_fx import compile_fx_inner
+        from torch._inductor.decomposition import select_decomp_table
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    except Exception as exc:  # a PyTorch without Inductor
+        return None, f"Inductor is not available ({type(exc).__name__})"
+    fn = folded_function(leaf_function(density, True, dense, thr), momentum)
+    state = torch.get_rng_state()
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            # trace and compile at inputs that depend on the model only: Inductor's
+            # on-disk cache key includes the example inputs' values
+            z_c = torch.full_like(z0, 0.1)
+            example = example_inputs(z_c, torch.nan_to_num(density(z_c)[0]), dense, K)
+            gm = make_fx(fn, decomposition_table=select_decomp_table())(*example)
+            # the NUTS loop passes contiguous tensors of the traced shapes only, so the
+            # kernel needs no size checks; a tracing context with a shape environment
+            # lets Inductor cache the compiled graph on disk (the next run of the same
+            # model skips code generation)
+            with config.patch(size_asserts=False), \
+                    tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True,
+                                                          shape_env=ShapeEnv()))):
+                compiled = compile_fx_inner(gm, list(example))
+            at_z0 = example_inputs(z0, torch.nan_to_num(density(z0)[0]), dense, K)
+            for args in (example, at_z0, _perturbed(at_z0)):
+                want, got = fn(*args), compiled(list(args))
+                if not all(_agree(a, b) for a, b in zip(want, got)):
+                    return None, "the Inductor kernel disagrees with PyTorch on test inputs"
+    except Exception as exc:  # no C++ compiler, an unsupported operation, ...
+        return None, f"Inductor failed: {type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        torch.set_rng_state(state)
+    return InductorTick(compiled, K, z0.device), "compiled by Inductor"
+
+
+def _perturbed(example: tuple) -> tuple:
+    out = list(example)
+    z = out[0]
+    gen = torch.Generator(device=z.device).manual_seed(11)
+    out[0] = z + 0.3 * torch.randn(z.shape, generator=gen, dtype=z.dtype, device=z.device)
+    out[6] = torch.arange(z.shape[0], device=z.device) % 3 != 1  # some chains finished
+    return tuple(out)
+
+
+def _agree(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype == torch.bool or not a.is_floating_point():
+        return bool(torch.equal(a, b))
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not bool(torch.equal(fa, fb)) or not bool(torch.equal(a[~fa], b[~fb])):
+        return False
+    return bool(torch.allclose(a[fa], b[fb], rtol=1e-4, atol=1e-5))
+
+
+def resolve_compiler(setting: str) -> str:
+    """The effective compiler for a kernel `setting` (``"auto"`` honours `ENV_VAR`)."""
+    if setting == "auto":
+        env = os.environ.get(ENV_VAR, "").strip().lower()
+        if env in COMPILERS:
+            return env
+    return setting
+
+
+def graph_ops(fn) -> int:
+    """The number of operations in a TorchScript function's graph (0 if unknown)."""
+    try:
+        return sum(1 for n in fn.inlined_graph.nodes() if n.kind().startswith("aten::"))
+    except Exception:
+        return 0
+
+
+def worth_compiling(num_ops: int, ticks_left: float) -> bool:
+    """Whether an Inductor compile pays for itself over `ticks_left` more ticks of a
+    TorchScript leaf of `num_ops` operations (with a margin of 1.5: the estimate of the
+    ticks to come is rough)."""
+    saving = num_ops * TS_COST_PER_OP_S + PY_CHECKS_S - INDUCTOR_TICK_S
+    return num_ops > 0 and saving > 0 and saving * ticks_left > 1.5 * COMPILE_COST_S
+
+
+def is_probe(i: int) -> bool:
+    """The iterations at which ``compiler="auto"`` (re)considers Inductor: 50, 100, 200,
+    400, ... (fixed, so the decision depends on the run's draws only)."""
+    return i >= PROBE_START and i % PROBE_START == 0 and (i // PROBE_START) & \
+        (i // PROBE_START - 1) == 0
+
+
+#: the first probe iteration
+PROBE_START = 50
+
+_prewarm_thread = None
+
+
+def prewarm() -> None:
+    """Import Inductor and probe the CPU's vector instruction sets in a background
+    thread (seconds spent mostly waiting on subprocesses), so that a later compile
+    starts warm.  Idempotent; changes no result."""
+    global _prewarm_thread
+    if _prewarm_thread is not None:
+        return
+    import threading
+
+    def work():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                from torch._inductor import compile_fx  # noqa: F401
+                from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+                valid_vec_isa_list()
+        except Exception:  # only a head start: the compile reports any real failure
+            pass
+
+    _prewarm_thread = threading.Thread(target=work, name="qvr-inductor-prewarm",
+                                       daemon=True)
+    _prewarm_thread.start()
+
+
+def wait_prewarm() -> None:
+    """Wait for `prewarm` (imports must not race with the compiling thread)."""
+    if _prewarm_thread is not None:
+        _prewarm_thread.join()
+
+
+class TickCache:
+    """The ticks of one target, per (chains, dtype, device, mass kind, threshold,
+    criterion, K).  Stored on the target (`target._tick_cache`): every run on it reuses
+    them."""
+
+    def __init__(self):
+        self.ticks = {}  # key -> LeafTick or InductorTick
+        self.densities = {}  # key -> the compiled density (None: evaluated eagerly)
+        self.notes = {}  # key -> the outcome of the Inductor compile
+        self.probe = (0, 0)  # (iteration, density evaluations) at the last probe
+
+    @staticmethod
+    def of(target) -> "TickCache":
+        cache = target.__dict__.get("_tick_cache")
+        if cache is None:
+            cache = target.__dict__["_tick_cache"] = TickCache()
+        return cache
+
+    @staticmethod
+    def key(z0, dense, thr, momentum, K) -> tuple:
+        return (z0.shape[0], z0.dtype, z0.device, dense, thr, momentum, K)
+
+    def get(self, target, z0, dense, thr, momentum, K, want_inductor=False):
+        """The tick for these settings: TorchScript when the target's density compiles,
+        eager otherwise; Inductor once asked for (`want_inductor`) and it compiles."""
+        key = self.key(z0, dense, thr, momentum, K)
+        tick = self.ticks.get(key)
+        if tick is None:
+            compiled_for = getattr(target, "compiled_for", None)
+            density = compiled_for(z0) if compiled_for is not None else None
+            leaf = traced_leaf(density, z0, dense, thr) if density is not None else None
+            if leaf is not None:
+                tick = LeafTick(leaf, momentum, "torchscript", graph_ops(leaf))
+            else:
+                density = None
+                tick = LeafTick(leaf_function(target.log_density_and_grad, False, dense,
+                                              thr), momentum, "eager")
+            self.ticks[key], self.densities[key] = tick, density
+        if want_inductor and tick.backend == "torchscript" and key not in self.notes:
+            compiled, note = inductor_tick(self.densities[key], z0, dense, thr, momentum, K)
+            self.notes[key] = note
+            if compiled is not None:
+                tick = self.ticks[key] = compiled
+        return tick
