@@ -281,7 +281,9 @@ def _headline(result) -> str:
             f"{s['mean_acceptance']:.3f}, divergences {s['total_divergences']}, step sizes "
             f"{', '.join(f'{v:.3g}' for v in s['step_sizes'])}, "
             f"min bulk ESS {s.get('min_ess_bulk', float('nan')):.0f}, "
-            f"max R-hat {s.get('max_r_hat', float('nan')):.3f}{state}")
+            f"max R-hat {s.get('max_r_hat', float('nan')):.3f}"
+            f"{', steps compiled by Inductor' if s.get('compiler') == 'inductor' else ''}"
+            f"{state}")
 
 
 def _save(folder, result) -> None:

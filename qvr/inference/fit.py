@@ -313,7 +313,7 @@ def _fit_mcmc(model, x, observations, config: FitConfig, emit: Emitter, stop) ->
                  "warmup_time": res.warmup_time, "sampling_time": res.sampling_time,
                  "mean_tree_depth": float(res.tree_depths.float().mean())
                  if res.tree_depths.numel() else float("nan"),
-                 **out.summary.worst()}
+                 "compiler": res.compiler, **out.summary.worst()}
     return out
 
 

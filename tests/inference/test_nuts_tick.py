@@ -178,6 +178,7 @@ def test_auto_switches_at_a_probe_and_stays_reproducible(monkeypatch):
         cache = T.TickCache.of(t)
         assert {tk.backend for tk in cache.ticks.values()} == {"inductor"}
         assert list(cache.notes.values()) == ["compiled by Inductor"]
+        assert r.compiler == "inductor"
         draws.append(r.unconstrained)
     assert torch.equal(draws[0], draws[1])
 
@@ -198,6 +199,7 @@ def test_a_failing_compile_keeps_torchscript(monkeypatch):
              num_chains=2).run(None, target=t)
     cache = T.TickCache.of(t)
     assert {tk.backend for tk in cache.ticks.values()} == {"torchscript"}
+    assert r.compiler == "torchscript"
     (note,) = cache.notes.values()
     assert note.startswith("Inductor failed: RuntimeError: no C++ compiler found")
     assert r.samples["mu"].shape == (2, 200, 1)

@@ -64,6 +64,8 @@ class MCMCResult:
       warmup_time, sampling_time: seconds (all chains).
       num_grad_evals: batched gradient evaluations.
       cancelled: the run was stopped by `should_stop`.
+      compiler: how NUTS ran its leaves at the end of the run (``"inductor"``,
+        ``"torchscript"`` or ``"eager"``, see `mcmc/tick.py`; ``""`` for other kernels).
     """
 
     samples: dict
@@ -87,6 +89,7 @@ class MCMCResult:
     num_grad_evals: int = 0
     cancelled: bool = False
     method: str = ""
+    compiler: str = ""
 
     @property
     def num_chains(self) -> int:
@@ -245,7 +248,8 @@ def _finish_summary(result: MCMCResult) -> dict:
            "total_divergences": result.total_divergences,
            "step_sizes": [float(s) for s in result.step_sizes],
            "num_samples": result.num_samples, "num_chains": result.num_chains,
-           "warmup_time": result.warmup_time, "sampling_time": result.sampling_time}
+           "warmup_time": result.warmup_time, "sampling_time": result.sampling_time,
+           "compiler": result.compiler}
     try:
         worst = result.summary(max_coordinates=200).worst()
         out.update(worst)
@@ -439,4 +443,5 @@ class _Run:
             num_steps=rec_l["num_steps"][idx, :n], warmup_divergences=warm_div[idx],
             inverse_mass_matrix=inv_mass[idx] if inv_mass is not None else None,
             unconstrained=zs, warmup_time=t_warm, sampling_time=t_samp,
-            num_grad_evals=evals, cancelled=cancelled, method=self.method)
+            num_grad_evals=evals, cancelled=cancelled, method=self.method,
+            compiler=getattr(self.target.__dict__.get("_tick_cache"), "last", ""))

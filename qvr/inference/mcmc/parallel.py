@@ -52,6 +52,8 @@ def run_parallel(run, z0: torch.Tensor) -> dict:
     seeds = torch.randint(0, 2 ** 62, (workers,)).tolist()
     for size in sorted({len(g) for g in groups}):  # compile once, before forking
         run.target.log_density_and_grad(z0[:size])
+    from qvr.inference.mcmc.tick import wait_prewarm
+    wait_prewarm()  # never fork while a thread is importing (the child could deadlock)
     ctx = mp.get_context("fork")
     cancel = ctx.Event()
     children = []

@@ -3,37 +3,41 @@
 The iterative NUTS loop (`nuts.py`) advances every chain by one leaf per tick.  A tick is
 a fixed sequence of small tensor operations — kick and drift, the log-density and its
 gradient, the closing kick, the leaf's weight and acceptance statistic, the progressive
-proposal, the checkpoint store and the U-turn tests of the sub-subtrees that end at this
-leaf — so it is compiled as one function of tensors:
+proposal (the *leaf*, `leaf_function`), then the checkpoint store and the U-turn tests of
+the sub-subtrees that end at this leaf.  Every tick object is called alike:
 
     tick(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
-         sz, sg, slp, sh, u, psum, ck_a, ck_v, store, check, direction)
+         sz, sg, slp, sh, u, psum, ck_a, ck_v, n, direction)
       -> (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh,
           psum, ck_a, ck_v, running)
 
 `u` is the leaf's uniform draw `(C,)` (drawn by the caller, so every way of running a
-tick consumes the random stream identically).  Checkpoints live in `(K, C, D)` stacks
-`ck_a` (momentum sums before the checkpoint leaf, or positions for the position
-criterion) and `ck_v` (velocities); `store` `(K, 1, 1)` marks the slot this leaf is stored in
-(none at odd leaves) and `check` `(K, 1)` the slots whose sub-subtrees end at this leaf
-(`checkpoint_masks`).  `direction` `(C, 1)` is only read by the position criterion.
+tick consumes the random stream identically), `n` the leaf's index in its subtree,
+`direction` `(C, 1)` (read by the position criterion only), `ck_a` / `ck_v` the
+checkpoints (momentum sums before the checkpoint leaf, or positions, and velocities) in
+the tick's own container (`tick.checkpoints(K, z0)`).
 
-Three ways of running it, chosen per target and chain count:
+Three ways of running it, chosen per target and settings (`TickCache`):
 
-* **eager** — the model's density is not compiled: TorchScript pieces (`ops.fused`)
-  around the target's own `log_density_and_grad`;
-* **TorchScript** — the density is compiled (`potential`): the whole tick is traced into
-  one TorchScript graph;
-* **Inductor** — the same graph compiled by PyTorch Inductor into one C++ kernel.  A
-  TorchScript graph costs a few microseconds per operation (a funnel tick is about 100
-  operations: ~0.25 ms); the C++ kernel does the arithmetic of a small model in a few
-  microseconds, and the call costs about 30.  Compiling costs seconds (a C++ compiler
-  runs), so ``compiler="auto"`` switches to it only when the run is long enough to win
-  (`worth_compiling`), at a point fixed by the run's own draws (never by a clock), so a
-  seeded run is reproducible.  If Inductor or a C++ compiler is missing, or the kernel
-  disagrees with the TorchScript graph on test inputs, the TorchScript graph is kept.
+* **eager** (`LeafTick`) — the model's density is not compiled: TorchScript pieces
+  (`ops.fused`) around the target's own `log_density_and_grad`, checks in Python;
+* **TorchScript** (`LeafTick`) — the density is compiled (`potential`): the leaf is one
+  traced TorchScript graph; the checks run in Python on lists of checkpoints, testing
+  only the `checkpoint_range(n)` slots;
+* **Inductor** (`InductorTick`) — leaf *and* checks (`folded_function`: every slot of
+  `(K, C, D)` checkpoint stacks, under the masks of `checkpoint_masks(n)`) compiled by
+  PyTorch Inductor into one C++ kernel.  TorchScript costs a few microseconds per
+  operation (a funnel leaf is about 85: ~0.25 ms, plus ~0.1 ms of Python checks); the
+  C++ kernel does a small model's arithmetic in a few microseconds and the call costs
+  about 40.  Compiling costs seconds (a C++ compiler runs; Inductor caches the result on
+  disk), so ``compiler="auto"`` switches only when the rest of the run is long enough to
+  win (`worth_compiling`), at fixed iterations (`is_probe`) from the run's own tick
+  counts — never from a clock — so a seeded run is reproducible.  If Inductor or a C++
+  compiler is missing, or the kernel disagrees with PyTorch on test inputs, the
+  TorchScript leaf is kept (`TickCache.notes` says why).
 
-The Inductor kernel evaluates the same formulas but may round differently (vectorised
+The eager and TorchScript ticks give the same draws (the arithmetic of `ops`).  The
+Inductor kernel evaluates the same formulas but may round differently (vectorised
 transcendental functions, fused arithmetic), so a run that switched gives draws that
 differ in the last bits from one that did not — the same law, a different stream.
 """
@@ -55,13 +59,19 @@ COMPILERS = ("auto", "torchscript", "inductor")
 ENV_VAR = "QVR_MCMC_COMPILER"
 
 #: TorchScript's cost per graph operation, the U-turn checks' cost per tick in Python
-#: and an Inductor tick's (seconds), measured on a 2-vCPU x86 VM; only their ratio to
-#: `COMPILE_COST_S` matters
-TS_COST_PER_OP_S = 2.5e-6
+#: and an Inductor tick's (seconds), measured on a 2-vCPU x86 VM (a funnel leaf of 85
+#: operations: 0.21-0.33 ms; eight schools' 107: ~0.4 ms)
+TS_COST_PER_OP_S = 3.3e-6
 PY_CHECKS_S = 30e-6
 INDUCTOR_TICK_S = 45e-6
-#: a cold Inductor compile of a tick (imports, lowering, the C++ compiler), seconds
-COMPILE_COST_S = 8.0
+#: what compiling a tick costs in a fresh process: ~4 s of Inductor imports and CPU
+#: probing plus 6-8 s of code generation and C++ compiling.  A constant on purpose: the
+#: real cost depends on caches (1 s when Inductor has compiled this model before, 25 s
+#: on a machine where it never ran), and a decision that depended on them would make a
+#: seeded run's draws depend on what ran before it.
+COMPILE_COST_S = 11.0
+#: compile only when the estimated saving exceeds the cost by this factor
+MARGIN = 1.2
 
 
 def checkpoint_range(n: int) -> tuple[int, int]:
@@ -215,9 +225,15 @@ class InductorTick:
     def __call__(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
                  sz, sg, slp, sh, u, psum, ck_a, ck_v, n, direction):
         store, check = self.masks(n)
-        return self._compiled([z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
-                               sub_w, sz, sg, slp, sh, u, psum, ck_a, ck_v, store, check,
-                               direction])
+        out = self._compiled([z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
+                              sub_w, sz, sg, slp, sh, u, psum, ck_a, ck_v, store, check,
+                              direction])
+        # after the first call (which closes Inductor's compile-time bookkeeping) call the
+        # generated function itself: the wrapper costs ~10% of a small model's tick
+        raw = getattr(self._compiled, "current_callable", None)
+        if callable(raw):
+            self._compiled = raw
+        return out
 
 
 def example_inputs(z0: torch.Tensor, g0: torch.Tensor, dense: bool, K: int) -> tuple:
@@ -358,10 +374,10 @@ def graph_ops(fn) -> int:
 
 def worth_compiling(num_ops: int, ticks_left: float) -> bool:
     """Whether an Inductor compile pays for itself over `ticks_left` more ticks of a
-    TorchScript leaf of `num_ops` operations (with a margin of 1.5: the estimate of the
-    ticks to come is rough)."""
+    TorchScript leaf of `num_ops` operations (by `MARGIN`: the estimate of the ticks to
+    come is rough).  A function of its arguments and constants only."""
     saving = num_ops * TS_COST_PER_OP_S + PY_CHECKS_S - INDUCTOR_TICK_S
-    return num_ops > 0 and saving > 0 and saving * ticks_left > 1.5 * COMPILE_COST_S
+    return num_ops > 0 and saving > 0 and saving * ticks_left > MARGIN * COMPILE_COST_S
 
 
 def is_probe(i: int) -> bool:
@@ -390,7 +406,8 @@ def prewarm() -> None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                from torch._inductor import compile_fx  # noqa: F401
+                import importlib
+                importlib.import_module("torch._inductor.compile_fx")
                 from torch._inductor.cpu_vec_isa import valid_vec_isa_list
                 valid_vec_isa_list()
         except Exception:  # only a head start: the compile reports any real failure
@@ -417,6 +434,7 @@ class TickCache:
         self.densities = {}  # key -> the compiled density (None: evaluated eagerly)
         self.notes = {}  # key -> the outcome of the Inductor compile
         self.probe = (0, 0)  # (iteration, density evaluations) at the last probe
+        self.last = ""  # the backend of the tick handed out last
 
     @staticmethod
     def of(target) -> "TickCache":
@@ -450,4 +468,5 @@ class TickCache:
             self.notes[key] = note
             if compiled is not None:
                 tick = self.ticks[key] = compiled
+        self.last = tick.backend
         return tick
