@@ -81,9 +81,8 @@ class NUTSKernel(HMCBase):
         `(z+ - z-) . M^-1 p` test).  See the module docstring for the decision.
       compiler: how a leaf is run when the model's density compiles (`tick.py`):
         ``"auto"`` (default: TorchScript, switching to an Inductor C++ kernel at
-        iteration 50, 100, 200, 400, ... once the rest of the run is long enough for
-        the compile to pay; the
-        environment variable ``QVR_MCMC_COMPILER`` may override it),
+        iteration 50, 100, 200, 400, ... once the rest of the run is long enough for the
+        compile to pay; the environment variable ``QVR_MCMC_COMPILER`` may override it),
         ``"torchscript"`` (never Inductor) or ``"inductor"`` (from the first iteration).
         Inductor falls back to TorchScript when it or a C++ compiler is unavailable.
 
