@@ -444,4 +444,5 @@ class _Run:
             inverse_mass_matrix=inv_mass[idx] if inv_mass is not None else None,
             unconstrained=zs, warmup_time=t_warm, sampling_time=t_samp,
             num_grad_evals=evals, cancelled=cancelled, method=self.method,
-            compiler=getattr(self.target.__dict__.get("_tick_cache"), "last", ""))
+            compiler=getattr(self.target.__dict__.get("_tick_cache"), "last", "")
+            if self.method == "nuts" else "")

@@ -96,7 +96,8 @@ def uturn_update(z: Tensor, p: Tensor, v: Tensor, div: Tensor, running: Tensor,
                  psum: Tensor, ck_a: Tensor, ck_v: Tensor, store: Tensor, check: Tensor,
                  direction: Tensor, momentum: bool):
     """Store this leaf's checkpoint and stop the chains whose leaf diverged (`div`) or
-    one of whose sub-subtrees ending here turns (see `tick.py`).
+    one of whose sub-subtrees ending here turns (see `tick.py`).  Traced into the
+    Inductor tick; the same tests as `turning_rho` and `turning`, on every slot.
 
     `ck_a`, `ck_v` are `(K, C, D)` checkpoint stacks; `store` `(K, 1, 1)` marks the slot
     this leaf goes to, `check` `(K, 1)` the slots to test.  With `momentum` (generalised
@@ -109,12 +110,12 @@ def uturn_update(z: Tensor, p: Tensor, v: Tensor, div: Tensor, running: Tensor,
         ck_v = torch.where(store, v, ck_v)
         psum = psum + p
         rho = psum - ck_a
-        turns = torch.minimum((ck_v * rho).sum(-1), (v * rho).sum(-1)) <= 0
+        turns = ((ck_v * rho).sum(-1) <= 0) | ((v * rho).sum(-1) <= 0)
     else:
         ck_a = torch.where(store, z, ck_a)
         ck_v = torch.where(store, v, ck_v)
         dz = (z - ck_a) * direction
-        turns = torch.minimum((dz * ck_v).sum(-1), (dz * v).sum(-1)) < 0
+        turns = ((dz * ck_v).sum(-1) < 0) | ((dz * v).sum(-1) < 0)
     stop = div | (turns & check).any(0)
     return psum, ck_a, ck_v, running & ~stop
 
@@ -131,8 +132,7 @@ def _script(fn):
 class _Lazy:
     """Scripts every function on first use (keeps `import` cheap)."""
 
-    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho",
-              "uturn_update")
+    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho")
 
     def __init__(self):
         self._done = False
