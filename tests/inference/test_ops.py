@@ -11,8 +11,9 @@ from qvr.inference import diagnostics as dg
 from qvr.inference.mcmc.adaptation import (DualAveraging, Welford, mass_update_points,
                                            warmup_schedule)
 from qvr.inference.mcmc.integrator import MassMatrix, leapfrog
-from qvr.inference.mcmc.nuts import NUTSKernel, checkpoint_range
+from qvr.inference.mcmc.nuts import NUTSKernel
 from qvr.inference.mcmc.ops import turning_rho
+from qvr.inference.mcmc.tick import checkpoint_range
 
 PREC = torch.tensor([[2.0, 0.6], [0.6, 1.0]])
 

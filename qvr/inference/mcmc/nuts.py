@@ -38,9 +38,10 @@ exactly the multinomial over the subtree's leaves that the recursive merge produ
 the U-turn checks of the sub-subtrees ending at leaf `n` use checkpoints stored at even
 leaves, indexed by bit counts of `n` (NumPyro's iterative scheme).  All `C` chains advance
 in lockstep: leaf `n` of depth `j` is one batched gradient evaluation for every chain that
-is still building; finished chains are masked.  A leaf and its U-turn checks are one
-compiled call (`tick.py`: TorchScript, or an Inductor C++ kernel on long runs), so the
-Python overhead per leaf is one call and one test, independent of the number of chains.
+is still building; finished chains are masked.  A leaf is one compiled call (`tick.py`:
+a TorchScript leaf with the U-turn checks in Python, or, on long runs, leaf and checks as
+one Inductor C++ kernel), so the Python overhead per leaf is independent of the number of
+chains.
 
 References:
   Hoffman & Gelman (2014), The No-U-Turn Sampler, JMLR 15.
@@ -55,7 +56,6 @@ import torch
 
 from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc.ops import fused
-from qvr.inference.mcmc.tick import checkpoint_range  # noqa: F401  (re-exported)
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Transition
 
 
@@ -123,23 +123,24 @@ class NUTSKernel(HMCBase):
         thr = self.divergence_threshold
         setting = ticks.resolve_compiler(self.compiler)
         cache = ticks.TickCache.of(target)
+        tick = cache.get(target, z0, dense, thr, momentum, K)
         want = setting == "inductor"
         if setting == "auto":
             # reconsidered at fixed iterations from the ticks taken since the last
             # probe (never from a clock: a seeded run stays reproducible)
             if state.i == 0:
                 cache.probe = (0, target.num_evals)
-            elif ticks.is_probe(state.i):
+            elif ticks.is_probe(state.i) and tick.backend == "torchscript":
                 i0, evals0 = cache.probe
                 cache.probe = (state.i, target.num_evals)
                 per_iter = (target.num_evals - evals0) / max(state.i - i0, 1)
                 left = per_iter * (state.num_warmup + state.num_samples - state.i)
-                current = cache.get(target, z0, dense, thr, momentum, K)
-                if current.backend == "torchscript":
-                    want = ticks.worth_compiling(current.num_ops, left)
-                    if not want and ticks.worth_compiling(current.num_ops, 3 * left):
-                        ticks.prewarm()  # a head start for a compile that may come
-        return cache.get(target, z0, dense, thr, momentum, K, want_inductor=want)
+                want = ticks.worth_compiling(tick.num_ops, left)
+                if not want and ticks.worth_compiling(tick.num_ops, 3 * left):
+                    ticks.prewarm()  # a head start for a compile that may come
+        if want and tick.backend == "torchscript":
+            tick = cache.get(target, z0, dense, thr, momentum, K, want_inductor=True)
+        return tick
 
     def _transition(self, state: HMCState, target) -> Transition:
         mass = state.mass

@@ -72,6 +72,8 @@ INDUCTOR_TICK_S = 45e-6
 COMPILE_COST_S = 11.0
 #: compile only when the estimated saving exceeds the cost by this factor
 MARGIN = 1.2
+#: the first probe iteration
+PROBE_START = 50
 
 
 def checkpoint_range(n: int) -> tuple[int, int]:
@@ -208,6 +210,7 @@ class InductorTick:
 
     def __init__(self, compiled, K: int, device):
         self._compiled = compiled
+        self._first = True
         self._K, self._device = K, device
         self._masks = {}
 
@@ -228,11 +231,14 @@ class InductorTick:
         out = self._compiled([z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
                               sub_w, sz, sg, slp, sh, u, psum, ck_a, ck_v, store, check,
                               direction])
-        # after the first call (which closes Inductor's compile-time bookkeeping) call the
-        # generated function itself: the wrapper costs ~10% of a small model's tick
-        raw = getattr(self._compiled, "current_callable", None)
-        if callable(raw):
-            self._compiled = raw
+        if self._first:
+            # after the first call (which closes Inductor's compile-time bookkeeping)
+            # call the generated function itself: the wrapper costs ~10% of a small
+            # model's tick
+            self._first = False
+            raw = getattr(self._compiled, "current_callable", None)
+            if callable(raw):
+                self._compiled = raw
         return out
 
 
@@ -259,11 +265,6 @@ def example_inputs(z0: torch.Tensor, g0: torch.Tensor, dense: bool, K: int) -> t
             rnd(K, C, D), rnd(K, C, D), store, check, f(C, 1) + 1)
 
 
-def leaf_inputs(example: tuple) -> tuple:
-    """The leaf's 16 inputs among a tick's example inputs."""
-    return example[:16]
-
-
 def traced_leaf(density, z0: torch.Tensor, dense: bool, thr: float):
     """The leaf around a compiled `density` traced into one TorchScript graph, or None."""
     fn = leaf_function(density, True, dense, thr)
@@ -277,7 +278,7 @@ def traced_leaf(density, z0: torch.Tensor, dense: bool, thr: float):
             return fn(*args)
 
     g0, _ = density(z0)
-    example = leaf_inputs(example_inputs(z0, torch.nan_to_num(g0), dense, 1))
+    example = example_inputs(z0, torch.nan_to_num(g0), dense, 1)[:16]  # the leaf's 16
     state = torch.get_rng_state()
     try:
         with warnings.catch_warnings():
@@ -385,10 +386,6 @@ def is_probe(i: int) -> bool:
     400, ... (fixed, so the decision depends on the run's draws only)."""
     return i >= PROBE_START and i % PROBE_START == 0 and (i // PROBE_START) & \
         (i // PROBE_START - 1) == 0
-
-
-#: the first probe iteration
-PROBE_START = 50
 
 _prewarm_thread = None
 
