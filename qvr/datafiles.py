@@ -1,0 +1,202 @@
+"""Data files that ship with programs: where they are and how they read (numpy only).
+
+Convention: the data of ``DIR/NAME.qvr`` is ``DIR/data/NAME.json`` (else
+``DIR/data/NAME.npz``), and its vocabulary, for token programs, ``DIR/data/NAME.vocab.json``.
+
+* A data file maps names to arrays: observed site names and host-data names of the
+  program's first export, ``x`` for the program input, and ``from_data/KEY`` for the
+  tensor of an ``observed`` morphism's ``from_data("KEY")`` initializer (given to
+  ``qvr.load(path, data=...)``, not to the fit; `split_relations` separates them).
+  JSON values are numbers or rectangular nested lists of numbers; a list of strings
+  is kept as a string array (host data such as the `tokens` a deduction parses).
+* A vocabulary is a JSON list of strings: index = token id, value = the character or word
+  it stands for (special tokens spelled ``<eos>``).
+
+`load_data` also reads ``.pt`` files when torch is importable (torch is never imported
+at module import).  Every problem is a `DataFileError` whose message names the file, the
+key when there is one, and the cause.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+
+__all__ = ["DataFileError", "RELATION_PREFIX", "find_data", "find_vocab", "load_data",
+           "load_vocab", "split_relations"]
+
+DATA_DIR = "data"
+DATA_SUFFIXES = (".json", ".npz")  # searched in this order
+VOCAB_SUFFIX = ".vocab.json"
+RELATION_PREFIX = "from_data/"
+
+PathLike = Union[str, Path]
+
+
+class DataFileError(ValueError):
+    """A data or vocabulary file that cannot be used (the message says which and why)."""
+
+
+def find_data(program_path: PathLike) -> Optional[Path]:
+    """``<program dir>/data/<stem>.json`` (else ``.npz``) if it exists, else None."""
+    p = Path(program_path)
+    for suffix in DATA_SUFFIXES:
+        candidate = p.parent / DATA_DIR / (p.stem + suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def find_vocab(program_path: PathLike) -> Optional[Path]:
+    """``<program dir>/data/<stem>.vocab.json`` if it exists, else None."""
+    p = Path(program_path)
+    candidate = p.parent / DATA_DIR / (p.stem + VOCAB_SUFFIX)
+    return candidate if candidate.is_file() else None
+
+
+def load_vocab(path: PathLike) -> list[str]:
+    """The token strings of a vocabulary file, by token id."""
+    obj = _read_json(Path(path))
+    if not isinstance(obj, list):
+        raise DataFileError(f"{path}: a vocabulary must be a JSON list of strings "
+                            f"(index = token id), found {_kind(obj)}")
+    for i, tok in enumerate(obj):
+        if not isinstance(tok, str):
+            raise DataFileError(f"{path}: token id {i}: expected a string, found {_kind(tok)}")
+    return list(obj)
+
+
+def load_data(path: PathLike) -> dict[str, np.ndarray]:
+    """Arrays by name from a ``.json``, ``.npz`` or ``.pt`` data file."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        obj = _read_json(p)
+        if not isinstance(obj, dict):
+            raise DataFileError(f"{p}: expected a JSON object mapping names to arrays, "
+                                f"found {_kind(obj)}")
+        return {str(k): _json_array(v, p, str(k)) for k, v in obj.items()}
+    if suffix == ".npz":
+        try:
+            with np.load(p, allow_pickle=False) as f:
+                keys = list(f.files)
+                out = {}
+                for k in keys:
+                    try:
+                        out[k] = f[k]
+                    except ValueError as exc:  # object arrays need pickle
+                        raise DataFileError(f"{p}: key `{k}`: cannot read the array ({exc})") \
+                            from None
+                return out
+        except DataFileError:
+            raise
+        except Exception as exc:
+            raise DataFileError(f"{p}: cannot read: {exc}") from None
+    if suffix == ".pt":
+        return _load_pt(p)
+    raise DataFileError(f"{p}: unknown data format `{p.suffix or '(no suffix)'}` "
+                        "(expected .json, .npz or .pt)")
+
+
+def split_relations(data: dict) -> tuple[dict, dict]:
+    """`(relations, rest)`: the ``from_data/KEY`` entries as ``{KEY: array}`` (for
+    ``qvr.load(path, data=relations)``) and everything else (for the fit)."""
+    relations, rest = {}, {}
+    for k, v in data.items():
+        if k.startswith(RELATION_PREFIX):
+            relations[k[len(RELATION_PREFIX):]] = v
+        else:
+            rest[k] = v
+    return relations, rest
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _read_json(p: Path):
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFileError(f"{p}: cannot read: {_os_cause(exc)}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataFileError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+def _os_cause(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _kind(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return f"the number {v!r}"
+    if isinstance(v, str):
+        return f"the string {v!r}"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def _json_array(value, p: Path, key: str) -> np.ndarray:
+    leaves: list = []
+    _shape(value, (), leaves, p, key)
+    strings = [w for w, leaf in leaves if isinstance(leaf, str)]
+    if strings and len(strings) != len(leaves):
+        where = next(w for w, leaf in leaves if not isinstance(leaf, str))
+        raise DataFileError(f"{p}: key `{key}`: mixes strings and numbers (a number at "
+                            f"{_where(where)}, a string at {_where(strings[0])})")
+    if strings:
+        return np.array(value, dtype=str)
+    return np.array(value)
+
+
+def _shape(v, where: tuple, leaves: list, p: Path, key: str) -> tuple:
+    if isinstance(v, list):
+        shapes = [_shape(e, where + (i,), leaves, p, key) for i, e in enumerate(v)]
+        for i, s in enumerate(shapes[1:], 1):
+            if s != shapes[0]:
+                raise DataFileError(
+                    f"{p}: key `{key}`: ragged lists: {_where(where + (0,))} has shape "
+                    f"{shapes[0]} but {_where(where + (i,))} has shape {s} "
+                    "(every row must have the same length)")
+        return (len(v),) + (shapes[0] if shapes else ())
+    if isinstance(v, (bool, int, float, str)):
+        leaves.append((where, v))
+        return ()
+    raise DataFileError(f"{p}: key `{key}`: non-numeric value {_kind(v)} at {_where(where)}")
+
+
+def _where(where: tuple) -> str:
+    return "[" + ", ".join(str(i) for i in where) + "]" if where else "the top level"
+
+
+def _load_pt(p: Path) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError:
+        raise DataFileError(f"{p}: reading .pt files needs torch, which is not "
+                            "installed") from None
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise DataFileError(f"{p}: cannot read: {_os_cause(exc)}") from None
+    if not isinstance(obj, dict):
+        raise DataFileError(f"{p}: expected a mapping from names to tensors, "
+                            f"found {type(obj).__name__}")
+    out = {}
+    for k, v in obj.items():
+        try:
+            out[str(k)] = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) \
+                else np.asarray(v)
+        except Exception as exc:
+            raise DataFileError(f"{p}: key `{k}`: not an array ({exc})") from None
+    return out
