@@ -6,14 +6,20 @@ per-class log-likelihoods: grouped blocks (`over=G`) scatter each row into its g
 `(|G|, K)` table, plain blocks use one latent per row when the prior has a leading row
 axis and one shared latent otherwise; the `reduction` (logsumexp, sum, mean) combines the
 classes.  The result is recorded as the deterministic entry `_marg_<c>` and added to the
-log joint.  Forward sampling of a block is not supported (it binds nothing visible after
-the block, so `rsample` skips it).
+log joint.
+
+Forward sampling (a body observe not supplied, as in `trace(model, x)`): the coordinate is
+drawn from its prior — one class per group (grouped), per row (a prior with a row axis) or
+one for the whole body — and the body runs once with it, drawing every unsupplied observe
+(the generative semantics).  The drawn values are recorded as `observe` entries (so that
+synthetic data holds them) and, when the frame scores, the block's contribution is the exact
+marginal at those values.  Under `require_all` (`log_joint`) missing values stay an error.
 """
 from __future__ import annotations
 
 import torch
 
-from qvr.runtime.errors import ObservationShapeError
+from qvr.runtime.errors import MissingValueError, ObservationShapeError
 from qvr.runtime.frame import SiteRecord
 from qvr.runtime.steps import LetStep, MarginalizeStep, SiteStep
 from qvr.runtime.values import as_index, coerce_family_value, eval_value
@@ -25,9 +31,8 @@ _MARGINAL_REDUCTIONS = {
 }
 
 
-def run_marginalize(program, step: MarginalizeStep, frame):
-    if not frame.score:
-        return  # nothing it binds is visible after the block (spec 5.6)
+def _log_prior(program, step: MarginalizeStep, frame) -> torch.Tensor:
+    """`log pi`: `(K,)`, `(N, K)` or `(|G|, K)` (spec 5.6)."""
     args = program._arg_values(step.args, frame)
     p = args[0]
     if step.family == "Categorical":
@@ -42,9 +47,25 @@ def run_marginalize(program, step: MarginalizeStep, frame):
             "the class set of a grouped marginalize must match its probabilities",
             site=step.name, expected=f"{step.classes} classes (the annotation)",
             actual=f"{K} entries on the last axis of the prior probabilities")
+    return log_pi
+
+
+def _missing_body_sites(step: MarginalizeStep, values) -> list:
+    return [s.name for s in step.body if isinstance(s, SiteStep) and s.name not in values]
+
+
+def run_marginalize(program, step: MarginalizeStep, frame):
+    values = frame.values
+    if not frame.require_all and _missing_body_sites(step, values):
+        drawn = forward_marginalize(program, step, frame)
+        values = {**values, **drawn}
+    if not frame.score:
+        return  # nothing it binds is visible after the block (spec 5.6)
+    log_pi = _log_prior(program, step, frame)
+    K = log_pi.shape[-1]
     per_class = []  # per class: list of (contribution, via index or None)
     for k in range(K):
-        sub = _SubFrame(frame)
+        sub = _SubFrame(frame, values)
         sub.env[step.name] = torch.tensor(k, device=frame.device)
         for s in step.body:
             _run_body_step(program, s, sub)
@@ -89,6 +110,67 @@ def run_marginalize(program, step: MarginalizeStep, frame):
     program._record(frame, SiteRecord(step.site_name, "marginalize", contribution, lp,
                                    contribution, is_deterministic=True))
 
+def forward_marginalize(program, step: MarginalizeStep, frame) -> dict:
+    """Draw the coordinate from its prior, then run the body once with it, drawing every
+    body observe that is not supplied; returns the drawn values (and records them)."""
+    from qvr.runtime.families import draw
+    with torch.no_grad():
+        log_pi = _log_prior(program, step, frame).detach()
+    K = log_pi.shape[-1]
+    c = torch.distributions.Categorical(logits=log_pi).sample()  # (), (N,) or (|G|,)
+    if step.group_size is not None and c.dim() == 0:
+        c = c.expand(step.group_size)
+    sub = _SubFrame(frame, frame.values)
+    drawn = {}
+
+    def bind_class(via_step):
+        if step.group_size is None:
+            sub.env[step.name] = c
+            return
+        if via_step is None or via_step.via is None:
+            raise ObservationShapeError(
+                "a grouped marginalize needs `via=` on its body observes to draw them",
+                site=step.name, expected="`via=idx` mapping rows to groups",
+                actual="no via")
+        kind, ref = via_step.via
+        idx = sub.env[ref] if kind == "local" else sub.host(ref)
+        idx = as_index(idx, step.group_size, who=f"via of `{step.name}`", what="group index")
+        sub.env[step.name] = c[idx]
+
+    first_site = next((s for s in step.body if isinstance(s, SiteStep)), None)
+    for s in step.body:
+        if isinstance(s, LetStep):
+            bind_class(first_site)
+            sub.env[s.name] = s.fn(sub, {})
+            continue
+        if not isinstance(s, SiteStep):
+            raise NotImplementedError(f"step {type(s).__name__} inside a marginalize block")
+        bind_class(s)
+        module = getattr(program, s.module_name)
+        given = s.name in sub.values
+        if s.family is None:
+            inp = program._morph_input(s, sub)
+            value = sub.values[s.name] if given else module.rsample(inp)
+            dist, support = None, getattr(module, "support", None)
+        else:
+            dist = module.distribution(program._arg_values(s.args, sub))
+            support = dist.support
+            if given:
+                value = coerce_family_value(dist, sub.values[s.name], s, sub)
+            else:
+                # one value per row: a shape made of global arguments gets `B` rows
+                value = draw(dist, torch.Size([frame.B]) if dist.batch_shape == torch.Size()
+                             else torch.Size())
+        sub.env[s.name] = value
+        frame.env[s.name] = value
+        if not given:
+            drawn[s.name] = value
+            program._record(frame, SiteRecord(s.name, "observe", value, None, None,
+                                              s.site_kind, module, dist, support, False,
+                                              False))
+    return drawn
+
+
 def _run_body_step(program, s, sub):
     if isinstance(s, LetStep):
         v = s.fn(sub, {})
@@ -98,9 +180,11 @@ def _run_body_step(program, s, sub):
         return
     if isinstance(s, SiteStep):
         if s.name not in sub.values:
-            raise NotImplementedError(
-                f"program `{program.label}`: `{s.name}` inside the marginalize block must be "
-                "supplied (forward sampling of marginalized blocks is not supported)")
+            raise MissingValueError(
+                f"no value supplied for `{s.name}`", site=s.name,
+                expected="a value for every sample and observe site: " +
+                ", ".join(f"`{n}`" for n in program.site_names), actual="missing",
+                name=s.name)
         module = getattr(program, s.module_name)
         value = sub.values[s.name]
         if s.family is None:
@@ -123,10 +207,12 @@ def _run_body_step(program, s, sub):
 class _SubFrame:
     """A frame for one class of a marginalize block: own env layer, shared inputs."""
 
-    def __init__(self, parent: Frame):
+    def __init__(self, parent, values=None):
         self.parent = parent
-        self.env = dict(parent.env)
-        self.values = parent.values
+        env = parent.env
+        # a dependency-tracking environment (qvr.inference.enumerate) stays tracking
+        self.env = env.child() if hasattr(env, "child") else dict(env)
+        self.values = parent.values if values is None else values
         self.x = parent.x
         self.B = parent.B
         self.device = parent.device

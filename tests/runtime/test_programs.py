@@ -245,11 +245,19 @@ def test_grouped_marginalize_checks_the_class_set():
     assert ei.value.actual == "2 entries on the last axis of the prior probabilities"
 
 
-def test_marginalize_block_is_skipped_by_rsample_and_needs_data_in_trace():
+def test_marginalize_block_draws_its_body_forward_when_not_supplied():
     prog = qvr.loads(ZIP).morphism
     assert prog.rsample(torch.zeros(4, 1), observations={"ones": torch.ones(4)}).shape == ()
-    with pytest.raises(NotImplementedError, match="must be supplied"):
-        prog.execute(torch.zeros(4, 1), {"ones": torch.ones(4)})
+    torch.manual_seed(0)
+    ex = prog.execute(torch.zeros(4, 1), {"ones": torch.ones(4)})
+    count = ex.sites["count"].value
+    assert ex.sites["count"].step == "observe" and count.shape == (4,)
+    assert count.dtype == torch.int64
+    values = {"rate": ex.sites["rate"].value, "pz": ex.sites["pz"].value, "count": count,
+              "ones": torch.ones(4)}
+    assert torch.allclose(ex.log_joint, prog.log_joint(torch.zeros(4, 1), values))
+    with pytest.raises(Exception, match="no value supplied for `count`"):
+        prog.log_joint(torch.zeros(4, 1), {k: v for k, v in values.items() if k != "count"})
 
 
 def test_let_expressions_factor_and_builtins():
