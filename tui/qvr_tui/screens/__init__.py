@@ -1,0 +1,1 @@
+"""The dashboard's screens and panes, one module each (`program.py`: `ProgramPane`)."""
