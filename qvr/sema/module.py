@@ -23,6 +23,8 @@ from qvr.sema.resolve import resolve_type
 from qvr.sema.symbols import DeductionSym, UnknownSym
 from qvr.sema.types import MorType
 from qvr.syntax import ast as A
+from qvr.syntax import errors as SE
+from qvr.syntax.depth import MAX_DEPTH
 from qvr.syntax.parser import ParsedChunk
 from qvr.text import Span
 
@@ -53,18 +55,31 @@ _CHECKERS = {
 }
 
 
+def _bind_unknown(ctx: DeclContext, parsed: ParsedChunk) -> None:
+    """A statement with a syntax error: register its readable name as unknown (11.2)."""
+    if parsed.name is not None:
+        ns = "type" if parsed.keyword == "object" else "value"
+        existing = ctx.object(parsed.name.text) if ns == "type" else ctx.value(parsed.name.text)
+        if existing is None:
+            ctx.bind(ns, parsed.name.text, UnknownSym(parsed.name.text, ns), parsed.name.span)
+
+
 def check_one(env: Env, index: int, text: str, parsed: ParsedChunk) -> DeclResult:
     ctx = DeclContext(env, index, text)
     decl = parsed.decl
     if decl is None:
-        # a statement with a syntax error: register its readable name as unknown (11.2)
-        if parsed.name is not None:
-            ns = "type" if parsed.keyword == "object" else "value"
-            existing = ctx.object(parsed.name.text) if ns == "type" else ctx.value(parsed.name.text)
-            if existing is None:
-                ctx.bind(ns, parsed.name.text, UnknownSym(parsed.name.text, ns), parsed.name.span)
+        _bind_unknown(ctx, parsed)
         return ctx.result()
-    _CHECKERS[type(decl)](ctx, decl)
+    try:
+        _CHECKERS[type(decl)](ctx, decl)
+    except RecursionError:
+        # The parser keeps trees within MAX_DEPTH, which the checker handles with room to
+        # spare; this is the net for a caller that is itself deep in the stack: the
+        # statement is reported like one nested too deeply and the others are checked.
+        ctx = DeclContext(env, index, text)
+        _bind_unknown(ctx, parsed)
+        start = decl.span.start
+        ctx.report(SE.nested_too_deeply(Span(start, start + len(parsed.keyword or " ")), MAX_DEPTH))
     return ctx.result()
 
 

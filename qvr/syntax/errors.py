@@ -110,6 +110,12 @@ def reserved_word(span: Span, word: str) -> Diagnostic:
     return error("QVR009", span, f"`{word}` is a reserved word and cannot be used as a name")
 
 
+def nested_too_deeply(span: Span, limit: int) -> Diagnostic:
+    """QVR010 on the first token of the construct that goes past the nesting limit."""
+    return error("QVR010", span, f"this statement is nested too deeply (more than {limit} levels of "
+                 "brackets, calls, blocks and chained operators); name parts of it with `let`")
+
+
 def outside_core(span: Span, construct: str, plural: bool = False) -> Diagnostic:
     """QVR900; `construct` is a noun phrase ("`signature` declarations", "family `VonMises`")."""
     verb = "are" if plural else "is"

@@ -2,7 +2,8 @@
 
 `parse_chunk` parses one top-level statement (see `qvr.syntax.chunks`) with lark's LALR
 parser and the layout post-lexer, lowers the tree to `qvr.syntax.ast`, and turns lark's
-exceptions into curated diagnostics (QVR001-QVR009, QVR900).  Results are memoised by
+exceptions into curated diagnostics (QVR001-QVR010, QVR900); a statement nested deeper than
+`qvr.syntax.depth.MAX_DEPTH` becomes QVR010 and no tree, so no later pass recurses on it.  Results are memoised by
 chunk text, which is what makes re-parsing after an edit cheap.  `parse_module` is the
 whole-file convenience used by tests and tools that do not need incrementality.
 """
@@ -22,6 +23,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from qvr.syntax import ast as A
 from qvr.syntax import errors as E
 from qvr.syntax.chunks import Chunk, split
+from qvr.syntax.depth import MAX_DEPTH, too_deep
 from qvr.syntax.layout import Layout
 from qvr.syntax.lower import ToAst
 from qvr.text import Span
@@ -291,6 +293,10 @@ def _parse_uncached(clean: str, kind: str, stmt_at: int, chunk_diags: tuple) -> 
         err = E.syntax_error(Span(max(len(clean.rstrip()) - 1, 0), len(clean.rstrip())), [], "end of input")
     except UnexpectedInput as exc:  # pragma: no cover - defensive
         err = E.syntax_error(Span(0, 1), [], str(exc))
+    if decl is not None:
+        deep = too_deep(decl)
+        if deep is not None:  # the whole statement is dropped, as after a syntax error
+            err = E.nested_too_deeply(_token_span(source, deep.span.start), MAX_DEPTH)
     # reserved words lexed as names in name positions
     reserved = [t for t in layout.tokens if t.type == "NAME" and str(t) in RESERVED_WORDS]
     problems = list(layout.diagnostics)

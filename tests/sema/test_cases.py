@@ -15,6 +15,7 @@ CASES = sorted((Path(__file__).parent / "cases").glob("*.qvr"))
 GOLDEN = Path(__file__).parent / "golden"
 CATALOGUE = {
     "QVR001", "QVR002", "QVR003", "QVR004", "QVR005", "QVR006", "QVR007", "QVR008", "QVR009",
+    "QVR010",
     "QVR101", "QVR102", "QVR103", "QVR104", "QVR105", "QVR106", "QVR107", "QVR108", "QVR109",
     "QVR110", "QVR112", "QVR201", "QVR202", "QVR203", "QVR204", "QVR205", "QVR206", "QVR207",
     "QVR301", "QVR302", "QVR303", "QVR304", "QVR305", "QVR306", "QVR307", "QVR308", "QVR309",
