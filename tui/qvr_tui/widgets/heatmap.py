@@ -203,7 +203,7 @@ class Heatmap(Widget):
         segs.append(Segment(f" max {hi:.3g}", base))
         fr, fc = self.factors
         if fr > 1 or fc > 1:
-            segs.append(Segment(f"  (means of {fr}x{fc} blocks)", base + Style(dim=True)))
+            segs.append(Segment(f"  {fr}x{fc} means", base + Style(dim=True)))
         return Strip(segs).adjust_cell_length(width, base)
 
     def _column_labels(self, width: int, base: Style, label_w: int) -> Strip:
