@@ -2,7 +2,9 @@
 
 Turns the `_NL` tokens of the lexer into NEWLINE / INDENT / DEDENT, joins lines inside
 brackets and records layout errors (QVR005 inconsistent dedent, QVR008 unbalanced
-brackets) as diagnostics instead of raising, recovering as the spec says.  Block-header
+brackets) as diagnostics instead of raising, recovering as the spec says.  The one
+exception it raises is `TooDeep` (brackets or blocks nested past `MAX_DEPTH`), which the
+parser turns into QVR010.  Block-header
 legality (QVR006/QVR007) is left to the grammar: an INDENT the grammar does not expect is
 reported by the parser.
 """
@@ -11,6 +13,16 @@ from __future__ import annotations
 from lark import Token
 
 from qvr.syntax import errors as E
+from qvr.syntax.depth import MAX_DEPTH
+
+
+class TooDeep(Exception):
+    """Raised out of the parse when brackets or blocks nest deeper than `MAX_DEPTH`: the
+    statement is too deep anyway, so a hostile line is not lexed and parsed to its end."""
+
+    def __init__(self, tok: Token):
+        super().__init__(tok)
+        self.token = tok
 
 OPEN = {"LPAR": ")", "LSQB": "]", "LBRACE": "}", "PRAGMA_OPEN": "]"}
 CLOSE = {"RPAR": ")", "RSQB": "]", "RBRACE": "}"}
@@ -81,6 +93,8 @@ class Layout:
                 yield tok
                 if indent > stack[-1]:
                     stack.append(indent)
+                    if len(stack) > MAX_DEPTH:
+                        raise TooDeep(self._make("_INDENT", line_at, tok))
                     blocks.append([line_at, 1])
                     ind = self._make("_INDENT", line_at, tok)
                     tokens.append(ind)
@@ -104,6 +118,8 @@ class Layout:
                 continue
             if t in OPEN:
                 brackets.append(tok)
+                if len(brackets) > MAX_DEPTH:
+                    raise TooDeep(tok)
             elif t in CLOSE:
                 if not brackets:
                     self.diagnostics.append(E.unmatched_bracket(tok))

@@ -24,7 +24,7 @@ from qvr.syntax import ast as A
 from qvr.syntax import errors as E
 from qvr.syntax.chunks import Chunk, split
 from qvr.syntax.depth import MAX_DEPTH, too_deep
-from qvr.syntax.layout import Layout
+from qvr.syntax.layout import Layout, TooDeep
 from qvr.syntax.lower import ToAst
 from qvr.text import Span
 
@@ -293,6 +293,8 @@ def _parse_uncached(clean: str, kind: str, stmt_at: int, chunk_diags: tuple) -> 
         err = E.syntax_error(Span(max(len(clean.rstrip()) - 1, 0), len(clean.rstrip())), [], "end of input")
     except UnexpectedInput as exc:  # pragma: no cover - defensive
         err = E.syntax_error(Span(0, 1), [], str(exc))
+    except TooDeep as exc:  # the layout pass stopped at the bracket or block too many
+        err = E.nested_too_deeply(_token_span(source, exc.token.start_pos), MAX_DEPTH)
     if decl is not None:
         deep = too_deep(decl)
         if deep is not None:  # the whole statement is dropped, as after a syntax error
