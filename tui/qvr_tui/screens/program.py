@@ -95,8 +95,9 @@ class ProgramPane(Vertical):
         self.query_one(HoverPanel).show(None)
         if self.load_error is not None:
             self.query_one(HoverPanel).update(Text(self.load_error))
-        if self.watch:
-            self.run_worker(self._watch(), group="program-watch", exclusive=True, exit_on_error=False)
+        if self.watch:  # after the first paint: importing watchfiles (anyio) costs ~0.1 s
+            self.call_after_refresh(self.run_worker, self._watch(), group="program-watch", exclusive=True,
+                                    exit_on_error=False)
 
     def _blocked(self) -> bool:
         return self.load_error is not None or self.model.has_errors
