@@ -15,6 +15,9 @@ Estimators: ``None``/``"reparam"`` (the spec's default) and ``"stl"`` (sticking 
 landing: the guide's density is evaluated with gradient-free parameters, which removes the
 score term's variance near the optimum; same expectation).
 
+Finite latent sites are summed out of `log_joint` exactly (`qvr.inference.enumerate`):
+the guide covers the continuous latents only, as with Pyro's `TraceEnum_ELBO`.
+
 References:
   Kingma & Welling (2014), Auto-Encoding Variational Bayes.
   Roeder, Wu & Duvenaud (2017), Sticking the Landing.
@@ -22,6 +25,8 @@ References:
 from __future__ import annotations
 
 import torch
+
+from qvr.inference.enumerate import enumerated_total
 
 _ESTIMATORS = (None, "reparam", "stl")
 
@@ -53,6 +58,8 @@ class ELBO:
         observations = dict(observations or {})
         model = getattr(model, "morphism", model) if not hasattr(model, "log_joint") else model
         K = self.num_particles
+        from qvr.inference.enumerate import prepare
+        prepare(model, x, observations)  # finite latents: the structure, outside vmap
         if K > 1 and self.vectorize and not self._vmap_failed:
             try:
                 return self._vectorized(model, guide, x, observations)
@@ -69,7 +76,7 @@ class ELBO:
         total = None
         for _ in range(K):
             z = guide.rsample(x, observations)
-            lp = model.log_joint(x, {**z, **observations}).sum()
+            lp = enumerated_total(model, x, {**z, **observations})
             lq = guide.log_prob(x, z, detach_params=self.estimator == "stl")
             if K == 1:
                 return lq - lp  # -(lp - lq) / 1, in one operation (the same value)
@@ -83,7 +90,7 @@ class ELBO:
         lq = guide.log_prob(x, z, batch_ndims=1, detach_params=self.estimator == "stl")
 
         def one(values):
-            return model.log_joint(x, {**values, **observations}).sum()
+            return enumerated_total(model, x, {**values, **observations})
 
         lp = vmap(one, randomness="same")(z)
         return -(lp - lq).mean()

@@ -23,7 +23,8 @@ with the gradient by autograd.  A `Target` evaluates it for `C` chains at once,
 
 Failures follow the spec: an evaluation that raises `ValueError`/`RuntimeError`, or a
 non-finite value, gives `-inf` and a zero gradient; non-finite gradient entries become 0.
-This module holds no sampler logic.
+Finite latent sites are not coordinates of `z`: they are summed out of `log_joint` exactly
+(`qvr.inference.enumerate`, built when the target is).  This module holds no sampler logic.
 """
 from __future__ import annotations
 
@@ -119,7 +120,11 @@ def _per_chain(fn: Callable, z: torch.Tensor) -> tuple:
 
 
 def _total(model, x, values) -> torch.Tensor:
-    """`log_joint(x, values).sum()`, without row attribution when the program offers it."""
+    """`log_joint(x, values).sum()`, without row attribution when the program offers it;
+    finite latents absent from `values` summed out (`qvr.inference.enumerate`)."""
+    if getattr(model, "_qvr_enum_cache", None):
+        from qvr.inference.enumerate import enumerated_total
+        return enumerated_total(model, x, values)
     total = getattr(model, "log_joint_total", None)
     if total is not None:
         return total(x, values)
@@ -142,6 +147,10 @@ class ProgramTarget(Target):
         self.x = x
         self.observations = dict(observations or {})
         self.registry = build_registry(model, x, self.observations)
+        from qvr.inference.enumerate import prepare
+        # finite latents are summed out of the density; their structure is built here,
+        # outside vmap, so that an impossible enumeration raises now (not -inf later)
+        self.enumeration = prepare(model, x, self.observations)
         self.dim = self.registry.dim
         self.vectorize = vectorize
         self.compile = compile
