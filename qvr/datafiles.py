@@ -7,8 +7,10 @@ Convention: the data of ``DIR/NAME.qvr`` is ``DIR/data/NAME.json`` (else
   program's first export, ``x`` for the program input, and ``from_data/KEY`` for the
   tensor of an ``observed`` morphism's ``from_data("KEY")`` initializer (given to
   ``qvr.load(path, data=...)``, not to the fit; `split_relations` separates them).
-  JSON values are numbers or rectangular nested lists of numbers; a list of strings
-  is kept as a string array (host data such as the `tokens` a deduction parses).
+  JSON values are numbers or rectangular nested lists of numbers (integers are read as
+  int64, other numbers as float32, torch's default dtype); a list of strings is kept as
+  a string array (host data such as the `tokens` a deduction parses).  ``.npz`` arrays
+  keep their stored dtype.
 * A vocabulary is a JSON list of strings: index = token id, value = the character or word
   it stands for (special tokens spelled ``<eos>``).
 
@@ -156,7 +158,10 @@ def _json_array(value, p: Path, key: str) -> np.ndarray:
                             f"{_where(where)}, a string at {_where(strings[0])})")
     if strings:
         return np.array(value, dtype=str)
-    return np.array(value)
+    arr = np.array(value)
+    # JSON numbers are decimal text: floats become float32, torch's default dtype (the
+    # runtime computes in it; a float64 input would not meet float32 parameters)
+    return arr.astype(np.float32) if arr.dtype.kind == "f" else arr
 
 
 def _shape(v, where: tuple, leaves: list, p: Path, key: str) -> tuple:

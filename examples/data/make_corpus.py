@@ -1,0 +1,214 @@
+"""Generate the text corpora of the token examples, and their vocabularies.
+
+    python examples/data/make_corpus.py        # rewrites the files below (deterministic)
+
+Every sentence is drawn from a small probabilistic grammar written here (an extension of
+the phrase-structure grammar of `pcfg_deduction.qvr`: determiners, adjectives, nouns,
+transitive and intransitive verbs, prepositional phrases, adverbs, coordination).  No
+text is copied from anywhere.  Outputs, all in this folder:
+
+* ``transformer_lm.vocab.json`` — 32 entries: ``<eos>`` (id 0), 30 words and ``.``.
+  ``transformer_lm.json`` — ``x`` (rows of 12 word ids cut from the stream
+  ``<eos> sentence <eos> sentence ...``) and ``next_token`` (the same rows shifted by one:
+  the word that follows each position), as the position-wise model observes them.
+* ``recurrent_lm.vocab.json`` — 64 entries: ``<eos>`` (id 0), space, a-z, A-Z and ten
+  punctuation marks.  ``recurrent_lm.json`` — ``x`` (windows of 12 characters of the
+  stream ``<eos>The old dog slept.<eos>A cat ran.<eos>...``) and ``next_char`` (the character
+  after each window), as the scan model observes them.
+* ``pcfg_deduction.json`` — ``tokens``: one sentence the example's own grammar parses
+  (determiner, noun stem with optional plural suffix ``s``, verb, determiner, noun).
+* ``topic_model.vocab.json`` — 1000 entries: the topic words first, ``<unused>`` for ids no
+  document uses.  ``topic_model.json`` — ``doc_of`` and ``word``: 40 documents of 30 words,
+  each drawn from a mixture of two of eight themes (LDA's own generative story).
+
+Sentences use only ids inside the vocabulary sizes the programs declare (``Token : FinSet
+32``, ``Char : FinSet 64``, ``Vocab : FinSet 1000``, ``Doc : FinSet 100``).
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEED = 20240601
+EOS = "<eos>"
+
+# ---------------------------------------------------------------- the grammar
+
+DET = {"the": 5, "a": 3, "every": 1}
+ADJ = {"small": 2, "old": 2, "happy": 1, "brown": 1}
+NOUN = {"dog": 4, "cat": 4, "bird": 2, "fox": 2, "child": 2, "farmer": 2, "teacher": 1,
+        "horse": 1}
+VT = {"saw": 3, "chased": 3, "liked": 2, "fed": 1, "followed": 1, "heard": 1}
+VI = {"slept": 2, "ran": 2, "sang": 1}
+PREP = {"near": 2, "with": 1, "behind": 1}
+ADV = {"quietly": 1, "today": 1}
+WORDS = [w for table in (DET, ADJ, NOUN, VT, VI, PREP, ADV) for w in table] + ["and", "."]
+
+
+def pick(rng: random.Random, table: dict) -> str:
+    words = list(table)
+    return rng.choices(words, weights=[table[w] for w in words])[0]
+
+
+def noun_phrase(rng: random.Random, depth: int = 0) -> list:
+    np_ = [pick(rng, DET)]
+    if rng.random() < 0.3:
+        np_.append(pick(rng, ADJ))
+    np_.append(pick(rng, NOUN))
+    if depth == 0 and rng.random() < 0.15:
+        np_ += [pick(rng, PREP)] + noun_phrase(rng, depth + 1)
+    return np_
+
+
+def verb_phrase(rng: random.Random) -> list:
+    r = rng.random()
+    if r < 0.6:
+        vp = [pick(rng, VT)] + noun_phrase(rng)
+    else:
+        vp = [pick(rng, VI)]
+    if rng.random() < 0.2:
+        vp.append(pick(rng, ADV))
+    return vp
+
+
+def sentence(rng: random.Random) -> list:
+    """S -> NP VP [and VP] ."""
+    words = noun_phrase(rng) + verb_phrase(rng)
+    if rng.random() < 0.1:
+        words += ["and"] + verb_phrase(rng)
+    return words + ["."]
+
+
+# ---------------------------------------------------------------- vocabularies
+
+WORD_VOCAB = [EOS] + WORDS                                       # 32 entries
+CHAR_VOCAB = ([EOS, " "] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+              + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+              + list(".,;:!?'-()"))                              # 64 entries
+
+
+def char_text(words: list) -> str:
+    """'The old dog slept.' from ['the', 'old', 'dog', 'slept', '.']."""
+    text = " ".join(words[:-1]) + words[-1]
+    return text[0].upper() + text[1:]
+
+
+def windows(stream: list, length: int, stride: int) -> tuple[list, list]:
+    """Rows of `length` ids and the id after each row."""
+    xs, ys = [], []
+    for start in range(0, len(stream) - length, stride):
+        xs.append(stream[start:start + length])
+        ys.append(stream[start + length])
+    return xs, ys
+
+
+def word_lm(rng: random.Random, n_sentences: int = 240, length: int = 12) -> dict:
+    ids = {w: i for i, w in enumerate(WORD_VOCAB)}
+    stream = []
+    for _ in range(n_sentences):
+        stream += [ids[EOS]] + [ids[w] for w in sentence(rng)]
+    rows = (len(stream) - 1) // length
+    x = [stream[r * length:(r + 1) * length] for r in range(rows)]
+    y = [stream[r * length + 1:(r + 1) * length + 1] for r in range(rows)]
+    return {"x": x, "next_token": y}
+
+
+def char_lm(rng: random.Random, n_sentences: int = 80, length: int = 12,
+            stride: int = 3) -> dict:
+    ids = {c: i for i, c in enumerate(CHAR_VOCAB)}
+    stream = []
+    for _ in range(n_sentences):
+        stream += [ids[EOS]] + [ids[c] for c in char_text(sentence(rng))]
+    x, y = windows(stream, length, stride)
+    return {"x": x, "next_char": y}
+
+
+def pcfg_sentence(rng: random.Random) -> dict:
+    """Det N V Det N in the lexicon of `pcfg_deduction.qvr`; a plural noun (stem + `s`)
+    only after `the`, so the sentence reads as English."""
+    def noun_phrase(dets):
+        det = rng.choice(dets)
+        plural = det == "the" and rng.random() < 0.5
+        return [det, rng.choice(["dog", "cat"])] + (["s"] if plural else [])
+    tokens = noun_phrase(["the", "a", "every"]) + [rng.choice(["saw", "chased"])]
+    return {"tokens": tokens + noun_phrase(["the", "a"])}
+
+
+# ---------------------------------------------------------------- topic corpus
+
+THEMES = {
+    "farming": "farm field harvest tractor wheat barley soil rain seed cattle barn crop",
+    "sailing": "boat sail wind harbour tide anchor mast deck crew wave rope coast",
+    "cooking": "oven bread flour butter salt pan soup onion garlic recipe bake spoon",
+    "football": "goal match team coach ball pitch league referee score striker season fans",
+    "astronomy": "star planet orbit telescope moon comet galaxy light sky night eclipse dust",
+    "music": "song guitar piano choir melody rhythm concert band drum chord stage note",
+    "medicine": "doctor patient fever clinic nurse dose vaccine heart blood pain ward cure",
+    "railways": "train station track signal ticket platform engine carriage timetable "
+                "driver tunnel freight",
+}
+COMMON = "day year people time place work small large new old good long".split()
+TOPIC_VOCAB_SIZE = 1000
+
+
+def topic_corpus(rng: random.Random, n_docs: int = 40, doc_len: int = 30) -> tuple:
+    vocab = list(COMMON)
+    theme_words = {}
+    for theme, words in THEMES.items():
+        theme_words[theme] = [len(vocab) + i for i in range(len(words.split()))]
+        vocab += words.split()
+    used = len(vocab)
+    vocab += ["<unused>"] * (TOPIC_VOCAB_SIZE - used)
+    themes = list(THEMES)
+    doc_of, word = [], []
+    for d in range(n_docs):
+        main, side = rng.sample(themes, 2)
+        share = rng.uniform(0.6, 0.9)
+        for _ in range(doc_len):
+            r = rng.random()
+            if r < 0.1:
+                w = rng.randrange(len(COMMON))
+            else:
+                theme = main if rng.random() < share else side
+                w = rng.choice(theme_words[theme])
+            doc_of.append(d)
+            word.append(w)
+    return {"doc_of": doc_of, "word": word}, vocab
+
+
+# ---------------------------------------------------------------- output
+
+def write_json(name: str, obj, row_per_line: bool = True) -> None:
+    """JSON with one row per line for 2-d arrays (diffs stay readable)."""
+    path = HERE / name
+    if isinstance(obj, dict) and row_per_line:
+        parts = []
+        for k, v in obj.items():
+            if isinstance(v, list) and v and isinstance(v[0], list):
+                rows = ",\n    ".join(json.dumps(r) for r in v)
+                parts.append(f"  {json.dumps(k)}: [\n    {rows}\n  ]")
+            else:
+                parts.append(f"  {json.dumps(k)}: {json.dumps(v)}")
+        text = "{\n" + ",\n".join(parts) + "\n}\n"
+    else:
+        text = json.dumps(obj, indent=1, ensure_ascii=False) + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    assert len(WORD_VOCAB) == 32 and len(set(WORD_VOCAB)) == 32
+    assert len(CHAR_VOCAB) == 64 and len(set(CHAR_VOCAB)) == 64
+    write_json("transformer_lm.vocab.json", WORD_VOCAB, row_per_line=False)
+    write_json("transformer_lm.json", word_lm(random.Random(SEED)))
+    write_json("recurrent_lm.vocab.json", CHAR_VOCAB, row_per_line=False)
+    write_json("recurrent_lm.json", char_lm(random.Random(SEED + 1)))
+    write_json("pcfg_deduction.json", pcfg_sentence(random.Random(SEED + 2)))
+    topics, vocab = topic_corpus(random.Random(SEED + 3))
+    write_json("topic_model.vocab.json", vocab, row_per_line=False)
+    write_json("topic_model.json", topics)
+
+
+if __name__ == "__main__":
+    main()
