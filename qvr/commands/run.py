@@ -1,27 +1,20 @@
-"""`qvr run FILE --method M [options]`: run an inference method on a QVR program and keep
-everything it reports in a run folder.
+"""`qvr run FILE --method M [options]`: fit a QVR program from the command line and keep
+everything in a run record (`qvr.runs`).
 
-The command owns what every method shares: loading the program (`qvr.load`), the run
-folder ``RUNS/NAME-TIMESTAMP/`` (``config.json``; ``metrics.jsonl`` appended and flushed
-once per step; the method's results), Ctrl-C handling and exit statuses.  Each method is
-a module named in `METHODS` that provides
+The options, their defaults, help texts and value checks are those of
+`qvr.inference.config.FitConfig` (one declaration for the command line, the dashboard and
+`fit`); an option of another method is a usage error.  The command loads the program,
+creates ``RUNS/NAME-TIMESTAMP/``, calls `qvr.inference.fit` with it, shows live progress
+on a terminal (`qvr.commands.progress`, rich), and prints the run's summary from the
+record (`qvr.commands.report`, the same text as ``qvr show RUN``).
 
-* ``add_arguments(group)`` — its options, added to an argument group of ``qvr run``
-  (options of a method other than the chosen one are rejected as usage errors);
-* optionally ``validate(args)`` — checks the options together before anything is loaded,
-  raising `UsageError`;
-* ``run(args, program, folder, should_stop) -> int`` — runs, writes its results with
-  ``folder.write_json`` and reports each step with ``folder.metric``; it raises
-  `ModelError` for problems of the model (the message is then also kept in the run
-  folder as ``error.txt``).
+Data: ``--data FILE`` or ``--synthetic N``; without either, the data shipped beside the
+program (``data/NAME.json``) is used when there is one.  ``--from RUN`` starts from a saved
+run's fitted parameters (SMC generation from a fitted language model).
 
-Both are imported when ``qvr`` starts, so a method module must not import torch at import
-time.
-
-Ctrl-C once asks the method to stop after the current step (it saves a partial result and
-the command exits 130); a second Ctrl-C interrupts at once.  Nothing already reported is
-lost either way: metrics are flushed line by line, and the command always says where the
-run folder is.
+Ctrl-C once asks the fit to stop after the current step (everything so far is saved and
+the command exits 130); a second Ctrl-C interrupts at once (the record then says
+cancelled).
 
 Exit status: 0 success, 1 an error of the model or its data (a clear message, no
 traceback), 2 usage or I/O errors, 130 interrupted.
@@ -29,19 +22,13 @@ traceback), 2 usage or I/O errors, 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import re
 import signal
 import sys
-import time
 from pathlib import Path
 
-# method name -> module providing add_arguments(group) and run(args, program, folder, stop)
-METHODS = {"smc": "qvr.smc.cli", "svi": "qvr.inference.cli", "hmc": "qvr.inference.cli",
-           "nuts": "qvr.inference.cli"}
+from qvr.inference.config import ALL, METHODS, ConfigError, FitConfig
 
-_OWN = "_run_method_options"  # args attribute: {method: {dest: default}}
+_GIVEN = "_fit_options_given"
 
 
 class UsageError(Exception):
@@ -52,132 +39,181 @@ class ModelError(Exception):
     """A problem of the model or its data, already phrased for the user (exit status 1)."""
 
 
-class RunFolder:
-    """``RUNS/NAME-TIMESTAMP/``: a JSON writer and the per-step metrics log."""
+def _arg_type(opt):
+    def parse(text):
+        try:
+            return opt.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = getattr(opt.parse, "__name__", "value")
+    return parse
 
-    def __init__(self, root: Path, name: str):
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "run"
-        path = root / f"{base}-{stamp}"
-        i = 2
-        while path.exists():
-            path = root / f"{base}-{stamp}-{i}"
-            i += 1
-        path.mkdir(parents=True)
-        self.path = path
-        self._metrics = open(path / "metrics.jsonl", "a", encoding="utf-8")
 
-    def write_json(self, name: str, obj) -> Path:
-        target = self.path / name
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=2, allow_nan=True) + "\n", encoding="utf-8")
-        tmp.replace(target)
-        return target
+def flag_of(field, opt) -> str:
+    return opt.flag or "--" + field.name.replace("_", "-")
 
-    def metric(self, record: dict) -> None:
-        self._metrics.write(json.dumps(record, allow_nan=True) + "\n")
-        self._metrics.flush()
 
-    def close(self) -> None:
-        self._metrics.close()
+def add_fit_options(p) -> None:
+    """The `FitConfig` options as argparse options, one group per set of methods (absent
+    unless given, so that options of other methods can be told apart)."""
+    groups = {}
+    for f, opt in FitConfig.options():
+        if opt.flag is None:
+            continue
+        key = opt.methods
+        if key not in groups:
+            title = "options of every method" if key == ALL else \
+                "--method " + "|".join(m for m in METHODS if m in key)
+            groups[key] = p.add_argument_group(title)
+        kw = {"dest": f.name, "default": argparse.SUPPRESS,
+              "help": FitConfig.help_of(f.name)}
+        if opt.choices:
+            kw["choices"] = opt.choices
+        else:
+            kw["type"] = _arg_type(opt)
+            if opt.metavar:
+                kw["metavar"] = opt.metavar
+        if opt.repeat:
+            kw["action"] = "append"
+        groups[key].add_argument(flag_of(f, opt), **kw)
+    smc = groups.get(frozenset({"smc"}))
+    if smc is not None:
+        smc.add_argument("--no-cache", dest="cache", action="store_false",
+                         default=argparse.SUPPRESS,
+                         help="SMC: recompute every prefix at each step instead of keeping "
+                              "per-particle state")
+
+
+def config_from_args(args) -> FitConfig:
+    """The `FitConfig` of the command line; options of other methods are usage errors."""
+    method = args.method
+    given = {}
+    if getattr(args, "config_file", None):
+        given.update(_config_file(args.config_file, method))
+    for f, opt in FitConfig.options():
+        if f.name == "method" or not hasattr(args, f.name):
+            continue
+        if method not in opt.methods:
+            flag = "--no-cache" if f.name == "cache" else flag_of(f, opt)
+            owners = "|".join(m for m in METHODS if m in opt.methods)
+            raise UsageError(f"{flag} is an option of --method {owners}, "
+                             f"not of --method {method}")
+        given[f.name] = getattr(args, f.name)
+    cfg = FitConfig(method=method, **given)
+    cfg.progress_interval = 0.05
+    errors = cfg.errors()
+    if errors:
+        flags = {f.name: flag_of(f, o) for f, o in FitConfig.options()}
+        raise UsageError("; ".join(f"{flags.get(k, k)}: {v}" for k, v in errors.items()))
+    return cfg
+
+
+def _config_file(path: str, method: str) -> dict:
+    import json
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"--config {path}: not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a JSON object of fit options")
+    names = {f.name for f, _ in FitConfig.options()}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise UsageError(f"--config {path}: unknown option {', '.join(unknown)}")
+    if data.get("method", method) != method:
+        raise UsageError(f"--config {path}: method {data['method']!r} differs from "
+                         f"--method {method}")
+    data.pop("method", None)
+    return data
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run inference on a program (SVI, HMC, NUTS, SMC)",
-                       description="Run an inference method on a QVR program; results and "
-                                   "per-step metrics go to a run folder.")
+                       description="Fit a QVR program with SVI, HMC or NUTS, or generate from "
+                                   "it with SMC; everything goes to a run record.")
     p.add_argument("file", help="the .qvr program")
-    p.add_argument("--method", required=True, choices=sorted(METHODS))
+    p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--export", metavar="NAME",
                    help="the exported program to use (default: the first export)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--name", help="run folder name (default: the file's stem)")
     p.add_argument("--runs-dir", default="runs", metavar="DIR",
                    help="where run folders are created (default ./runs)")
-    own = {}
-    first = {}  # module -> the first method it serves (one module may serve several)
-    for method, module_name in METHODS.items():
-        if module_name in first:
-            own[method] = own[first[module_name]]
-            continue
-        first[module_name] = method
-        served = "|".join(m for m, n in METHODS.items() if n == module_name)
-        group = p.add_argument_group(f"--method {served}")
-        importlib.import_module(module_name).add_arguments(group)
-        # remember each option's default, and make it absent unless given, so that an
-        # option of another method can be told apart from a default
-        own[method] = {}
-        for action in group._group_actions:
-            own[method][action.dest] = action.default
-            action.default = argparse.SUPPRESS
-    p.set_defaults(func=run, **{_OWN: own})
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="write the run record into exactly this folder (instead of "
+                        "RUNS-DIR/NAME-TIMESTAMP)")
+    p.add_argument("--config", dest="config_file", metavar="FILE",
+                   help="fit options as a JSON object of FitConfig fields (command-line "
+                        "options override it); the dashboard starts fits this way")
+    p.add_argument("--from", dest="start_from", metavar="RUN",
+                   help="start from a saved run's fitted parameters (e.g. SMC generation "
+                        "from an SVI-fitted language model)")
+    add_fit_options(p)
+    p.set_defaults(func=run)
 
 
-def _method_args(args) -> None:
-    """Fill the chosen method's defaults; reject options of other methods."""
-    own = getattr(args, _OWN)
-    for method, dests in own.items():
-        for dest, default in dests.items():
-            if method == args.method:
-                if not hasattr(args, dest):
-                    setattr(args, dest, default)
-            elif hasattr(args, dest) and dest not in own[args.method]:
-                flag = "--" + dest.replace("_", "-")
-                raise UsageError(f"{flag} is an option of --method {method}, "
-                                 f"not of --method {args.method}")
-
-
-def _load(args):
-    path = Path(args.file)
+def load_program(file: str, export):
+    """`(program, export_name)` of a file, as `qvr run` and the dashboard's worker do."""
     from qvr.runtime.errors import QvrLoadError
     import qvr
     try:
-        program = qvr.load(path)
+        program = qvr.load(Path(file))
     except QvrLoadError as exc:
         raise ModelError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{args.file}: cannot read file: {exc}") from None
-    if args.export is not None:
-        if args.export not in program.exports:
+        raise UsageError(f"{file}: cannot read file: {exc}") from None
+    if export is not None:
+        if export not in program.exports:
             names = ", ".join(program.exports) or "none"
-            raise ModelError(f"{args.file}: no export named `{args.export}` (exports: {names})")
-        return program.exports[args.export]
+            raise ModelError(f"{file}: no export named `{export}` (exports: {names})")
+        return program.exports[export], export
     if program.morphism is None:
-        raise ModelError(f"{args.file}: the module exports no program to run")
-    return program
+        raise ModelError(f"{file}: the module exports no program to run")
+    return program, next(iter(program.exports), None)
 
 
 def run(args) -> int:
     tool = "qvr run"
     try:
-        _method_args(args)
-        module = importlib.import_module(METHODS[args.method])
-        if hasattr(module, "validate"):
-            module.validate(args)
+        config = config_from_args(args)
         if not Path(args.file).is_file():
             raise UsageError(f"{args.file}: no such file")
+        if args.start_from is not None and not Path(args.start_from).is_dir():
+            raise UsageError(f"--from {args.start_from}: no such run folder")
         import torch
-        torch.manual_seed(args.seed)  # parameters are initialised while loading
-        program = _load(args)
-        folder = RunFolder(Path(args.runs_dir), args.name or Path(args.file).stem)
+        torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
+        program, export = load_program(args.file, args.export)
+        from qvr.runs import RecordError, new_run_dir
+        try:
+            if args.run_dir:
+                folder = Path(args.run_dir)
+                if (folder / "run.json").exists():
+                    raise UsageError(f"--run-dir {folder}: already holds a run record")
+            else:
+                folder = new_run_dir(args.runs_dir, args.name or Path(args.file).stem)
+        except RecordError as exc:
+            raise UsageError(str(exc)) from None
     except UsageError as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 2
     except ModelError as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"{tool}: cannot create the run folder in {args.runs_dir}: {exc.strerror}",
-              file=sys.stderr)
-        return 2
-    config = {"method": args.method, "file": str(Path(args.file).resolve()),
-              "argv": sys.argv[1:],
-              "options": {k: v for k, v in vars(args).items()
-                          if k not in ("func", _OWN) and not callable(v)}}
-    folder.write_json("config.json", config)
-    print(f"{tool}: run folder {folder.path}", file=sys.stderr)
+    print(f"{tool}: run folder {folder}", file=sys.stderr)
+    return _fit(args, config, program, export, folder, tool)
 
+
+def _fit(args, config, program, export, folder, tool) -> int:
+    from qvr.commands.progress import Progress
+    from qvr.commands.report import render_run
+    from qvr.inference.data import DataError
     from qvr.inference.events import StopToken
+    from qvr.inference.fitting import fit
+    from qvr.inference.start import StartError
+    from qvr.runs import RecordError, open_run
+    from qvr.runtime.errors import QvrRuntimeError
+
     stop = StopToken()
 
     def on_sigint(signum, frame):
@@ -190,20 +226,31 @@ def run(args) -> int:
         previous = signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not the main thread: Ctrl-C is not ours to handle
         previous = None
+    progress = Progress(sys.stderr)
+    status = 0
     try:
-        status = module.run(args, program, folder, stop)
+        with progress:
+            fit(program, config=config, on_event=progress.update, should_stop=stop,
+                run_dir=folder, start_from=args.start_from, program_path=args.file,
+                export=export)
     except KeyboardInterrupt:
-        print(f"{tool}: interrupted; what was reported is in {folder.path}", file=sys.stderr)
+        print(f"{tool}: interrupted; what was reported is in {folder}", file=sys.stderr)
         return 130
-    except ModelError as exc:
-        print(f"{tool}: {exc}", file=sys.stderr)
-        (folder.path / "error.txt").write_text(f"{exc}\n", encoding="utf-8")
+    except (QvrRuntimeError, DataError, StartError, ConfigError, RecordError) as exc:
+        print(f"{tool}: {args.file}: {exc}", file=sys.stderr)
         status = 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-        folder.close()
+    if status == 0:
+        run = open_run(folder)
+        print(render_run(run))
+        if run.status == "failed":
+            summary = run.summary or {}
+            print(f"{tool}: {args.file}: {summary.get('message', 'the fit failed')}",
+                  file=sys.stderr)
+            status = 1
     if stop.cancelled and status == 0:
         status = 130
-    print(f"{tool}: results in {folder.path}", file=sys.stderr)
+    print(f"{tool}: results in {folder}", file=sys.stderr)
     return status

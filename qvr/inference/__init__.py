@@ -8,8 +8,9 @@ stays importable without torch):
 * `MCMC`, `MCMCResult`, `HMCKernel`, `NUTSKernel` (`mcmc/`);
 * `bayesian_lift_parameters`, `lift_to_bayesian_program`, `lift_from_log_prob` (`lifts.py`);
 * `summary`, `split_rhat`, `ess_bulk`, `ess_tail`, `to_arviz` (`diagnostics.py`);
-* `fit`, `FitConfig`, `FitResult` — the single entry the dashboard and `qvr run` call
-  (`fit.py`).
+* `fit`, `FitResult` (`fitting.py`), `FitConfig`, `ConfigError` (`config.py`, torch-free)
+  — the front door the dashboard and `qvr run` call for SVI, HMC, NUTS and SMC;
+  `DataError` (`data.py`), `StartError` (`start.py`).
 
 Layout: `sites.py` (latent registry, shape pass), `potential.py` (the MCMC target, chains
 batched), `mcmc/` (kernels apart from the driver), `events.py` (torch-free events).
@@ -37,9 +38,12 @@ _EXPORTS = {
     "ess_bulk": "qvr.inference.diagnostics",
     "ess_tail": "qvr.inference.diagnostics",
     "to_arviz": "qvr.inference.diagnostics",
-    "fit": "qvr.inference.fit",
-    "FitConfig": "qvr.inference.fit",
-    "FitResult": "qvr.inference.fit",
+    "fit": "qvr.inference.fitting",
+    "FitConfig": "qvr.inference.config",
+    "FitResult": "qvr.inference.fitting",
+    "ConfigError": "qvr.inference.config",
+    "DataError": "qvr.inference.data",
+    "StartError": "qvr.inference.start",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -51,13 +51,30 @@ class FitProgress:
     elapsed: float = 0.0  # seconds since FitStarted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DrawsChunk:
-    """Posterior draws of one chain, appended in order (values are numpy arrays)."""
+    """Posterior draws of one chain, appended in order (values are numpy arrays of shape
+    ``(count, *site_shape)``).  Two chunks are equal when their arrays are."""
 
     chain: int
     start: int  # index of the first draw in this chunk
     draws: Mapping[str, Any]
+
+    @property
+    def count(self) -> int:
+        return int(len(next(iter(self.draws.values())))) if self.draws else 0
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, DrawsChunk):
+            return NotImplemented
+        if (self.chain, self.start) != (other.chain, other.start) or \
+                set(self.draws) != set(other.draws):
+            return False
+        import numpy as np
+        return all(np.array_equal(np.asarray(self.draws[k]), np.asarray(other.draws[k]))
+                   for k in self.draws)
+
+    __hash__ = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +118,105 @@ class FitCancelled:
 FitEvent = Union[FitStarted, FitProgress, DrawsChunk, ParticlesSnapshot, FitWarning,
                  FitFinished, FitFailed, FitCancelled]
 EventCallback = Callable[[FitEvent], None]
+TERMINAL = (FitFinished, FitFailed, FitCancelled)
+
+# ---------------------------------------------------------------- JSON form
+#
+# Every event has a JSON form: an object with a ``"type"`` tag and the event's fields.
+# `DrawsChunk` arrays are written inline (``{"dtype", "shape", "data"}``) by `to_dict`,
+# or, in a run record, as a reference to a chunk file (``"file"``, relative to the
+# record's folder) that `from_dict(..., base=folder)` loads.  Tuples come back as tuples
+# where the event declares them (`ParticlesSnapshot`), so ``from_json(to_json(e)) == e``
+# for every event whose numbers are not NaN.
+
+_TYPES = {"started": FitStarted, "progress": FitProgress, "draws": DrawsChunk,
+          "particles": ParticlesSnapshot, "warning": FitWarning, "finished": FitFinished,
+          "failed": FitFailed, "cancelled": FitCancelled}
+_TAGS = {cls: tag for tag, cls in _TYPES.items()}
+
+
+def event_type(event: FitEvent) -> str:
+    """The JSON tag of an event (``"started"``, ``"progress"``, ``"draws"``, ...)."""
+    return _TAGS[type(event)]
+
+
+def _array_to_json(a) -> dict:
+    import numpy as np
+    a = np.asarray(a)
+    return {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.ravel().tolist()}
+
+
+def _array_from_json(d):
+    import numpy as np
+    return np.asarray(d["data"], dtype=d["dtype"]).reshape(d["shape"])
+
+
+def _plain(v):
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "item") and hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0:
+        return v.item()  # a numpy scalar
+    if hasattr(v, "tolist") and hasattr(v, "dtype"):
+        return v.tolist()
+    return v
+
+
+def to_dict(event: FitEvent, draws_file: Optional[str] = None) -> dict:
+    """The JSON-ready form of `event`; a `DrawsChunk` is a reference to `draws_file` when
+    given (the record's chunk file), its arrays inline otherwise."""
+    tag = _TAGS[type(event)]
+    if isinstance(event, DrawsChunk):
+        out = {"type": tag, "chain": event.chain, "start": event.start, "count": event.count}
+        if draws_file is not None:
+            out["file"] = draws_file
+        else:
+            out["draws"] = {k: _array_to_json(v) for k, v in event.draws.items()}
+        return out
+    out = {"type": tag}
+    for name in event.__dataclass_fields__:
+        out[name] = _plain(getattr(event, name))
+    return out
+
+
+def from_dict(d: Mapping[str, Any], base=None) -> FitEvent:
+    """The event of a JSON object made by `to_dict` (`base`: the folder that chunk-file
+    references are relative to).  Raises `ValueError` on an unknown or malformed object."""
+    try:
+        cls = _TYPES[d["type"]]
+    except (KeyError, TypeError):
+        raise ValueError(f"not a fit event: {d!r:.200}") from None
+    if cls is DrawsChunk:
+        if "file" in d:
+            import os
+            import numpy as np
+            path = d["file"] if base is None else os.path.join(str(base), d["file"])
+            with np.load(path, allow_pickle=False) as f:
+                draws = {k: f[k] for k in f.files}
+        else:
+            draws = {k: _array_from_json(v) for k, v in d.get("draws", {}).items()}
+        return DrawsChunk(chain=int(d["chain"]), start=int(d["start"]), draws=draws)
+    kwargs = {k: v for k, v in d.items() if k != "type" and k in cls.__dataclass_fields__}
+    if cls is ParticlesSnapshot:
+        kwargs["sequences"] = tuple(tuple(s) for s in kwargs.get("sequences", ()))
+        kwargs["log_weights"] = tuple(kwargs.get("log_weights", ()))
+        kwargs["finished"] = tuple(kwargs.get("finished", ()))
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"malformed {d['type']} event: {exc}") from None
+
+
+def to_json(event: FitEvent, draws_file: Optional[str] = None) -> str:
+    """One line of JSON (NaN and infinities written as ``NaN``/``Infinity``)."""
+    import json
+    return json.dumps(to_dict(event, draws_file), allow_nan=True, separators=(",", ":"))
+
+
+def from_json(line: str, base=None) -> FitEvent:
+    import json
+    return from_dict(json.loads(line), base)
 
 
 class StopToken:

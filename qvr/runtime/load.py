@@ -52,4 +52,4 @@ def loads(source: str, *, data: Optional[dict] = None, path: str = "<string>") -
     if compiled.diagnostics:
         diags = sorted(compiled.diagnostics, key=lambda d: (d.span.start, d.code))
         raise CompileError(path, diags, [tm.format_diagnostic(d) for d in diags])
-    return Program(compiled.exports, compiled.values, compiled.deductions, path)
+    return Program(compiled.exports, compiled.values, compiled.deductions, path, source)

@@ -19,6 +19,8 @@ A `Program` holds every compiled value of a module and exposes:
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -66,9 +68,11 @@ class TemplateInvoker:
 
 
 class Program(nn.Module):
-    def __init__(self, exports: list, values: dict, deductions: dict, path: str = "<string>"):
+    def __init__(self, exports: list, values: dict, deductions: dict, path: str = "<string>",
+                 source: Optional[str] = None):
         super().__init__()
         self.path = path
+        self.source = source  # the exact text compiled (run records keep its sha256)
         wrapped = []
         templates = {}
         for key, value in exports:

@@ -20,10 +20,12 @@ that someone listens to, and for potentials that take tuples (`potentials.Transi
 so the per-step bookkeeping is a few dozen array operations whatever `N`, `K` and the
 length.
 
-Reporting follows `qvr.inference.events`: one `FitStarted`, throttled `FitProgress`
-(metrics ``ess``, ``num_finished``, ``log_Z``, ``num_dead``, ``num_det``) each with a
-`ParticlesSnapshot`, then exactly one of `FitFinished`, `FitFailed` (then the error is
-raised) or `FitCancelled` (then a partial result with ``cancelled=True`` is returned).
+Reporting follows `qvr.inference.events`: throttled `FitProgress` (metrics ``ess``,
+``num_finished``, ``log_Z``, ``num_dead``, ``num_det``, ``resampled``) each with a
+`ParticlesSnapshot`.  The start and end of a fit (`FitStarted` and one terminal event)
+are reported by `qvr.inference.fit` alone (`fit(..., config=FitConfig(method="smc"))`);
+`run` returns a partial result with ``cancelled=True`` when `should_stop` turned true,
+and raises on errors.
 
 This module does not implement the resampling numerics (`resample.py`), the models
 (`model.py`, `program_lm.py`) or the potentials library (`potentials.py`).
@@ -48,8 +50,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitFailed, FitFinished,
-                                  FitProgress, FitStarted, ParticlesSnapshot, Throttle, never)
+from qvr.inference.events import (Emitter, EventCallback, FitProgress, ParticlesSnapshot,
+                                  Throttle, never)
 
 from .model import PrefixBatch, as_stateful
 from .potentials import Transitions, log_potential_fn
@@ -195,27 +197,7 @@ class SMCSteering:
         """One SMC run; see the class docstring for events and cancellation."""
         emit = Emitter(on_event if on_event is not None else self.on_event)
         stop = should_stop or self.should_stop or never
-        emit(FitStarted(method="smc", total_steps=self.max_len, config=self.config()))
-        run = _Run(self, emit, stop)
-        try:
-            result = run.loop()
-        except Exception as exc:
-            emit(FitFailed(message=str(exc), step=run.t, error_type=type(exc).__name__,
-                           elapsed=emit.elapsed))
-            raise
-        except BaseException:  # KeyboardInterrupt: what was reported stays reported
-            emit(FitCancelled(step=run.t, elapsed=emit.elapsed))
-            raise
-        if result.cancelled:
-            emit(FitCancelled(step=run.t, elapsed=emit.elapsed))
-        else:
-            alive = ~result.dead
-            emit(FitFinished(summary={"log_Z": result.log_Z, "num_steps": result.num_steps,
-                                      "ess": _ess(result.log_weights.numpy()),
-                                      "num_finished": int((result.finished & alive).sum()),
-                                      "num_truncated": int((result.truncated & alive).sum())},
-                             elapsed=emit.elapsed))
-        return result
+        return _Run(self, emit, stop).loop()
 
 
 class _Run:
@@ -237,6 +219,7 @@ class _Run:
         self.dead = np.zeros(n, dtype=bool)
         self.t = 0
         self.num_det = 0
+        self.resampled = False
         self.history: list[dict] = []
         self.throttle = Throttle(smc.progress_interval)
         self.reported = 0
@@ -308,6 +291,7 @@ class _Run:
         r = resample(log_u, N, smc.generator)
         idx = r.indices
         self.num_det = r.num_det
+        self.resampled = log_u.size > N  # children were dropped: a resampling step
         src = parent[idx]  # the population row each survivor comes from
         tokens = self.tokens[src]
         if tokens.shape[1] < t:
@@ -350,6 +334,7 @@ class _Run:
                 "num_finished": float(((self.finished | self.truncated) & ~self.dead).sum()),
                 "num_dead": float(self.dead.sum()),
                 "num_det": float(self.num_det),
+                "resampled": float(self.resampled),
                 "log_Z": log_z}
 
     def report(self, force: bool = False) -> None:

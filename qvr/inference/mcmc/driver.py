@@ -17,11 +17,14 @@ seeded with the chain index (the global RNG is untouched); ``"zero"``; ``"guide"
 `T^-1` of one `guide.rsample` draw.  Everything else (momenta, acceptance, directions)
 uses the global torch RNG, so `torch.manual_seed` makes a run reproducible.
 
-Events (`qvr.inference.events`): one `FitStarted`; throttled `FitProgress` per chain with
-``accept_prob`` (running mean of the acceptance statistic in the phase), ``step_size``,
-``tree_depth``, ``num_steps`` and ``divergences`` (cumulative in the phase); `DrawsChunk`s
-of constrained draws during sampling; then `FitFinished`, `FitFailed` (and the error is
-raised) or `FitCancelled` (and a partial result with ``cancelled=True`` is returned).
+Events (`qvr.inference.events`): throttled `FitProgress` per chain with ``accept_prob``
+(running mean of the acceptance statistic in the phase), ``step_size``, ``tree_depth``,
+``num_steps``, ``divergences`` (cumulative in the phase), ``max_depth_hits`` (cumulative
+in the phase, NUTS) and ``log_density``; `DrawsChunk`s of constrained draws during
+sampling.  The start and the end of a fit (`FitStarted`, and one of `FitFinished`,
+`FitFailed`, `FitCancelled`) are reported by `qvr.inference.fit` alone; `run` returns a
+partial result with ``cancelled=True`` when `should_stop` turned true, and raises on
+errors.
 """
 from __future__ import annotations
 
@@ -32,8 +35,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitCancelled,
-                                  FitFailed, FitFinished, FitProgress, FitStarted, Throttle,
+from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitProgress, Throttle,
                                   never)
 from qvr.inference.potential import Target, make_target
 
@@ -64,6 +66,7 @@ class MCMCResult:
       warmup_time, sampling_time: seconds (all chains).
       num_grad_evals: batched gradient evaluations.
       cancelled: the run was stopped by `should_stop`.
+      energies: `(num_chains, num_samples)` Hamiltonian at each draw (for E-BFMI).
       compiler: how NUTS ran its leaves at the end of the run (``"inductor"``,
         ``"torchscript"`` or ``"eager"``, see `mcmc/tick.py`; ``""`` for other kernels).
     """
@@ -89,6 +92,7 @@ class MCMCResult:
     num_grad_evals: int = 0
     cancelled: bool = False
     method: str = ""
+    energies: Optional[torch.Tensor] = None
     compiler: str = ""
 
     @property
@@ -200,23 +204,7 @@ class MCMC:
         if target is None:
             target = make_target(model, x, observations)
         z0 = self._initial_positions(target, model, x, observations, guide)
-        run = _Run(self, target, emit, stop)
-        emit(FitStarted(method=run.method, total_steps=self.num_warmup + self.num_samples,
-                        num_chains=self.num_chains, config=self.config()))
-        try:
-            result = run.loop(z0)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                emit(FitCancelled(step=run.iteration, elapsed=emit.elapsed))
-            else:
-                emit(FitFailed(message=str(exc), step=run.iteration,
-                               error_type=type(exc).__name__, elapsed=emit.elapsed))
-            raise
-        if result.cancelled:
-            emit(FitCancelled(step=run.iteration, elapsed=emit.elapsed))
-        else:
-            emit(FitFinished(summary=_finish_summary(result), elapsed=emit.elapsed))
-        return result
+        return _Run(self, target, emit, stop).loop(z0)
 
     def _initial_positions(self, target, model, x, observations, guide) -> torch.Tensor:
         C, D = self.num_chains, target.dim
@@ -241,21 +229,6 @@ class MCMC:
             g.manual_seed(c)
             rows.append(0.1 * torch.randn(D, generator=g, dtype=dtype, device=device))
         return torch.stack(rows) if rows else torch.zeros(C, D, dtype=dtype, device=device)
-
-
-def _finish_summary(result: MCMCResult) -> dict:
-    out = {"mean_acceptance": result.mean_acceptance,
-           "total_divergences": result.total_divergences,
-           "step_sizes": [float(s) for s in result.step_sizes],
-           "num_samples": result.num_samples, "num_chains": result.num_chains,
-           "warmup_time": result.warmup_time, "sampling_time": result.sampling_time,
-           "compiler": result.compiler}
-    try:
-        worst = result.summary(max_coordinates=200).worst()
-        out.update(worst)
-    except Exception:  # diagnostics are a courtesy here; never fail the fit for them
-        pass
-    return out
 
 
 class _Run:
@@ -294,7 +267,7 @@ class _Run:
         dtype, device = z0.dtype, z0.device
         zs = torch.zeros(C, S, D, dtype=dtype, device=device)
         rec = {k: torch.zeros(C, S, dtype=dtype, device=device)
-               for k in ("log_density", "accept_prob")}
+               for k in ("log_density", "accept_prob", "energy")}
         rec_l = {k: torch.zeros(C, S, dtype=torch.long, device=device)
                  for k in ("tree_depth", "num_steps")}
         rec_b = {k: torch.zeros(C, S, dtype=torch.bool, device=device)
@@ -312,6 +285,8 @@ class _Run:
             state = self.kernel.init(self.target, z0[idx], W, **self._init_extra())
             acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
             div_sum = torch.zeros(len(group), dtype=dtype, device=device)
+            hits = torch.zeros(len(group), dtype=dtype, device=device)
+            max_depth = getattr(self.kernel, "max_tree_depth", None)
             emitted = 0
             for it in range(W + S):
                 if self.stop():
@@ -322,9 +297,12 @@ class _Run:
                 if it == W:
                     acc_sum.zero_()
                     div_sum.zero_()
+                    hits.zero_()
                 state = self.kernel.sample(state, self.target)
                 acc_sum += state.accept_prob
                 div_sum += state.diverging.to(dtype)
+                if max_depth is not None:
+                    hits += (state.tree_depth >= max_depth).to(dtype)
                 if warm:
                     warm_div[idx] += state.diverging.to(warm_div.dtype)
                     step, total = it + 1, W
@@ -333,6 +311,7 @@ class _Run:
                     zs[idx, s] = state.z
                     rec["log_density"][idx, s] = state.log_density
                     rec["accept_prob"][idx, s] = state.accept_prob
+                    rec["energy"][idx, s] = state.energy
                     rec_l["tree_depth"][idx, s] = state.tree_depth
                     rec_l["num_steps"][idx, s] = state.num_steps
                     rec_b["diverging"][idx, s] = state.diverging
@@ -349,7 +328,8 @@ class _Run:
                 due = self.throttle.due(step, total)
                 if due:
                     self._progress(group, "warmup" if warm else "sampling", step, total,
-                                   acc_sum / step, state, div_sum)
+                                   acc_sum / step, state, div_sum,
+                                   hits if max_depth is not None else None)
                 if not warm and (due or step - emitted >= mc.draws_chunk):
                     emitted = self._draws(group, zs, emitted, step)
                 if pump is not None:
@@ -381,12 +361,18 @@ class _Run:
         return {"num_samples": self.mc.num_samples} if takes else {}
 
     # ------------------------------------------------------------------ events
-    def _progress(self, group, phase, step, total, acc_mean, state, div_sum) -> None:
+    def _progress(self, group, phase, step, total, acc_mean, state, div_sum, hits) -> None:
+        acc_mean, eps, depth = acc_mean.tolist(), state.step_size.tolist(), \
+            state.tree_depth.tolist()
+        nsteps, divs, lp = state.num_steps.tolist(), div_sum.tolist(), \
+            state.log_density.tolist()
+        hits = hits.tolist() if hits is not None else None
         for k, c in enumerate(self.chain_ids[g] for g in group):
-            metrics = {"accept_prob": float(acc_mean[k]), "step_size": float(state.step_size[k]),
-                       "tree_depth": float(state.tree_depth[k]),
-                       "num_steps": float(state.num_steps[k]),
-                       "divergences": float(div_sum[k])}
+            metrics = {"accept_prob": float(acc_mean[k]), "step_size": float(eps[k]),
+                       "tree_depth": float(depth[k]), "num_steps": float(nsteps[k]),
+                       "divergences": float(divs[k]), "log_density": float(lp[k])}
+            if hits is not None:
+                metrics["max_depth_hits"] = float(hits[k])
             self.emit(FitProgress(method=self.method, phase=phase, step=step, total=total,
                                   chain=c, metrics=metrics, elapsed=self.emit.elapsed))
 
@@ -438,6 +424,7 @@ class _Run:
             samples=samples, log_densities=rec["log_density"][idx, :n],
             acceptance_rates=rates, divergence_counts=div.to(zs.dtype).sum(1),
             r_hat=r_hat, ess=ess, num_warmup=mc.num_warmup, num_samples=n,
+            energies=rec["energy"][idx, :n],
             step_sizes=step_sizes[idx], accept_probs=rec["accept_prob"][idx, :n],
             diverging=div, tree_depths=rec_l["tree_depth"][idx, :n],
             num_steps=rec_l["num_steps"][idx, :n], warmup_divergences=warm_div[idx],

@@ -1,0 +1,365 @@
+"""`FitConfig`: every option of a fit, with its default, its help text and its validation.
+
+This is the one place where fit options are declared.  The command line (`qvr run`), the
+dashboard's setup form and `fit()` all read it: the options a method takes, their
+defaults, their help and the checks of their values come from the field metadata below,
+so they cannot drift apart.  It imports nothing heavy (no torch, no numpy), so the
+dashboard's UI process can validate a form with it.
+
+Each field's metadata (`Opt`) says
+
+* ``methods`` — the methods the option belongs to (``ALL`` for common options);
+* ``help`` — one line for ``--help`` and the dashboard;
+* ``flag`` — the command-line flag (default ``--field-name``), or ``None`` for options
+  that are not on the command line;
+* ``parse`` — text → value (the command line and the dashboard's text inputs), raising
+  `ValueError` with a message;
+* ``check`` — value → error message or None (on top of the type checks).
+
+`FitConfig.errors()` gives every problem as ``{field: message}`` (the dashboard shows them
+in place); `FitConfig.validate()` raises `ConfigError` listing them; `FitConfig.from_dict`
+rejects unknown keys by name.
+
+Example::
+
+    >>> cfg = FitConfig(method="svi", steps=200)
+    >>> cfg.errors()
+    {}
+    >>> FitConfig(method="nuts", num_chains=0).errors()
+    {'num_chains': 'must be an integer >= 1, got 0'}
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+METHODS = ("svi", "hmc", "nuts", "smc")
+MCMC = frozenset({"hmc", "nuts"})
+ALL = frozenset(METHODS)
+FITTING = frozenset({"svi", "hmc", "nuts"})
+
+
+class ConfigError(ValueError):
+    """Invalid fit options; `errors` maps each offending field to its message."""
+
+    def __init__(self, errors: dict[str, str]):
+        self.errors = dict(errors)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in self.errors.items()))
+
+
+# ---------------------------------------------------------------- value parsers
+
+
+def _int_at_least(low: int) -> Callable[[Any], Optional[str]]:
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            return f"must be an integer >= {low}, got {v!r}"
+        return None
+    return check
+
+
+def _positive_number(v) -> Optional[str]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v \
+            or v == float("inf"):
+        return f"must be a positive number, got {v!r}"
+    return None
+
+
+def _non_negative_number(v) -> Optional[str]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+        return f"must be a number >= 0, got {v!r}"
+    return None
+
+
+def _probability_or_none(v) -> Optional[str]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+        return f"must be a number in (0, 1), got {v!r}"
+    return None
+
+
+def _choice(*choices, optional=False) -> Callable[[Any], Optional[str]]:
+    def check(v):
+        if (v is None and optional) or v in choices:
+            return None
+        return f"must be one of {', '.join(map(str, choices))}; got {v!r}"
+    return check
+
+
+def _int_or_none_at_least(low: int):
+    inner = _int_at_least(low)
+    return lambda v: None if v is None else inner(v)
+
+
+def _token_patterns(v) -> Optional[str]:
+    if not isinstance(v, (list, tuple)):
+        return f"must be a list of token patterns, got {v!r}"
+    for p in v:
+        if not isinstance(p, (list, tuple)) or not p or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in p):
+            return f"each pattern must be a non-empty list of token ids >= 0, got {p!r}"
+    return None
+
+
+def _requirements(v) -> Optional[str]:
+    if not isinstance(v, (list, tuple)):
+        return f"must be a list of [token, within] pairs, got {v!r}"
+    for r in v:
+        if not (isinstance(r, (list, tuple)) and len(r) == 2 and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in r)
+                and r[0] >= 0 and r[1] >= 1):
+            return f"each requirement must be [token id >= 0, within >= 1], got {r!r}"
+    return None
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def parse_float(text: str) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def parse_optional(inner: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str):
+        t = str(text).strip()
+        return None if t in ("", "none", "None", "default") else inner(t)
+    return parse
+
+
+def parse_pattern(text: str) -> list[int]:
+    """``3`` or ``3,4,5`` (a run of token ids)."""
+    parts = [t for t in str(text).replace(" ", "").split(",") if t]
+    if not parts:
+        raise ValueError(f"expected a token id or ID,ID,..., got {text!r}")
+    out = [parse_int(t) for t in parts]
+    if any(t < 0 for t in out):
+        raise ValueError(f"token ids are >= 0, got {text!r}")
+    return out
+
+
+def parse_requirement(text: str) -> list[int]:
+    """``TOKEN@N``: the token among the first N."""
+    tok, sep, within = str(text).partition("@")
+    if not sep:
+        raise ValueError(f"expected TOKEN@N, got {text!r}")
+    return [parse_int(tok), parse_int(within)]
+
+
+@dataclass(frozen=True)
+class Opt:
+    """Field metadata of a `FitConfig` option (see the module docstring)."""
+
+    methods: frozenset = ALL
+    help: str = ""
+    flag: Optional[str] = ""  # "" = derived from the name; None = not on the command line
+    parse: Callable[[str], Any] = str
+    check: Optional[Callable[[Any], Optional[str]]] = None
+    metavar: Optional[str] = None
+    choices: Optional[tuple] = None
+    repeat: bool = False  # a list option given once per value on the command line
+
+
+def _opt(default, **meta):
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"opt": Opt(**meta)})
+    return field(default=default, metadata={"opt": Opt(**meta)})
+
+
+@dataclass
+class FitConfig:
+    """Options of a fit; every field has a default.  See the module docstring.
+
+    Common: ``method`` (``svi``, ``hmc``, ``nuts``, ``smc``), ``seed`` (`torch.manual_seed`
+    before fitting; None leaves the RNG alone), ``device``, ``progress_interval``.
+    SVI: ``steps``, ``lr``, ``elbo_particles``.  HMC/NUTS: ``num_warmup``, ``num_samples``,
+    ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
+    ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``.
+    SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
+    ``require``, ``min_len``, ``cache``, ``top``.
+    """
+
+    method: str = _opt("nuts", flag=None, check=_choice(*METHODS),
+                       help="inference method: svi, hmc, nuts or smc")
+    seed: Optional[int] = _opt(0, parse=parse_optional(parse_int),
+                               check=lambda v: None if v is None or (
+                                   isinstance(v, int) and not isinstance(v, bool)) else
+                               f"must be an integer, got {v!r}",
+                               metavar="N", help="random seed")
+    device: str = _opt("cpu", choices=("cpu", "cuda"), check=_choice("cpu", "cuda"),
+                       help="where to fit")
+    # ---- data (SVI, HMC, NUTS)
+    data: Optional[str] = _opt(None, methods=FITTING, parse=parse_optional(str), metavar="FILE",
+                               check=lambda v: None if v is None or isinstance(v, str) else
+                               f"must be a file path, got {v!r}",
+                               help="observed data and host data (.json, .npz or .pt; the key "
+                                    "x is the program input); default: the data shipped "
+                                    "beside the program (data/NAME.json)")
+    synthetic: Optional[int] = _opt(None, methods=FITTING, parse=parse_optional(parse_int),
+                                    check=_int_or_none_at_least(1), metavar="N",
+                                    help="fit N rows drawn from the program's prior "
+                                         "predictive instead of data (the drawn latents are "
+                                         "kept as the ground truth)")
+    # ---- SVI
+    steps: int = _opt(1000, methods=frozenset({"svi"}), parse=parse_int,
+                      check=_int_at_least(1), metavar="N",
+                      help="SVI: optimisation steps")
+    lr: float = _opt(0.01, methods=frozenset({"svi"}), parse=parse_float,
+                     check=_positive_number, metavar="LR",
+                     help="SVI: Adam learning rate")
+    elbo_particles: int = _opt(1, methods=frozenset({"svi"}), parse=parse_int,
+                               check=_int_at_least(1), metavar="K",
+                               help="SVI: ELBO particles per step")
+    # ---- HMC / NUTS
+    num_warmup: int = _opt(500, methods=MCMC, flag="--warmup", parse=parse_int,
+                           check=_int_at_least(0), metavar="N",
+                           help="HMC/NUTS: warmup iterations per chain")
+    num_samples: int = _opt(500, methods=MCMC, flag="--samples", parse=parse_int,
+                            check=_int_at_least(1), metavar="N",
+                            help="HMC/NUTS: draws per chain")
+    num_chains: int = _opt(4, methods=MCMC, flag="--chains", parse=parse_int,
+                           check=_int_at_least(1), metavar="C",
+                           help="HMC/NUTS: chains")
+    step_size: float = _opt(0.1, methods=MCMC, parse=parse_float, check=_positive_number,
+                            metavar="EPS", help="HMC/NUTS: initial step size")
+    num_steps: int = _opt(10, methods=frozenset({"hmc"}), flag="--leapfrog-steps",
+                          parse=parse_int, check=_int_at_least(1), metavar="L",
+                          help="HMC: leapfrog steps per iteration")
+    max_tree_depth: int = _opt(10, methods=frozenset({"nuts"}), parse=parse_int,
+                               check=_int_at_least(1), metavar="D",
+                               help="NUTS: maximum tree depth")
+    target_accept: Optional[float] = _opt(
+        None, methods=MCMC, parse=parse_optional(parse_float), check=_probability_or_none,
+        metavar="P", help="HMC/NUTS: step-size adaptation target (default 0.65 HMC, 0.8 NUTS)")
+    mass_matrix: Optional[str] = _opt(
+        None, methods=MCMC, parse=parse_optional(str),
+        choices=("identity", "diagonal", "dense"),
+        check=_choice("identity", "diagonal", "dense", optional=True),
+        help="HMC/NUTS: mass matrix (default identity for HMC, diagonal for NUTS)")
+    init_strategy: str = _opt("prior", methods=MCMC, flag="--init", choices=("prior", "zero"),
+                              check=_choice("prior", "zero"),
+                              help="HMC/NUTS: initial positions")
+    chain_method: str = _opt("vectorized", methods=MCMC,
+                             choices=("vectorized", "sequential", "parallel"),
+                             check=_choice("vectorized", "sequential", "parallel"),
+                             help="HMC/NUTS: run chains as one batch (vectorized), one after "
+                                  "the other, or over worker processes")
+    # ---- SMC
+    particles: int = _opt(64, methods=frozenset({"smc"}), parse=parse_int,
+                          check=_int_at_least(1), metavar="N",
+                          help="SMC: number of particles")
+    expansion: int = _opt(1, methods=frozenset({"smc"}), parse=parse_int,
+                          check=_int_at_least(1), metavar="K",
+                          help="SMC: children per unfinished particle and step")
+    max_len: int = _opt(32, methods=frozenset({"smc"}), parse=parse_int,
+                        check=_int_at_least(1), metavar="L",
+                        help="SMC: maximum sequence length in tokens")
+    eos: Optional[int] = _opt(None, methods=frozenset({"smc"}),
+                              parse=parse_optional(parse_int),
+                              check=_int_or_none_at_least(0), metavar="ID",
+                              help="SMC: end-of-sequence token (default: the vocabulary's "
+                                   "<eos>, else required)")
+    bos: Optional[int] = _opt(None, methods=frozenset({"smc"}),
+                              parse=parse_optional(parse_int),
+                              check=_int_or_none_at_least(0), metavar="ID",
+                              help="SMC: token fed before every prefix (default: the eos "
+                                   "token)")
+    forbid: list = _opt([], methods=frozenset({"smc"}), parse=parse_pattern,
+                        check=_token_patterns, metavar="ID[,ID...]", repeat=True,
+                        help="SMC: forbid a token, or a run of tokens ID,ID,...; repeatable")
+    require: list = _opt([], methods=frozenset({"smc"}), parse=parse_requirement,
+                         check=_requirements, metavar="ID@N", repeat=True,
+                         help="SMC: require token ID among the first N; repeatable")
+    min_len: Optional[int] = _opt(None, methods=frozenset({"smc"}),
+                                  parse=parse_optional(parse_int),
+                                  check=_int_or_none_at_least(1), metavar="L",
+                                  help="SMC: forbid ending before L tokens")
+    cache: bool = _opt(True, methods=frozenset({"smc"}), flag=None,
+                       check=lambda v: None if isinstance(v, bool) else
+                       f"must be true or false, got {v!r}",
+                       help="SMC: keep per-particle model state instead of recomputing "
+                            "prefixes (--no-cache turns it off)")
+    top: int = _opt(10, methods=frozenset({"smc"}), parse=parse_int, check=_int_at_least(1),
+                    metavar="K", help="SMC: number of top sequences kept in the summary "
+                                      "(default 10)")
+    # ---- reporting
+    progress_interval: float = _opt(0.1, flag=None, check=_non_negative_number,
+                                    help="minimum seconds between progress events")
+
+    # ------------------------------------------------------------ queries
+    @staticmethod
+    def options(method: Optional[str] = None) -> list[tuple[dataclasses.Field, Opt]]:
+        """The options (field, metadata) of `method` (all when None), in declaration order."""
+        out = []
+        for f in dataclasses.fields(FitConfig):
+            opt = f.metadata["opt"]
+            if method is None or method in opt.methods:
+                out.append((f, opt))
+        return out
+
+    @staticmethod
+    def default(name: str):
+        f = next(f for f in dataclasses.fields(FitConfig) if f.name == name)
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+    @staticmethod
+    def help_of(name: str) -> str:
+        """The option's help with its default (when the help does not say it)."""
+        f = next(f for f in dataclasses.fields(FitConfig) if f.name == name)
+        opt = f.metadata["opt"]
+        default = FitConfig.default(name)
+        if "(default" in opt.help or default in (None, [], ()):
+            return opt.help
+        shown = "on" if default is True else "off" if default is False else default
+        return f"{opt.help} (default {shown})"
+
+    def errors(self) -> dict[str, str]:
+        """Every invalid value as ``{field: message}`` (empty when valid)."""
+        out = {}
+        for f, opt in self.options():
+            if opt.check is not None:
+                msg = opt.check(getattr(self, f.name))
+                if msg:
+                    out[f.name] = msg
+        if self.data is not None and self.synthetic is not None:
+            out["synthetic"] = "give either a data file or synthetic rows, not both"
+        return out
+
+    def validate(self) -> "FitConfig":
+        errs = self.errors()
+        if errs:
+            raise ConfigError(errs)
+        return self
+
+    def to_dict(self) -> dict:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FitConfig":
+        """A config from a mapping (e.g. ``run.json``); unknown keys are an error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError({k: f"unknown option (known: {', '.join(sorted(names))})"
+                               for k in unknown})
+        return cls(**dict(data))
+
+    def for_method(self) -> dict:
+        """The options that matter for this config's method (for records and displays)."""
+        return {f.name: _plain(getattr(self, f.name)) for f, _ in self.options(self.method)}
+
+
+def _plain(v):
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v

@@ -1,0 +1,188 @@
+"""The data of a fit: where it comes from, its split into input and observations, its
+check against the program (once, before any fitting), and synthetic data.
+
+Conventions: a data mapping holds arrays by observed-site name and host-data name; the
+key ``"x"`` (if present) is the program input, otherwise the input is `zeros(N, 1)` with
+`N` the leading size of the first observed value (1 without data) — the convention of
+the regression snippets.  Everything not in the data is latent.
+
+Where the data of a fit comes from (`resolve_data`), first match wins:
+
+1. ``FitConfig.synthetic = N`` — `N` rows drawn from the program's prior predictive
+   (`synthesize`); the drawn latents are kept as the ground truth;
+2. ``FitConfig.data = FILE`` — a data file (``.npz``, ``.json``, ``.pt``);
+3. a mapping given to `fit(..., data=...)`;
+4. the data shipped beside the program (`qvr.datafiles.find_data`: ``data/NAME.json`` or
+   ``.npz`` next to ``NAME.qvr``);
+5. nothing (a program without observations, or SMC generation).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+
+class DataError(ValueError):
+    """The data does not fit the program (unknown name, wrong shape, missing host data,
+    unreadable file)."""
+
+
+@dataclass
+class FitData:
+    """Resolved data: the mapping, where it came from (for the run record) and, for
+    synthetic data, the drawn latents."""
+
+    values: dict = field(default_factory=dict)
+    source: dict = field(default_factory=lambda: {"kind": "none"})
+    truth: dict = field(default_factory=dict)
+
+
+def load_data_file(path) -> dict:
+    """Arrays by name from ``.npz``, ``.json`` or ``.pt`` (raises `DataError` naming the
+    file and the cause)."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{path}: no such data file")
+    try:
+        if p.suffix == ".pt":
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+            if not isinstance(obj, dict):
+                raise DataError(f"{path}: expected a mapping from names to arrays")
+            return {str(k): torch.as_tensor(v) for k, v in obj.items()}
+        try:
+            from qvr.datafiles import DataFileError, load_data
+        except ImportError:  # pragma: no cover - the finder ships with the package
+            load_data, DataFileError = _load_plain, ValueError
+        try:
+            arrays = load_data(p)
+        except DataFileError as exc:
+            raise DataError(str(exc)) from None
+        return {k: torch.as_tensor(np.asarray(v)) for k, v in arrays.items()}
+    except DataError:
+        raise
+    except Exception as exc:
+        raise DataError(f"{path}: cannot read data: {exc}") from None
+
+
+def _load_plain(p: Path) -> dict:  # pragma: no cover - fallback without qvr.datafiles
+    import json
+    if p.suffix == ".npz":
+        with np.load(p, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    if p.suffix == ".json":
+        obj = json.loads(p.read_text(encoding="utf-8"))
+        if not isinstance(obj, dict):
+            raise DataError(f"{p}: expected a mapping from names to arrays")
+        return {k: np.asarray(v) for k, v in obj.items()}
+    raise DataError(f"{p}: unknown data format (expected .npz, .json or .pt)")
+
+
+def shipped_data(program_path: Optional[str]) -> Optional[Path]:
+    """The data file shipped beside a program, if any."""
+    if not program_path or program_path.startswith("<"):
+        return None
+    try:
+        from qvr.datafiles import find_data
+    except ImportError:  # pragma: no cover
+        return None
+    return find_data(program_path)
+
+
+def resolve_data(model, config, data: Optional[dict], program_path: Optional[str]) -> FitData:
+    """Where the data comes from (see the module docstring)."""
+    if config.method == "smc":
+        return FitData()
+    if config.synthetic is not None:
+        values, truth = synthesize(model, config.synthetic)
+        return FitData(values, {"kind": "synthetic", "rows": config.synthetic}, truth)
+    if config.data is not None:
+        return FitData(load_data_file(config.data),
+                       {"kind": "file", "path": str(Path(config.data).resolve())})
+    if data is not None:
+        return FitData(dict(data), {"kind": "given"})
+    found = shipped_data(program_path)
+    if found is not None:
+        return FitData(load_data_file(found), {"kind": "shipped", "path": str(found.resolve())})
+    return FitData()
+
+
+def split_data(model, data: Optional[dict], device="cpu") -> tuple:
+    """`(x, observations)` from a data dict (see the module docstring)."""
+    data = {k: (v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v)))
+            for k, v in (data or {}).items()}
+    data = {k: v.to(device) for k, v in data.items()}
+    x = data.pop("x", None)
+    if x is None:
+        n = 1
+        observed = [s for s in getattr(model, "site_names", []) if s in data]
+        for name in observed:
+            v = data[name]
+            if v.dim() >= 1:
+                n = int(v.shape[0])
+                break
+        x = torch.zeros(n, 1, device=device)
+    return x, data
+
+
+def check_data(model, x, observations: dict) -> None:
+    """Run the program once with the data clamped; raise `DataError` on any mismatch."""
+    from qvr.runtime.errors import MissingValueError, QvrRuntimeError
+    try:
+        with torch.no_grad():
+            model.execute(x, observations, score=True)
+    except MissingValueError as exc:
+        raise DataError(f"the data does not fit the program: {message_of(exc)}; give a data "
+                        f"file (--data FILE: arrays by observed-site and host-data name) or "
+                        f"draw synthetic data (--synthetic N)") from None
+    except (QvrRuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
+        raise DataError(f"the data does not fit the program: {message_of(exc)}") from None
+    except RuntimeError as exc:
+        raise DataError(f"the data does not fit the program: {exc}") from None
+
+
+def message_of(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, KeyError) and text.startswith("'") and text.endswith("'"):
+        text = text[1:-1]
+    return text
+
+
+def synthesize(model, n: int) -> tuple[dict, dict]:
+    """`n` rows from the prior predictive: `(data, truth)` (observed values and the input
+    in `data`, every drawn latent in `truth`)."""
+    from qvr.inference.trace import trace
+    from qvr.runtime.errors import MissingValueError, QvrRuntimeError
+    dom = model.domain
+    try:
+        if dom.is_discrete and dom.width == 1:
+            x = torch.randint(0, dom.size, (n, 1))
+        elif dom.is_continuous:
+            x = torch.randn(n, dom.width)
+        else:
+            x = torch.zeros(n, 1)
+    except (TypeError, AttributeError):
+        x = torch.zeros(n, 1)
+    try:
+        with torch.no_grad():
+            tr = trace(model, x)
+    except MissingValueError as exc:
+        raise DataError(f"synthetic data cannot be drawn from this program: "
+                        f"{message_of(exc)}; give the data in a file (--data FILE)") from None
+    except (QvrRuntimeError, NotImplementedError, ValueError) as exc:
+        raise DataError(f"synthetic data cannot be drawn from this program: "
+                        f"{message_of(exc)}") from None
+    data, truth = {"x": x}, {}
+    for name, site in tr.sites.items():
+        if site.is_deterministic or not isinstance(site.value, torch.Tensor):
+            continue
+        (data if site.kind == "observe" else truth)[name] = site.value.detach()
+    return data, truth
+
+
+def numpy_dict(values: dict) -> dict[str, Any]:
+    return {k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v))
+            for k, v in values.items()}

@@ -1,0 +1,309 @@
+"""`fit(program, data=None, config=None, ...) -> FitResult`: the front door of inference.
+
+Every fit — SVI, HMC, NUTS, SMC generation — starts here; `qvr run` and the dashboard's
+worker call nothing else.  `fit`
+
+1. validates the options (`FitConfig`, unknown keys and bad values are a `ConfigError`
+   listing them);
+2. opens the run record when given ``run_dir`` (`qvr.runs.RunWriter`: ``run.json`` with
+   the program's source hash, then every event as it happens);
+3. reports `FitStarted` — `fit` alone does, and it alone reports the one terminal event;
+4. resolves and checks the data once (`qvr.inference.data`), and applies ``start_from``
+   (a previous run's fitted parameters, `qvr.inference.start`);
+5. runs the method's loop (`qvr.inference.methods.svi`, `.mcmc`, `.smc`), which reports
+   steps only (progress, draws, particles, warnings);
+6. reports exactly one of `FitFinished`, `FitFailed`, `FitCancelled`, saves the results
+   in the record (``summary.json``, ``samples.npz``/``params.npz``/``losses.npy``,
+   ``sequences.json``) and closes it.
+
+Errors of the model or its data (`DataError`, `StartError`, the runtime's
+`QvrRuntimeError`) are reported as `FitFailed` and raised; a non-finite SVI loss ends
+the fit with status ``"failed"`` and no exception; Ctrl-C (`KeyboardInterrupt`) is
+reported as `FitCancelled` and raised; `should_stop()` turning true ends the fit cleanly
+with status ``"cancelled"`` and everything so far kept.
+
+Example::
+
+    >>> import qvr
+    >>> from qvr.inference import fit, FitConfig                     # doctest: +SKIP
+    >>> prog = qvr.load("examples/hmm.qvr")                          # doctest: +SKIP
+    >>> res = fit(prog, config=FitConfig(method="nuts", num_samples=200),
+    ...           run_dir="runs/hmm-try")                            # doctest: +SKIP
+    >>> res.status, res.summary                                      # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import hashlib
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from qvr.inference.config import ConfigError, FitConfig
+from qvr.inference.data import DataError, FitData, check_data, message_of, numpy_dict, \
+    resolve_data, split_data
+from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitEvent,
+                                  FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
+                                  never)
+
+__all__ = ["fit", "FitConfig", "FitResult", "FitContext", "ConfigError", "DataError",
+           "model_of"]
+
+
+@dataclass
+class FitResult:
+    """What a fit produced.
+
+    Attributes:
+      method, status: ``"finished"``, ``"cancelled"`` or ``"failed"``; message: why it
+        failed (e.g. "the loss is nan at step 12 ...").
+      losses: SVI losses, one per step done.
+      samples: draws `{site: (chains, draws, *shape)}` as numpy arrays (MCMC draws, or
+        independent draws from the fitted guide for SVI).
+      params: fitted values as numpy arrays (SVI guide ``loc_*``/``log_scale_*``; model
+        parameters under ``model.NAME`` for every method).
+      summary: `qvr.inference.diagnostics.Summary` of the posterior.
+      stats: scalar facts (final loss, acceptance, divergences, step sizes, log Z...).
+      mcmc: the `MCMCResult` (MCMC); guide: the fitted guide (SVI); smc: the `SMCResult`.
+      run_dir: the run record's folder, when one was written.
+      elapsed: seconds; step: the last step done.
+    """
+
+    method: str
+    status: str = "finished"
+    message: str = ""
+    losses: list = field(default_factory=list)
+    samples: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    summary: Any = None
+    stats: dict = field(default_factory=dict)
+    mcmc: Any = None
+    guide: Any = None
+    smc: Any = None
+    sequences: Optional[dict] = None
+    run_dir: Optional[str] = None
+    elapsed: float = 0.0
+    step: Optional[int] = None
+    config: Optional[FitConfig] = None
+
+
+@dataclass
+class FitContext:
+    """What a method's loop gets from `fit` (the loops live in `qvr.inference.methods`)."""
+
+    program: Any  # the `Program` (or export) as given
+    model: Any  # the program to fit (`MonadicProgram`), None for SMC
+    x: Any
+    observations: dict
+    config: FitConfig
+    report: Callable[[FitEvent], None]  # steps only: progress, draws, particles, warnings
+    stop: Callable[[], bool]
+    start: Any = None  # `qvr.inference.start.StartState` or None
+    potential: Any = None  # SMC: a Python potential (multiplied with the config's)
+    vocab: Optional[list] = None  # SMC: token id -> text
+
+
+def model_of(program):
+    """The program to fit: a `MonadicProgram`, or a `Program`'s first export."""
+    if hasattr(program, "execute") and hasattr(program, "log_joint"):
+        return program
+    inner = getattr(program, "morphism", None)
+    if inner is not None and hasattr(inner, "execute"):
+        return inner
+    raise DataError("this module's first export is not a program with sample/observe steps; "
+                    "only programs can be fitted")
+
+
+def _source_info(program, source: Optional[str], path: Optional[str],
+                 export: Optional[str]) -> dict:
+    path = path if path is not None else getattr(program, "path", None)
+    text = source if source is not None else getattr(program, "source", None)
+    if text is None and path and not str(path).startswith("<") and Path(path).is_file():
+        with open(path, encoding="utf-8", newline="") as fh:
+            text = fh.read()
+    resolved = str(Path(path).resolve()) if path and not str(path).startswith("<") else path
+    return {"path": resolved,
+            "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest() if text is not None
+            else None,
+            "export": export}
+
+
+def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, None] = None,
+        on_event: Optional[EventCallback] = None,
+        should_stop: Optional[Callable[[], bool]] = None, *,
+        run_dir=None, start_from=None, potential=None, source: Optional[str] = None,
+        program_path: Optional[str] = None, export: Optional[str] = None,
+        vocab: Optional[list] = None) -> FitResult:
+    """Fit `program` with `config.method` (see the module docstring).
+
+    Args:
+      program: a `qvr.load` result (its first export is fitted) or an export of one.
+      data: arrays by observed-site / host-data name (``x``: the input); see
+        `qvr.inference.data` for what is used when it is None.
+      config: a `FitConfig` or a mapping of its options (default: NUTS with defaults).
+      on_event, should_stop: the event callback and the cancellation poll
+        (`qvr.inference.events`).
+      run_dir: write the run record there (`qvr.runs`); `FitStarted.run_dir` names it.
+      start_from: a run folder (or `qvr.runs.Run`) whose fitted parameters this fit starts
+        from (`qvr.inference.start`).
+      potential: SMC only: a Python potential (`qvr.smc.potentials`), multiplied with the
+        constraints of the config.
+      source, program_path, export: the program's text, file and export name for the
+        record (default: what `qvr.load` kept on the program).
+      vocab: SMC only: token id -> text, for the record and displays (default: the
+        vocabulary shipped beside the program).
+    """
+    if isinstance(config, dict):
+        config = FitConfig.from_dict(config)
+    config = (config or FitConfig()).validate()
+    emit = Emitter(on_event)
+    stop = should_stop or never
+    info = _source_info(program, source, program_path, export)
+    writer = None
+    if run_dir is not None:
+        from qvr.runs import RunWriter
+        writer = RunWriter(run_dir, {"program": info, "method": config.method,
+                                     "config": config.to_dict(), "seed": config.seed,
+                                     "data": None, "start_from": None})
+    last_step = [None]
+
+    def report(event: FitEvent) -> None:
+        if isinstance(event, FitProgress):
+            last_step[0] = event.step
+        if writer is not None:
+            writer.write(event)
+        emit(event)
+
+    chains = config.num_chains if config.method in ("hmc", "nuts") else 1
+    total = {"svi": config.steps, "smc": config.max_len}.get(
+        config.method, config.num_warmup + config.num_samples)
+    report(FitStarted(method=config.method, total_steps=total, num_chains=chains,
+                      config=config.to_dict(),
+                      run_dir=str(writer.path) if writer is not None else None))
+    result = FitResult(config.method, config=config,
+                       run_dir=str(writer.path) if writer is not None else None)
+    try:
+        if config.seed is not None:
+            torch.manual_seed(config.seed)
+        ctx = _prepare(program, data, config, info, report, stop, writer, start_from,
+                       potential, vocab)
+        result = _run_method(ctx)
+        result.config = config
+        result.run_dir = str(writer.path) if writer is not None else None
+    except KeyboardInterrupt:
+        report(FitCancelled(step=last_step[0], elapsed=emit.elapsed))
+        _close(writer, result, "cancelled", "interrupted (Ctrl-C)")
+        raise
+    except BaseException as exc:
+        msg = message_of(exc)
+        report(FitFailed(message=msg, step=last_step[0], error_type=type(exc).__name__,
+                         elapsed=emit.elapsed))
+        if writer is not None:
+            known = _is_user_error(exc)
+            writer.write_text("error.txt", f"{type(exc).__name__}: {msg}\n" if known else
+                              "".join(traceback.format_exception(exc)))
+        _close(writer, result, "failed", msg)
+        raise
+    if writer is not None and writer.failed:
+        emit(FitWarning(writer.failed))
+    if result.status == "failed":
+        report(FitFailed(message=result.message, step=result.step,
+                         error_type=result.stats.get("error_type", ""), elapsed=emit.elapsed))
+    elif result.status == "cancelled":
+        report(FitCancelled(step=result.step, elapsed=emit.elapsed))
+    else:
+        report(FitFinished(summary=_plain_stats(result.stats), elapsed=emit.elapsed))
+    _close(writer, result, result.status, result.message)
+    return result
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    from qvr.inference.start import StartError
+    from qvr.runtime.errors import QvrRuntimeError
+    return isinstance(exc, (DataError, StartError, ConfigError, QvrRuntimeError))
+
+
+def _plain_stats(stats: dict) -> dict:
+    out = {}
+    for k, v in stats.items():
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            out[k] = v
+        elif isinstance(v, (list, tuple)):
+            out[k] = [float(x) if isinstance(x, (int, float)) else x for x in v]
+    return out
+
+
+def _prepare(program, data, config, info, report, stop, writer, start_from, potential,
+             vocab) -> FitContext:
+    from qvr.inference.start import load_start
+    model = None if config.method == "smc" else model_of(program)
+    device = torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DataError("device cuda: no CUDA device is available")
+    start = None
+    if start_from is not None:
+        start = load_start(start_from)
+        start.current_sha256 = info.get("sha256")
+        if model is not None:
+            start.apply_to_model(model)
+    x, observations = None, {}
+    if model is not None:
+        model.to(device)
+        fd: FitData = resolve_data(model, config, data, info.get("path"))
+        if writer is not None:
+            writer.meta["data"] = fd.source
+            if fd.truth:
+                writer.save_arrays("synthetic_truth.npz",
+                                   {**numpy_dict(fd.truth),
+                                    **{f"data.{k}": v for k, v in numpy_dict(fd.values).items()}})
+        x, observations = split_data(model, fd.values, device)
+        check_data(model, x, observations)
+    if writer is not None:
+        if start is not None:
+            writer.meta["start_from"] = start.record()
+        writer.write_json("run.json", writer.meta)
+    if config.method == "smc" and vocab is None:
+        vocab = _shipped_vocab(info.get("path"))
+    return FitContext(program, model, x, observations, config, report, stop, start, potential,
+                      vocab)
+
+
+def _shipped_vocab(path: Optional[str]) -> Optional[list]:
+    if not path:
+        return None
+    try:
+        from qvr.datafiles import find_vocab, load_vocab
+    except ImportError:
+        return None
+    found = find_vocab(path)
+    return load_vocab(found) if found is not None else None
+
+
+def _run_method(ctx: FitContext) -> FitResult:
+    if ctx.config.method == "svi":
+        from qvr.inference.methods.svi import run
+    elif ctx.config.method == "smc":
+        from qvr.inference.methods.smc import run
+    else:
+        from qvr.inference.methods.mcmc import run
+    return run(ctx)
+
+
+def _close(writer, result: FitResult, status: str, message: str) -> None:
+    """Save the results into the record (whatever the status) and release it."""
+    if writer is None:
+        return
+    try:
+        from qvr.inference.methods.save import save_results
+        save_results(writer, result, status, message)
+    except Exception as exc:  # never lose the terminal event for a failed save
+        try:
+            writer.write_text("error.txt", f"saving the results failed: {exc}\n"
+                              + "".join(traceback.format_exception(exc)))
+        except OSError:
+            pass
+    finally:
+        writer.close()
+

@@ -1,0 +1,82 @@
+"""SVI behind `fit`: `AutoNormalGuide` + `ELBO(elbo_particles)` + Adam on the model's and
+guide's parameters.  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
+the steps since the previous report) is throttled; a non-finite loss stops the fit with
+status ``"failed"`` and a message naming the step."""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from qvr.inference.data import DataError
+from qvr.inference.events import FitProgress, Throttle
+from qvr.inference.fitting import FitContext, FitResult
+
+
+def run(ctx: FitContext) -> FitResult:
+    from qvr.inference.elbo import ELBO
+    from qvr.inference.guides import AutoNormalGuide
+    from qvr.inference.svi import SVI, adam
+    model, x, observations, config = ctx.model, ctx.x, ctx.observations, ctx.config
+    guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
+    if ctx.start is not None:
+        ctx.start.apply_to_guide(guide)
+    params = list(model.parameters()) + list(guide.parameters())
+    if not params:
+        raise DataError("nothing to fit: the program has no parameters and no latent sites")
+    optim = adam(params, config.lr)
+    svi = SVI(model, guide, optim, ELBO(num_particles=config.elbo_particles))
+    throttle = Throttle(config.progress_interval)
+    result = FitResult("svi", guide=guide)
+    t0 = time.perf_counter()
+    window, since = 0.0, 0
+    for step in range(1, config.steps + 1):
+        if ctx.stop():
+            result.status = "cancelled"
+            break
+        loss = svi.step(x, observations)
+        result.losses.append(loss)
+        result.step = step
+        window += loss
+        since += 1
+        finite = math.isfinite(loss)
+        if not finite or throttle.due(step, config.steps):
+            ctx.report(FitProgress(method="svi", phase="optimization", step=step,
+                                   total=config.steps,
+                                   metrics={"loss": loss, "loss_mean": window / since},
+                                   elapsed=time.perf_counter() - t0))
+            window, since = 0.0, 0
+        if not finite:
+            result.status = "failed"
+            result.message = (f"the loss is {loss} at step {step}: the model's log density "
+                              f"or the guide's draws are not finite there (try a smaller "
+                              f"learning rate, or check the data)")
+            break
+    result.elapsed = time.perf_counter() - t0
+    result.params = svi_params(model, guide)
+    if result.status != "failed":
+        result.samples, result.summary = guide_summary(guide, x, observations)
+    result.stats = {"final_loss": result.losses[-1] if result.losses else float("nan"),
+                    "steps": len(result.losses), "elapsed": result.elapsed}
+    if result.status == "failed":
+        result.stats["error_type"] = "NonFiniteLoss"
+    return result
+
+
+def svi_params(model, guide) -> dict:
+    out = {name: p.detach().cpu().numpy() for name, p in guide.named_parameters()}
+    for name, p in model.named_parameters():
+        out[f"model.{name}"] = p.detach().cpu().numpy()
+    return out
+
+
+def guide_summary(guide, x, observations, n: int = 1000):
+    from qvr.inference.diagnostics import summary
+    columns = ("mean", "sd", "q5", "q50", "q95")  # independent draws: no ESS or R-hat
+    if not guide.latent_names:
+        return {}, summary({}, columns=columns)
+    with torch.no_grad():
+        draws = guide.rsample(x, observations, sample_shape=(n,))
+    samples = {k: v.detach().cpu().numpy()[None] for k, v in draws.items()}
+    return samples, summary(samples, max_coordinates=200, columns=columns)

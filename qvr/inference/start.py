@@ -1,0 +1,143 @@
+"""Starting a fit from a saved run (`fit(..., start_from=RUN)`, `qvr run --from RUN`).
+
+What a run gives the next fit:
+
+* its **model parameters** (``params.npz``, ``model.NAME``: every method saves them) are
+  loaded into the program — so SMC generates from an SVI-fitted language model, and any
+  fit continues from fitted weights;
+* an **SVI run's guide** (``loc_*``, ``log_scale_*``) initialises the next SVI guide (to
+  continue fitting) or the initial positions of HMC/NUTS (one guide draw per chain);
+* an **MCMC run's posterior means** (``samples.npz``) initialise the next guide's
+  locations, or HMC/NUTS's initial positions.
+
+A program whose parameters no longer match the run's (a renamed morphism, a changed
+width) is a `StartError` naming the parameter, and saying when the program's text
+changed since the run.  The record of the new run names the run it started from and that
+run's source hash (`StartState.record`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+
+class StartError(ValueError):
+    """The run to start from cannot be used (unreadable, or its parameters do not match)."""
+
+
+@dataclass
+class StartState:
+    run: Any  # qvr.runs.Run
+    model_params: dict = field(default_factory=dict)
+    guide_params: dict = field(default_factory=dict)
+    posterior_means: dict = field(default_factory=dict)
+    current_sha256: Optional[str] = None  # the hash of the program being fitted now
+
+    def record(self) -> dict:
+        return {"run": str(self.run.path.resolve()), "run_id": self.run.run_id,
+                "method": self.run.method, "sha256": self.run.source_sha256}
+
+    def _where(self) -> str:
+        return f"start from {self.run.path}"
+
+    def apply_to_model(self, module) -> None:
+        """Load the run's model parameters into `module` (names and shapes must match)."""
+        if not self.model_params:
+            return
+        own = dict(module.named_parameters())
+        changed = self._changed_note()
+        for name, value in self.model_params.items():
+            if name not in own:
+                raise StartError(f"{self._where()}: the run has parameter `{name}`, which this "
+                                 f"program does not{changed}")
+            if tuple(own[name].shape) != tuple(value.shape):
+                raise StartError(f"{self._where()}: parameter `{name}` has shape "
+                                 f"{tuple(value.shape)} in the run but "
+                                 f"{tuple(own[name].shape)} in this program{changed}")
+        missing = sorted(set(own) - set(self.model_params))
+        if missing:
+            raise StartError(f"{self._where()}: this program's parameter `{missing[0]}` is not "
+                             f"in the run{changed}")
+        with torch.no_grad():
+            for name, value in self.model_params.items():
+                p = own[name]
+                p.copy_(torch.as_tensor(value, dtype=p.dtype, device=p.device))
+
+    def _changed_note(self) -> str:
+        sha = self.current_sha256
+        if sha and self.run.source_sha256 and sha != self.run.source_sha256:
+            return " (the program's text has changed since that run)"
+        return ""
+
+    def apply_to_guide(self, guide) -> None:
+        """Initialise an `AutoNormalGuide` from the run (SVI guide or posterior means)."""
+        own = dict(guide.named_parameters())
+        with torch.no_grad():
+            if self.guide_params:
+                for name, value in self.guide_params.items():
+                    p = own.get(name)
+                    if p is None:
+                        continue  # a site the new data observes: nothing to start
+                    if tuple(p.shape) != tuple(value.shape):
+                        raise StartError(f"{self._where()}: guide parameter `{name}` has shape "
+                                         f"{tuple(value.shape)} in the run but "
+                                         f"{tuple(p.shape)} here (different data size?)")
+                    p.copy_(torch.as_tensor(value, dtype=p.dtype, device=p.device))
+            elif self.posterior_means:
+                reg = getattr(guide, "registry", None)
+                for site, mean in self.posterior_means.items():
+                    p = own.get(f"loc_{site}")
+                    if p is None:
+                        continue
+                    value = torch.as_tensor(mean, dtype=p.dtype, device=p.device)
+                    if reg is not None and hasattr(reg, "unconstrain_site"):
+                        value = reg.unconstrain_site(site, value)
+                    if value.numel() != p.numel():
+                        raise StartError(f"{self._where()}: site `{site}` has "
+                                         f"{value.numel()} values in the run but {p.numel()} "
+                                         f"here (different data size?)")
+                    p.copy_(value.reshape(p.shape))
+
+    def init_guide(self, model, x, observations):
+        """A guide to draw HMC/NUTS initial positions from (None: nothing to start from)."""
+        if not (self.guide_params or self.posterior_means):
+            return None
+        from qvr.inference.guides import AutoNormalGuide
+        guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
+        self.apply_to_guide(guide)
+        if self.posterior_means and not self.guide_params:
+            with torch.no_grad():
+                for name, p in guide.named_parameters():
+                    if name.startswith("log_scale_"):
+                        p.fill_(-6.0)  # start at the means, barely jittered
+        return guide
+
+
+def load_start(start_from, config=None) -> StartState:
+    """The `StartState` of a run folder (or `qvr.runs.Run`)."""
+    from qvr.runs import Run, RunRecordError, open_run
+    try:
+        run = start_from if isinstance(start_from, Run) else open_run(start_from)
+    except RunRecordError as exc:
+        raise StartError(f"cannot start from {start_from}: {exc}") from None
+    status = run.status
+    if status == "running":
+        raise StartError(f"cannot start from {run.path}: that run is still running")
+    try:
+        params = run.params()
+        samples = run.samples()
+    except RunRecordError as exc:
+        raise StartError(f"cannot start from {run.path}: {exc}") from None
+    model = {k[len("model."):]: v for k, v in params.items() if k.startswith("model.")}
+    guide = {k: v for k, v in params.items() if k.startswith(("loc_", "log_scale_"))}
+    means = {}
+    if run.method in ("hmc", "nuts"):
+        means = {k: np.asarray(v).mean(axis=(0, 1)) for k, v in samples.items()
+                 if not k.startswith("sample_stats.") and np.asarray(v).ndim >= 2}
+    if not (model or guide or means):
+        raise StartError(f"cannot start from {run.path}: the run saved no parameters or "
+                         f"draws (status {status})")
+    return StartState(run, model, guide, means)

@@ -1,0 +1,38 @@
+"""The files of a run record (format 1) and the names used in them.
+
+A run record is one folder, ``runs/NAME-TIMESTAMP/``:
+
+* ``run.json`` — written once at the start: ``format``, ``run_id``, ``program`` (``path``,
+  ``sha256`` of the exact source text run, ``export``), ``method``, ``config`` (every
+  `FitConfig` option), ``seed``, ``data`` (where the data came from), ``start_from``
+  (the run a fit started from, with its source hash, or null), ``versions`` (qvr, torch,
+  numpy, python), ``started`` (ISO 8601, UTC), ``host`` and ``pid`` of the writer;
+* ``events.jsonl`` — every fit event as one JSON line (`qvr.inference.events.to_json`),
+  flushed as it is written; a `DrawsChunk` line refers to its chunk file;
+* ``draws/c{chain}-{start:08d}.npz`` — one file per `DrawsChunk` (arrays by site, shape
+  ``(count, *site_shape)``), complete before the line that refers to it is written;
+* ``writer.lock`` — held (``flock``) by the live writer: a record without a terminal event
+  whose lock is free was left by a writer that died;
+* final results, each written atomically (temp file + rename): ``summary.json``
+  (``status``, ``message``, ``stats``, ``parameters`` rows), ``samples.npz`` (MCMC draws and
+  sampler statistics), ``params.npz`` (fitted parameters), ``losses.npy`` (SVI),
+  ``sequences.json`` (SMC), ``synthetic_truth.npz`` (drawn ground truth), ``error.txt``.
+"""
+FORMAT = 1
+RUN_JSON = "run.json"
+EVENTS = "events.jsonl"
+DRAWS_DIR = "draws"
+LOCK = "writer.lock"
+SUMMARY = "summary.json"
+SAMPLES = "samples.npz"
+PARAMS = "params.npz"
+LOSSES = "losses.npy"
+SEQUENCES = "sequences.json"
+TRUTH = "synthetic_truth.npz"
+ERROR = "error.txt"
+STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
+
+
+def draws_file(chain: int, start: int) -> str:
+    """The chunk file of chain `chain`'s draws from index `start` (relative path)."""
+    return f"{DRAWS_DIR}/c{int(chain)}-{int(start):08d}.npz"

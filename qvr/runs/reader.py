@@ -1,0 +1,324 @@
+"""`open_run(path) -> Run`: the one reader of run records (`layout.py` describes the files).
+
+The reader gives back the typed events of `qvr.inference.events`, the draws as arrays, the
+summary and final results, and a status:
+
+* ``finished`` / ``failed`` / ``cancelled`` — the record ends with that terminal event;
+* ``running`` — no terminal event yet and the writer is alive (it holds ``writer.lock``):
+  `Run.tail()` follows the record as it grows;
+* ``interrupted`` — no terminal event and no live writer (``kill -9``, power loss): the
+  record reads cleanly up to its last complete line; a torn last line is ignored.
+
+It imports numpy (for draws) but never torch, so the dashboard's UI process uses it.
+
+Example::
+
+    >>> run = open_run("runs/hmm-20261124-101500")          # doctest: +SKIP
+    >>> run.status, run.method, len(run.events())            # doctest: +SKIP
+    ('finished', 'nuts', 412)
+    >>> run.draws()["mu"].shape                              # doctest: +SKIP
+    (4, 500, 1)
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
+                                  FitStarted, from_dict)
+from qvr.runs import layout
+
+_STATUS_OF = {FitFinished: "finished", FitFailed: "failed", FitCancelled: "cancelled"}
+
+
+class RunRecordError(ValueError):
+    """The folder is not a readable run record (names the folder and the cause)."""
+
+
+class Tail:
+    """Incremental reader of ``events.jsonl``: `poll()` returns the events appended since
+    the previous call (complete lines only; a partial last line waits for its end)."""
+
+    def __init__(self, run: "Run", load_draws: bool = True):
+        self.run = run
+        self.load_draws = load_draws
+        self.offset = 0
+        self.buffer = b""
+        self.bad_lines = 0
+        self.terminal: Optional[FitEvent] = None
+
+    def poll(self) -> list[FitEvent]:
+        path = self.run.path / layout.EVENTS
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self.buffer + data
+        lines = data.split(b"\n")
+        self.buffer = lines.pop()  # b"" after a complete last line
+        out = []
+        for line in lines:
+            if not line.strip():
+                continue
+            ev = self._parse(line)
+            if ev is not None:
+                out.append(ev)
+                if type(ev) in _STATUS_OF:
+                    self.terminal = ev
+        return out
+
+    def _parse(self, line: bytes) -> Optional[FitEvent]:
+        try:
+            d = json.loads(line.decode("utf-8"))
+            if d.get("type") == "draws" and not self.load_draws:
+                return DrawsChunk(chain=int(d["chain"]), start=int(d["start"]), draws={})
+            return from_dict(d, base=self.run.path)
+        except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError):
+            self.bad_lines += 1
+            return None
+
+    @property
+    def done(self) -> bool:
+        """A terminal event was read, or the writer is gone."""
+        return self.terminal is not None or not self.run.writer_alive()
+
+
+class Run:
+    """A run record on disk (see the module docstring)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        meta_path = self.path / layout.RUN_JSON
+        if not self.path.is_dir():
+            raise RunRecordError(f"{self.path}: no such run folder")
+        try:
+            self.meta: dict = json.loads(meta_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RunRecordError(f"{self.path}: not a run record (no {layout.RUN_JSON})") \
+                from None
+        except (OSError, ValueError) as exc:
+            raise RunRecordError(f"{meta_path}: unreadable: {exc}") from None
+        fmt = self.meta.get("format")
+        if fmt != layout.FORMAT:
+            raise RunRecordError(f"{meta_path}: record format {fmt!r} is not supported "
+                                 f"(this qvr reads format {layout.FORMAT})")
+
+    # ------------------------------------------------------------ facts
+    @property
+    def run_id(self) -> str:
+        return self.meta.get("run_id", self.path.name)
+
+    @property
+    def method(self) -> str:
+        return self.meta.get("method", "")
+
+    @property
+    def config(self) -> dict:
+        return dict(self.meta.get("config", {}))
+
+    @property
+    def program(self) -> dict:
+        """``{"path", "sha256", "export"}`` of the program that was run."""
+        return dict(self.meta.get("program", {}))
+
+    @property
+    def source_sha256(self) -> Optional[str]:
+        return self.program.get("sha256")
+
+    @property
+    def started(self) -> str:
+        return self.meta.get("started", "")
+
+    def writer_alive(self) -> bool:
+        """Whether a live process holds this record's writer lock."""
+        lock = self.path / layout.LOCK
+        if not lock.exists():
+            return False
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: fall back on the pid
+            return _pid_alive(self.meta.get("pid"))
+        try:
+            fh = open(lock, "a+")
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True  # someone holds it
+        else:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return False
+        finally:
+            fh.close()
+
+    # ------------------------------------------------------------ events
+    def tail(self, load_draws: bool = True) -> Tail:
+        return Tail(self, load_draws)
+
+    def events(self, load_draws: bool = True) -> list[FitEvent]:
+        """Every complete event in the record, in order."""
+        t = self.tail(load_draws)
+        return t.poll()
+
+    def follow(self, poll_interval: float = 0.1, timeout: Optional[float] = None) \
+            -> Iterator[FitEvent]:
+        """Yield events as they are written until a terminal event, or until the writer
+        is gone (then the record is `interrupted`), or `timeout` seconds."""
+        import time
+        t = self.tail()
+        t0 = time.monotonic()
+        while True:
+            alive = self.writer_alive()  # before reading: no event can be missed
+            batch = t.poll()
+            yield from batch
+            if t.terminal is not None or not alive:
+                return
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                return
+            time.sleep(poll_interval)
+
+    @property
+    def status(self) -> str:
+        alive = self.writer_alive()
+        t = self.tail(load_draws=False)
+        t.poll()
+        if t.terminal is not None:
+            return _STATUS_OF[type(t.terminal)]
+        return "running" if alive else "interrupted"
+
+    def started_event(self) -> Optional[FitStarted]:
+        for ev in self.events(load_draws=False):
+            if isinstance(ev, FitStarted):
+                return ev
+        return None
+
+    # ------------------------------------------------------------ arrays and results
+    def draws(self) -> dict[str, Any]:
+        """Posterior draws from the chunk files, ``{site: (chains, draws, *shape)}``.
+
+        Chains are cut to the draws every chain has (a live or interrupted run may have
+        chains of different lengths); `draws_per_chain()` gives each chain's own count.
+        """
+        import numpy as np
+        per = self._chunks()
+        if not per:
+            return {}
+        n = min(sum(len(next(iter(c.draws.values()))) for c in chunks) if chunks else 0
+                for chunks in per.values())
+        out: dict[str, list] = {}
+        for chain in sorted(per):
+            parts = sorted(per[chain], key=lambda c: c.start)
+            for name in parts[0].draws:
+                a = np.concatenate([np.asarray(c.draws[name]) for c in parts], axis=0)[:n]
+                out.setdefault(name, []).append(a)
+        return {k: np.stack(v) for k, v in out.items()}
+
+    def draws_per_chain(self) -> dict[int, int]:
+        return {c: sum(ch.count for ch in chunks) for c, chunks in self._chunks().items()}
+
+    def _chunks(self) -> dict[int, list[DrawsChunk]]:
+        per: dict[int, list[DrawsChunk]] = {}
+        for ev in self.events():
+            if isinstance(ev, DrawsChunk) and ev.draws:
+                per.setdefault(ev.chain, []).append(ev)
+        return per
+
+    def _json(self, name: str) -> Optional[dict]:
+        p = self.path / name
+        try:
+            return json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise RunRecordError(f"{p}: unreadable: {exc}") from None
+
+    def _npz(self, name: str) -> dict:
+        import numpy as np
+        p = self.path / name
+        if not p.exists():
+            return {}
+        try:
+            with np.load(p, allow_pickle=False) as f:
+                return {k: f[k] for k in f.files}
+        except (OSError, ValueError) as exc:
+            raise RunRecordError(f"{p}: unreadable: {exc}") from None
+
+    @property
+    def summary(self) -> Optional[dict]:
+        """``summary.json`` (``status``, ``message``, ``stats``, ``parameters``), or None
+        while running or when the writer died before writing it."""
+        return self._json(layout.SUMMARY)
+
+    def samples(self) -> dict:
+        """``samples.npz``: MCMC draws by site and ``sample_stats.*`` arrays."""
+        return self._npz(layout.SAMPLES)
+
+    def params(self) -> dict:
+        """``params.npz``: fitted parameters (SVI guide ``loc_*``/``log_scale_*``, model
+        parameters as ``model.NAME``)."""
+        return self._npz(layout.PARAMS)
+
+    def truth(self) -> dict:
+        return self._npz(layout.TRUTH)
+
+    def losses(self):
+        import numpy as np
+        p = self.path / layout.LOSSES
+        return np.load(p) if p.exists() else None
+
+    @property
+    def sequences(self) -> Optional[dict]:
+        return self._json(layout.SEQUENCES)
+
+    @property
+    def error(self) -> Optional[str]:
+        p = self.path / layout.ERROR
+        return p.read_text(encoding="utf-8") if p.exists() else None
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+
+def open_run(path) -> Run:
+    """The run record in folder `path` (raises `RunRecordError` when it is not one)."""
+    return Run(path)
+
+
+def list_runs(root="runs", program: Optional[str] = None) -> list[Run]:
+    """The readable records under `root`, newest first; with `program`, only runs of that
+    program file (compared as resolved paths)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    want = str(Path(program).resolve()) if program else None
+    out = []
+    for p in root.iterdir():
+        if not (p / layout.RUN_JSON).is_file():
+            continue
+        try:
+            run = Run(p)
+        except RunRecordError:
+            continue
+        if want is not None and run.program.get("path") != want:
+            continue
+        out.append(run)
+    out.sort(key=lambda r: (r.started, r.path.name), reverse=True)
+    return out
+
+
+def _pid_alive(pid) -> bool:  # pragma: no cover - non-POSIX fallback
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
