@@ -218,6 +218,7 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
     """The factors of `model` over the finite sites `enumerated` (a forward run with a
     tracking environment), their colouring and the passes that fill the tables."""
     from qvr.runtime.frame import Frame
+    from qvr.runtime.steps import AliasStep, LetStep
     from qvr.runtime.values import ensure_batch
     model = _model_of(model)
     x = ensure_batch(x)
@@ -238,8 +239,11 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
             for r in read:
                 dep |= deps.get(r, set())
             own = dep | ({step.name} if step.name in enum_set else set())
+            # the value of a site is given (or enumerated), not a function of its parents:
+            # it depends on itself only; a let's value depends on what it reads
+            value_dep = dep if isinstance(step, (LetStep, AliasStep)) else set()
             for n in _bound_names(step):
-                deps[n] = own if n == step.name else dep
+                deps[n] = {n} if n in enum_set else value_dep
             key = _contribution_key(step)
             if key is not None:
                 scopes.append((key, own))
@@ -309,7 +313,10 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
         for c in itertools.product(*[range(r) for r in colors]):
             st.passes.append((g, c))
     _check_elimination(st)
-    _check_rows(model, x, observations, st)
+    # the rows check runs one pass: continuous latents at their values of the forward run
+    drawn = {n: r.value for n, r in frame.records.items()
+             if r.step in ("sample", "observe") and n not in enum_set and n not in observations}
+    _check_rows(model, x, {**observations, **drawn}, st)
     return st
 
 
