@@ -117,9 +117,11 @@ def forward_marginalize(program, step: MarginalizeStep, frame) -> dict:
     with torch.no_grad():
         log_pi = _log_prior(program, step, frame).detach()
     K = log_pi.shape[-1]
-    c = torch.distributions.Categorical(logits=log_pi).sample()  # (), (N,) or (|G|,)
-    if step.group_size is not None and c.dim() == 0:
-        c = c.expand(step.group_size)
+    prior = torch.distributions.Categorical(logits=log_pi)
+    if step.group_size is not None and log_pi.dim() == 1:
+        c = prior.sample(torch.Size([step.group_size]))  # one class per group
+    else:
+        c = prior.sample()  # (|G|,), (N,) for a per-row prior, () for a shared one
     sub = _SubFrame(frame, frame.values)
     drawn = {}
 
