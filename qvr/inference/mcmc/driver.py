@@ -29,7 +29,7 @@ errors.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -69,6 +69,8 @@ class MCMCResult:
       energies: `(num_chains, num_samples)` Hamiltonian at each draw (for E-BFMI).
       compiler: how NUTS ran its leaves at the end of the run (``"inductor"``,
         ``"torchscript"`` or ``"eager"``, see `mcmc/tick.py`; ``""`` for other kernels).
+      compiler_notes: why, as sentences (`kernel.compiler_notes`): e.g. that Inductor
+        failed (compiling or running) and the steps ran on TorchScript.
     """
 
     samples: dict
@@ -94,6 +96,7 @@ class MCMCResult:
     method: str = ""
     energies: Optional[torch.Tensor] = None
     compiler: str = ""
+    compiler_notes: list = field(default_factory=list)
 
     @property
     def num_chains(self) -> int:
@@ -282,7 +285,7 @@ class _Run:
         for group in groups:
             idx = torch.tensor(group, device=device)
             t0 = time.perf_counter()
-            state = self.kernel.init(self.target, z0[idx], W, **self._init_extra())
+            state = self.kernel.init(self.target, z0[idx], W, S)
             acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
             div_sum = torch.zeros(len(group), dtype=dtype, device=device)
             hits = torch.zeros(len(group), dtype=dtype, device=device)
@@ -347,18 +350,6 @@ class _Run:
         return dict(zs=zs, rec=rec, rec_l=rec_l, rec_b=rec_b, warm_div=warm_div,
                     step_sizes=step_sizes, inv_mass=inv_mass, done=done, t_warm=t_warm,
                     t_samp=t_samp, cancelled=cancelled, evals=self.target.num_evals - evals0)
-
-    def _init_extra(self) -> dict:
-        """`num_samples=S` for kernels whose `init` takes it (a kernel written before
-        the argument existed gets the three positional arguments only)."""
-        import inspect
-        try:
-            params = inspect.signature(self.kernel.init).parameters
-        except (TypeError, ValueError):
-            return {}
-        takes = "num_samples" in params or any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        return {"num_samples": self.mc.num_samples} if takes else {}
 
     # ------------------------------------------------------------------ events
     def _progress(self, group, phase, step, total, acc_mean, state, div_sum, hits) -> None:
@@ -431,5 +422,5 @@ class _Run:
             inverse_mass_matrix=inv_mass[idx] if inv_mass is not None else None,
             unconstrained=zs, warmup_time=t_warm, sampling_time=t_samp,
             num_grad_evals=evals, cancelled=cancelled, method=self.method,
-            compiler=getattr(self.target.__dict__.get("_tick_cache"), "last", "")
-            if self.method == "nuts" else "")
+            compiler=self.kernel.compiler_used(self.target),
+            compiler_notes=self.kernel.compiler_notes(self.target))

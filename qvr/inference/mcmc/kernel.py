@@ -6,6 +6,23 @@ result objects: that is the driver's job (`qvr.inference.mcmc.driver`).  Kernels
 what they know through the state (`accept_prob`, `step_size`, `tree_depth`, `diverging`,
 ...) and `diagnostics(state)`.
 
+The kernel protocol (`MCMCKernel`; the driver uses nothing else):
+
+* ``init(target, z0, num_warmup, num_samples) -> state`` — a fresh state for the chains
+  of `z0` `(C, D)`.  The driver always passes the run's plan: `num_warmup` adaptation
+  iterations then `num_samples` draws.  A kernel may use it to plan (NUTS decides from it
+  whether compiling its steps pays off); every kernel takes both.
+* ``sample(state, target) -> state`` — one iteration.
+* ``diagnostics(state) -> dict`` — per-chain statistics of the last iteration.
+* ``compiler_used(target) -> str`` and ``compiler_notes(target) -> list[str]`` — how the
+  kernel ran its steps on `target` (NUTS: ``"inductor"``, ``"torchscript"`` or
+  ``"eager"``, and sentences saying why, e.g. that Inductor failed and the steps ran on
+  TorchScript); ``""`` and ``[]`` for kernels with nothing to say (HMC).  Read-only.
+
+Whatever a kernel caches between iterations or runs (NUTS: its compiled steps per
+target) it keeps on itself, keyed weakly by the target — never on the target, and the
+driver never reads it.
+
 `HMCBase` implements everything but the transition itself:
 
 * state initialisation (mass matrix = identity, adaptation reset — per run, hence per chain);
@@ -60,8 +77,8 @@ class HMCState:
       welford: the running position covariance (None when the mass matrix is fixed).
       mass_updates: warmup iterations after which the mass matrix is updated.
       slow_range: inclusive `(start, end)` of the iterations folded into the covariance.
-      num_samples: draws after warmup in this run (0 if unknown): with `num_warmup` the
-        run's length, which a kernel may use to plan (NUTS: whether compiling pays).
+      num_samples: draws after warmup in this run: with `num_warmup` the run's length,
+        which a kernel may use to plan (NUTS: whether compiling pays).
     """
 
     i: int
@@ -104,10 +121,11 @@ class Transition:
 
 
 class MCMCKernel:
-    """Base of MCMC kernels: `init` a state, `sample` the next one."""
+    """Base of MCMC kernels: `init` a state, `sample` the next one (the protocol in the
+    module docstring)."""
 
     def init(self, target, z0: torch.Tensor, num_warmup: int,
-             num_samples: int = 0):  # pragma: no cover
+             num_samples: int):  # pragma: no cover
         raise NotImplementedError
 
     def sample(self, state, target):  # pragma: no cover
@@ -115,6 +133,14 @@ class MCMCKernel:
 
     def diagnostics(self, state) -> dict:
         return {}
+
+    def compiler_used(self, target) -> str:
+        """How the steps on `target` were run (``""``: nothing to report)."""
+        return ""
+
+    def compiler_notes(self, target) -> list:
+        """Why they were run so, as sentences (none by default)."""
+        return []
 
 
 _MASS_KINDS = ("identity", "diagonal", "dense")
@@ -163,8 +189,9 @@ class HMCBase(MCMCKernel):
 
     # ------------------------------------------------------------------ init
     def init(self, target, z0: torch.Tensor, num_warmup: int,
-             num_samples: int = 0) -> HMCState:
-        """Fresh state at `z0` `(C, D)`: identity mass matrix, adaptation reset."""
+             num_samples: int) -> HMCState:
+        """Fresh state at `z0` `(C, D)` for a run of `num_warmup` + `num_samples`
+        iterations: identity mass matrix, adaptation reset."""
         C, D = z0.shape
         logp, grad = target.log_density_and_grad(z0)
         mass = MassMatrix.identity(self.mass_matrix, C, D, z0.dtype, z0.device)

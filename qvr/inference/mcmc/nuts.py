@@ -50,7 +50,10 @@ References:
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import weakref
 
 import torch
 
@@ -112,17 +115,51 @@ class NUTSKernel(HMCBase):
         self.transition = transition
         self.uturn = uturn
         self.compiler = compiler
+        self._tick_caches = {}  # id(target) -> (weak reference, tick.TickCache)
 
     def config(self) -> dict:
         return {**super().config(), "max_tree_depth": self.max_tree_depth,
                 "transition": self.transition, "uturn": self.uturn, "compiler": self.compiler}
+
+    # ------------------------------------------------------------------ ticks
+    def tick_cache(self, target) -> ticks.TickCache:
+        """This kernel's ticks for `target` (`tick.TickCache`), made on first use and
+        forgotten with the target.  Held here, never on the target."""
+        entry = self._tick_caches.get(id(target))
+        if entry is not None and entry[0]() is target:
+            return entry[1]
+        cache = ticks.TickCache()
+        try:
+            ref = weakref.ref(target, functools.partial(_forget, self._tick_caches,
+                                                        id(target)))
+        except TypeError:  # not weakly referable: kept as long as the kernel
+            ref = functools.partial(_same, target)
+        self._tick_caches[id(target)] = (ref, cache)
+        return cache
+
+    def _known_cache(self, target):
+        entry = self._tick_caches.get(id(target))
+        return entry[1] if entry is not None and entry[0]() is target else None
+
+    def compiler_used(self, target) -> str:
+        """How the last iteration on `target` ran its leaves: ``"inductor"``,
+        ``"torchscript"`` or ``"eager"`` (``""`` before any)."""
+        cache = self._known_cache(target)
+        return cache.last if cache is not None else ""
+
+    def compiler_notes(self, target) -> list:
+        """What became of compiling the leaves on `target`, in order (a new list of
+        sentences: ``"compiled by Inductor"``, why Inductor was not used or was dropped
+        for TorchScript, why the density runs eagerly)."""
+        cache = self._known_cache(target)
+        return list(cache.notes) if cache is not None else []
 
     def _tick(self, state: HMCState, target, z0: torch.Tensor, dense: bool, K: int):
         """The tick (`tick.py`) for this iteration."""
         momentum = self.uturn == "momentum"
         thr = self.divergence_threshold
         setting = ticks.resolve_compiler(self.compiler)
-        cache = ticks.TickCache.of(target)
+        cache = self.tick_cache(target)
         tick = cache.get(target, z0, dense, thr, momentum, K)
         want = setting == "inductor"
         if setting == "auto":
@@ -146,13 +183,25 @@ class NUTSKernel(HMCBase):
         mass = state.mass
         # contiguous, as a compiled tick assumes (a no-op for the tensors NUTS makes)
         z0, logp0, grad0 = (t.contiguous() for t in (state.z, state.log_density, state.grad))
-        C, D = z0.shape
+        p0 = mass.sample_momentum(z0)
+        h0 = -logp0 + mass.kinetic(p0)
+        K = self.max_tree_depth
+        momentum = self.uturn == "momentum"
+        inv, dense = mass.as_tensor(z0).contiguous(), mass.dense
+        tick = self._tick(state, target, z0, dense, K)
+        # a compiled tick computes gradients itself: no autograd graph through the leaves
+        # (a model with trainable parameters would record one; Inductor's out= kernels
+        # refuse to run under autograd)
+        with torch.no_grad() if tick.backend != "eager" else contextlib.nullcontext():
+            return self._build(state, target, tick, K, z0, logp0, grad0, p0, h0, inv,
+                               momentum)
+
+    def _build(self, state, target, tick, K, z0, logp0, grad0, p0, h0, inv, momentum):
+        mass = state.mass
+        C = z0.shape[0]
         dtype, device = z0.dtype, z0.device
         eps = state.step_size
         neg_inf = torch.full((C,), -math.inf, dtype=dtype, device=device)
-
-        p0 = mass.sample_momentum(z0)
-        h0 = -logp0 + mass.kinetic(p0)
         # trajectory ends (left = backward end, right = forward end)
         zl, pl, gl = z0, p0, grad0
         zr, pr, gr = z0, p0, grad0
@@ -161,16 +210,18 @@ class NUTSKernel(HMCBase):
         log_w = torch.zeros(C, dtype=dtype, device=device)
         active = torch.isfinite(h0)
         depth = torch.zeros(C, dtype=torch.long, device=device)
-        n_leaves = torch.zeros(C, dtype=torch.long, device=device)
-        sum_acc = torch.zeros(C, dtype=dtype, device=device)
-        diverged = torch.zeros(C, dtype=torch.bool, device=device)
-        K = self.max_tree_depth
-        momentum = self.uturn == "momentum"
         rho = p0  # momenta summed over the trajectory (generalised U-turn criterion)
-        inv, dense = mass.as_tensor(z0).contiguous(), mass.dense
-        tick = self._tick(state, target, z0, dense, K)
-        # checkpoints (slots are written before they are read within a subtree)
+        # what the ticks carry from one subtree to the next (the acceptance statistics,
+        # leaf counts and divergence flags of the whole iteration; checkpoint slots are
+        # written before they are read within a subtree)
         ck_a, ck_v = tick.checkpoints(K, z0)
+        s = ticks.TickState(
+            z=z0, p=p0, lp=logp0, g=grad0, sum_acc=torch.zeros(C, dtype=dtype, device=device),
+            n_leaves=torch.zeros(C, dtype=torch.long, device=device),
+            diverged=torch.zeros(C, dtype=torch.bool, device=device), sub_w=neg_inf,
+            sz=zp, sg=gp, slp=lpp, sh=hp, psum=torch.zeros_like(z0), ck_a=ck_a, ck_v=ck_v,
+            running=active, eps=eps.unsqueeze(-1), inv=inv, h0=h0,
+            direction=torch.ones(C, 1, dtype=dtype, device=device))
 
         for j in range(self.max_tree_depth):
             if not bool(active.any()):
@@ -179,29 +230,22 @@ class NUTSKernel(HMCBase):
                                     -1.0, 1.0).to(dtype)
             fwd = direction > 0
             fwd_col = fwd.unsqueeze(-1)
-            z = torch.where(fwd_col, zr, zl)
-            p = torch.where(fwd_col, pr, pl)
-            g = torch.where(fwd_col, gr, gl)
             step = eps * direction
-            dcol = direction.unsqueeze(-1)
-            # the subtree's own proposal and weight
-            sz, slp, sg, sh = zp, lpp, gp, hp
-            sub_w = neg_inf
-            running = active.clone()
-            eps_col = step.unsqueeze(-1)
-            psum = torch.zeros_like(z0)  # momenta summed over the subtree's leaves
+            # a subtree from the chosen end, with its own proposal and weight
+            s = s._replace(z=torch.where(fwd_col, zr, zl), p=torch.where(fwd_col, pr, pl),
+                           g=torch.where(fwd_col, gr, gl), sz=zp, slp=lpp, sg=gp, sh=hp,
+                           sub_w=neg_inf, running=active.clone(), eps=step.unsqueeze(-1),
+                           psum=torch.zeros_like(z0), direction=direction.unsqueeze(-1))
             for n in range(2 ** j):
                 u = torch.rand(C, dtype=dtype, device=device)
                 if not tick.counts_itself:
                     target.num_evals += 1
-                (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                 ck_a, ck_v, running) = tick(z, p, g, eps_col, inv, h0, running, sum_acc,
-                                             n_leaves, diverged, sub_w, sz, sg, slp, sh, u,
-                                             psum, ck_a, ck_v, n, dcol)
-                if n + 1 < 2 ** j and not bool(running.any()):
+                s = tick(s, u, n)
+                if n + 1 < 2 ** j and not bool(s.running.any()):
                     break
-            completed = running  # still running after its last leaf: not terminated
+            completed = s.running  # still running after its last leaf: not terminated
             # merge the subtree into the trajectory
+            sub_w = s.sub_w
             new_log_w = torch.logaddexp(log_w, sub_w)
             u = torch.rand(C, dtype=dtype, device=device)
             if self.transition == "biased":
@@ -209,20 +253,21 @@ class NUTSKernel(HMCBase):
             else:
                 take = completed & (torch.log(u) < sub_w - new_log_w)
             tcol = take.unsqueeze(-1)
-            zp = torch.where(tcol, sz, zp)
-            gp = torch.where(tcol, sg, gp)
-            lpp = torch.where(take, slp, lpp)
-            hp = torch.where(take, sh, hp)
+            zp = torch.where(tcol, s.sz, zp)
+            gp = torch.where(tcol, s.sg, gp)
+            lpp = torch.where(take, s.slp, lpp)
+            hp = torch.where(take, s.sh, hp)
             log_w = torch.where(completed, new_log_w, log_w)
             right = (completed & fwd).unsqueeze(-1)
             left = (completed & ~fwd).unsqueeze(-1)
+            z, p, g = s.z, s.p, s.g
             zr, pr, gr = torch.where(right, z, zr), torch.where(right, p, pr), \
                 torch.where(right, g, gr)
             zl, pl, gl = torch.where(left, z, zl), torch.where(left, p, pl), \
                 torch.where(left, g, gl)
             depth = torch.where(active, torch.full_like(depth, j + 1), depth)
             if momentum:
-                rho = torch.where(completed.unsqueeze(-1), rho + psum, rho)
+                rho = torch.where(completed.unsqueeze(-1), rho + s.psum, rho)
                 uturn = fused.turning_rho(mass.velocity(pr), rho, mass.velocity(pl))
             else:
                 dz = zr - zl
@@ -230,6 +275,19 @@ class NUTSKernel(HMCBase):
                     ((dz * mass.velocity(pr)).sum(-1) < 0)
             active = completed & ~uturn
 
-        accept_prob = sum_acc / n_leaves.clamp(min=1).to(dtype)
+        n_leaves = s.n_leaves
+        accept_prob = s.sum_acc / n_leaves.clamp(min=1).to(dtype)
         accepted = (zp != z0).any(-1)
-        return Transition(zp, lpp, gp, accept_prob, accepted, diverged, n_leaves, depth, hp)
+        return Transition(zp, lpp, gp, accept_prob, accepted, s.diverged, n_leaves, depth,
+                          hp)
+
+
+def _forget(caches: dict, key: int, ref) -> None:
+    """Drop a kernel's tick cache when its target goes away."""
+    entry = caches.get(key)
+    if entry is not None and entry[0] is ref:
+        del caches[key]
+
+
+def _same(target):
+    return target

@@ -6,16 +6,16 @@ gradient, the closing kick, the leaf's weight and acceptance statistic, the prog
 proposal (the *leaf*, `leaf_function`), then the checkpoint store and the U-turn tests of
 the sub-subtrees that end at this leaf.  Every tick object is called alike:
 
-    tick(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
-         sz, sg, slp, sh, u, psum, ck_a, ck_v, n, direction)
-      -> (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh,
-          psum, ck_a, ck_v, running)
+    tick(s: TickState, u, n) -> TickState
 
+`TickState` is one named record of everything a tick reads and writes (positions,
+momenta, the subtree's proposal and weight, the checkpoints, the running mask, ...);
 `u` is the leaf's uniform draw `(C,)` (drawn by the caller, so every way of running a
-tick consumes the random stream identically), `n` the leaf's index in its subtree,
-`direction` `(C, 1)` (read by the position criterion only), `ck_a` / `ck_v` the
-checkpoints (momentum sums before the checkpoint leaf, or positions, and velocities) in
-the tick's own container (`tick.checkpoints(K, z0)`).
+tick consumes the random stream identically) and `n` the leaf's index in its subtree.
+The checkpoints `ck_a` / `ck_v` (momentum sums before the checkpoint leaf, or positions,
+and velocities) live in the tick's own container (`tick.checkpoints(K, z0)`).  The record
+is flattened to positional tensors in one place only, where TorchScript and Inductor need
+it (*the positional boundary* below: `CompiledLeaf`, `positional_tick`, `InductorTick`).
 
 Three ways of running it, chosen per target and settings (`TickCache`):
 
@@ -34,7 +34,14 @@ Three ways of running it, chosen per target and settings (`TickCache`):
   win (`worth_compiling`), at fixed iterations (`is_probe`) from the run's own tick
   counts — never from a clock — so a seeded run is reproducible.  If Inductor or a C++
   compiler is missing, or the kernel disagrees with PyTorch on test inputs, the
-  TorchScript leaf is kept (`TickCache.notes` says why).
+  TorchScript leaf is kept (`TickCache.notes` says why).  An Inductor kernel that raises
+  when called (at its first call or later) is dropped for the TorchScript leaf on the
+  spot — the failing leaf is recomputed, so the fit goes on — and the reason is noted.
+
+Compiled ticks (TorchScript and Inductor) run with autograd off (`NUTSKernel` builds the
+tree under `torch.no_grad()`): they compute the gradient themselves, and a model with
+trainable parameters would otherwise record an autograd graph through every leaf (and
+Inductor's `out=` kernels refuse to run under autograd).
 
 The eager and TorchScript ticks give the same draws (the arithmetic of `ops`).  The
 Inductor kernel evaluates the same formulas but may round differently (vectorised
@@ -44,11 +51,13 @@ differ in the last bits from one that did not — the same law, a different stre
 from __future__ import annotations
 
 import math
+import operator
 import os
 import warnings
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
+from torch import Tensor
 
 from qvr.inference.mcmc import ops
 
@@ -105,24 +114,59 @@ def checkpoint_masks(n: int, K: int, device=None) -> tuple:
     return store, check
 
 
+class TickState(NamedTuple):
+    """Everything a tick reads and writes, for `C` chains, as one named record.
+
+    The first `NUM_CARRIED` fields change at every tick; the last four are fixed through a
+    subtree.  `ck_a` / `ck_v` are in the tick's container (`tick.checkpoints`: a list of
+    `K` tensors `(C, D)` for `LeafTick`, `(K, C, D)` stacks for `InductorTick`).
+    """
+
+    z: Tensor  # (C, D) position of the last leaf
+    p: Tensor  # (C, D) its momentum
+    lp: Tensor  # (C,) its log density (an output: not read by the leaf)
+    g: Tensor  # (C, D) its gradient
+    sum_acc: Tensor  # (C,) acceptance statistics summed over the leaves built
+    n_leaves: Tensor  # (C,) long: leaves built
+    diverged: Tensor  # (C,) bool: a leaf of this iteration diverged
+    sub_w: Tensor  # (C,) log weight of the subtree (relative to H0)
+    sz: Tensor  # (C, D) the subtree's proposal: position,
+    sg: Tensor  # (C, D) gradient,
+    slp: Tensor  # (C,) log density
+    sh: Tensor  # (C,) and energy
+    psum: Tensor  # (C, D) momenta summed over the subtree's leaves
+    ck_a: object  # checkpoints: momentum sums (or positions) ...
+    ck_v: object  # ... and velocities
+    running: Tensor  # (C,) bool: the chain's subtree is still being built
+    eps: Tensor  # (C, 1) signed step size of the subtree
+    inv: Tensor  # (C, D) or (C, D, D) inverse mass matrix
+    h0: Tensor  # (C,) energy at the start of the iteration
+    direction: Tensor  # (C, 1) +1 forward, -1 backward
+
+
+#: the fields every tick updates (the first ones of `TickState`)
+NUM_CARRIED = 16
+#: the fields a leaf writes: the first ones of `TickState`
+_NUM_LEAF_WRITES = 12
+
+
 def leaf_function(density: Callable, raw: bool, dense: bool, thr: float) -> Callable:
-    """A leaf as a plain function of tensors around `density`: kick and drift, the
+    """A leaf as a function of the record around `density`: kick and drift, the
     density, the closing kick and the leaf's bookkeeping (`ops.nuts_leaf`):
 
-        leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
-             sz, sg, slp, sh, u)
-          -> (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh)
+        leaf(s: TickState, u) -> (s', v, div)
 
-    `density(z)` returns `(grad, log_density)` with non-finite values as they come when
-    `raw` (a compiled density: mapped here) or `(log_density, grad)` already cleaned
-    (`Target.log_density_and_grad`) otherwise.  With `raw` the arithmetic is `ops`'s
-    Python functions (for tracing); otherwise the TorchScript-compiled `ops.fused`.
+    where `s'` has the fields `z` ... `sh` updated, `v` is the new velocity `M^-1 p` and
+    `div` the chains whose leaf diverged.  `density(z)` returns `(grad, log_density)` with
+    non-finite values as they come when `raw` (a compiled density: mapped here) or
+    `(log_density, grad)` already cleaned (`Target.log_density_and_grad`) otherwise.  With
+    `raw` the arithmetic is `ops`'s Python functions (for tracing); otherwise the
+    TorchScript-compiled `ops.fused`.
     """
     f = ops if raw else ops.fused
 
-    def leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
-             slp, sh, u):
-        z, p_half = f.kick_drift(z, p, g, eps, inv, dense)
+    def leaf(s: TickState, u):
+        z, p_half = f.kick_drift(s.z, s.p, s.g, s.eps, s.inv, dense)
         if raw:
             g, lp = density(z)
             # a non-finite log-density -> -inf (the leaf diverges and is never used, so
@@ -133,29 +177,72 @@ def leaf_function(density: Callable, raw: bool, dense: bool, thr: float) -> Call
             lp, g = density(z)
         log_u = torch.log(u)
         (p, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-         sh) = f.nuts_leaf(z, p_half, lp, g, eps, inv, dense, h0, thr, running, sum_acc,
-                           n_leaves, diverged, sub_w, sz, sg, slp, sh, log_u)
-        return z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp, sh
+         sh) = f.nuts_leaf(z, p_half, lp, g, s.eps, s.inv, dense, s.h0, thr, s.running,
+                           s.sum_acc, s.n_leaves, s.diverged, s.sub_w, s.sz, s.sg, s.slp,
+                           s.sh, log_u)
+        return s._replace(z=z, p=p, lp=lp, g=g, sum_acc=sum_acc, n_leaves=n_leaves,
+                          diverged=diverged, sub_w=sub_w, sz=sz, sg=sg, slp=slp,
+                          sh=sh), v, div
 
     return leaf
 
 
 def folded_function(leaf: Callable, momentum: bool) -> Callable:
-    """The whole tick (the module docstring's signature, with the masks) as one
-    function of tensors: `leaf`, then `ops.uturn_update` on checkpoint stacks."""
+    """The whole tick as one function of the record, the checks done on checkpoint
+    stacks under masks: `tick(s, u, store, check) -> s'` (`leaf`, then
+    `ops.uturn_update`; `store`, `check` from `checkpoint_masks`)."""
 
-    def tick(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz, sg,
-             slp, sh, u, psum, ck_a, ck_v, store, check, direction):
-        (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-         sh) = leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w, sz,
-                    sg, slp, sh, u)
-        psum, ck_a, ck_v, running = ops.uturn_update(z, p, v, div, running, psum, ck_a,
-                                                     ck_v, store, check, direction,
-                                                     momentum)
-        return (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                ck_a, ck_v, running)
+    def tick(s: TickState, u, store, check) -> TickState:
+        s, v, div = leaf(s, u)
+        psum, ck_a, ck_v, running = ops.uturn_update(s.z, s.p, v, div, s.running, s.psum,
+                                                     s.ck_a, s.ck_v, store, check,
+                                                     s.direction, momentum)
+        return s._replace(psum=psum, ck_a=ck_a, ck_v=ck_v, running=running)
 
     return tick
+
+
+# ---------------------------------------------------------------- the positional boundary
+# TorchScript and Inductor compile functions of tensors, so the record is flattened here
+# and nowhere else: a traced leaf takes the fields it reads (`_LEAF_READS`) and `u` and
+# returns the fields it writes, `v` and `div`; the Inductor tick takes every field of the
+# record, `u`, `store` and `check` and returns the `NUM_CARRIED` fields it updates.
+
+_LEAF_READS = ("z", "p", "g", "eps", "inv", "h0", "running", "sum_acc", "n_leaves",
+               "diverged", "sub_w", "sz", "sg", "slp", "sh")
+_leaf_reads = operator.attrgetter(*_LEAF_READS)
+
+
+def positional_leaf(leaf: Callable) -> Callable:
+    """`leaf` (`leaf_function`) as `flat(*reads, u) -> (*writes, v, div)`, for tracing."""
+
+    def flat(*args):
+        s = TickState(**{**dict.fromkeys(TickState._fields), **dict(zip(_LEAF_READS, args))})
+        s, v, div = leaf(s, args[-1])
+        return (*s[:_NUM_LEAF_WRITES], v, div)
+
+    return flat
+
+
+class CompiledLeaf:
+    """A compiled positional leaf (`positional_leaf`, traced) called with the record."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, s: TickState, u):
+        out = self.fn(*_leaf_reads(s), u)
+        return TickState(*out[:_NUM_LEAF_WRITES], *s[_NUM_LEAF_WRITES:]), out[-2], out[-1]
+
+
+def positional_tick(tick: Callable) -> Callable:
+    """`tick` (`folded_function`) as `flat(*s, u, store, check) -> carried fields`."""
+    n = len(TickState._fields)
+
+    def flat(*args):
+        return tuple(tick(TickState(*args[:n]), *args[n:])[:NUM_CARRIED])
+
+    return flat
 
 
 class LeafTick:
@@ -165,7 +252,7 @@ class LeafTick:
     cheaper than testing every slot under a mask."""
 
     def __init__(self, leaf: Callable, momentum: bool, backend: str, num_ops: int = 0):
-        self.leaf = leaf
+        self.leaf = leaf  # leaf(s, u) -> (s', v, div)
         self.momentum = momentum
         self.backend = backend  # "torchscript" or "eager"
         self.num_ops = num_ops  # operations in the leaf's graph (0 if unknown)
@@ -176,43 +263,46 @@ class LeafTick:
     def checkpoints(K: int, z0: torch.Tensor) -> tuple:
         return [None] * K, [None] * K
 
-    def __call__(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
-                 sz, sg, slp, sh, u, psum, ck_a, ck_v, n, direction):
-        (z, p, lp, g, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-         sh) = self.leaf(z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
-                         sz, sg, slp, sh, u)
+    def __call__(self, s: TickState, u, n: int) -> TickState:
+        s, v, div = self.leaf(s, u)
         lo, hi = checkpoint_range(n)
         stop = div
+        psum, ck_a, ck_v = s.psum, s.ck_a, s.ck_v
         if self.momentum:
             # ck_a holds the momentum sum *before* the checkpoint leaf, so the
             # sub-subtree from checkpoint k to leaf n sums to psum - ck_a[k]
             if n % 2 == 0:
                 ck_a[hi], ck_v[hi] = psum, v
-            psum = psum + p
+            psum = psum + s.p
             for k in range(lo, hi + 1):
                 stop = stop | ops.fused.turning_rho(v, psum - ck_a[k], ck_v[k])
         else:
             if n % 2 == 0:
-                ck_a[hi], ck_v[hi] = z, v
+                ck_a[hi], ck_v[hi] = s.z, v
             for k in range(lo, hi + 1):
-                stop = stop | ops.fused.turning(z, v, ck_a[k], ck_v[k], direction)
-        running = running & ~stop
-        return (z, p, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                ck_a, ck_v, running)
+                stop = stop | ops.fused.turning(s.z, v, ck_a[k], ck_v[k], s.direction)
+        return s._replace(psum=psum, running=s.running & ~stop)
 
 
 class InductorTick:
-    """The folded tick compiled by Inductor into one C++ kernel; called like `LeafTick`
-    (leaf index `n` instead of the masks, which it looks up)."""
+    """The folded tick compiled by Inductor into one C++ kernel (`positional_tick`);
+    called like `LeafTick` (it looks up the masks of leaf `n`).
+
+    If the kernel raises when called, the tick hands over to `fallback` (the TorchScript
+    `LeafTick` of the same settings) for good: the failing leaf is recomputed there, the
+    checkpoint stacks becoming lists, and `on_failure(self, note)` is told why."""
 
     backend = "inductor"
     counts_itself = False
 
-    def __init__(self, compiled, K: int, device):
+    def __init__(self, compiled, K: int, device, fallback=None, on_failure=None):
         self._compiled = compiled
         self._first = True
         self._K, self._device = K, device
         self._masks = {}
+        self.fallback = fallback
+        self.on_failure = on_failure
+        self.failure = ""  # why the kernel was dropped ("" while it works)
 
     @staticmethod
     def checkpoints(K: int, z0: torch.Tensor) -> tuple:
@@ -225,12 +315,21 @@ class InductorTick:
             m = self._masks[n] = checkpoint_masks(n, self._K, self._device)
         return m
 
-    def __call__(self, z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged, sub_w,
-                 sz, sg, slp, sh, u, psum, ck_a, ck_v, n, direction):
+    def __call__(self, s: TickState, u, n: int) -> TickState:
+        if self.failure:
+            return self.fallback(_listed(s), u, n)
         store, check = self.masks(n)
-        out = self._compiled([z, p, g, eps, inv, h0, running, sum_acc, n_leaves, diverged,
-                              sub_w, sz, sg, slp, sh, u, psum, ck_a, ck_v, store, check,
-                              direction])
+        try:
+            out = self._compiled([*s, u, store, check])
+        except Exception as exc:
+            if self.fallback is None:
+                raise
+            when = "at its first call" if self._first else "during the run"
+            self.failure = (f"the Inductor kernel failed {when} ({type(exc).__name__}: "
+                            f"{str(exc)[:200]}); the steps ran on TorchScript")
+            if self.on_failure is not None:
+                self.on_failure(self, self.failure)
+            return self.fallback(_listed(s), u, n)
         if self._first:
             # after the first call (which closes Inductor's compile-time bookkeeping)
             # call the generated function itself: the wrapper costs ~10% of a small
@@ -239,11 +338,19 @@ class InductorTick:
             raw = getattr(self._compiled, "current_callable", None)
             if callable(raw):
                 self._compiled = raw
-        return out
+        return TickState(*out, *s[NUM_CARRIED:])
 
 
-def example_inputs(z0: torch.Tensor, g0: torch.Tensor, dense: bool, K: int) -> tuple:
-    """Representative tick inputs at `z0` (for tracing and for checking a compilation)."""
+def _listed(s: TickState) -> TickState:
+    """`s` with checkpoint stacks as the lists `LeafTick` keeps (the same tensors)."""
+    if isinstance(s.ck_a, torch.Tensor):
+        s = s._replace(ck_a=list(s.ck_a.unbind(0)), ck_v=list(s.ck_v.unbind(0)))
+    return s
+
+
+def example_state(z0: torch.Tensor, g0: torch.Tensor, dense: bool, K: int) -> tuple:
+    """`(TickState, u)`: representative tick inputs at `z0` (for tracing and for checking
+    a compilation), with `(K, C, D)` checkpoint stacks."""
     C, D = z0.shape
     dtype, device = z0.dtype, z0.device
     gen = torch.Generator(device=device).manual_seed(7)
@@ -255,19 +362,23 @@ def example_inputs(z0: torch.Tensor, g0: torch.Tensor, dense: bool, K: int) -> t
     inv = (torch.eye(D, dtype=dtype, device=device).expand(C, D, D).clone() if dense
            else f(C, D) + 1)
     b = torch.zeros(C, dtype=torch.bool, device=device)
-    store, check = checkpoint_masks(3, K, device)
     u = torch.rand(C, generator=gen, dtype=dtype, device=device)
+    p = rnd(C, D)
+    psum, ck_a, ck_v = rnd(C, D), rnd(K, C, D), rnd(K, C, D)
     # no two inputs share storage: Inductor would specialise the kernel to the aliasing
     z0, g0 = z0.detach(), g0.detach()
-    return (z0.clone(), rnd(C, D), g0.clone(), f(C, 1) + 0.05, inv, f(C) + 1.0, b | True,
-            f(C), torch.zeros(C, dtype=torch.long, device=device), b.clone(),
-            f(C) - math.inf, z0.clone(), g0.clone(), f(C), f(C), u, rnd(C, D),
-            rnd(K, C, D), rnd(K, C, D), store, check, f(C, 1) + 1)
+    s = TickState(z=z0.clone(), p=p, lp=f(C), g=g0.clone(), sum_acc=f(C),
+                  n_leaves=torch.zeros(C, dtype=torch.long, device=device),
+                  diverged=b.clone(), sub_w=f(C) - math.inf, sz=z0.clone(), sg=g0.clone(),
+                  slp=f(C), sh=f(C), psum=psum, ck_a=ck_a, ck_v=ck_v, running=b | True,
+                  eps=f(C, 1) + 0.05, inv=inv, h0=f(C) + 1.0, direction=f(C, 1) + 1)
+    return s, u
 
 
 def traced_leaf(density, z0: torch.Tensor, dense: bool, thr: float):
-    """The leaf around a compiled `density` traced into one TorchScript graph, or None."""
-    fn = leaf_function(density, True, dense, thr)
+    """The leaf around a compiled `density` traced into one TorchScript graph (a
+    `CompiledLeaf`), or None."""
+    flat = positional_leaf(leaf_function(density, True, dense, thr))
 
     class Leaf(torch.nn.Module):
         def __init__(self):
@@ -275,15 +386,16 @@ def traced_leaf(density, z0: torch.Tensor, dense: bool, thr: float):
             self.density = density  # a submodule, so that tracing inlines it
 
         def forward(self, *args):
-            return fn(*args)
+            return flat(*args)
 
     g0, _ = density(z0)
-    example = example_inputs(z0, torch.nan_to_num(g0), dense, 1)[:16]  # the leaf's 16
+    s, u = example_state(z0, torch.nan_to_num(g0), dense, 1)
     state = torch.get_rng_state()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return torch.jit.trace(Leaf(), example, check_trace=False)
+            return CompiledLeaf(torch.jit.trace(Leaf(), (*_leaf_reads(s), u),
+                                                check_trace=False))
     except Exception:
         return None
     finally:
@@ -306,7 +418,7 @@ def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, momentum: 
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
     except Exception as exc:  # a PyTorch without Inductor
         return None, f"Inductor is not available ({type(exc).__name__})"
-    fn = folded_function(leaf_function(density, True, dense, thr), momentum)
+    fn = positional_tick(folded_function(leaf_function(density, True, dense, thr), momentum))
     state = torch.get_rng_state()
     try:
         with warnings.catch_warnings(), torch.no_grad():
@@ -314,7 +426,7 @@ def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, momentum: 
             # trace and compile at inputs that depend on the model only: Inductor's
             # on-disk cache key includes the example inputs' values
             z_c = torch.full_like(z0, 0.1)
-            example = example_inputs(z_c, torch.nan_to_num(density(z_c)[0]), dense, K)
+            example = _flat_example(z_c, torch.nan_to_num(density(z_c)[0]), dense, K)
             gm = make_fx(fn, decomposition_table=select_decomp_table())(*example)
             # the NUTS loop passes contiguous tensors of the traced shapes only, so the
             # kernel needs no size checks; a tracing context with a shape environment
@@ -324,7 +436,7 @@ def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, momentum: 
                     tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True,
                                                           shape_env=ShapeEnv()))):
                 compiled = compile_fx_inner(gm, list(example))
-            at_z0 = example_inputs(z0, torch.nan_to_num(density(z0)[0]), dense, K)
+            at_z0 = _flat_example(z0, torch.nan_to_num(density(z0)[0]), dense, K)
             for args in (example, at_z0, _perturbed(at_z0)):
                 want, got = fn(*args), compiled(list(args))
                 if not all(_agree(a, b) for a, b in zip(want, got)):
@@ -336,12 +448,19 @@ def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, momentum: 
     return InductorTick(compiled, K, z0.device), "compiled by Inductor"
 
 
+def _flat_example(z0, g0, dense, K) -> tuple:
+    """`example_state` flattened as the Inductor tick takes it (leaf 3's masks)."""
+    s, u = example_state(z0, g0, dense, K)
+    return (*s, u, *checkpoint_masks(3, K, z0.device))
+
+
 def _perturbed(example: tuple) -> tuple:
     out = list(example)
     z = out[0]
     gen = torch.Generator(device=z.device).manual_seed(11)
     out[0] = z + 0.3 * torch.randn(z.shape, generator=gen, dtype=z.dtype, device=z.device)
-    out[6] = torch.arange(z.shape[0], device=z.device) % 3 != 1  # some chains finished
+    running = TickState._fields.index("running")
+    out[running] = torch.arange(z.shape[0], device=z.device) % 3 != 1  # some chains finished
     return tuple(out)
 
 
@@ -423,22 +542,23 @@ def wait_prewarm() -> None:
 
 class TickCache:
     """The ticks of one target, per (chains, dtype, device, mass kind, threshold,
-    criterion, K).  Stored on the target (`target._tick_cache`): every run on it reuses
-    them."""
+    criterion, K), and what became of the compiles.  A `NUTSKernel` holds one per target
+    (`NUTSKernel.tick_cache`): every run of that kernel on that target reuses them.
+
+    Attributes:
+      notes: what happened, in order, as sentences (e.g. ``"compiled by Inductor"``, why
+        Inductor was not used, why the density runs eagerly).
+      probe: `(iteration, density evaluations)` at the last probe of ``"auto"``.
+      last: the backend of the tick handed out last (``""`` before the first).
+    """
 
     def __init__(self):
         self.ticks = {}  # key -> LeafTick or InductorTick
         self.densities = {}  # key -> the compiled density (None: evaluated eagerly)
-        self.notes = {}  # key -> the outcome of the Inductor compile
-        self.probe = (0, 0)  # (iteration, density evaluations) at the last probe
-        self.last = ""  # the backend of the tick handed out last
-
-    @staticmethod
-    def of(target) -> "TickCache":
-        cache = target.__dict__.get("_tick_cache")
-        if cache is None:
-            cache = target.__dict__["_tick_cache"] = TickCache()
-        return cache
+        self.tried = set()  # keys whose Inductor compile was attempted
+        self.notes = []
+        self.probe = (0, 0)
+        self.last = ""
 
     @staticmethod
     def key(z0, dense, thr, momentum, K) -> tuple:
@@ -454,16 +574,33 @@ class TickCache:
             density = compiled_for(z0) if compiled_for is not None else None
             leaf = traced_leaf(density, z0, dense, thr) if density is not None else None
             if leaf is not None:
-                tick = LeafTick(leaf, momentum, "torchscript", graph_ops(leaf))
+                tick = LeafTick(leaf, momentum, "torchscript", graph_ops(leaf.fn))
             else:
+                if density is not None:
+                    self.notes.append("eager: the leaf around the compiled density did "
+                                      "not trace")
+                else:
+                    why = getattr(target, "compile_notes", {}).get(z0.shape[0])
+                    self.notes.append(f"eager: {why}" if why else
+                                      "eager: the density is not compiled")
                 density = None
                 tick = LeafTick(leaf_function(target.log_density_and_grad, False, dense,
                                               thr), momentum, "eager")
             self.ticks[key], self.densities[key] = tick, density
-        if want_inductor and tick.backend == "torchscript" and key not in self.notes:
+        if want_inductor and tick.backend == "torchscript" and key not in self.tried:
+            self.tried.add(key)
             compiled, note = inductor_tick(self.densities[key], z0, dense, thr, momentum, K)
-            self.notes[key] = note
+            self.notes.append(note)
             if compiled is not None:
+                compiled.fallback, compiled.on_failure = tick, self._dropped
                 tick = self.ticks[key] = compiled
         self.last = tick.backend
         return tick
+
+    def _dropped(self, tick: InductorTick, note: str) -> None:
+        """An Inductor tick failed when called: its TorchScript leaf takes over."""
+        for key, t in self.ticks.items():
+            if t is tick:
+                self.ticks[key] = tick.fallback
+        self.notes.append(note)
+        self.last = tick.fallback.backend
