@@ -10,7 +10,7 @@ from qvr import loads
 from qvr.inference import FitConfig, fit
 from qvr.inference.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
                                   FitProgress, FitStarted, StopToken)
-from qvr.inference.fit import DataError
+from qvr.inference.data import DataError
 
 from helpers import NORMAL_NORMAL
 
@@ -117,6 +117,54 @@ def test_bad_data_is_a_clear_error_before_fitting(data, words):
     assert isinstance(events[-1], FitFailed)
 
 
-def test_fit_config_rejects_unknown_methods():
-    with pytest.raises(ValueError):
-        FitConfig(method="vi")
+def test_fit_config_rejects_unknown_methods_and_options():
+    from qvr.inference.config import ConfigError
+    assert FitConfig(method="vi").errors() == {
+        "method": "must be one of svi, hmc, nuts, smc; got 'vi'"}
+    model, data = model_and_data()
+    with pytest.raises(ConfigError, match="method"):
+        fit(model, data, FitConfig(method="vi"))
+    with pytest.raises(ConfigError, match="num_chain"):
+        fit(model, data, {"method": "nuts", "num_chain": 2})
+    assert FitConfig(method="nuts", num_chains=0, lr=-1.0).errors() == {
+        "lr": "must be a positive number, got -1.0",
+        "num_chains": "must be an integer >= 1, got 0"}
+
+
+def test_same_seed_same_results_as_the_drivers_called_directly():
+    """`fit` adds reporting, not arithmetic: with a seed it gives exactly the draws and
+    losses of the driver run by hand after `torch.manual_seed` with the same seed."""
+    from qvr.inference.mcmc.driver import MCMC
+    from qvr.inference.mcmc.nuts import NUTSKernel
+    from qvr.inference.data import check_data, split_data
+    model, data = model_and_data()
+    res = fit(model, data, FitConfig(method="nuts", num_warmup=15, num_samples=10,
+                                     num_chains=2, seed=7))
+    torch.manual_seed(7)
+    x, obs = split_data(model, data)
+    check_data(model, x, obs)  # as `fit` (and the fit before the run records) does
+    direct = MCMC(NUTSKernel(), num_warmup=15, num_samples=10, num_chains=2).run(model, x, obs)
+    np.testing.assert_array_equal(res.samples["mu"], direct.samples["mu"].numpy())
+    a = fit(model, data, FitConfig(method="svi", steps=20, seed=3)).losses
+    b = fit(model, data, FitConfig(method="svi", steps=20, seed=3)).losses
+    assert a == b and len(a) == 20
+
+
+def test_smc_through_fit_reports_one_start_and_one_end(tmp_path):
+    from qvr import load
+    from qvr.inference.events import ParticlesSnapshot
+    prog = load("examples/transformer_lm.qvr")
+    events, on_event = collect()
+    res = fit(prog, config=FitConfig(method="smc", particles=8, expansion=2, max_len=6, eos=1,
+                                     bos=0, forbid=[[5]], progress_interval=0.0),
+              on_event=on_event)
+    assert res.status == "finished"
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[0] == "FitStarted" and kinds[-1] == "FitFinished"
+    assert kinds.count("FitStarted") == 1 and kinds.count("FitFinished") == 1
+    steps = [e.step for e in events if isinstance(e, FitProgress)]
+    assert steps == list(range(1, res.stats["num_steps"] + 1))
+    snaps = [e for e in events if isinstance(e, ParticlesSnapshot)]
+    assert len(snaps) == len(steps)
+    assert all(5 not in p["tokens"] for p in res.sequences["particles"])
+    assert events[-1].summary["log_Z"] == pytest.approx(res.smc.log_Z)

@@ -22,10 +22,8 @@ def make(**kw):
 def test_event_sequence_and_metrics():
     events = []
     r = make(progress_interval=0).run(on_event=events.append)
-    assert isinstance(events[0], FitStarted) and events[0].method == "smc"
-    assert events[0].total_steps == 5 and events[0].config["num_particles"] == 6
-    assert isinstance(events[-1], FitFinished)
-    assert events[-1].summary["log_Z"] == pytest.approx(r.log_Z)
+    # the driver reports steps only: `qvr.inference.fit` reports the start and the end
+    assert not any(isinstance(e, (FitStarted, FitFinished, FitCancelled)) for e in events)
     progress = [e for e in events if isinstance(e, FitProgress)]
     snaps = [e for e in events if isinstance(e, ParticlesSnapshot)]
     assert [p.step for p in progress] == list(range(1, r.num_steps + 1))
@@ -64,8 +62,8 @@ def test_cancellation_returns_a_partial_result():
              potential=lambda p, c, t: 1.0 if c[-1] != EOS else 1e-6).run(
         on_event=on_event, should_stop=token)
     assert r.cancelled and r.num_steps == 2
-    assert isinstance(events[-1], FitCancelled) and events[-1].step == 2
-    assert not any(isinstance(e, FitFinished) for e in events)
+    assert not any(isinstance(e, (FitFinished, FitCancelled)) for e in events)
+    assert [e.step for e in events if isinstance(e, FitProgress)] == [1, 2]
     assert len(r.sequences) == 6 and len(r.history) == 2
     assert math.isfinite(r.log_Z)
 

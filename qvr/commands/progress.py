@@ -1,0 +1,145 @@
+"""The live progress display of `qvr run` (rich), fed by fit events.
+
+On a terminal: one row per chain for HMC/NUTS (phase, a bar, draws/s, acceptance, step
+size, divergences — red from the first — and an ETA from the phase's own rate, warmup
+being slower than sampling), one row for SVI (loss, steps/s, ETA) or SMC (ESS, finished,
+log Ẑ).  Elsewhere (a pipe, CI) nothing is drawn; the run record has every event.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from qvr.inference.events import FitEvent, FitProgress, FitStarted, FitWarning
+
+
+def _eta(seconds: Optional[float]) -> str:
+    if seconds is None or seconds != seconds or seconds == float("inf"):
+        return "--:--"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class _Chain:
+    """What the display knows of one chain (or the one SVI/SMC row)."""
+
+    def __init__(self):
+        self.phase = ""
+        self.step = 0
+        self.total = 0
+        self.metrics: dict = {}
+        self.phase_t0: Optional[float] = None  # elapsed when the phase started
+        self.phase_step0 = 0
+        self.rate: Optional[float] = None  # steps/s in this phase
+        self.warmup_rate: Optional[float] = None
+
+    def update(self, ev: FitProgress, warmup_total: int, sample_total: int) -> None:
+        if ev.phase != self.phase:
+            if self.phase == "warmup":
+                self.warmup_rate = self.rate
+            self.phase, self.phase_t0, self.phase_step0 = ev.phase, ev.elapsed, 0
+            self.rate = None
+        self.step, self.total, self.metrics = ev.step, ev.total, dict(ev.metrics)
+        dt = ev.elapsed - (self.phase_t0 or 0.0)
+        if dt > 0 and ev.step > self.phase_step0:
+            self.rate = (ev.step - self.phase_step0) / dt
+        self.warmup_total, self.sample_total = warmup_total, sample_total
+
+    def eta(self) -> Optional[float]:
+        if not self.rate:
+            return None
+        left = (self.total - self.step) / self.rate
+        if self.phase == "warmup":
+            # sampling is usually faster than warmup (the step size has settled): take
+            # the warmup rate as a bound for the rest
+            left += self.sample_total / self.rate
+        return left
+
+
+class Progress:
+    """`update(event)` from the fit's thread; a context manager that starts and stops the
+    live display (only when `stream` is a terminal)."""
+
+    def __init__(self, stream, force: Optional[bool] = None):
+        self.stream = stream
+        self.live_ok = stream.isatty() if force is None else force
+        self.method = ""
+        self.chains: dict[int, _Chain] = {}
+        self.warmup_total = self.sample_total = 0
+        self.warnings: list[str] = []
+        self._live = None
+        self._last = 0.0
+
+    def __enter__(self):
+        if self.live_ok:
+            from rich.console import Console
+            from rich.live import Live
+            console = Console(file=self.stream)
+            self._live = Live(self._render(), console=console, refresh_per_second=8,
+                              transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(*exc)
+            self._live = None
+        return False
+
+    def update(self, event: FitEvent) -> None:
+        if isinstance(event, FitStarted):
+            self.method = event.method
+            cfg = event.config
+            self.warmup_total = int(cfg.get("num_warmup", 0) or 0)
+            self.sample_total = int(cfg.get("num_samples", 0) or 0)
+            for c in range(event.num_chains):
+                self.chains[c] = _Chain()
+        elif isinstance(event, FitProgress):
+            self.chains.setdefault(event.chain, _Chain()).update(
+                event, self.warmup_total, self.sample_total)
+        elif isinstance(event, FitWarning):
+            self.warnings.append(event.message)
+        else:
+            return
+        if self._live is not None:
+            now = time.monotonic()
+            if now - self._last >= 0.1:
+                self._last = now
+                self._live.update(self._render())
+
+    # ------------------------------------------------------------ rendering
+    def _render(self):
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+        t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+        mcmc = self.method in ("hmc", "nuts")
+        cols = (["chain", "phase", "", "step", "draws/s", "accept", "step size", "diverg.",
+                 "ETA"] if mcmc else
+                ["", "", "step", "steps/s", "loss", "ETA"] if self.method == "svi" else
+                ["", "", "step", "ESS", "finished", "log Z", "ETA"])
+        for c in cols:
+            t.add_column(c, justify="right" if c not in ("phase", "chain", "") else "left")
+        for cid, ch in sorted(self.chains.items()):
+            bar = ProgressBar(total=max(ch.total, 1), completed=ch.step, width=24)
+            m = ch.metrics
+            step = f"{ch.step}/{ch.total}"
+            rate = f"{ch.rate:.1f}" if ch.rate else "-"
+            if mcmc:
+                div = int(m.get("divergences", 0))
+                style = "bold red" if div else ""
+                t.add_row(Text(str(cid), style=style), Text(ch.phase or "starting", style=style),
+                          bar, step, rate, f"{m.get('accept_prob', float('nan')):.2f}",
+                          f"{m.get('step_size', float('nan')):.3g}", Text(str(div), style=style),
+                          _eta(ch.eta()))
+            elif self.method == "svi":
+                t.add_row(self.method, bar, step, rate, f"{m.get('loss', float('nan')):.5g}",
+                          _eta(ch.eta()))
+            else:
+                t.add_row(self.method, bar, step, f"{m.get('ess', float('nan')):.1f}",
+                          f"{int(m.get('num_finished', 0))}",
+                          f"{m.get('log_Z', float('nan')):.4f}", _eta(ch.eta()))
+        return t

@@ -1,0 +1,176 @@
+"""A run record as text a person can read: what `qvr run` prints at the end and what
+`qvr show RUN` prints for any saved run (finished, cancelled, failed, interrupted or
+running).  Torch-free: it reads the record with `qvr.runs`.
+
+The summary is grouped by site: one row per site with its shape, the range of its
+coordinates' posterior means, and its worst diagnostics (max R-hat, min bulk and tail ESS),
+worst R-hat first, at most `MAX_ROWS` rows; then one line saying where the full table
+(every coordinate) is.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+MAX_ROWS = 20
+_LABEL = re.compile(r"^(?P<site>[^\[]+)(\[(?P<idx>[0-9,]+)\])?$")
+
+
+def group_rows(parameters: dict, shapes: Optional[dict] = None) -> list[dict]:
+    """Summary rows (``{"site[i,j]": {column: value}}``) grouped by site: one dict per site
+    with ``site``, ``shape``, ``n`` (coordinates summarised), ``mean_lo``/``mean_hi``,
+    ``sd`` (median), ``q5`` (min), ``q95`` (max), ``ess_bulk``/``ess_tail`` (min),
+    ``r_hat`` (max), sorted worst R-hat first (NaN last), then by site."""
+    groups: dict[str, list] = {}
+    idx_max: dict[str, list] = {}
+    for label, row in parameters.items():
+        m = _LABEL.match(label)
+        site = m.group("site") if m else label
+        groups.setdefault(site, []).append(row)
+        if m and m.group("idx"):
+            idx = [int(i) for i in m.group("idx").split(",")]
+            prev = idx_max.setdefault(site, [0] * len(idx))
+            idx_max[site] = [max(a, b) for a, b in zip(prev, idx)]
+    out = []
+    for site, rows in groups.items():
+        if shapes and site in shapes:
+            shape = tuple(shapes[site])
+        elif site in idx_max:
+            shape = tuple(i + 1 for i in idx_max[site])
+        else:
+            shape = ()
+        def col(c):
+            return [r[c] for r in rows if c in r and r[c] is not None and
+                    not (isinstance(r[c], float) and math.isnan(r[c]))]
+        def agg(c, f):
+            v = col(c)
+            return f(v) if v else float("nan")
+        sds = sorted(col("sd"))
+        out.append({"site": site, "shape": shape, "n": len(rows),
+                    "mean_lo": agg("mean", min), "mean_hi": agg("mean", max),
+                    "sd": sds[len(sds) // 2] if sds else float("nan"),
+                    "q5": agg("q5", min), "q95": agg("q95", max),
+                    "ess_bulk": agg("ess_bulk", min), "ess_tail": agg("ess_tail", min),
+                    "r_hat": agg("r_hat", max)})
+    out.sort(key=lambda g: (math.isnan(g["r_hat"]), -g["r_hat"] if not math.isnan(g["r_hat"])
+                            else 0.0, g["site"]))
+    return out
+
+
+def _f(v, spec=".3g") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, spec)
+
+
+def _shape(shape) -> str:
+    if not shape or tuple(shape) == (1,):
+        return "scalar"
+    return "×".join(map(str, shape))
+
+
+def summary_table(parameters: dict, shapes: Optional[dict] = None,
+                  max_rows: int = MAX_ROWS) -> tuple[str, int]:
+    """The grouped table as text, and the number of sites not shown."""
+    groups = group_rows(parameters, shapes)
+    if not groups:
+        return "(no latent sites)", 0
+    has_diag = any(not math.isnan(g["r_hat"]) for g in groups)
+    head = ["site", "shape", "mean", "sd", "5%", "95%"] + \
+        (["ess_bulk", "ess_tail", "r_hat"] if has_diag else [])
+    rows = []
+    for g in groups[:max_rows]:
+        mean = _f(g["mean_lo"]) if g["n"] == 1 else \
+            f"{_f(g['mean_lo'])} .. {_f(g['mean_hi'])}"
+        row = [g["site"], _shape(g["shape"]), mean, _f(g["sd"]), _f(g["q5"]), _f(g["q95"])]
+        if has_diag:
+            row += [_f(g["ess_bulk"], ".0f"), _f(g["ess_tail"], ".0f"), _f(g["r_hat"], ".3f")]
+        rows.append(row)
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
+    lines = ["  ".join(h.ljust(w) if i < 3 else h.rjust(w)
+                       for i, (h, w) in enumerate(zip(head, widths)))]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines), max(0, len(groups) - max_rows)
+
+
+def _site_shapes(run) -> dict:
+    try:
+        samples = run.samples()
+    except Exception:
+        return {}
+    return {k: tuple(v.shape[2:]) for k, v in samples.items()
+            if not k.startswith("sample_stats.") and v.ndim >= 2}
+
+
+def headline(run, summary: Optional[dict]) -> str:
+    method = run.method
+    status = run.status
+    stats = (summary or {}).get("stats", {})
+    state = "" if status == "finished" else f" [{status}]"
+    if method == "svi":
+        return (f"svi: {stats.get('steps', '?')} steps, final loss "
+                f"{_f(stats.get('final_loss'), '.6g')}{state}")
+    if method == "smc":
+        return (f"smc: log Z = {_f(stats.get('log_Z'), '.6f')}, {stats.get('num_steps', '?')} "
+                f"steps, {stats.get('num_finished', '?')} finished, "
+                f"{stats.get('num_truncated', '?')} truncated{state}")
+    if not stats:
+        return f"{method}: no summary{state}"
+    eps = ", ".join(_f(v) for v in stats.get("step_sizes", []))
+    compiled = ", steps compiled by Inductor" if stats.get("compiler") == "inductor" else ""
+    return (f"{method}: {stats.get('num_chains', '?')} chains x {stats.get('num_samples', '?')} "
+            f"draws, acceptance {_f(stats.get('mean_acceptance'), '.3f')}, divergences "
+            f"{stats.get('total_divergences', '?')}, step sizes {eps}, min bulk ESS "
+            f"{_f(stats.get('min_ess_bulk'), '.0f')}, max R-hat "
+            f"{_f(stats.get('max_r_hat'), '.3f')}{compiled}{state}")
+
+
+def render_run(run, max_rows: int = MAX_ROWS) -> str:
+    """The text of a run: headline, grouped summary (or SMC sequences), where the rest is."""
+    summary = run.summary
+    out = [headline(run, summary)]
+    status = run.status
+    if status == "failed" and summary and summary.get("message"):
+        out.append(f"failed: {summary['message']}")
+    if summary is None:
+        out.append(_partial(run, status))
+    elif run.method == "smc":
+        out.append(_sequences(run))
+    else:
+        params = summary.get("parameters", {})
+        table, hidden = summary_table(params, _site_shapes(run), max_rows)
+        out.append(table)
+        n = len(params) + int(summary.get("truncated", 0) or 0)
+        more = f"{hidden} more sites; " if hidden else ""
+        if params:
+            out.append(f"({more}every coordinate ({n}) in {run.path / 'summary.txt'})")
+    return "\n".join(out)
+
+
+def _partial(run, status: str) -> str:
+    events = run.events(load_draws=False)
+    steps = [e for e in events if type(e).__name__ == "FitProgress"]
+    if not steps:
+        return f"no step was recorded ({status})"
+    last = steps[-1]
+    per = run.draws_per_chain() if run.method in ("hmc", "nuts") else {}
+    draws = f", draws per chain {dict(sorted(per.items()))}" if per else ""
+    return (f"{status}: last recorded step {last.step}/{last.total} ({last.phase}){draws}; "
+            f"no summary was written")
+
+
+def _sequences(run) -> str:
+    seqs = run.sequences or {}
+    top = seqs.get("top", [])
+    if not top:
+        return "no sequence has positive weight (every particle was ruled out)"
+    lines = [f"{'weight':>10}  {'len':>4}  sequence"]
+    for item in top:
+        end = "" if item.get("ends_with_eos") else "  [max length]"
+        text = item.get("text") or " ".join(map(str, item.get("tokens", [])))
+        lines.append(f"{item.get('weight', 0.0):10.6f}  {len(item.get('tokens', [])):4d}  "
+                     f"{text}{end}")
+    return "\n".join(lines)
