@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FRONT_END = ["qvr", "qvr.text", "qvr.diagnostics", "qvr.syntax.parser", "qvr.sema.module",
-             "qvr.analysis", "qvr.cli"]
+             "qvr.analysis", "qvr.cli", "qvr.inference.config", "qvr.inference.events",
+             "qvr.runs", "qvr.commands.report"]
 HEAVY = ["torch", "pygls", "lsprotocol", "textual"]
 
 
@@ -48,3 +49,38 @@ def test_no_lsp_types_or_torch_in_front_end_sources():
             if s.startswith(("import pygls", "from pygls", "import lsprotocol", "from lsprotocol")):
                 offenders.append(f"{f.relative_to(ROOT)}: {s}")
     assert offenders == []
+
+
+def _lint_imports(cwd, pythonpath, config=None):
+    import shutil
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
+    return subprocess.run([exe, "--no-cache", *([config] if config else [])], cwd=cwd,
+                          capture_output=True, text=True,
+                          env={"PYTHONPATH": pythonpath, "PATH": "/usr/bin:/bin"})
+
+
+def test_import_linter_contracts_are_kept():
+    out = _lint_imports(ROOT, f"{ROOT}:{ROOT / 'lsp'}:{ROOT / 'tui'}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+def test_the_library_contract_fails_on_a_planted_command_line_import(tmp_path):
+    """The contract can fail: a copy of the package with `import qvr.commands` planted in
+    `qvr/inference` breaks it, naming the module."""
+    import shutil
+    import tomllib
+    shutil.copytree(ROOT / "qvr", tmp_path / "qvr",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "qvr" / "inference" / "planted.py").write_text("import qvr.commands\n")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contract = next(c for c in config["contracts"] if c["id"] == "library-below-command-line")
+    lines = ["[importlinter]", "root_packages =", "    qvr", "",
+             "[importlinter:contract:library-below-command-line]",
+             f"name = {contract['name']}", "type = forbidden", "source_modules ="]
+    lines += [f"    {m}" for m in contract["source_modules"]] + ["forbidden_modules ="]
+    lines += [f"    {m}" for m in contract["forbidden_modules"]]
+    (tmp_path / ".importlinter").write_text("\n".join(lines) + "\n")
+    out = _lint_imports(tmp_path, str(tmp_path), ".importlinter")
+    assert out.returncode != 0
+    assert "BROKEN" in out.stdout and "qvr.inference.planted -> qvr.commands" in out.stdout
