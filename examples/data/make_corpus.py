@@ -16,7 +16,7 @@ text is copied from anywhere.  Outputs, all in this folder:
   stream ``<eos>The old dog slept.<eos>A cat ran.<eos>...``) and ``next_char`` (the character
   after each window), as the scan model observes them.
 * ``pcfg_deduction.json`` — ``tokens``: one sentence the example's own grammar parses
-  (determiner, noun stem with optional plural suffix ``s``, verb, determiner, noun).
+  (``the``, a noun stem with the plural suffix ``s``, a verb, a determiner, a noun).
 * ``topic_model.vocab.json`` — 1000 entries: the topic words first, ``<unused>`` for ids no
   document uses.  ``topic_model.json`` — ``doc_of`` and ``word``: 40 documents of 30 words,
   each drawn from a mixture of two of eight themes (LDA's own generative story).
@@ -126,14 +126,14 @@ def char_lm(rng: random.Random, n_sentences: int = 80, length: int = 12,
 
 
 def pcfg_sentence(rng: random.Random) -> dict:
-    """Det N V Det N in the lexicon of `pcfg_deduction.qvr`; a plural noun (stem + `s`)
-    only after `the`, so the sentence reads as English."""
-    def noun_phrase(dets):
-        det = rng.choice(dets)
-        plural = det == "the" and rng.random() < 0.5
-        return [det, rng.choice(["dog", "cat"])] + (["s"] if plural else [])
-    tokens = noun_phrase(["the", "a", "every"]) + [rng.choice(["saw", "chased"])]
-    return {"tokens": tokens + noun_phrase(["the", "a"])}
+    """Det N V Det N in the lexicon of `pcfg_deduction.qvr`, with a plural subject (stem +
+    suffix `s`, so that the morphology is used).  The object stays singular: a plural
+    object would leave the sentence without its suffix as a second goal item (goal items
+    are spans of any extent) and log Z would count both."""
+    subject = ["the", rng.choice(["dog", "cat"]), "s"]
+    verb = [rng.choice(["saw", "chased"])]
+    obj = [rng.choice(["the", "a"]), rng.choice(["dog", "cat"])]
+    return {"tokens": subject + verb + obj}
 
 
 # ---------------------------------------------------------------- topic corpus
@@ -180,9 +180,9 @@ def topic_corpus(rng: random.Random, n_docs: int = 40, doc_len: int = 30) -> tup
 
 # ---------------------------------------------------------------- output
 
-def write_json(name: str, obj, row_per_line: bool = True) -> None:
-    """JSON with one row per line for 2-d arrays (diffs stay readable)."""
-    path = HERE / name
+def write_json(out: Path, name: str, obj, row_per_line: bool = True) -> None:
+    """`out/name`: JSON with one row per line for 2-d arrays (diffs stay readable)."""
+    path = Path(out) / name
     if isinstance(obj, dict) and row_per_line:
         parts = []
         for k, v in obj.items():
@@ -197,17 +197,18 @@ def write_json(name: str, obj, row_per_line: bool = True) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def main() -> None:
+def main(out: Path = HERE) -> None:
+    """Write every file into `out` (default: this folder)."""
     assert len(WORD_VOCAB) == 32 and len(set(WORD_VOCAB)) == 32
     assert len(CHAR_VOCAB) == 64 and len(set(CHAR_VOCAB)) == 64
-    write_json("transformer_lm.vocab.json", WORD_VOCAB, row_per_line=False)
-    write_json("transformer_lm.json", word_lm(random.Random(SEED)))
-    write_json("recurrent_lm.vocab.json", CHAR_VOCAB, row_per_line=False)
-    write_json("recurrent_lm.json", char_lm(random.Random(SEED + 1)))
-    write_json("pcfg_deduction.json", pcfg_sentence(random.Random(SEED + 2)))
+    write_json(out, "transformer_lm.vocab.json", WORD_VOCAB, row_per_line=False)
+    write_json(out, "transformer_lm.json", word_lm(random.Random(SEED)))
+    write_json(out, "recurrent_lm.vocab.json", CHAR_VOCAB, row_per_line=False)
+    write_json(out, "recurrent_lm.json", char_lm(random.Random(SEED + 1)))
+    write_json(out, "pcfg_deduction.json", pcfg_sentence(random.Random(SEED + 2)))
     topics, vocab = topic_corpus(random.Random(SEED + 3))
-    write_json("topic_model.vocab.json", vocab, row_per_line=False)
-    write_json("topic_model.json", topics)
+    write_json(out, "topic_model.vocab.json", vocab, row_per_line=False)
+    write_json(out, "topic_model.json", topics)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ from ``make_corpus.py``.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
-from make_corpus import write_json
+from make_corpus import HERE, write_json
 
 
 def rng(seed: int) -> np.random.Generator:
@@ -299,9 +300,10 @@ GENERATORS = [count_regression, crop_yields, item_response, regression_plates,
               relational_authors, sensor_tracking, expert_ensemble, vae]
 
 
-def main() -> None:
+def main(out: Path = HERE) -> None:
+    """Write every file into `out` (default: this folder)."""
     for gen in GENERATORS:
-        write_json(f"{gen.__name__}.json", gen())
+        write_json(out, f"{gen.__name__}.json", gen())
 
 
 if __name__ == "__main__":
