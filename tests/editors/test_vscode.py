@@ -5,7 +5,10 @@ session, in a copy of the extension under pytest's temporary directory (shared b
 xdist workers of one run, behind a file lock). Then:
 
 * the grammar validator and `vscode-tmgrammar-test` over test/grammar/*.qvr;
-* the node unit tests (server lookup, language configuration against examples/);
+* the node unit tests (server lookup, language configuration against examples/, the
+  `qvr dash` command line, and the dashboard command and code lenses against a stand-in
+  for the `vscode` module);
+* the code-lens scan of exported programs against the qvr parser on every example;
 * every example tokenized with the grammar, the way VS Code does, and compared with the
   qvr parser itself: comments, declared names, keywords, option keys, numbers, strings;
 * `vsce package`, and what the .vsix holds.
@@ -110,7 +113,7 @@ def ext(build: Build) -> Path:
 def test_npm_ci_and_typescript_compile(build: Build):
     build.check()
     assert [p.args[1] for p in build.steps] == ["ci", "run"]
-    for name in ("extension.js", "server.js"):
+    for name in ("extension.js", "server.js", "dash.js", "programs.js", "dashboard.js"):
         assert (build.dir / "out" / name).is_file()
 
 
@@ -153,6 +156,7 @@ def test_vsce_package(ext: Path, tmp_path: Path):
     out = clone / "qvr.vsix"
     names = set(zipfile.ZipFile(out).namelist())
     for needed in ("extension/package.json", "extension/out/extension.js", "extension/out/server.js",
+                   "extension/out/dash.js", "extension/out/programs.js", "extension/out/dashboard.js",
                    "extension/syntaxes/qvr.tmLanguage.json", "extension/language-configuration.json",
                    "extension/readme.md", "extension/node_modules/vscode-languageclient/package.json"):
         assert needed in names
@@ -173,12 +177,27 @@ def test_manifest_matches_the_extension():
     [grammar] = contributes["grammars"]
     assert grammar["language"] == "qvr"
     assert json.loads((EXT / grammar["path"]).read_text())["scopeName"] == grammar["scopeName"] == "source.qvr"
-    assert set(contributes["configuration"]["properties"]) == {"qvr.server.path", "qvr.server.args", "qvr.trace.server"}
+    assert set(contributes["configuration"]["properties"]) == {
+        "qvr.server.path", "qvr.server.args", "qvr.trace.server", "qvr.cli.path"}
     source = (EXT / "src" / "extension.ts").read_text()
-    commands = {c["command"] for c in contributes["commands"]}
-    assert commands == {"qvr.restartServer", "qvr.showServerOutput"}
+    dashboard = (EXT / "src" / "dashboard.ts").read_text()
+    commands = {c["command"]: c for c in contributes["commands"]}
+    assert set(commands) == {"qvr.restartServer", "qvr.showServerOutput",
+                             "qvr.openDashboard", "qvr.fitSvi", "qvr.fitNuts", "qvr.fitSmc"}
     for command in commands:
-        assert f"registerCommand('{command}'" in source
+        assert f"registerCommand('{command}'" in source + dashboard
+        assert commands[command]["category"] == "QVR"
+    assert commands["qvr.openDashboard"]["title"] == "Open Dashboard"
+    assert [commands[f"qvr.fit{m}"]["title"] for m in ("Svi", "Nuts", "Smc")] == [
+        "Fit with SVI", "Fit with NUTS", "Fit with SMC"]
+    # the dashboard commands are offered only where there is a .qvr file to open
+    palette = {m["command"]: m["when"] for m in contributes["menus"]["commandPalette"]}
+    assert set(palette) == {"qvr.openDashboard", "qvr.fitSvi", "qvr.fitNuts", "qvr.fitSmc"}
+    assert set(palette.values()) == {"editorLangId == qvr || resourceExtname == .qvr"}
+    assert "registerDashboard(context, log)" in source
+    # no activation events listed: VS Code (1.74+) activates on the contributed language
+    # and commands by itself
+    assert manifest["activationEvents"] == [] and manifest["engines"]["vscode"] == "^1.91.0"
     # "qvr" is the client id from which vscode-languageclient reads qvr.trace.server
     assert "new LanguageClient('qvr'," in source
     assert manifest["main"] == "./out/extension.js"
@@ -437,3 +456,44 @@ def test_every_row_of_the_table_is_exercised_by_the_examples():
             if parsed.decl is not None:
                 seen.update((cls, field) for cls, field, *_ in _spans(parsed.decl, start))
     assert set(EXPECTED) - seen == set()
+
+
+# ------------------------------------------- code lenses against the qvr parser
+
+
+def _exported_programs(path: Path) -> list[dict]:
+    """What the qvr parser says the code lenses must mark: each `program NAME` exported
+    by a plain `export NAME`, at NAME, the first export flagged primary."""
+    text = path.read_text()
+    module = parse_module(text)
+    programs, exports = {}, []
+    for start, _, parsed in module.chunks:
+        decl = parsed.decl
+        if type(decl).__name__ == "ProgramDecl" and decl.name.text not in programs:
+            programs[decl.name.text] = decl.name.span.start + start
+        elif type(decl).__name__ == "ExportDecl":
+            expr = decl.expr
+            exports.append(expr.name.text if type(expr).__name__ == "MName" else None)
+    found = []
+    for name in dict.fromkeys(e for e in exports if e is not None):
+        if name in programs:
+            offset = programs[name]
+            line = text.count("\n", 0, offset)
+            column = offset - (text.rfind("\n", 0, offset) + 1)
+            found.append({"name": name, "line": line, "start": column, "end": column + len(name),
+                          "primary": name == exports[0]})
+    return sorted(found, key=lambda p: p["line"])
+
+
+@needs_node
+def test_code_lenses_mark_the_exported_programs_the_parser_finds(ext: Path):
+    script = ("const {exportedPrograms} = require('./out/programs.js'); const fs = require('fs');"
+              "const out = {}; for (const f of process.argv.slice(1)) "
+              "out[f] = exportedPrograms(fs.readFileSync(f, 'utf8'));"
+              "process.stdout.write(JSON.stringify(out));")
+    proc = _run([NODE, "-e", script, *map(str, EXAMPLES)], ext, timeout=120)
+    assert proc.returncode == 0, _output(proc)
+    got = json.loads(proc.stdout)
+    expected = {str(path): _exported_programs(path) for path in EXAMPLES}
+    assert got == expected
+    assert sum(len(v) for v in expected.values()) >= 15  # the examples do exercise it

@@ -1,6 +1,7 @@
 /**
  * The QVR extension: starts `qvr-lsp` over stdio for `qvr` documents and offers the
  * commands "QVR: Restart Language Server" and "QVR: Show Language Server Output".
+ * The dashboard command and the "Fit with ..." code lenses live in dashboard.ts.
  *
  * Highlighting (TextMate grammar) and editing rules (language configuration) are static
  * contributions in package.json and work without the server. Nothing semantic lives here:
@@ -14,6 +15,7 @@ import {
   ServerOptions,
   TransportKind,
 } from 'vscode-languageclient/node';
+import { registerDashboard } from './dashboard';
 import { locateServer } from './server';
 
 let client: LanguageClient | undefined;
@@ -33,6 +35,7 @@ export function activate(context: vscode.ExtensionContext): Promise<void> {
       }
     }),
   );
+  registerDashboard(context, log);
   return queue(start);
 }
 
