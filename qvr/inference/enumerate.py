@@ -185,6 +185,7 @@ class Structure:
     color_range: list  # per colour: the number of values it takes
     B: int
     passes: list = field(default_factory=list)  # (global assignment, colour assignment)
+    dependent: set = field(default_factory=set)  # steps rerun in every pass
 
     @property
     def local_sites(self) -> list:
@@ -231,7 +232,8 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
         model._bind_inputs(frame)
         deps: dict = {}
         scopes: list = []  # (record key, set of enumerated sites)
-        for step in model.steps:
+        dependent = set()  # indices of the steps whose result depends on an enumerated site
+        for si, step in enumerate(model.steps):
             frame.env.reads = set()
             model._run(step, frame)
             read = set(frame.env.reads)
@@ -239,6 +241,8 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
             for r in read:
                 dep |= deps.get(r, set())
             own = dep | ({step.name} if step.name in enum_set else set())
+            if own:
+                dependent.add(si)
             # the value of a site is given (or enumerated), not a function of its parents:
             # it depends on itself only; a let's value depends on what it reads
             value_dep = dep if isinstance(step, (LetStep, AliasStep)) else set()
@@ -307,7 +311,7 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
             f"take {n_passes} evaluations of the program (more than {MAX_PASSES}): too many "
             f"of them interact (e.g. `{worst.name}`); put the coupled ones in a "
             "`marginalize` block, or observe some of them", worst.name)
-    st = Structure(sites, factors, constant, len(colors), colors, B)
+    st = Structure(sites, factors, constant, len(colors), colors, B, dependent=dependent)
     glob = [s for s in sites.values() if s.kind == "global"]
     for g in itertools.product(*[range(s.K) for s in glob]):
         for c in itertools.product(*[range(r) for r in colors]):
@@ -349,7 +353,7 @@ def _check_rows(model, x, observations, st: Structure) -> None:
     for f in st.factors:
         if not f.local:
             continue
-        c = ex.sites[f.key].contribution
+        c = ex.records[f.key].contribution
         c = torch.as_tensor(c)
         if not (c.dim() >= 1 and c.shape[0] == st.B):
             raise EnumerationError(
@@ -373,9 +377,25 @@ def _pass_values(st: Structure, values: dict, index: int, x) -> dict:
     return out
 
 
-def _run_pass(model, x, values, st: Structure, index: int):
-    return model.execute(x, _pass_values(st, values, index, x), score=True, require_all=True,
-                         record=True)
+def _run_pass(model, x, values, st: Structure, index: int, first=None):
+    """One pass: the program at one joint assignment of the enumerated sites.  Given the
+    `first` pass's frame, only the steps that depend on an enumerated site are rerun (the
+    others' values are the same in every pass); returns the frame (records, env)."""
+    from qvr.runtime.errors import QvrRuntimeError
+    from qvr.runtime.frame import Frame
+    frame = Frame(model, x, _pass_values(st, values, index, x), score=True, require_all=True,
+                  record=True)
+    try:
+        if first is None:
+            model._bind_inputs(frame)
+        else:
+            frame.env = dict(first.env)
+        for si, step in enumerate(model.steps):
+            if first is None or si in st.dependent:
+                model._run(step, frame)
+    except QvrRuntimeError as e:
+        raise e.add_context(program=model.label)
+    return frame
 
 
 def _tables(model, x, values, st: Structure):
@@ -383,11 +403,13 @@ def _tables(model, x, values, st: Structure):
     a table is `(B, K_1, ..., K_m)` over the factor's local scope."""
     entries = {}  # (global assignment, factor index) -> {local idx tuple: (B,)}
     const = None
+    first = None
     for i, (g, c) in enumerate(st.passes):
-        ex = _run_pass(model, x, values, st, i)
+        ex = _run_pass(model, x, values, st, i, first)
         if i == 0:
+            first = ex
             for key in st.constant:
-                lp = ex.sites[key].log_prob
+                lp = ex.records[key].log_prob
                 const = lp if const is None else const + lp
         for fi, f in enumerate(st.factors):
             idx = tuple(c[st.sites[s].color] for s in f.local)
@@ -395,7 +417,7 @@ def _tables(model, x, values, st: Structure):
                 continue
             slot = entries.setdefault((g, fi), {})
             if idx not in slot:
-                slot[idx] = ex.sites[f.key].log_prob
+                slot[idx] = ex.records[f.key].log_prob
     per_global = {}
     for g in {p[0] for p in st.passes}:
         tabs = []
