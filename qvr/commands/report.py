@@ -164,7 +164,7 @@ def _partial(run, status: str) -> str:
 
 def _sequences(run) -> str:
     seqs = run.sequences or {}
-    top = seqs.get("top", [])
+    top = seqs.get("top", [])[:int(run.config.get("top", 10) or 10)]
     if not top:
         return "no sequence has positive weight (every particle was ruled out)"
     lines = [f"{'weight':>10}  {'len':>4}  sequence"]

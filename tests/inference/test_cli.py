@@ -56,50 +56,73 @@ def folder_of(tmp_path) -> Path:
 
 
 def test_nuts_run_prints_a_summary_and_fills_the_run_folder(program, qvr_run, tmp_path):
+    from qvr.runs import open_run
     out = qvr_run(program, "--method", "nuts", "--synthetic", "20", "--warmup", "40",
                   "--samples", "30", "--chains", "2", "--seed", "3")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("nuts: 2 chains x 30 draws, acceptance")
-    assert "ess_bulk" in out.stdout and "r_hat" in out.stdout and "sigma" in out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("nuts: 2 chains x 30 draws, acceptance")
+    assert lines[1].split() == ["site", "shape", "mean", "sd", "5%", "95%", "ess_bulk",
+                                "ess_tail", "r_hat"]
+    assert {ln.split()[0] for ln in lines[2:4]} == {"mu", "sigma"}
+    assert [ln.split()[1] for ln in lines[2:4]] == ["scalar", "scalar"]
+    r_hats = [float(ln.split()[-1]) for ln in lines[2:4]]
+    assert r_hats == sorted(r_hats, reverse=True)  # worst R-hat first
+    assert lines[4].startswith("(every coordinate (2) in ") and "summary.txt" in lines[4]
     folder = folder_of(tmp_path)
     assert str(folder) in out.stderr
-    config = json.loads((folder / "config.json").read_text())
-    assert config["method"] == "nuts" and config["options"]["warmup"] == 40
-    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 2 * 70 and {m["phase"] for m in metrics} == {"warmup", "sampling"}
-    assert {"accept_prob", "step_size", "tree_depth", "divergences"} <= set(metrics[-1])
+    run = open_run(folder)
+    assert run.status == "finished" and run.method == "nuts"
+    assert run.config["num_warmup"] == 40 and run.config["seed"] == 3
+    assert run.meta["data"] == {"kind": "synthetic", "rows": 20}
+    progress = [e for e in run.events() if type(e).__name__ == "FitProgress"]
+    assert {e.phase for e in progress} == {"warmup", "sampling"}
+    assert {"accept_prob", "step_size", "tree_depth", "divergences", "log_density"} <= \
+        set(progress[-1].metrics)
     with np.load(folder / "samples.npz") as f:
         assert f["mu"].shape == (2, 30, 1) and f["sigma"].shape == (2, 30, 1)
         assert f["sample_stats.diverging"].shape == (2, 30)
-    draws = (folder / "draws.jsonl").read_text().splitlines()
-    assert len(draws) == 60
-    summary = json.loads((folder / "summary.json").read_text())
+    assert run.draws()["mu"].shape == (2, 30)
+    summary = run.summary
     assert summary["status"] == "finished" and "mu" in summary["parameters"]
-    assert (folder / "summary.txt").exists() and (folder / "synthetic_truth.npz").exists()
+    assert (folder / "summary.txt").exists()
+    assert set(run.truth()) >= {"mu", "sigma", "data.y", "data.x"}
 
 
 def test_svi_run_saves_the_fitted_parameters(program, qvr_run, tmp_path):
+    from qvr.runs import open_run
     out = qvr_run(program, "--method", "svi", "--synthetic", "20", "--steps", "25", "--lr",
                   "0.05")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("svi: 25 steps, final loss")
+    run = open_run(folder_of(tmp_path))
+    assert run.losses().shape == (25,)
+    assert {"loc_mu", "log_scale_mu", "loc_sigma", "log_scale_sigma"} <= set(run.params())
+
+
+def test_show_prints_a_saved_run_of_any_status(program, qvr_run, tmp_path, capsys):
+    from qvr.cli import main
+    out = qvr_run(program, "--method", "svi", "--synthetic", "5", "--steps", "5")
     folder = folder_of(tmp_path)
-    losses = [json.loads(line)["loss"] for line in
-              (folder / "metrics.jsonl").read_text().splitlines()]
-    assert len(losses) == 25
-    with np.load(folder / "params.npz") as f:
-        assert {"loc_mu", "log_scale_mu", "loc_sigma", "log_scale_sigma"} <= set(f.files)
+    assert main(["show", str(folder)]) == 0
+    shown = capsys.readouterr().out
+    assert "svi: 5 steps, final loss" in shown and str(program.resolve()) in shown
+    assert shown.splitlines()[1] == out.stdout.splitlines()[0]
+    assert main(["show", str(tmp_path)]) == 2
+    assert "not a run record" in capsys.readouterr().err
 
 
 def test_data_file_with_an_unknown_site_is_a_clear_error(program, qvr_run, tmp_path):
+    from qvr.runs import open_run
     data = tmp_path / "d.json"
     data.write_text(json.dumps({"y": [0.1] * 20, "z": [1.0] * 20}))
     out = qvr_run(program, "--method", "hmc", "--data", data, "--warmup", "5", "--samples", "5")
     assert out.returncode == 1
     assert "`z`" in out.stderr and "Traceback" not in out.stderr
     assert "the data does not fit the program" in out.stderr
-    folder = folder_of(tmp_path)
-    assert not (folder / "metrics.jsonl").read_text()  # nothing was fitted
+    run = open_run(folder_of(tmp_path))
+    assert run.status == "failed"
+    assert not any(type(e).__name__ == "FitProgress" for e in run.events())
 
 
 def test_data_of_the_wrong_shape_is_a_clear_error(program, qvr_run, tmp_path):
@@ -117,15 +140,20 @@ def test_a_nan_loss_stops_with_the_step(program, qvr_run, tmp_path):
     out = qvr_run(program, "--method", "svi", "--data", data, "--steps", "10")
     assert out.returncode == 1
     assert "at step 1" in out.stderr and "Traceback" not in out.stderr
-    folder = folder_of(tmp_path)
-    assert "step 1" in (folder / "error.txt").read_text()
+    from qvr.runs import open_run
+    run = open_run(folder_of(tmp_path))
+    assert run.status == "failed" and "step 1" in run.summary["message"]
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--method", "nuts", "--steps", "10"], "--steps is not an option of --method nuts"),
-    (["--method", "svi", "--warmup", "10"], "--warmup is not an option of --method svi"),
-    (["--method", "hmc", "--max-tree-depth", "3"], "--max-tree-depth is not an option"),
-    (["--method", "nuts", "--synthetic", "3", "--data", "x.npz"], "either --data"),
+    (["--method", "nuts", "--steps", "10"],
+     "--steps is an option of --method svi, not of --method nuts"),
+    (["--method", "svi", "--warmup", "10"], "--warmup is an option of --method hmc|nuts"),
+    (["--method", "hmc", "--max-tree-depth", "3"], "--max-tree-depth is an option of"),
+    (["--method", "nuts", "--synthetic", "3", "--data", "x.npz"],
+     "give either a data file or synthetic rows, not both"),
+    (["--method", "nuts", "--chains", "0"], "--chains: must be an integer >= 1, got 0"),
+    (["--method", "svi", "--lr", "abc"], "expected a number, got 'abc'"),
 ])
 def test_usage_errors(program, qvr_run, args, words):
     out = qvr_run(program, *args)
@@ -140,25 +168,26 @@ def test_ctrl_c_keeps_what_was_reported(program, tmp_path):
          "--synthetic", "20", "--warmup", "100", "--samples", "100000", "--chains", "2",
          "--runs-dir", str(runs)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from qvr.runs import open_run
     deadline = time.time() + 150
-    draws = None
-    while time.time() < deadline:
-        found = list(runs.glob("*/draws.jsonl")) if runs.exists() else []
-        if found and len(found[0].read_text().splitlines()) >= 10:
-            draws = found[0]
+    folder = None
+    while time.time() < deadline:  # wait for draws on disk (events, not a fixed sleep)
+        found = list(runs.glob("*/draws/*.npz")) if runs.exists() else []
+        if len(found) >= 4:
+            folder = found[0].parent.parent
             break
+        assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.2)
-    assert draws is not None, proc.stderr.read() if proc.poll() is not None else "timeout"
+    assert folder is not None, "timeout"
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    folder = draws.parent
     assert str(folder) in stderr and "Traceback" not in stderr
-    n_draws = len(draws.read_text().splitlines())
+    run = open_run(folder)
+    assert run.status == "cancelled" and run.summary["status"] == "cancelled"
+    per = run.draws_per_chain()
     with np.load(folder / "samples.npz") as f:
-        assert f["mu"].shape[0] == 2 and 2 * f["mu"].shape[1] <= n_draws + 2
-    summary = json.loads((folder / "summary.json").read_text())
-    assert summary["status"] == "cancelled"
-    assert "cancelled" in stdout
-    metrics = (folder / "metrics.jsonl").read_text().splitlines()
-    assert len(metrics) >= 2 * 100
+        assert f["mu"].shape[0] == 2 and f["mu"].shape[1] <= min(per.values()) + 1
+    assert "[cancelled]" in stdout
+    progress = [e for e in run.events() if type(e).__name__ == "FitProgress"]
+    assert len([e for e in progress if e.phase == "warmup"]) >= 2

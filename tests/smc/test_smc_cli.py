@@ -41,12 +41,13 @@ def only_folder(runs: Path) -> Path:
 
 
 def test_smc_run_prints_top_sequences_and_fills_the_run_folder(tmp_path, qvr_run):
+    from qvr.runs import open_run
     out = qvr_run(TRANSFORMER, "--method", "smc", "--particles", "16", "--expansion", "3",
                   "--max-len", "8", "--eos", "1", "--bos", "0", "--forbid", "5",
                   "--forbid", "2,3", "--top", "4", "--name", "demo", runs=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("log Z = ") and "N=16 K=3" in lines[0]
+    assert lines[0].startswith("smc: log Z = ") and "steps" in lines[0]
     assert lines[1].split() == ["weight", "len", "sequence"]
     rows = lines[2:]
     assert 1 <= len(rows) <= 4
@@ -55,23 +56,26 @@ def test_smc_run_prints_top_sequences_and_fills_the_run_folder(tmp_path, qvr_run
     folder = only_folder(tmp_path)
     assert folder.name.startswith("demo-")
     assert str(folder) in out.stderr
-    config = json.loads((folder / "config.json").read_text())
-    assert config["method"] == "smc" and config["options"]["particles"] == 16
-    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    result = json.loads((folder / "sequences.json").read_text())
-    assert [m["step"] for m in metrics] == list(range(1, result["num_steps"] + 1))
-    assert {"ess", "num_finished", "log_Z"} <= set(metrics[0])
-    assert metrics[-1]["log_Z"] == pytest.approx(result["log_Z"])
+    run = open_run(folder)
+    assert run.status == "finished" and run.config["particles"] == 16
+    assert run.config["forbid"] == [[5], [2, 3]]
+    result = run.sequences
+    progress = [e for e in run.events() if type(e).__name__ == "FitProgress"]
+    steps = [e.step for e in progress]  # throttled: first, last, and increasing
+    assert steps[0] == 1 and steps[-1] == result["num_steps"] and steps == sorted(set(steps))
+    assert {"ess", "num_finished", "log_Z", "resampled"} <= set(progress[0].metrics)
+    assert progress[-1].metrics["log_Z"] == pytest.approx(result["log_Z"])
     assert len(result["particles"]) == 16 and result["mode"] == "last-token"
     for p in result["particles"]:
         assert 5 not in p["tokens"] and p["finished"] == (p["tokens"][-1] == 1)
     assert abs(sum(t["weight"] for t in result["top"]) - 1) < 1e-9
-    assert float(lines[0].split()[3]) == pytest.approx(result["log_Z"], abs=1e-6)
+    assert float(lines[0].split()[4].rstrip(",")) == pytest.approx(result["log_Z"], abs=1e-6)
 
 
 def test_usage_errors_exit_two(tmp_path, qvr_run):
-    out = qvr_run(TRANSFORMER, "--method", "smc", runs=tmp_path)  # no --eos
-    assert out.returncode == 2 and "--eos" in out.stderr
+    out = qvr_run(TRANSFORMER, "--method", "smc", "--eos", "1", "--particles", "0",
+                  runs=tmp_path)
+    assert out.returncode == 2 and "--particles: must be an integer >= 1, got 0" in out.stderr
     out = qvr_run(TRANSFORMER, "--method", "smc", "--eos", "1", "--particles", "0", runs=tmp_path)
     assert out.returncode == 2 and "--particles" in out.stderr
     out = qvr_run(str(tmp_path / "missing.qvr"), "--method", "smc", "--eos", "1", runs=tmp_path)
@@ -100,53 +104,59 @@ def test_bad_token_id_is_a_model_error(tmp_path, qvr_run):
 
 
 def test_ctrl_c_stops_after_the_step_and_keeps_everything(tmp_path):
+    from qvr.runs import open_run
     proc = subprocess.Popen(
         [sys.executable, "-m", "qvr.cli", "run", TRANSFORMER, "--method", "smc", "--eos", "1",
          "--forbid", "1", "--particles", "8", "--max-len", "100000", "--runs-dir", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120
-    metrics = None
-    while time.monotonic() < deadline:
-        found = list(tmp_path.glob("*/metrics.jsonl"))
-        if found and found[0].read_text().count("\n") >= 3:
-            metrics = found[0]
+    events = None
+    while time.monotonic() < deadline:  # wait for three steps on disk
+        found = list(tmp_path.glob("*/events.jsonl"))
+        if found and found[0].read_text().count('"type":"progress"') >= 3:
+            events = found[0]
             break
+        assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.05)
-    assert metrics is not None, "the run did not start"
+    assert events is not None, "the run did not start"
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
-    folder = metrics.parent
+    folder = events.parent
     assert str(folder) in stderr and "Traceback" not in stderr
-    result = json.loads((folder / "sequences.json").read_text())
+    run = open_run(folder)
+    assert run.status == "cancelled"
+    result = run.sequences
     assert result["cancelled"] is True
-    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    assert steps == list(range(1, len(steps) + 1)) and steps[-1] == result["num_steps"]
-    assert "cancelled" in stdout
+    steps = [e.step for e in run.events() if type(e).__name__ == "FitProgress"]
+    assert steps == sorted(set(steps)) and steps[-1] == result["num_steps"]
+    assert "[cancelled]" in stdout
 
 
-def test_options_of_another_method_are_rejected(monkeypatch):
-    import argparse
+def test_options_of_another_method_are_rejected(tmp_path, qvr_run):
+    out = qvr_run(TRANSFORMER, "--method", "smc", "--steps", "5", "--eos", "1", runs=tmp_path)
+    assert out.returncode == 2
+    assert "--steps is an option of --method svi, not of --method smc" in out.stderr
+    out = qvr_run(TRANSFORMER, "--method", "svi", "--no-cache", runs=tmp_path)
+    assert out.returncode == 2 and "--no-cache is an option of --method smc" in out.stderr
 
-    import qvr.commands.run as run_cmd
 
-    class Other:
-        @staticmethod
-        def add_arguments(group):
-            group.add_argument("--steps", type=int, default=100)
-
-    monkeypatch.setitem(sys.modules, "fake_method", Other)
-    monkeypatch.setattr(run_cmd, "METHODS", {"smc": "qvr.smc.cli", "svi": "fake_method"})
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    run_cmd.register(sub)
-    args = parser.parse_args(["run", "f.qvr", "--method", "smc", "--steps", "5", "--eos", "1"])
-    with pytest.raises(run_cmd.UsageError, match="--steps is an option of --method svi"):
-        run_cmd._method_args(args)
-    args = parser.parse_args(["run", "f.qvr", "--method", "svi"])
-    run_cmd._method_args(args)
-    assert args.steps == 100 and not hasattr(args, "particles")
-    args = parser.parse_args(["run", "f.qvr", "--method", "smc", "--eos", "1"])
-    run_cmd._method_args(args)
-    assert args.particles == 64 and args.forbid == [] and not hasattr(args, "steps")
+def test_the_end_token_comes_from_the_shipped_vocabulary_or_a_clear_message(tmp_path,
+                                                                          qvr_run):
+    src = tmp_path / "lm.qvr"
+    src.write_text(Path(TRANSFORMER).read_text())
+    out = qvr_run(str(src), "--method", "smc", "--particles", "2", runs=tmp_path / "runs")
+    assert out.returncode == 1 and "--eos ID" in out.stderr and "Traceback" not in out.stderr
+    (tmp_path / "data").mkdir()
+    vocab = ["<bos>", "<eos>"] + [chr(ord("a") + i) for i in range(30)]
+    (tmp_path / "data" / "lm.vocab.json").write_text(json.dumps(vocab))
+    out = qvr_run(str(src), "--method", "smc", "--particles", "4", "--max-len", "4",
+                  runs=tmp_path / "runs2")
+    assert out.returncode == 0, out.stderr
+    from qvr.runs import open_run
+    run = open_run(only_folder(tmp_path / "runs2"))
+    assert run.sequences["eos"] == 1 and run.sequences["vocab"] == vocab
+    top = run.sequences["top"][0]
+    expected = "".join(vocab[t] for t in top["tokens"] if t != 1)
+    assert top["text"] == expected

@@ -95,7 +95,7 @@ def run(ctx: FitContext) -> FitResult:
         "mode": lm.mode, "eos": eos, "vocab": vocab,
         "top": [{"tokens": list(s), "weight": w, "ends_with_eos": bool(s) and s[-1] == eos,
                  "text": render(s[:-1] if s and s[-1] == eos else s, vocab)}
-                for s, w in res.top(config.top)],
+                for s, w in res.top()],  # every distinct sequence; displays show `top`
         "particles": [{"tokens": list(s), "log_weight": lw, "finished": f, "truncated": t,
                        "dead": d}
                       for s, lw, f, t, d in zip(res.sequences, res.log_weights.tolist(),
