@@ -54,37 +54,53 @@ def test_folded_tick_stops_the_same_chains_as_the_python_checks(momentum, dense)
     g0, _ = density(z0)
     inv = (torch.eye(D).expand(C, D, D).clone() * 0.8 if dense else torch.full((C, D), 0.8))
     p = torch.randn(C, D, generator=gen)
-    eps = torch.full((C, 1), 0.3)
     direction = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, 1.0]).unsqueeze(-1)
     f = z0.new_zeros
-    start = [z0, p, torch.nan_to_num(g0), eps * direction, inv, f(C) + 5.0,
-             torch.ones(C, dtype=torch.bool), f(C), torch.zeros(C, dtype=torch.long),
-             torch.zeros(C, dtype=torch.bool), f(C) - math.inf, z0, g0, f(C), f(C)]
-    a = list(start) + [f(C, D)] + list(T.InductorTick.checkpoints(K, z0))
-    b = list(start) + [f(C, D)] + list(T.LeafTick.checkpoints(K, z0))
+    start = T.TickState(
+        z=z0, p=p, lp=f(C), g=torch.nan_to_num(g0), sum_acc=f(C),
+        n_leaves=torch.zeros(C, dtype=torch.long), diverged=torch.zeros(C, dtype=torch.bool),
+        sub_w=f(C) - math.inf, sz=z0, sg=g0, slp=f(C), sh=f(C), psum=f(C, D), ck_a=None,
+        ck_v=None, running=torch.ones(C, dtype=torch.bool), eps=0.3 * direction, inv=inv,
+        h0=f(C) + 5.0, direction=direction)
+    a = start._replace(**dict(zip(("ck_a", "ck_v"), T.InductorTick.checkpoints(K, z0))))
+    b = start._replace(**dict(zip(("ck_a", "ck_v"), T.LeafTick.checkpoints(K, z0))))
     stopped_at = {}
     for n in range(16):
         u = torch.rand(C, generator=gen)
         store, check = T.checkpoint_masks(n, K)
-        out_a = folded(*a[:15], u, a[15], a[16], a[17], store, check, direction)
-        out_b = listed(*b[:15], u, b[15], b[16], b[17], n, direction)
-        for x, y in zip(out_a[:12], out_b[:12]):
-            assert torch.equal(x, y)
-        assert torch.equal(out_a[12], out_b[12])  # momentum sums
-        assert torch.equal(out_a[15], out_b[15])  # running
+        a, b = folded(a, u, store, check), listed(b, u, n)
+        for name in T.TickState._fields:
+            if name not in ("ck_a", "ck_v"):
+                assert torch.equal(getattr(a, name), getattr(b, name)), name
+        for k in range(K):  # the stored checkpoints agree too
+            if b.ck_a[k] is not None:
+                assert torch.equal(a.ck_a[k], b.ck_a[k]) and torch.equal(a.ck_v[k], b.ck_v[k])
         for c in range(C):
-            if not bool(out_a[15][c]) and c not in stopped_at:
+            if not bool(a.running[c]) and c not in stopped_at:
                 stopped_at[c] = n
-
-        def carry(prev, out):
-            (z, p_, lp, g, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum, ck_a,
-             ck_v, running) = out
-            return [z, p_, g, prev[3], prev[4], prev[5], running, sum_acc, n_leaves,
-                    diverged, sub_w, sz, sg, slp, sh, psum, ck_a, ck_v]
-
-        a, b = carry(a, out_a), carry(b, out_b)
     # the checks did fire: some chains turned within the 16 leaves
     assert stopped_at
+
+
+def test_the_positional_boundary_round_trips_the_record():
+    """The traced leaf (positional inside) called with the record gives what the
+    record-level leaf gives, field by field."""
+    t = _target()
+    z0 = 0.5 * torch.randn(3, t.dim, generator=torch.Generator().manual_seed(5))
+    density = t.compiled_for(z0)
+    s, u = T.example_state(z0, torch.nan_to_num(density(z0)[0]), False, 1)
+    traced = T.traced_leaf(density, z0, False, 1000.0)
+    assert isinstance(traced, T.CompiledLeaf)
+    want, v0, div0 = T.leaf_function(density, True, False, 1000.0)(s, u)
+    got, v1, div1 = traced(s, u)
+    assert type(got) is T.TickState
+    for name in T.TickState._fields:
+        x, y = getattr(want, name), getattr(got, name)
+        assert torch.allclose(x, y, atol=1e-6, rtol=1e-6), name
+    assert torch.allclose(v0, v1) and torch.equal(div0, div1)
+    # the fields a leaf does not write are the caller's own tensors
+    for name in ("psum", "ck_a", "ck_v", "running", "eps", "inv", "h0", "direction"):
+        assert getattr(got, name) is getattr(s, name)
 
 
 def test_worth_compiling_and_probe_iterations():
@@ -123,8 +139,8 @@ def test_torchscript_and_eager_ticks_give_the_same_draws():
         torch.manual_seed(4)
         r = MCMC(NUTSKernel(compiler="torchscript"), num_warmup=60, num_samples=40,
                  num_chains=3).run(None, target=t)
-        backend = {tk.backend for tk in T.TickCache.of(t).ticks.values()}
-        assert backend == ({"torchscript"} if compile_ else {"eager"})
+        assert r.compiler_notes == ([] if compile_ else ["eager: the density is not compiled"])
+        assert r.compiler == ("torchscript" if compile_ else "eager")
         runs.append(r.unconstrained)
     assert torch.allclose(runs[0], runs[1], atol=1e-5)
 
@@ -141,15 +157,14 @@ def test_inductor_tick_agrees_with_pytorch(dense, momentum):
     tick, note = T.inductor_tick(density, z0, dense, 1000.0, momentum, 6)
     assert tick is not None, note
     fn = T.folded_function(T.leaf_function(density, True, dense, 1000.0), momentum)
-    example = T.example_inputs(z0, torch.nan_to_num(density(z0)[0]), dense, 6)
+    s, u = T.example_state(z0, torch.nan_to_num(density(z0)[0]), dense, 6)
     for n in (0, 1, 3, 6, 7):
         store, check = T.checkpoint_masks(n, 6)
-        args = list(example[:19]) + [store, check, example[21]]
-        want = fn(*args)
-        got = tick(*example[:19], n, example[21])
-        assert len(got) == len(want) == 16
-        for a, b in zip(want, got):
-            assert T._agree(a, b)
+        want = fn(s, u, store, check)
+        got = tick(s, u, n)
+        assert type(got) is T.TickState
+        for name in T.TickState._fields:
+            assert T._agree(getattr(want, name), getattr(got, name)), name
 
 
 @needs_cc
@@ -159,7 +174,7 @@ def test_inductor_samples_the_posterior():
     t = make_target(model, x, obs)
     r = MCMC(NUTSKernel(compiler="inductor"), num_warmup=300, num_samples=800,
              num_chains=4).run(None, target=t)
-    assert {tk.backend for tk in T.TickCache.of(t).ticks.values()} == {"inductor"}
+    assert r.compiler == "inductor" and r.compiler_notes == ["compiled by Inductor"]
     rhats = check_moments(r.samples, exact)
     assert max(rhats.values()) < 1.01
     assert r.total_divergences == 0
@@ -177,9 +192,7 @@ def test_auto_switches_at_a_probe_and_stays_reproducible(monkeypatch):
         torch.manual_seed(2)
         r = MCMC(NUTSKernel(), num_warmup=80, num_samples=40, num_chains=2).run(
             None, target=t)
-        cache = T.TickCache.of(t)
-        assert {tk.backend for tk in cache.ticks.values()} == {"inductor"}
-        assert list(cache.notes.values()) == ["compiled by Inductor"]
+        assert r.compiler_notes == ["compiled by Inductor"]
         assert r.compiler == "inductor"
         draws.append(r.unconstrained)
     assert torch.equal(draws[0], draws[1])
@@ -199,10 +212,8 @@ def test_a_failing_compile_keeps_torchscript(monkeypatch):
     torch.manual_seed(0)
     r = MCMC(NUTSKernel(compiler="inductor"), num_warmup=100, num_samples=200,
              num_chains=2).run(None, target=t)
-    cache = T.TickCache.of(t)
-    assert {tk.backend for tk in cache.ticks.values()} == {"torchscript"}
     assert r.compiler == "torchscript"
-    (note,) = cache.notes.values()
+    (note,) = r.compiler_notes
     assert note.startswith("Inductor failed: RuntimeError: no C++ compiler found")
     assert r.samples["mu"].shape == (2, 200, 1)
 
@@ -212,8 +223,8 @@ def test_models_that_do_not_compile_run_the_eager_tick():
     t = make_target(model, x, obs)
     t.compile = False
     torch.manual_seed(0)
-    MCMC(NUTSKernel(compiler="inductor"), num_warmup=20, num_samples=10,
-         num_chains=2).run(None, target=t)
-    cache = T.TickCache.of(t)
-    assert {tk.backend for tk in cache.ticks.values()} == {"eager"}
-    assert cache.notes == {}  # nothing to compile: Inductor was not tried
+    r = MCMC(NUTSKernel(compiler="inductor"), num_warmup=20, num_samples=10,
+             num_chains=2).run(None, target=t)
+    assert r.compiler == "eager"
+    # nothing to compile: Inductor was not tried
+    assert r.compiler_notes == ["eager: the density is not compiled"]
