@@ -1,0 +1,162 @@
+"""The Live pane: what a fit is doing now (or did: a reopened run is folded the same way).
+
+`LivePane.show(state)` renders a `qvr_tui.state.RunState`; the app calls it from its
+~10 Hz timer when the state changed, so it is never called per event.  One body per
+kind of method, switched by `ContentSwitcher`:
+
+* SVI — `LossPlot` (raw faint, smoothed bold; `l` toggles the log scale) and a line with
+  steps/s, ETA and the note when the loss has stopped falling;
+* HMC/NUTS — `ChainTable` (a row per chain, red from its first divergence), a `TracePlot`
+  of per-chain acceptance / step size / log density / tree depth (`v` cycles them; a
+  vertical line marks the end of warmup) and `WorstParams` (running R-hat and ESS);
+* SMC — `TracePlot`s of ESS and log Ẑ per step (resampling steps marked) and the
+  `ParticlesTable`.
+
+A header line gives method, status, progress, rate and ETA; a problem line names the cause
+and the step of a failure, a non-finite loss or a worker that died.
+"""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ContentSwitcher, Static
+
+from qvr_tui.state import RunState, format_seconds
+from qvr_tui.widgets.chain_table import ChainTable
+from qvr_tui.widgets.loss_plot import LossPlot
+from qvr_tui.widgets.particles import ParticlesTable
+from qvr_tui.widgets.trace_plot import TracePlot
+from qvr_tui.widgets.worst_params import WorstParams
+
+__all__ = ["LivePane", "TRACES"]
+
+TRACES = (("accept", "acceptance"), ("step_size", "step size"),
+          ("log_density", "log density"), ("tree_depth", "tree depth"))
+
+
+class LivePane(Vertical):
+    DEFAULT_CSS = """
+    LivePane { height: 1fr; }
+    LivePane > #live-header { height: 1; padding: 0 1; background: $panel; }
+    LivePane > #live-problem { height: auto; padding: 0 1; color: $text-error; display: none; }
+    LivePane > #live-problem.-shown { display: block; }
+    LivePane > #live-note { height: auto; padding: 0 1; color: $text-muted; }
+    LivePane #live-body { height: 1fr; }
+    LivePane #body-mcmc ChainTable { height: auto; max-height: 9; }
+    LivePane #body-mcmc #mcmc-lower { height: 1fr; }
+    LivePane #body-mcmc TracePlot { width: 1fr; }
+    LivePane #body-mcmc WorstParams { width: 46%; max-width: 70; }
+    LivePane #body-smc #smc-plots { height: 45%; min-height: 7; }
+    LivePane #body-smc TracePlot { width: 1fr; }
+    LivePane #live-empty { padding: 1 2; color: $text-muted; }
+    """
+
+    BINDINGS = [
+        Binding("l", "toggle_log", "Log scale"),
+        Binding("v", "next_trace", "Trace"),
+    ]
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.state: RunState = RunState()
+        self.trace_index = 0
+        self.shown_version = -1
+        self.stale_note = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("no fit yet: set one up (2) and press r"), id="live-header")
+        yield Static("", id="live-problem")
+        with ContentSwitcher(initial="live-empty", id="live-body"):
+            yield Static("Nothing is running. Press 2 for the fit setup, r to start, "
+                         "or open a past run from Runs (5).", id="live-empty")
+            with Vertical(id="body-svi"):
+                yield LossPlot(id="loss-plot")
+            with Vertical(id="body-mcmc"):
+                yield ChainTable(id="chain-table")
+                with Horizontal(id="mcmc-lower"):
+                    yield TracePlot(id="mcmc-trace")
+                    yield WorstParams(id="worst")
+            with Vertical(id="body-smc"):
+                with Horizontal(id="smc-plots"):
+                    yield TracePlot(id="smc-ess")
+                    yield TracePlot(id="smc-logz")
+                yield ParticlesTable(id="particles")
+        yield Static("", id="live-note")
+
+    # ------------------------------------------------------------ rendering
+    def show(self, state: RunState, force: bool = False) -> None:
+        """Render `state` (skipped when nothing changed since the last call)."""
+        if state is self.state and state.version == self.shown_version and not force:
+            return
+        self.state = state
+        self.shown_version = state.version
+        self.query_one("#live-header", Static).update(Text(state.status_line()))
+        problem = state.problem()
+        p = self.query_one("#live-problem", Static)
+        p.update(Text(problem or ""))
+        p.set_class(bool(problem), "-shown")
+        switcher = self.query_one(ContentSwitcher)
+        body = {"svi": "body-svi", "hmc": "body-mcmc", "nuts": "body-mcmc",
+                "smc": "body-smc"}.get(state.method or "", "live-empty")
+        if switcher.current != body:
+            switcher.current = body
+        if body == "body-svi":
+            self.query_one(LossPlot).show(state)
+        elif body == "body-mcmc":
+            self._show_mcmc(state)
+        elif body == "body-smc":
+            self._show_smc(state)
+        self.query_one("#live-note", Static).update(Text(self.note_text()))
+
+    def note_text(self) -> str:
+        s = self.state
+        parts = []
+        if s.method == "svi":
+            if s.rate:
+                parts.append(f"{s.rate:,.1f} steps/s")
+            if s.eta is not None and not s.finished:
+                parts.append(f"ETA {format_seconds(s.eta)}")
+            if s.plateau:
+                parts.append("the loss has stopped falling (last 20% of steps no lower than "
+                             "the 20% before, within 2 standard errors)")
+            parts.append("l: log scale " + ("on" if self.query_one(LossPlot).log_scale else "off"))
+        elif s.is_mcmc:
+            parts.append(f"v: trace ({TRACES[self.trace_index][1]})")
+        elif s.method == "smc":
+            parts.append(f"finished {s.num_finished}, dead {s.num_dead}, "
+                         f"resampled at {len(s.resampled_steps)} steps")
+        if s.warnings:
+            parts.append(f"warning: {s.warnings[-1]}")
+        if s.finished and s.status != "interrupted" and s.run_dir:
+            parts.append(f"record: {s.run_dir}")
+        if self.stale_note:
+            parts.append(self.stale_note)
+        return " · ".join(parts)
+
+    def _show_mcmc(self, s: RunState) -> None:
+        self.query_one(ChainTable).show(s)
+        key, title = TRACES[self.trace_index]
+        series = {f"chain {c}": getattr(s, key)[c] for c in sorted(getattr(s, key))}
+        vlines = [s.num_warmup] if s.num_warmup and s.step > s.num_warmup else []
+        self.query_one("#mcmc-trace", TracePlot).show(series, title=title, xlabel="iteration",
+                                                      vlines=vlines)
+        self.query_one(WorstParams).show(s)
+
+    def _show_smc(self, s: RunState) -> None:
+        self.query_one("#smc-ess", TracePlot).show({"ess": s.ess}, title="ESS", xlabel="step",
+                                                   vlines=s.resampled_steps)
+        self.query_one("#smc-logz", TracePlot).show({"log Z": s.log_z}, title="log Ẑ",
+                                                    xlabel="step")
+        self.query_one(ParticlesTable).show(s)
+
+    # ------------------------------------------------------------ actions
+    def action_toggle_log(self) -> None:
+        plot = self.query_one(LossPlot)
+        plot.log_scale = not plot.log_scale
+        self.show(self.state, force=True)
+
+    def action_next_trace(self) -> None:
+        self.trace_index = (self.trace_index + 1) % len(TRACES)
+        self.show(self.state, force=True)

@@ -1,0 +1,336 @@
+"""The Fit setup pane: export, method, the method's options, data, seed, device, start-from.
+
+The options of a method are generated from `FitConfig.options(method)` (name, default,
+help and parser come from the one declaration `qvr run` also reads): each is a compact
+`Input` (or a `Select` for a choice), prefilled with its default; an invalid value is
+shown in place, beside the option, as the parser or `FitConfig.errors()` words it.
+Values typed for one method are kept when switching to another and back.
+
+Data (SVI, HMC, NUTS): the data shipped beside the program (``data/NAME.json``, found
+with `qvr.datafiles.find_data`) when there is some, a data file, or N synthetic rows drawn
+from the prior predictive.  "Start from" lists this program's finished runs (newest
+first): fit a language model with SVI, then pick SMC and start from it (`preset`).
+
+The pane does not start fits: `build_request(run_dir)` returns a `FitRequest` (or None,
+after showing the errors); the app's run key calls it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Input, Label, Select, Static
+
+from qvr.inference.config import METHODS, FitConfig
+from qvr_tui.fit_runner import FitRequest
+
+__all__ = ["SetupPane", "COMMON", "METHOD_LABELS"]
+
+METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC"}
+# shown in the common section (not generated per method), or not shown at all
+COMMON = ("method", "seed", "device", "data", "synthetic", "progress_interval")
+LIST_SEPARATOR = ";"
+
+
+def _text_of(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return f" {LIST_SEPARATOR} ".join(",".join(map(str, v)) if isinstance(v, (list, tuple))
+                                          else str(v) for v in value)
+    return str(value)
+
+
+class OptionRow(Horizontal):
+    """One option: name, editor, error in place, help."""
+
+    DEFAULT_CSS = """
+    OptionRow { height: auto; }
+    OptionRow > .opt-name { width: 16; padding: 0 1 0 0; }
+    OptionRow > Input, OptionRow > Select { width: 18; }
+    OptionRow > .opt-error { width: 1fr; color: $text-error; padding: 0 1; }
+    OptionRow > .opt-help { width: 1fr; color: $text-muted; padding: 0 1; }
+    OptionRow > .opt-error.-empty { display: none; }
+    OptionRow > .opt-help.-hidden { display: none; }
+    """
+
+    def __init__(self, name: str, opt, value, **kw) -> None:
+        super().__init__(**kw)
+        self.opt_name = name
+        self.opt = opt
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        yield Label(self.opt_name, classes="opt-name")
+        if self.opt.choices or isinstance(FitConfig.default(self.opt_name), bool):
+            if self.opt.choices:
+                choices = [(str(c), c) for c in self.opt.choices]
+                allow_blank = FitConfig.default(self.opt_name) is None
+            else:
+                choices = [("on", True), ("off", False)]
+                allow_blank = False
+            yield Select(choices, value=self.value if self.value is not None else Select.NULL,
+                         allow_blank=allow_blank, prompt="default", compact=True,
+                         id=f"opt-{self.opt_name}")
+        else:
+            yield Input(_text_of(self.value), placeholder="default", compact=True,
+                        id=f"opt-{self.opt_name}")
+        yield Static("", classes="opt-error -empty")
+        yield Static(Text(FitConfig.help_of(self.opt_name)), classes="opt-help")
+
+    def raw(self):
+        w = self.query_one(f"#opt-{self.opt_name}")
+        if isinstance(w, Select):
+            return None if w.value is Select.NULL else w.value
+        return w.value
+
+    def parse(self):
+        """The option's value, or raises ValueError with the message to show."""
+        raw = self.raw()
+        if not isinstance(raw, str):
+            return raw
+        if self.opt.repeat:
+            parts = [p.strip() for p in raw.split(LIST_SEPARATOR) if p.strip()]
+            return [self.opt.parse(p) for p in parts]
+        return self.opt.parse(raw)
+
+    def set_error(self, message: Optional[str]) -> None:
+        err = self.query_one(".opt-error", Static)
+        err.update(Text(message or ""))
+        err.set_class(not message, "-empty")
+        self.query_one(".opt-help", Static).set_class(bool(message), "-hidden")
+
+
+class SetupPane(VerticalScroll):
+    """See the module docstring."""
+
+    DEFAULT_CSS = """
+    SetupPane { height: 1fr; padding: 0 1; }
+    SetupPane .section { text-style: bold; margin-top: 1; }
+    SetupPane #setup-status { color: $text-muted; }
+    SetupPane #setup-status.-blocked { color: $text-error; }
+    SetupPane #method-options { height: auto; }
+    """
+
+    def __init__(self, program_path: Optional[str], runs_dir="runs",
+                 exports: tuple = (), **kw) -> None:
+        super().__init__(**kw)
+        self.program_path = program_path
+        self.runs_dir = Path(runs_dir)
+        self.exports = [e for e in exports]
+        self.method = "svi"
+        self.values: dict[str, object] = {}  # option -> raw value, kept across methods
+        self.errors: dict[str, str] = {}
+        self.blocker: Optional[str] = None
+        self.shipped = None
+        if program_path:
+            from qvr.datafiles import find_data
+            self.shipped = find_data(program_path)
+
+    # ------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield Static("", id="setup-status")
+        with Horizontal(classes="row"):
+            yield Label("method", classes="opt-name")
+            yield Select([(METHOD_LABELS[m], m) for m in METHODS], value=self.method,
+                         allow_blank=False, compact=True, id="method")
+            yield Label("  export", classes="opt-name")
+            yield Select([(e, e) for e in self.exports] or [("(first)", "")],
+                         value=self.exports[0] if self.exports else "", allow_blank=False,
+                         compact=True, id="export")
+        yield Static("data", classes="section", id="data-title")
+        with Horizontal(classes="row", id="data-row"):
+            kinds = []
+            if self.shipped is not None:
+                kinds.append(("shipped data", "shipped"))
+            kinds += [("synthetic rows", "synthetic"), ("a data file", "file")]
+            yield Select(kinds, value=kinds[0][1], allow_blank=False, compact=True,
+                         id="data-kind")
+            yield Input("" if self.shipped else "8", placeholder="path or rows", compact=True,
+                        id="data-value")
+            yield Static("", id="data-error")
+        yield Static("common", classes="section")
+        yield OptionRow("seed", FitConfig.options()[1][1], FitConfig.default("seed"),
+                        id="row-seed")
+        yield OptionRow("device", FitConfig.options()[2][1], FitConfig.default("device"),
+                        id="row-device")
+        with Horizontal(classes="row"):
+            yield Label("start from", classes="opt-name")
+            yield Select(self._start_choices(), value=Select.NULL, allow_blank=True,
+                         prompt="nothing (fresh parameters)", compact=True, id="start-from")
+        yield Static("", classes="section", id="method-title")
+        yield Vertical(id="method-options")
+
+    DEFAULT_CSS += """
+    SetupPane .row { height: auto; }
+    SetupPane .row > .opt-name { width: 16; }
+    SetupPane .row > Select { width: 24; }
+    SetupPane #data-row > Select { width: 28; }
+    SetupPane #data-row > Input { width: 24; }
+    SetupPane #data-error { color: $text-muted; padding: 0 1; width: 1fr; }
+    SetupPane #data-error.-error { color: $text-error; }
+    SetupPane #start-from { width: 1fr; }
+    """
+
+    def on_mount(self) -> None:
+        self._mount_options()
+        self._update_data_row()
+        self._update_status()
+
+    def _start_choices(self) -> list[tuple[str, str]]:
+        if not self.program_path:
+            return []
+        from qvr.runs import list_runs
+        out = []
+        for run in list_runs(self.runs_dir, program=self.program_path)[:30]:
+            try:
+                status = run.status
+            except Exception:  # a record being written or damaged: not offered
+                continue
+            if status == "finished" and run.method in ("svi", "hmc", "nuts"):
+                out.append((f"{run.path.name} ({run.method})", str(run.path)))
+        return out
+
+    def refresh_runs(self) -> None:
+        sel = self.query_one("#start-from", Select)
+        keep = sel.value
+        choices = self._start_choices()
+        sel.set_options(choices)
+        if keep is not Select.NULL and keep in [v for _, v in choices]:
+            sel.value = keep
+
+    def _mount_options(self) -> None:
+        box = self.query_one("#method-options", Vertical)
+        self._remember()
+        box.remove_children()
+        rows = []
+        for f, opt in FitConfig.options(self.method):
+            if f.name in COMMON:
+                continue
+            value = self.values.get(f.name, FitConfig.default(f.name))
+            rows.append(OptionRow(f.name, opt, value, id=f"row-{f.name}"))
+        box.mount_all(rows)
+        self.query_one("#method-title", Static).update(
+            Text(f"{METHOD_LABELS[self.method]} options"))
+        fitting = self.method != "smc"
+        self.query_one("#data-row").display = fitting
+        self.query_one("#data-title").display = fitting
+
+    def _remember(self) -> None:
+        for row in self.query("#method-options OptionRow"):
+            self.values[row.opt_name] = row.raw()
+
+    # ------------------------------------------------------------ events
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "method" and event.value != self.method and \
+                event.value is not Select.NULL:
+            self.method = str(event.value)
+            self._mount_options()
+        elif event.select.id == "data-kind":
+            self._update_data_row()
+
+    def _update_data_row(self) -> None:
+        kind = self.query_one("#data-kind", Select).value
+        inp = self.query_one("#data-value", Input)
+        inp.display = kind != "shipped"
+        hint = f"{self.shipped.parent.name}/{self.shipped.name}" \
+            if kind == "shipped" and self.shipped is not None else ""
+        self.query_one("#data-error", Static).update(Text(hint))
+        inp.placeholder = "rows, e.g. 8" if kind == "synthetic" else "path/to/data.json"
+
+    def set_blocker(self, blocker: Optional[str]) -> None:
+        """Why the program cannot be run (from the Program pane), or None."""
+        self.blocker = blocker
+        if self.is_mounted:
+            self._update_status()
+
+    def _update_status(self) -> None:
+        st = self.query_one("#setup-status", Static)
+        if self.blocker:
+            st.update(Text(self.blocker))
+        elif not self.program_path:
+            st.update(Text("no program open: start with `qvr dash FILE`"))
+        else:
+            st.update(Text(f"{Path(self.program_path).name}: r starts the fit "
+                           f"(ctrl+r from a text field)"))
+        st.set_class(bool(self.blocker) or not self.program_path, "-blocked")
+
+    # ------------------------------------------------------------ public
+    def preset(self, method: Optional[str] = None, start_from: Optional[str] = None) -> None:
+        """Choose a method and/or a run to start from (e.g. SMC from a fitted LM)."""
+        if method is not None and method != self.method:
+            self.query_one("#method", Select).value = method
+            self.method = method
+            self._mount_options()
+        if start_from is not None:
+            self.refresh_runs()
+            sel = self.query_one("#start-from", Select)
+            values = [v for _, v in sel._options if v is not Select.NULL]
+            if str(start_from) not in values:
+                sel.set_options([(Path(start_from).name, str(start_from))] +
+                                [(p, v) for p, v in sel._options if v is not Select.NULL])
+            sel.value = str(start_from)
+
+    def set_value(self, name: str, text: str) -> None:
+        """Type `text` into option `name` (tests and presets)."""
+        w = self.query_one(f"#opt-{name}")
+        w.value = text
+
+    def build_config(self) -> tuple[Optional[FitConfig], dict[str, str]]:
+        """The options as a `FitConfig` and the errors by field (shown in place)."""
+        values: dict[str, object] = {"method": self.method}
+        errors: dict[str, str] = {}
+        rows = {r.opt_name: r for r in self.query(OptionRow)}
+        for name, row in rows.items():
+            try:
+                values[name] = row.parse()
+            except ValueError as exc:
+                errors[name] = str(exc)
+        data_error = None
+        if self.method != "smc":
+            kind = self.query_one("#data-kind", Select).value
+            text = self.query_one("#data-value", Input).value.strip()
+            if kind == "file":
+                if not text:
+                    data_error = "give the data file's path"
+                elif not Path(text).is_file():
+                    data_error = f"{text}: no such file"
+                else:
+                    values["data"] = text
+            elif kind == "synthetic":
+                try:
+                    values["synthetic"] = int(text or "8")
+                except ValueError:
+                    data_error = f"expected a number of rows, got {text!r}"
+        cfg = None
+        try:
+            cfg = FitConfig(**{k: v for k, v in values.items() if k not in errors})
+            errors.update({k: v for k, v in cfg.errors().items() if k not in errors})
+        except TypeError as exc:  # pragma: no cover - a field the form does not know
+            errors["method"] = str(exc)
+        for name, row in rows.items():
+            row.set_error(errors.get(name))
+        if data_error or "data" in errors or "synthetic" in errors:
+            data_error = data_error or errors.get("data") or errors.get("synthetic")
+            errors["data"] = data_error
+        de = self.query_one("#data-error", Static)
+        if data_error:
+            de.update(Text(data_error))
+        else:
+            self._update_data_row()
+        de.set_class(bool(data_error), "-error")
+        self.errors = errors
+        return (None if errors else cfg), errors
+
+    def build_request(self, run_dir: str) -> Optional[FitRequest]:
+        cfg, errors = self.build_config()
+        if cfg is None or not self.program_path:
+            return None
+        export = self.query_one("#export", Select).value or None
+        start = self.query_one("#start-from", Select).value
+        return FitRequest(program=self.program_path, config=cfg, run_dir=run_dir,
+                          export=export if isinstance(export, str) and export else None,
+                          start_from=None if start is Select.NULL else str(start))

@@ -1,0 +1,629 @@
+"""`RunState`: a pure, torch-free model of one run, folded from its fit events.
+
+The live screen and a reopened past run use the same code: `RunState.apply(events)` folds
+the typed events of `qvr.inference.events` (from `Tail.poll()` while a fit runs, or from
+`Run.events()` afterwards) into plain series, rows and flags that widgets render.  Nothing
+here touches Textual, torch or the clock except through the injected `clock` (the
+running diagnostics are recomputed at most once per `diagnostics_interval` seconds of it).
+
+What is kept, by method:
+
+* SVI — `loss` (raw, one point per progress event, x = step), `smooth` (a debiased
+  exponential moving average, as TensorBoard smooths: ``ema_t = β ema_{t-1} + (1-β) x_t``
+  shown as ``ema_t / (1 - β^t)``), `rate` (steps/s over the last few seconds of the fit's
+  own clock), `eta`, and `plateau`: **the loss has stopped falling** when, with at least
+  `PLATEAU_MIN_STEPS` steps done, the mean raw loss over the last 20% of the steps is not
+  lower than the mean over the 20% before by more than two standard errors of that
+  difference (``mean(prev) - mean(last) <= 2 * sqrt(var(prev)/n_prev + var(last)/n_last)``).
+* HMC/NUTS — one `ChainRow` per chain (phase, step/total, draws/s in its phase,
+  acceptance, step size, tree depth, max-depth hits, divergences, first divergence),
+  per-chain `accept`, `step_size` and `log_density` series on a common x (iterations
+  counted from the start of warmup), an ETA from each phase's own rate (a chain in warmup
+  is charged its warmup rate for the rest of warmup and, until sampling has been seen,
+  the same rate for sampling: warmup is slower, so this errs long), and once every chain
+  has `MIN_DRAWS_FOR_DIAGNOSTICS` draws, the running rank-normalised R-hat and bulk/tail
+  ESS of the worst parameters (`worst`, computed with `qvr.inference.diagnostics`).
+* SMC — `ess` and `log_z` series per step, finished/dead counts, the steps where the
+  particles were resampled, and the latest particles (`particles`: text or token ids,
+  normalised weight, finished) sorted by weight.
+
+`status` is ``waiting`` until `FitStarted`, ``running`` until a terminal event, then
+``finished`` / ``failed`` / ``cancelled``; `mark_interrupted(message)` records a worker
+that died without one.  Series are decimated for plotting with `decimate` (min/max per
+bucket, so spikes survive).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
+
+from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
+                                  FitProgress, FitStarted, FitWarning, ParticlesSnapshot)
+
+__all__ = ["RunState", "ChainRow", "Series", "ParticleRow", "decimate", "tokens_text",
+           "EMA_BETA", "PLATEAU_MIN_STEPS", "MIN_DRAWS_FOR_DIAGNOSTICS"]
+
+EMA_BETA = 0.9
+PLATEAU_MIN_STEPS = 50
+PLATEAU_MIN_POINTS = 5  # per window
+RATE_WINDOW_S = 5.0  # steps/s over this much of the fit's clock
+MIN_DRAWS_FOR_DIAGNOSTICS = 20
+WORST_SHOWN = 5
+MAX_PARTICLES_SHOWN = 64
+
+
+class Series:
+    """Points ``(x, y)`` appended in order."""
+
+    __slots__ = ("x", "y")
+
+    def __init__(self) -> None:
+        self.x: list[float] = []
+        self.y: list[float] = []
+
+    def append(self, x: float, y: float) -> None:
+        self.x.append(float(x))
+        self.y.append(float(y))
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    @property
+    def last(self) -> Optional[float]:
+        return self.y[-1] if self.y else None
+
+    def decimated(self, points: int) -> tuple[list[float], list[float]]:
+        return decimate(self.x, self.y, points)
+
+
+def decimate(x: Sequence[float], y: Sequence[float], points: int) -> tuple[list[float], list[float]]:
+    """At most `points` points of ``(x, y)``: the minimum and maximum of each of
+    ``points // 2`` equal buckets, in x order (so a single spike is never dropped).
+    Non-finite values are kept as they are (the plot drops them)."""
+    n = len(x)
+    if n <= points or points < 2:
+        return list(x), list(y)
+    buckets = points // 2
+    ox, oy = [], []
+    for b in range(buckets):
+        lo = b * n // buckets
+        hi = max(lo + 1, (b + 1) * n // buckets)
+        seg = range(lo, hi)
+        finite = [i for i in seg if math.isfinite(y[i])]
+        if not finite:
+            ox.append(x[lo]); oy.append(y[lo])
+            continue
+        i_min = min(finite, key=lambda i: y[i])
+        i_max = max(finite, key=lambda i: y[i])
+        for i in sorted({i_min, i_max}):
+            ox.append(x[i]); oy.append(y[i])
+    return ox, oy
+
+
+def tokens_text(tokens: Sequence[int], vocab: Optional[Sequence[str]]) -> str:
+    """Token ids as text: joined without spaces when every vocabulary entry but ``<...>``
+    markers is one character (a character model), with spaces otherwise; ids when no
+    vocabulary is known (or an id is outside it)."""
+    if not vocab or any(not (0 <= t < len(vocab)) for t in tokens):
+        return " ".join(str(t) for t in tokens)
+    chars = all(len(w) == 1 for w in vocab if not (w.startswith("<") and w.endswith(">")))
+    words = [vocab[t] for t in tokens]
+    return "".join(words) if chars else " ".join(words)
+
+
+@dataclass
+class ChainRow:
+    """One MCMC chain's live facts (what the chain table shows)."""
+
+    chain: int
+    phase: str = "warmup"
+    step: int = 0  # within the phase
+    total: int = 0  # of the phase
+    draws_per_s: float = 0.0
+    accept: float = math.nan
+    step_size: float = math.nan
+    tree_depth: float = math.nan
+    num_steps: float = math.nan
+    max_depth_hits: int = 0  # sampling phase (warmup's kept apart)
+    warmup_max_depth_hits: int = 0
+    divergences: int = 0  # sampling phase
+    warmup_divergences: int = 0
+    first_divergence: Optional[int] = None  # sampling iteration of the first divergence
+    eta: Optional[float] = None
+    # rates, for the ETA
+    warmup_rate: Optional[float] = None
+    sampling_rate: Optional[float] = None
+    phase_t0: float = 0.0  # elapsed when the phase began (the last event of the previous one)
+    last_elapsed: float = 0.0
+
+    @property
+    def diverged(self) -> bool:
+        return self.divergences > 0
+
+
+@dataclass
+class ParticleRow:
+    text: str
+    tokens: tuple
+    weight: float
+    finished: bool
+
+
+@dataclass
+class WorstRow:
+    name: str
+    r_hat: float
+    ess_bulk: float
+    ess_tail: float
+
+
+class RunState:
+    """See the module docstring."""
+
+    def __init__(self, vocab: Optional[Sequence[str]] = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 diagnostics_interval: float = 1.0) -> None:
+        self.vocab = list(vocab) if vocab else None
+        self.clock = clock
+        self.diagnostics_interval = diagnostics_interval
+        self.method: Optional[str] = None
+        self.config: dict = {}
+        self.total_steps = 0
+        self.num_chains = 1
+        self.run_dir: Optional[str] = None
+        self.status = "waiting"
+        self.message = ""
+        self.failed_step: Optional[int] = None
+        self.error_type = ""
+        self.summary: dict = {}
+        self.elapsed = 0.0
+        self.step = 0
+        self.events_seen = 0
+        self.warnings: list[str] = []
+        self.version = 0  # bumped by every apply() that changed something
+        # SVI
+        self.loss = Series()
+        self.smooth = Series()
+        self._ema = 0.0
+        self._ema_n = 0
+        self.rate: Optional[float] = None
+        self.eta: Optional[float] = None
+        self.plateau = False
+        self.nonfinite_step: Optional[int] = None
+        # MCMC
+        self.chains: dict[int, ChainRow] = {}
+        self.accept: dict[int, Series] = {}
+        self.step_size: dict[int, Series] = {}
+        self.log_density: dict[int, Series] = {}
+        self.tree_depth: dict[int, Series] = {}
+        self.num_warmup = 0
+        self.num_samples = 0
+        self._draws: dict[int, dict[str, list]] = {}
+        self._draw_counts: dict[int, int] = {}
+        self._diag_at: Optional[float] = None
+        self._diag_counts: Optional[tuple] = None
+        self.worst: list[WorstRow] = []
+        self.diagnostics_draws = 0  # draws per chain the worst rows were computed from
+        # SMC
+        self.ess = Series()
+        self.log_z = Series()
+        self.num_finished = 0
+        self.num_dead = 0
+        self.resampled_steps: list[int] = []
+        self.particles: list[ParticleRow] = []
+        self.particles_step = 0
+
+    # ------------------------------------------------------------ folding
+    @classmethod
+    def from_events(cls, events: Iterable[FitEvent], **kw) -> "RunState":
+        st = cls(**kw)
+        st.apply(events)
+        return st
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("finished", "failed", "cancelled", "interrupted")
+
+    @property
+    def is_mcmc(self) -> bool:
+        return self.method in ("hmc", "nuts")
+
+    def apply(self, events: Iterable[FitEvent]) -> int:
+        """Fold `events` in order; returns how many there were."""
+        n = 0
+        for ev in events:
+            self._fold(ev)
+            n += 1
+        if n:
+            self.events_seen += n
+            self.version += 1
+            if self.method == "svi":
+                self._svi_rates()
+            elif self.is_mcmc:
+                self._mcmc_eta()
+                self.update_diagnostics()
+        return n
+
+    def mark_interrupted(self, message: str = "") -> None:
+        """The worker is gone without a terminal event."""
+        if not self.finished or self.status == "waiting":
+            self.status = "interrupted"
+            self.message = message or "the worker stopped without finishing the record"
+            self.version += 1
+
+    def _fold(self, ev: FitEvent) -> None:
+        if isinstance(ev, FitProgress):
+            self.elapsed = max(self.elapsed, ev.elapsed)
+            if ev.phase == "optimization":
+                self._svi(ev)
+            elif ev.phase in ("warmup", "sampling"):
+                self._mcmc(ev)
+            elif ev.phase == "smc":
+                self._smc(ev)
+        elif isinstance(ev, DrawsChunk):
+            self._chunk(ev)
+        elif isinstance(ev, ParticlesSnapshot):
+            self._particles(ev)
+        elif isinstance(ev, FitStarted):
+            self.method = ev.method
+            self.total_steps = int(ev.total_steps)
+            self.num_chains = int(ev.num_chains)
+            self.config = dict(ev.config)
+            self.run_dir = self.run_dir or ev.run_dir
+            self.status = "running"
+            self.num_warmup = int(self.config.get("num_warmup", 0) or 0)
+            self.num_samples = int(self.config.get("num_samples", 0) or 0)
+            if self.is_mcmc:
+                for c in range(self.num_chains):
+                    self._chain(c)
+        elif isinstance(ev, FitWarning):
+            at = f" (step {ev.step})" if ev.step is not None else ""
+            self.warnings.append(f"{ev.message}{at}")
+        elif isinstance(ev, FitFinished):
+            self.status = "finished"
+            self.summary = dict(ev.summary)
+            self.elapsed = max(self.elapsed, ev.elapsed)
+        elif isinstance(ev, FitFailed):
+            self.status = "failed"
+            self.message = ev.message
+            self.failed_step = ev.step
+            self.error_type = ev.error_type
+            self.elapsed = max(self.elapsed, ev.elapsed)
+        elif isinstance(ev, FitCancelled):
+            self.status = "cancelled"
+            self.message = f"cancelled at step {ev.step}" if ev.step is not None else "cancelled"
+            self.elapsed = max(self.elapsed, ev.elapsed)
+
+    # ------------------------------------------------------------ SVI
+    def _svi(self, ev: FitProgress) -> None:
+        loss = ev.metrics.get("loss")
+        if loss is None:
+            return
+        loss = float(loss)
+        self.step = ev.step
+        self.total_steps = ev.total or self.total_steps
+        self.loss.append(ev.step, loss)
+        if not math.isfinite(loss):
+            if self.nonfinite_step is None:
+                self.nonfinite_step = ev.step
+            return
+        self._ema_n += 1
+        self._ema = EMA_BETA * self._ema + (1 - EMA_BETA) * loss
+        self.smooth.append(ev.step, self._ema / (1 - EMA_BETA ** self._ema_n))
+        self._times_append(ev.step, ev.elapsed)
+
+    def _times_append(self, step: int, elapsed: float) -> None:
+        times = getattr(self, "_times", None)
+        if times is None:
+            times = self._times = []
+        times.append((elapsed, step))
+        # keep only what the rate window needs
+        while len(times) > 2 and times[1][0] < elapsed - RATE_WINDOW_S:
+            times.pop(0)
+
+    def _svi_rates(self) -> None:
+        times = getattr(self, "_times", [])
+        if len(times) >= 2 and times[-1][0] > times[0][0]:
+            self.rate = (times[-1][1] - times[0][1]) / (times[-1][0] - times[0][0])
+        if self.rate and self.rate > 0 and not self.finished:
+            self.eta = max(0.0, (self.total_steps - self.step) / self.rate)
+        elif self.finished:
+            self.eta = 0.0 if self.status == "finished" else None
+        self.plateau = self._plateau()
+
+    def _plateau(self) -> bool:
+        s = self.step
+        if s < PLATEAU_MIN_STEPS:
+            return False
+        xs, ys = self.loss.x, self.loss.y
+        last = [y for x, y in zip(xs, ys) if x > 0.8 * s and math.isfinite(y)]
+        prev = [y for x, y in zip(xs, ys) if 0.6 * s < x <= 0.8 * s and math.isfinite(y)]
+        if len(last) < PLATEAU_MIN_POINTS or len(prev) < PLATEAU_MIN_POINTS:
+            return False
+        m_last, m_prev = _mean(last), _mean(prev)
+        se = math.sqrt(_var(last) / len(last) + _var(prev) / len(prev))
+        return m_prev - m_last <= 2 * se
+
+    # ------------------------------------------------------------ MCMC
+    def _chain(self, c: int) -> ChainRow:
+        row = self.chains.get(c)
+        if row is None:
+            row = self.chains[c] = ChainRow(chain=c, total=self.num_warmup or 0)
+            for d in (self.accept, self.step_size, self.log_density, self.tree_depth):
+                d[c] = Series()
+        return row
+
+    def _mcmc(self, ev: FitProgress) -> None:
+        row = self._chain(ev.chain)
+        m = ev.metrics
+        if ev.phase != row.phase:
+            if row.phase == "warmup":
+                row.warmup_rate = row.step / max(row.last_elapsed - row.phase_t0, 1e-9) \
+                    if row.step else row.warmup_rate
+            row.phase = ev.phase
+            row.phase_t0 = row.last_elapsed
+        row.step = ev.step
+        row.total = ev.total
+        row.last_elapsed = ev.elapsed
+        dt = ev.elapsed - row.phase_t0
+        rate = ev.step / dt if dt > 0 else None
+        if rate is not None:
+            row.draws_per_s = rate
+            if ev.phase == "warmup":
+                row.warmup_rate = rate
+            else:
+                row.sampling_rate = rate
+        row.accept = float(m.get("accept_prob", row.accept))
+        row.step_size = float(m.get("step_size", row.step_size))
+        row.tree_depth = float(m.get("tree_depth", row.tree_depth))
+        row.num_steps = float(m.get("num_steps", row.num_steps))
+        div = int(m.get("divergences", 0) or 0)
+        hits = int(m.get("max_depth_hits", 0) or 0)
+        if ev.phase == "sampling":
+            if div > 0 and row.first_divergence is None:
+                row.first_divergence = ev.step
+            row.divergences = div
+            row.max_depth_hits = hits
+        else:
+            row.warmup_divergences = div
+            row.warmup_max_depth_hits = hits
+        x = ev.step + (self.num_warmup if ev.phase == "sampling" else 0)
+        self.step = max(self.step, x)
+        if "accept_prob" in m:
+            self.accept[ev.chain].append(x, m["accept_prob"])
+        if "step_size" in m:
+            self.step_size[ev.chain].append(x, m["step_size"])
+        if "log_density" in m:
+            self.log_density[ev.chain].append(x, m["log_density"])
+        if "tree_depth" in m:
+            self.tree_depth[ev.chain].append(x, m["tree_depth"])
+
+    def _mcmc_eta(self) -> None:
+        etas = []
+        for row in self.chains.values():
+            if self.finished:
+                row.eta = None
+                continue
+            if row.phase == "warmup":
+                r = row.warmup_rate
+                if not r:
+                    row.eta = None
+                    continue
+                left_w = max(0, (row.total or self.num_warmup) - row.step)
+                row.eta = left_w / r + self.num_samples / (row.sampling_rate or r)
+            else:
+                r = row.sampling_rate
+                row.eta = max(0, row.total - row.step) / r if r else None
+            if row.eta is not None:
+                etas.append(row.eta)
+        self.eta = max(etas) if etas else (0.0 if self.status == "finished" else None)
+
+    def _chunk(self, ev: DrawsChunk) -> None:
+        if not ev.draws:
+            return
+        per = self._draws.setdefault(ev.chain, {})
+        for k, v in ev.draws.items():
+            per.setdefault(k, []).append(v)
+        self._draw_counts[ev.chain] = self._draw_counts.get(ev.chain, 0) + ev.count
+
+    def draws_per_chain(self) -> dict[int, int]:
+        return dict(self._draw_counts)
+
+    def update_diagnostics(self, force: bool = False) -> bool:
+        """Recompute `worst` when every chain has enough new draws and the last
+        computation is at least `diagnostics_interval` old (or `force`)."""
+        if not self._draw_counts or len(self._draw_counts) < max(1, self.num_chains):
+            return False
+        n = min(self._draw_counts.values())
+        if n < MIN_DRAWS_FOR_DIAGNOSTICS:
+            return False
+        counts = tuple(sorted(self._draw_counts.items()))
+        if counts == self._diag_counts:
+            return False
+        now = self.clock()
+        if not force and not self.finished and self._diag_at is not None and \
+                now - self._diag_at < self.diagnostics_interval:
+            return False
+        import numpy as np
+        rows: list[WorstRow] = []
+        chains = sorted(self._draws)
+        for site in self._draws[chains[0]]:
+            try:
+                a = np.stack([np.concatenate(self._draws[c][site], axis=0)[:n] for c in chains])
+            except (KeyError, ValueError):
+                continue
+            a = a.astype(np.float64).reshape(a.shape[0], a.shape[1], -1)
+            with np.errstate(all="ignore"):
+                rh, eb, et = rank_diagnostics(a)
+            shape = self._draws[chains[0]][site][0].shape[1:]
+            for k in range(a.shape[2]):
+                if not shape or shape == (1,):
+                    label = site
+                else:
+                    label = f"{site}[{','.join(map(str, np.unravel_index(k, shape)))}]"
+                rows.append(WorstRow(label, float(rh[k]), float(eb[k]), float(et[k])))
+        rows.sort(key=lambda r: (-(r.r_hat if math.isfinite(r.r_hat) else math.inf),
+                                 r.ess_bulk))
+        self.worst = rows[:WORST_SHOWN]
+        self.diagnostics_draws = n
+        self._diag_at = now
+        self._diag_counts = counts
+        self.version += 1
+        return True
+
+    # ------------------------------------------------------------ SMC
+    def _smc(self, ev: FitProgress) -> None:
+        m = ev.metrics
+        self.step = ev.step
+        self.total_steps = ev.total or self.total_steps
+        if "ess" in m:
+            self.ess.append(ev.step, m["ess"])
+        if "log_Z" in m:
+            self.log_z.append(ev.step, m["log_Z"])
+        self.num_finished = int(m.get("num_finished", self.num_finished) or 0)
+        self.num_dead = int(m.get("num_dead", self.num_dead) or 0)
+        if m.get("resampled"):
+            self.resampled_steps.append(ev.step)
+
+    def _particles(self, ev: ParticlesSnapshot) -> None:
+        lw = list(ev.log_weights)
+        finite = [w for w in lw if math.isfinite(w)]
+        top = max(finite) if finite else 0.0
+        ws = [math.exp(w - top) if math.isfinite(w) else 0.0 for w in lw]
+        total = sum(ws) or 1.0
+        rows = [ParticleRow(tokens_text(seq, self.vocab), tuple(seq), w / total, bool(f))
+                for seq, w, f in zip(ev.sequences, ws, ev.finished)]
+        rows.sort(key=lambda r: -r.weight)
+        self.particles = rows[:MAX_PARTICLES_SHOWN]
+        self.particles_step = ev.step
+
+    # ------------------------------------------------------------ text
+    def status_line(self) -> str:
+        """One line: method, status, step, rate and ETA (what the live header shows)."""
+        if self.status == "waiting":
+            return "waiting for the worker to start the fit"
+        m = (self.method or "?").upper()
+        parts = [f"{m} {self.status}"]
+        if self.method == "svi":
+            parts.append(f"step {self.step}/{self.total_steps}")
+            if self.rate:
+                parts.append(f"{self.rate:,.0f} steps/s")
+            if self.smooth.last is not None:
+                parts.append(f"loss {self.smooth.last:.4g}")
+        elif self.is_mcmc:
+            done = sum(r.step + (self.num_warmup if r.phase == "sampling" else 0)
+                       for r in self.chains.values())
+            tot = max(1, (self.num_warmup + self.num_samples) * max(1, len(self.chains)))
+            parts.append(f"{100 * done / tot:.0f}%")
+            divs = sum(r.divergences for r in self.chains.values())
+            parts.append(f"{divs} divergence{'s' if divs != 1 else ''}")
+        elif self.method == "smc":
+            parts.append(f"step {self.step}/{self.total_steps}")
+            if self.log_z.last is not None:
+                parts.append(f"log Ẑ {self.log_z.last:.4g}")
+        if self.eta is not None and not self.finished:
+            parts.append(f"ETA {format_seconds(self.eta)}")
+        parts.append(f"{format_seconds(self.elapsed)} elapsed")
+        return " · ".join(parts)
+
+    def problem(self) -> Optional[str]:
+        """The cause of a failed or interrupted run, naming the step, or None."""
+        if self.status == "failed":
+            at = f" at step {self.failed_step}" if self.failed_step is not None and \
+                f"step {self.failed_step}" not in self.message else ""
+            return f"failed{at}: {self.message}"
+        if self.status == "interrupted":
+            return f"interrupted after step {self.step}: {self.message}"
+        if self.nonfinite_step is not None:
+            return f"the loss is not finite at step {self.nonfinite_step}"
+        return None
+
+
+# ---------------------------------------------------------------- running diagnostics
+#
+# `qvr.inference.diagnostics.split_rhat`/`ess_bulk` rank-normalise with torch's `ndtri`,
+# which the UI process must not import; the same statistics are computed here with a
+# numpy inverse normal CDF (Acklam's rational approximation, relative error < 1.2e-9,
+# refined by one Halley step) and the module's numpy cores.
+
+_A = (-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+      1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00)
+_B = (-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+      6.680131188771972e+01, -1.328068155288572e+01)
+_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+      -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00)
+_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+      3.754408661907416e+00)
+
+
+def ndtri(p):
+    """The standard normal quantile of `p` (numpy; 0 < p < 1)."""
+    import numpy as np
+    p = np.asarray(p, dtype=np.float64)
+    x = np.empty_like(p)
+    lo = p < 0.02425
+    hi = p > 1 - 0.02425
+    mid = ~(lo | hi)
+    q = p[mid] - 0.5
+    r = q * q
+    num = ((((_A[0] * r + _A[1]) * r + _A[2]) * r + _A[3]) * r + _A[4]) * r + _A[5]
+    den = ((((_B[0] * r + _B[1]) * r + _B[2]) * r + _B[3]) * r + _B[4]) * r + 1
+    x[mid] = num * q / den
+    for mask, sign, pp in ((lo, 1.0, p[lo]), (hi, -1.0, 1 - p[hi])):
+        q = np.sqrt(-2 * np.log(pp))
+        num = ((((_C[0] * q + _C[1]) * q + _C[2]) * q + _C[3]) * q + _C[4]) * q + _C[5]
+        den = (((_D[0] * q + _D[1]) * q + _D[2]) * q + _D[3]) * q + 1
+        x[mask] = sign * num / den
+    # one Halley step on Phi(x) - p (Phi through erfc, vectorised with math.erfc)
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    e = 0.5 * erfc(-x / math.sqrt(2)) - p
+    u = e * math.sqrt(2 * math.pi) * np.exp(x * x / 2)
+    return x - u / (1 + x * u / 2)
+
+
+def rank_diagnostics(a):
+    """``(split R-hat, bulk ESS, tail ESS)`` per column of draws ``(chains, draws, P)``,
+    as `qvr.inference.diagnostics.split_rhat`, `ess_bulk` and `ess_tail` define them."""
+    import numpy as np
+    from qvr.inference import diagnostics as dg
+    s = dg._split(dg._as_chains(a))  # (P, 2m, n/2)
+    P = s.shape[0]
+    if s.shape[-1] < 2:
+        nan = np.full(P, np.nan)
+        return nan, nan, nan
+
+    def rank_norm(x):
+        S = x.shape[-1] * x.shape[-2]
+        return ndtri((dg._ranks(x) - 3.0 / 8.0) / (S + 0.25))
+
+    bulk = dg._rhat_core(rank_norm(s))
+    folded = np.abs(s - np.median(s.reshape(P, -1), axis=1)[:, None, None])
+    tail = dg._rhat_core(rank_norm(folded))
+    rhat = np.fmax(bulk, tail)
+    ess_b = dg._ess_core(rank_norm(s))
+    ess_t = np.atleast_1d(dg.ess_tail(a)).reshape(-1)
+    return np.atleast_1d(rhat).reshape(-1), np.atleast_1d(ess_b).reshape(-1), ess_t
+
+
+def format_seconds(s: float) -> str:
+    if s is None or not math.isfinite(s):
+        return "?"
+    s = max(0.0, s)
+    if s < 60:
+        return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _mean(v: list[float]) -> float:
+    return sum(v) / len(v)
+
+
+def _var(v: list[float]) -> float:
+    if len(v) < 2:
+        return 0.0
+    m = _mean(v)
+    return sum((a - m) ** 2 for a in v) / (len(v) - 1)
