@@ -7,7 +7,9 @@ script writes a JSON report that the test checks.
 
 * Without a server: filetype detection, buffer settings, highlighting groups on the
   tokens of an example, indentation on every example, typing with auto-indent, and how
-  `require('qvr')` finds `qvr-lsp` (fake executables in temporary folders).
+  `require('qvr')` finds `qvr-lsp` (fake executables in temporary folders), and
+  `:QvrDash` (the command, its completion, the command list it builds, a terminal
+  split running a fake `qvr`, its error messages).
 * With `qvr-lsp` (skipped, with the reason, when it is not installed): an example with a
   planted error is opened in a project whose `.venv/bin/qvr-lsp` is the real server;
   the test checks the diagnostic, a hover with the morphism's type and go-to-definition.
@@ -366,3 +368,54 @@ def test_diagnostic_hover_and_definition_from_qvr_lsp(tmp_path):
     target = location.get("targetSelectionRange") or location["range"]
     assert (location.get("targetUri") or location["uri"]).endswith("/model.qvr")
     assert (target["start"]["line"], target["start"]["character"]) == declaration
+
+
+# ------------------------------------------------------------------------- :QvrDash
+
+
+def test_qvr_dash_opens_the_dashboard_in_a_terminal_split(tmp_path):
+    """`:QvrDash [method]` runs `qvr dash FILE [--start METHOD]` from the project's
+    .venv in a terminal split. The project's path has spaces; `qvr` is a fake that
+    writes its working folder and arguments."""
+    project = tmp_path / "my project"
+    fake = project / ".venv" / "bin" / "qvr"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\n{ pwd; for a in "$@"; do printf \'%s\\n\' "$a"; done; } > "$QVR_ARGS_OUT.tmp"\n'
+                    'mv "$QVR_ARGS_OUT.tmp" "$QVR_ARGS_OUT"\n')
+    fake.chmod(0o755)
+    model = project / "models" / "gaussian mix.qvr"
+    model.parent.mkdir()
+    model.write_text(SEED.read_text())
+    out = tmp_path / "args.txt"
+    report = nvim("dash", [model], tmp_path, env={"QVR_ARGS_OUT": str(out)})
+
+    assert report["command"] == {"exists": 2, "all": ["svi", "hmc", "nuts", "smc"], "n": ["nuts"],
+                                 "s": ["svi", "smc"]}
+    builder = report["builder"]
+    assert builder["nuts"] == ["/path/qvr", "dash", "/path/file.qvr", "--start", "nuts"]
+    for method in ("svi", "hmc", "nuts", "smc"):
+        assert builder[method] == ["/path/qvr", "dash", "/path/file.qvr", "--start", method]
+    assert builder["none"] == builder["empty"] == ["/path/qvr", "dash", "/path/file.qvr"]
+    assert builder["list"] == ["python3", "-m", "qvr", "dash", "/a b/c d.qvr", "--start", "smc"]
+    assert builder["unknown"] == {"cmd": None, "message": "qvr: unknown method `mcmc` for :QvrDash; use one of svi, hmc, nuts, smc"}
+
+    # for real: the fake ran in the project root with the file as one argument
+    started = report["started"]
+    assert report["file"] == str(model)
+    assert started["lines"] == [str(project), "dash", str(model), "--start", "nuts"]
+    assert started["windows"] == 2 and started["buftype"] == "terminal"
+    # the unsaved edit was written first: the dashboard reads the file
+    assert started["model_modified"] is False and started["model_last_line"] == "# an unsaved edit"
+    # the one note is setup() saying that this project has no qvr-lsp
+    assert [n for n in started["notes"] if "language server qvr-lsp" not in n] == []
+
+    assert report["captured"] == [{"cmd": [str(fake), "dash", str(model)], "cwd": str(project)}]
+
+    unknown, no_file, not_qvr, no_qvr = report["errors"]
+    assert unknown == "qvr: unknown method `mcmc` for :QvrDash; use one of svi, hmc, nuts, smc"
+    assert no_file == "qvr: this buffer has no file; :write it to a .qvr file first"
+    assert not_qvr == "qvr: notes.txt is not a .qvr file"
+    for hint in ("cannot find the qvr command", f"{project}/.venv/bin", "PATH", 'pip install "qvr[tui,runtime]"',
+                 "setup()"):
+        assert hint in no_qvr, no_qvr
+    assert report["calls_after_errors"] == 1 and report["windows_after_errors"] == 1
