@@ -87,7 +87,11 @@ class NUTSKernel(HMCBase):
         iteration 50, 100, 200, 400, ... once the rest of the run is long enough for the
         compile to pay; the environment variable ``QVR_MCMC_COMPILER`` may override it),
         ``"torchscript"`` (never Inductor) or ``"inductor"`` (from the first iteration).
-        Inductor falls back to TorchScript when it or a C++ compiler is unavailable.
+        Inductor falls back to TorchScript when it or a C++ compiler is unavailable,
+        when its kernel disagrees with PyTorch, or when the kernel raises at run time
+        (the leaf is then recomputed by TorchScript): never does it fail the fit.
+        `compiler_used(target)` / `compiler_notes(target)` (in the result:
+        `MCMCResult.compiler` / `compiler_notes`) say how the steps ran and why.
 
     Example:
       >>> kernel = NUTSKernel(step_size=0.1, max_tree_depth=3, target_accept=0.8)
