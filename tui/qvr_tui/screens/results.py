@@ -1,26 +1,507 @@
-"""The Results pane (first version: the run folder and its status; filled in next)."""
+"""The Results pane: what one run record holds, for any method and any status.
+
+`ResultsPane(run_path, program_path=None)` is a container an app composes (a tab or a
+mode); `show_run(path)` switches it to another record (None: nothing open).  Data comes
+from `qvr_tui.results_model.load_results` (torch-free); this module only lays it out.
+
+* Always: a header with the method, the status (finished / cancelled / failed with its
+  message / interrupted / running), a *partial* note when the record ends before its
+  summary (then everything is rebuilt from the draws chunks and events), a stale mark
+  when the program file's text is no longer the text that was run (the record's
+  ``program.sha256`` against `program_model.source_sha256` of the file now), and the run
+  folder.
+* MCMC: `ChecksRow` (Stan's five checks, green/red), the `SummaryTable` grouped by site
+  (``s`` cycles the sort: record order, worst R-hat first, lowest bulk ESS, lowest tail
+  ESS, name; ``/`` filters by substring; Enter or → expands a site to its coordinates),
+  and below it the `ParamPlots` of the coordinate under the cursor (per-chain trace with
+  divergent draws, rank plot, histogram); on a 2-D site ``h`` shows its heatmap instead,
+  ``m`` switches posterior mean / sd.  ``e`` exports the draws to ArviZ NetCDF
+  (``RUN/posterior.nc``) when ArviZ is installed, else says how to install it.
+* SVI: final loss and ELBO, the loss curve, the guide's locations/scales per site; on a
+  matrix site the heatmap of its location (``m``: scale).
+* SMC: log Z-hat and the top sequences with their weights (text through the record's
+  vocabulary).
+
+Messages: `ResultsPane.Exported(path)` after an ArviZ export; `ResultsPane.Loaded(results)`
+after a record is shown (tests and the app wait on it).
+"""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import Static
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import ContentSwitcher, DataTable, Input, Static
+from textual_plot import HiResMode, PlotWidget
 
-__all__ = ["ResultsPane"]
+from qvr.runs import RunRecordError, open_run
+from qvr_tui.program_model import read_program, source_sha256
+from qvr_tui.results_model import (ArvizMissing, Results, SORT_KEYS, export_arviz,
+                                   load_results, param_series, site_matrix, table_rows)
+from qvr_tui.widgets.checks import ChecksRow
+from qvr_tui.widgets.heatmap import Heatmap
+from qvr_tui.widgets.param_plots import ParamPlots, decimate, make_plot
+from qvr_tui.widgets.summary_table import SummaryTable, fmt
+
+__all__ = ["ResultsPane", "stale_note", "status_text"]
+
+SORT_ORDER = tuple(SORT_KEYS)  # order, r_hat, ess_bulk, ess_tail, name
+
+
+def stale_note(run_sha256: Optional[str], program_path: Optional[str]) -> str:
+    """"" when the program file still has the text that was run, else why not."""
+    if not program_path:
+        return ""
+    try:
+        now = source_sha256(read_program(program_path))
+    except (OSError, UnicodeDecodeError):
+        return f"program {program_path} is gone or unreadable"
+    if run_sha256 and now != run_sha256:
+        return f"made from an older text of {Path(program_path).name}"
+    return ""
+
+
+def status_text(res: Results) -> Text:
+    """The header's status part, coloured by outcome."""
+    style = {"finished": "bold green", "failed": "bold red", "cancelled": "bold yellow",
+             "interrupted": "bold yellow", "running": "bold cyan"}.get(res.status, "bold")
+    t = Text(res.status, style=style)
+    if res.status == "failed" and res.message:
+        t.append(f": {res.message}", style="red")
+    elif res.message and res.status != "finished":
+        t.append(f": {res.message}")
+    return t
 
 
 class ResultsPane(Vertical):
-    """Results of one run record; `show_run(path)` switches to another."""
+    """See the module docstring."""
 
-    def __init__(self, run_path: Optional[Path] = None, *, id=None, classes=None) -> None:
+    DEFAULT_CSS = """
+    ResultsPane { height: 1fr; }
+    ResultsPane > #results-header { height: auto; max-height: 3; padding: 0 1; background: $panel; }
+    ResultsPane > #results-notes { height: auto; padding: 0 1; color: $text-warning; }
+    ResultsPane > #results-notes.-empty { display: none; }
+    ResultsPane #results-switcher { height: 1fr; }
+    ResultsPane #mcmc, ResultsPane #svi, ResultsPane #smc, ResultsPane #empty { height: 1fr; }
+    ResultsPane #results-filter { height: 1; border: none; padding: 0 1; display: none; }
+    ResultsPane #results-filter.-shown { display: block; }
+    ResultsPane #summary-bar { height: 1; padding: 0 1; color: $text-muted; }
+    ResultsPane #summary { height: 1fr; min-height: 4; }
+    ResultsPane #detail { height: 1fr; min-height: 6; }
+    ResultsPane #param-heatmap, ResultsPane #svi-heatmap { height: 1fr; }
+    ResultsPane #svi-top { height: 1fr; }
+    ResultsPane #svi-loss { width: 1fr; border: round $border; }
+    ResultsPane #guide-table { width: 1fr; }
+    ResultsPane #svi-detail { height: 1fr; }
+    ResultsPane #smc-table { height: 1fr; }
+    ResultsPane #results-footer { height: 1; padding: 0 1; color: $text-muted; background: $panel; }
+    """
+
+    BINDINGS = [
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("h", "toggle_heatmap", "Heatmap"),
+        Binding("m", "toggle_stat", "Mean/sd"),
+        Binding("e", "export", "ArviZ"),
+        Binding("right", "expand(True)", "Expand", show=False),
+        Binding("left", "expand(False)", "Collapse", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    class Loaded(Message):
+        def __init__(self, pane: "ResultsPane", results: Optional[Results]) -> None:
+            super().__init__()
+            self.pane = pane
+            self.results = results
+
+        @property
+        def control(self) -> "ResultsPane":
+            return self.pane
+
+    class Exported(Message):
+        def __init__(self, pane: "ResultsPane", path: Optional[Path], message: str) -> None:
+            super().__init__()
+            self.pane = pane
+            self.path = path
+            self.message = message
+
+        @property
+        def control(self) -> "ResultsPane":
+            return self.pane
+
+    def __init__(self, run_path: Optional[Path] = None, program_path=None, *, id=None,
+                 classes=None) -> None:
         super().__init__(id=id, classes=classes)
         self.run_path = Path(run_path) if run_path is not None else None
+        self.program_path = str(program_path) if program_path is not None else None
+        self.results: Optional[Results] = None
+        self.load_error = ""
+        self.stale = ""
+        self.sort = "order"
+        self.query_text = ""
+        self.expanded: set = set()
+        self.heatmap_on = False
+        self.stat = "mean"
+        self.selected: Optional[str] = None  # coordinate label or site shown in the detail
+        self.last_export = ""
 
+    # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
-        yield Static(str(self.run_path or "No run open."), id="results-header")
+        yield Static("", id="results-header")
+        yield Static("", id="results-notes", classes="-empty")
+        with ContentSwitcher(initial="empty", id="results-switcher"):
+            yield Static("No run open. Open one from the Runs tab, or start a fit.", id="empty")
+            with Vertical(id="mcmc"):
+                yield ChecksRow(id="checks")
+                yield Input(placeholder="filter sites and coordinates", id="results-filter")
+                yield Static("", id="summary-bar")
+                yield SummaryTable(id="summary")
+                with ContentSwitcher(initial="param-plots", id="detail"):
+                    yield ParamPlots(id="param-plots")
+                    yield Heatmap(np.zeros((1, 1)), id="param-heatmap")
+            with Vertical(id="svi"):
+                with Horizontal(id="svi-top"):
+                    yield make_plot("svi-loss", "loss")
+                    yield DataTable(id="guide-table", cursor_type="row", zebra_stripes=True)
+                yield Heatmap(np.zeros((1, 1)), id="svi-heatmap")
+            with Vertical(id="smc"):
+                yield DataTable(id="smc-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="results-footer")
 
+    def on_mount(self) -> None:
+        self.query_one("#svi-heatmap", Heatmap).display = False
+        self._load()
+
+    # ------------------------------------------------------------------ loading
     def show_run(self, path) -> None:
+        """Show the record in folder `path` (None: nothing)."""
         self.run_path = Path(path) if path is not None else None
-        self.query_one("#results-header", Static).update(str(self.run_path or "No run open."))
+        self.sort, self.query_text, self.expanded = "order", "", set()
+        self.heatmap_on, self.stat, self.selected = False, "mean", None
+        self._load()
+
+    def _load(self) -> None:
+        self.results, self.load_error, self.stale = None, "", ""
+        if self.run_path is not None:
+            try:
+                self.results = load_results(open_run(self.run_path))
+            except (RunRecordError, OSError, ValueError) as exc:
+                self.load_error = str(exc)
+        res = self.results
+        if res is not None:
+            self.stale = stale_note(res.source_sha256, self.program_path or res.program_path)
+        self._render_header()
+        switcher = self.query_one("#results-switcher", ContentSwitcher)
+        if res is None:
+            switcher.current = "empty"
+            self.query_one("#empty", Static).update(
+                self.load_error or "No run open. Open one from the Runs tab, or start a fit.")
+        elif res.is_mcmc:
+            switcher.current = "mcmc"
+            self._fill_mcmc()
+        elif res.method == "svi":
+            switcher.current = "svi"
+            self._fill_svi()
+        else:
+            switcher.current = "smc"
+            self._fill_smc()
+        self.post_message(self.Loaded(self, res))
+
+    def _render_header(self) -> None:
+        res = self.results
+        header = self.query_one("#results-header", Static)
+        notes = self.query_one("#results-notes", Static)
+        footer = self.query_one("#results-footer", Static)
+        if res is None:
+            header.update(Text("Results", style="bold"))
+            notes.update("")
+            notes.add_class("-empty")
+            footer.update(str(self.run_path) if self.run_path else "")
+            return
+        t = Text()
+        t.append(f"{res.method.upper()} ", style="bold")
+        t.append(res.path.name + "  ")
+        t.append_text(status_text(res))
+        header.update(t)
+        lines = []
+        if self.stale:
+            lines.append(f"⚠ stale: {self.stale}")
+        if res.partial:
+            lines.append(f"◐ {res.partial_note}")
+        notes.update("\n".join(lines))
+        notes.set_class(not lines, "-empty")
+        keys = "  e: export draws to ArviZ" if res.is_mcmc else ""
+        footer.update(Text(f"run folder: {res.path}{keys}", overflow="ellipsis", no_wrap=True))
+
+    # ------------------------------------------------------------------ MCMC
+    def _fill_mcmc(self) -> None:
+        res = self.results
+        checks = self.query_one("#checks", ChecksRow)
+        self.run_worker(checks.set_checks(res.checks), exclusive=True, group="checks")
+        self._refresh_table()
+        self._update_detail()
+
+    def _refresh_table(self) -> None:
+        res = self.results
+        rows = table_rows(res.sites, self.sort, self.query_text, self.expanded)
+        table = self.query_one("#summary", SummaryTable)
+        table.show(rows, res.num_chains, self.expanded)
+        n_coords = sum(len(s.coords) for s in res.sites)
+        bar = (f"{len(res.sites)} sites, {n_coords} coordinates, {res.num_chains} chains × "
+               f"{res.num_draws} draws · sort: {SORT_KEYS[self.sort][0]} (s)")
+        if self.query_text:
+            bar += f" · filter “{self.query_text}”: {sum(1 for r in rows if r.depth == 0)} sites"
+        if res.truncated:
+            bar += f" · {res.truncated} coordinates not summarised"
+        self.query_one("#summary-bar", Static).update(bar)
+
+    def current_label(self) -> Optional[str]:
+        """The coordinate (or site) under the summary cursor."""
+        r = self.query_one("#summary", SummaryTable).row_at_cursor()
+        if r is None:
+            return None
+        if r.coord is not None:
+            return r.coord.label
+        return r.site
+
+    def _update_detail(self) -> None:
+        res = self.results
+        if res is None or not res.is_mcmc:
+            return
+        table = self.query_one("#summary", SummaryTable)
+        r = table.row_at_cursor()
+        detail = self.query_one("#detail", ContentSwitcher)
+        plots = self.query_one("#param-plots", ParamPlots)
+        if r is None:
+            plots.clear()
+            return
+        if self.heatmap_on and r.row.is_matrix:
+            m = site_matrix(res, r.site, self.stat)
+            hm = self.query_one("#param-heatmap", Heatmap)
+            hm.diverging = self.stat == "mean"
+            hm.set_matrix(m, f"{r.site} posterior {self.stat} {r.row.shape_text} (m: mean/sd)")
+            detail.current = "param-heatmap"
+            self.selected = r.site
+            return
+        detail.current = "param-plots"
+        label = r.coord.label if r.coord is not None else (
+            r.site if not r.row.shape else r.row.coords[0].label)
+        if label == self.selected and plots.series is not None:
+            return
+        self.selected = label
+        s = param_series(res, label)
+        if s is None:
+            plots.clear()
+        else:
+            plots.show(s)
+
+    @on(DataTable.RowHighlighted, "#summary")
+    def _on_highlight(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._update_detail()
+
+    @on(DataTable.RowSelected, "#summary")
+    def _on_select(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        r = self.query_one("#summary", SummaryTable).row_at_cursor()
+        if r is not None and r.coord is None and r.row.shape:
+            self._set_expanded(r.site, r.site not in self.expanded)
+
+    def _set_expanded(self, site: str, on_: bool) -> None:
+        if on_:
+            self.expanded.add(site)
+        else:
+            self.expanded.discard(site)
+        self._refresh_table()
+        self._update_detail()
+
+    def action_expand(self, on_: bool) -> None:
+        if self.results is None or not self.results.is_mcmc:
+            return
+        r = self.query_one("#summary", SummaryTable).row_at_cursor()
+        if r is None or not r.row.shape:
+            return
+        if not on_ and r.coord is not None:  # ← on a coordinate: back to its site
+            self._set_expanded(r.site, False)
+            keys = [x.key for x in self.query_one("#summary", SummaryTable).rows_shown]
+            self.query_one("#summary", SummaryTable).move_cursor(row=keys.index(r.site))
+            return
+        self._set_expanded(r.site, on_)
+
+    def action_cycle_sort(self) -> None:
+        if self.results is None or not self.results.is_mcmc:
+            return
+        self.sort = SORT_ORDER[(SORT_ORDER.index(self.sort) + 1) % len(SORT_ORDER)]
+        self._refresh_table()
+        self.query_one("#summary", SummaryTable).move_cursor(row=0)
+        self._update_detail()
+
+    def set_sort(self, key: str) -> None:
+        if key not in SORT_KEYS:
+            raise ValueError(f"unknown sort {key!r} (one of {', '.join(SORT_KEYS)})")
+        self.sort = key
+        self._refresh_table()
+        self._update_detail()
+
+    def action_filter(self) -> None:
+        if self.results is None or not self.results.is_mcmc:
+            return
+        box = self.query_one("#results-filter", Input)
+        box.add_class("-shown")
+        box.value = self.query_text
+        box.focus()
+
+    def set_filter(self, text: str) -> None:
+        self.query_text = text
+        self._refresh_table()
+        self._update_detail()
+
+    @on(Input.Changed, "#results-filter")
+    def _on_filter_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.set_filter(event.value)
+
+    @on(Input.Submitted, "#results-filter")
+    def _on_filter_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.query_one("#summary", SummaryTable).focus()
+        if not self.query_text:
+            self.query_one("#results-filter", Input).remove_class("-shown")
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#results-filter", Input)
+        box.remove_class("-shown")
+        if self.query_text:
+            self.set_filter("")
+        if self.results is not None and self.results.is_mcmc:
+            self.query_one("#summary", SummaryTable).focus()
+
+    def action_toggle_heatmap(self) -> None:
+        res = self.results
+        if res is None:
+            return
+        if res.method == "svi":
+            hm = self.query_one("#svi-heatmap", Heatmap)
+            hm.display = not hm.display
+            self._update_svi_heatmap()
+            return
+        if not res.is_mcmc:
+            return
+        r = self.query_one("#summary", SummaryTable).row_at_cursor()
+        if r is None or not r.row.is_matrix:
+            self.notify("The heatmap is for 2-D sites (a matrix); this one is not.",
+                        severity="warning", timeout=3)
+            return
+        self.heatmap_on = not self.heatmap_on
+        self._update_detail()
+
+    def action_toggle_stat(self) -> None:
+        self.stat = "sd" if self.stat == "mean" else "mean"
+        if self.results is not None and self.results.method == "svi":
+            self._update_svi_heatmap()
+        else:
+            self._update_detail()
+
+    def action_export(self) -> None:
+        res = self.results
+        if res is None or not res.is_mcmc:
+            self.notify("Only MCMC draws are exported to ArviZ.", severity="warning", timeout=3)
+            return
+        try:
+            path = export_arviz(res)
+        except ArvizMissing as exc:
+            self.last_export = str(exc)
+            self.notify(str(exc), severity="warning", timeout=6)
+            self.post_message(self.Exported(self, None, str(exc)))
+            return
+        except (ValueError, OSError) as exc:
+            self.last_export = str(exc)
+            self.notify(str(exc), severity="error", timeout=6)
+            self.post_message(self.Exported(self, None, str(exc)))
+            return
+        self.last_export = f"draws written to {path}"
+        self.notify(self.last_export, timeout=4)
+        self.post_message(self.Exported(self, path, self.last_export))
+
+    # ------------------------------------------------------------------ SVI
+    def _fill_svi(self) -> None:
+        res = self.results
+        loss = self.query_one("#svi-loss", PlotWidget)
+        loss.clear()
+        if res.losses is not None and len(res.losses):
+            y = np.asarray(res.losses, dtype=float)
+            x, y = decimate(np.arange(1, len(y) + 1, dtype=float), y)
+            loss.plot(x, y, line_style="#1f77b4", hires_mode=HiResMode.BRAILLE, label="loss")
+        title = "loss"
+        if res.final_loss is not None:
+            title = f"final loss {fmt(res.final_loss, 6)} · ELBO {fmt(res.final_elbo, 6)}"
+            if res.losses is not None:
+                title += f" · {len(res.losses)} steps"
+        loss.border_title = title
+        table = self.query_one("#guide-table", DataTable)
+        table.clear(columns=True)
+        table.add_columns("site", "shape", "loc", "scale")
+        for g in res.guide:
+            loc = g.loc.reshape(-1)
+            sc = g.scale.reshape(-1) if g.scale is not None else None
+
+            def rng(a):
+                if a is None or not a.size:
+                    return ""
+                return fmt(float(a[0])) if a.size == 1 else f"{fmt(float(a.min()), 3)}..{fmt(float(a.max()), 3)}"
+            shape = "scalar" if g.loc.size == 1 else "×".join(map(str, g.shape))
+            table.add_row(("▦ " if g.is_matrix else "  ") + g.site, shape, rng(loc), rng(sc),
+                          key=g.site)
+        self._update_svi_heatmap()
+
+    @on(DataTable.RowHighlighted, "#guide-table")
+    def _on_guide_highlight(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._update_svi_heatmap()
+
+    def _guide_at_cursor(self):
+        res = self.results
+        table = self.query_one("#guide-table", DataTable)
+        if not res.guide or table.cursor_row < 0 or table.cursor_row >= len(res.guide):
+            return None
+        return res.guide[table.cursor_row]
+
+    def _update_svi_heatmap(self) -> None:
+        g = self._guide_at_cursor()
+        hm = self.query_one("#svi-heatmap", Heatmap)
+        if g is None or not g.is_matrix:
+            hm.display = False
+            return
+        hm.display = True
+        which = "loc" if self.stat == "mean" else "scale"
+        m = g.loc if which == "loc" else g.scale
+        hm.diverging = which == "loc"
+        hm.set_matrix(m, f"{g.site} guide {which} (m: loc/scale)")
+
+    # ------------------------------------------------------------------ SMC
+    def _fill_smc(self) -> None:
+        res = self.results
+        table = self.query_one("#smc-table", DataTable)
+        table.clear(columns=True)
+        table.add_columns("#", "weight", "", "len", "sequence")
+        wmax = max((r.weight for r in res.sequences), default=0.0) or 1.0
+        for i, r in enumerate(res.sequences):
+            bar = "█" * max(0, round(10 * r.weight / wmax)) if r.weight == r.weight else ""
+            seq = repr(r.text) if r.text is not None else " ".join(map(str, r.tokens))
+            table.add_row(str(i + 1), f"{r.weight:.4f}", Text(bar, style="cyan"),
+                          str(len(r.tokens)), seq)
+        table.border_title = (f"log Z-hat = {res.log_Z:.4f}" if res.log_Z is not None
+                              else "log Z-hat: n/a")
+        notes = self.query_one("#results-header", Static)
+        t = Text()
+        t.append("SMC ", style="bold")
+        t.append(res.path.name + "  ")
+        t.append_text(status_text(res))
+        t.append(f"  log Z-hat {res.log_Z:.4f}" if res.log_Z is not None else "  log Z-hat n/a")
+        notes.update(t)

@@ -1,0 +1,123 @@
+"""Per-parameter plots of MCMC draws: per-chain trace, rank plot and histogram
+(`qvr_tui.results_model.ParamSeries`), side by side, with `textual_plot.PlotWidget`.
+
+* trace — one line per chain (draw index → value), divergent draws marked ``x`` in red;
+* rank plot — for each chain, the count of its draws in each bin of the pooled ranks,
+  drawn as a step line per chain (flat lines around the expected count when chains mix;
+  a chain sitting high or low in the ranks stands out), with the expected count dotted;
+* histogram — the pooled draws as bars.
+
+Series longer than `MAX_POINTS` are decimated by stride before plotting (the plots are
+at most ~2x a terminal's width in resolution).  The plots do not take focus (the arrow
+keys stay with the summary table); the mouse still zooms and pans them.
+`plotted` records what each plot drew (dataset kind and length) for tests and callers.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual_plot import HiResMode, PlotWidget
+
+from qvr_tui.results_model import ParamSeries
+
+__all__ = ["ParamPlots", "CHAIN_COLOURS", "MAX_POINTS", "decimate", "make_plot"]
+
+# readable on light and dark backgrounds (Tableau 10)
+CHAIN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+                 "#17becf", "#bcbd22")
+DIVERGENT = "bold #d62728"
+MAX_POINTS = 400
+
+
+def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Every k-th point so that at most `limit` remain (the last point always kept)."""
+    n = len(x)
+    if n <= limit:
+        return np.asarray(x), np.asarray(y)
+    k = -(-n // limit)
+    idx = np.arange(0, n, k)
+    if idx[-1] != n - 1:
+        idx = np.append(idx[:-1] if len(idx) >= limit else idx, n - 1)
+    return np.asarray(x)[idx], np.asarray(y)[idx]
+
+
+def make_plot(id: str, title: str) -> PlotWidget:
+    """A PlotWidget that leaves the keyboard focus alone."""
+    p = PlotWidget(id=id, classes="param-plot")
+    p.can_focus = False
+    p.border_title = title
+    # before mounting: no watcher may run yet (on_mount applies the margins)
+    p.set_reactive(PlotWidget.margin_top, 0)
+    p.set_reactive(PlotWidget.margin_bottom, 2)
+    p.set_reactive(PlotWidget.margin_left, 7)
+    return p
+
+
+class ParamPlots(Horizontal):
+    """Trace, rank plot and histogram of one coordinate; `show(series)` redraws them."""
+
+    DEFAULT_CSS = """
+    ParamPlots { height: 1fr; }
+    ParamPlots > PlotWidget { width: 1fr; height: 1fr; border: round $border; border-title-color: $foreground; }
+    ParamPlots > #plot-trace { width: 2fr; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.series: Optional[ParamSeries] = None
+        self.plotted: dict[str, list[tuple[str, int]]] = {"trace": [], "rank": [], "hist": []}
+
+    def compose(self) -> ComposeResult:
+        yield make_plot("plot-trace", "trace")
+        yield make_plot("plot-rank", "rank")
+        yield make_plot("plot-hist", "histogram")
+
+    def clear(self) -> None:
+        self.series = None
+        self.plotted = {"trace": [], "rank": [], "hist": []}
+        for p in self.query(PlotWidget):
+            p.clear()
+
+    def show(self, s: ParamSeries) -> None:
+        self.clear()
+        self.series = s
+        trace = self.query_one("#plot-trace", PlotWidget)
+        rank = self.query_one("#plot-rank", PlotWidget)
+        hist = self.query_one("#plot-hist", PlotWidget)
+        trace.border_title = f"trace {s.label}"
+        ndiv = sum(len(d) for d in s.divergent)
+        if ndiv:
+            trace.border_title += f" (x {ndiv} divergent)"
+        for c, y in enumerate(s.traces):
+            x = np.arange(len(y), dtype=float)
+            xd, yd = decimate(x, np.asarray(y, dtype=float))
+            trace.plot(xd, yd, line_style=CHAIN_COLOURS[c % len(CHAIN_COLOURS)],
+                       hires_mode=HiResMode.BRAILLE, label=f"chain {c}")
+            self.plotted["trace"].append(("line", len(xd)))
+        for c, idx in enumerate(s.divergent):
+            if len(idx):
+                y = np.asarray(s.traces[c], dtype=float)[idx]
+                trace.scatter(np.asarray(idx, dtype=float), y, marker="x",
+                              marker_style=DIVERGENT, label="divergent")
+                self.plotted["trace"].append(("divergent", len(idx)))
+        # rank plot: a step line per chain over the rank bins
+        edges = np.asarray(s.rank_edges, dtype=float)
+        for c, counts in enumerate(np.asarray(s.rank_counts)):
+            xs = np.repeat(edges, 2)[1:-1]
+            ys = np.repeat(counts.astype(float), 2)
+            rank.plot(xs, ys, line_style=CHAIN_COLOURS[c % len(CHAIN_COLOURS)],
+                      hires_mode=HiResMode.BRAILLE, label=f"chain {c}")
+            self.plotted["rank"].append(("line", len(counts)))
+        if len(s.rank_counts):
+            expected = float(np.asarray(s.rank_counts).sum(axis=1).mean()) / max(1, len(edges) - 1)
+            rank.plot([edges[0], edges[-1]], [expected, expected], line_style="grey50",
+                      hires_mode=HiResMode.BRAILLE, label="uniform")
+            rank.set_ylimits(0, None)
+        centres = (np.asarray(s.hist_edges[:-1]) + np.asarray(s.hist_edges[1:])) / 2
+        width = float(np.diff(s.hist_edges).min()) * 0.9 if len(s.hist_edges) > 1 else 1.0
+        hist.bar(centres, np.asarray(s.hist_counts, dtype=float), width=width,
+                 bar_style=CHAIN_COLOURS[0])
+        self.plotted["hist"].append(("bar", len(s.hist_counts)))
