@@ -77,6 +77,8 @@ class QvrDash(App):
         Binding("x", "cancel_fit", "Cancel"),
         Binding("ctrl+c", "cancel_fit", "Cancel fit", show=False, priority=True),
         Binding("g", "generate", "SMC from run"),
+        Binding("l", "live('toggle_log')", "Log scale"),
+        Binding("v", "live('next_trace')", "Trace"),
         Binding("d", "toggle_dark", "Theme", show=False),
         Binding("question_mark", "help", "Keys"),
         Binding("q", "quit_app", "Quit"),
@@ -282,6 +284,20 @@ class QvrDash(App):
                 pass
 
     # ------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters) -> Optional[bool]:
+        if action == "live":  # the Live pane's keys, shown while it is the tab
+            try:
+                return self.query_one(TabbedContent).active == "live"
+            except Exception:
+                return False
+        return True
+
+    def on_tabbed_content_tab_activated(self, event) -> None:
+        self.refresh_bindings()
+
+    def action_live(self, name: str) -> None:
+        getattr(self.live, f"action_{name}")()
+
     def action_tab(self, name: str) -> None:
         self.query_one(TabbedContent).active = name
 

@@ -14,7 +14,8 @@ What is kept, by method:
   own clock), `eta`, and `plateau`: **the loss has stopped falling** when, with at least
   `PLATEAU_MIN_STEPS` steps done, the mean raw loss over the last 20% of the steps is not
   lower than the mean over the 20% before by more than two standard errors of that
-  difference (``mean(prev) - mean(last) <= 2 * sqrt(var(prev)/n_prev + var(last)/n_last)``).
+  difference (``drop = mean(prev) - mean(last) <= 2 * sqrt(var(prev)/n_prev +
+  var(last)/n_last)``) nor by more than 1% (``drop <= 0.01 * |mean(prev)|``).
 * HMC/NUTS — one `ChainRow` per chain (phase, step/total, draws/s in its phase,
   acceptance, step size, tree depth, max-depth hits, divergences, first divergence),
   per-chain `accept`, `step_size` and `log_density` series on a common x (iterations
@@ -48,6 +49,7 @@ __all__ = ["RunState", "ChainRow", "Series", "ParticleRow", "decimate", "tokens_
 EMA_BETA = 0.9
 PLATEAU_MIN_STEPS = 50
 PLATEAU_MIN_POINTS = 5  # per window
+PLATEAU_MIN_DROP = 0.01  # a relative drop of 1% between the windows still counts as falling
 RATE_WINDOW_S = 5.0  # steps/s over this much of the fit's clock
 MIN_DRAWS_FOR_DIAGNOSTICS = 20
 WORST_SHOWN = 5
@@ -344,7 +346,8 @@ class RunState:
             return False
         m_last, m_prev = _mean(last), _mean(prev)
         se = math.sqrt(_var(last) / len(last) + _var(prev) / len(prev))
-        return m_prev - m_last <= 2 * se
+        drop = m_prev - m_last
+        return drop <= 2 * se and drop <= PLATEAU_MIN_DROP * abs(m_prev)
 
     # ------------------------------------------------------------ MCMC
     def _chain(self, c: int) -> ChainRow:

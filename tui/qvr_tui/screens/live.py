@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Static
 
@@ -52,11 +51,6 @@ class LivePane(Vertical):
     LivePane #body-smc TracePlot { width: 1fr; }
     LivePane #live-empty { padding: 1 2; color: $text-muted; }
     """
-
-    BINDINGS = [
-        Binding("l", "toggle_log", "Log scale"),
-        Binding("v", "next_trace", "Trace"),
-    ]
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -119,8 +113,8 @@ class LivePane(Vertical):
             if s.eta is not None and not s.finished:
                 parts.append(f"ETA {format_seconds(s.eta)}")
             if s.plateau:
-                parts.append("the loss has stopped falling (last 20% of steps no lower than "
-                             "the 20% before, within 2 standard errors)")
+                parts.append("the loss has stopped falling (last 20% of steps ≈ the 20% "
+                             "before)")
             parts.append("l: log scale " + ("on" if self.query_one(LossPlot).log_scale else "off"))
         elif s.is_mcmc:
             parts.append(f"v: trace ({TRACES[self.trace_index][1]})")
@@ -150,6 +144,9 @@ class LivePane(Vertical):
         self.query_one("#smc-logz", TracePlot).show({"log Z": s.log_z}, title="log Ẑ",
                                                     xlabel="step")
         self.query_one(ParticlesTable).show(s)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.show, self.state, True)  # decimate to the new width
 
     # ------------------------------------------------------------ actions
     def action_toggle_log(self) -> None:

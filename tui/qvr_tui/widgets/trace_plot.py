@@ -6,6 +6,7 @@ colour, plus vertical lines (the end of warmup, SMC resampling steps).
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable, Mapping, Optional
 
 from textual_plot import HiResMode, PlotWidget
@@ -32,8 +33,11 @@ class TracePlot(PlotWidget):
         self.title = title
         self.set_ylabel(title)
         self.set_xlabel(xlabel)
-        if ylimits is not None:
-            self.set_ylimits(*ylimits)
+        if ylimits is None:
+            ys = [v for s in series.values() for v in s.y if math.isfinite(v)]
+            if ys and max(ys) - min(ys) <= 1e-9 * max(1.0, abs(max(ys))):
+                ylimits = (min(ys) - 1.0, max(ys) + 1.0)  # a flat line: a readable axis
+        self.set_ylimits(*(ylimits or (None, None)))
         self.plotted = {}
         for i, (label, s) in enumerate(series.items()):
             x, y = s.decimated(n)
