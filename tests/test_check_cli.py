@@ -87,3 +87,80 @@ def test_line_ends_are_read_as_they_are(tmp_path):
             for d in doc.diagnostics()]
     assert got == want and len(got) == 2
     assert got[1][0] == 2  # the third line: the `\r` inside the comment does not count
+
+
+# ---------------------------------------------------------------- internal errors
+
+def _broken_check(monkeypatch):
+    import qvr.commands.check as check
+
+    def boom(args):
+        raise ValueError("the checker fell over\nsecond line")
+    monkeypatch.setattr(check, "run", boom)
+
+
+def test_an_unexpected_exception_is_an_internal_error_with_the_traceback_in_a_temp_file(
+        monkeypatch, tmp_path, capsys):
+    import re
+    import tempfile
+    from qvr.cli import main
+    _broken_check(monkeypatch)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["check", "x.qvr"]) == 3
+    out, err = capsys.readouterr()
+    assert out == ""
+    m = re.fullmatch(r"qvr: internal error: ValueError: the checker fell over; the traceback is in "
+                     r"(\S+); please report it with that file\n", err)
+    assert m, err
+    saved = Path(m.group(1))
+    assert saved.parent == tmp_path and re.fullmatch(r"qvr-internal-error-\w+\.txt", saved.name)
+    report = saved.read_text()
+    assert report.startswith("qvr internal error report\ncommand: qvr check x.qvr\nqvr 0.1.0, Python ")
+    assert "Traceback (most recent call last)" in report and "in boom" in report
+    assert report.rstrip().endswith("ValueError: the checker fell over\nsecond line")
+
+
+def test_a_command_with_a_run_folder_gets_the_traceback_there(monkeypatch, tmp_path, capsys):
+    import qvr.commands.check as check
+    from qvr.cli import main
+    from qvr.commands.internal_error import FOLDER_ATTR
+
+    def boom(args):
+        setattr(args, FOLDER_ATTR, tmp_path)  # what a command with a run folder does
+        raise RuntimeError("lost")
+    monkeypatch.setattr(check, "run", boom)
+    assert main(["check", "x.qvr"]) == 3
+    err = capsys.readouterr().err
+    assert err == (f"qvr: internal error: RuntimeError: lost; the traceback is in "
+                   f"{tmp_path / 'internal-error.txt'}; please report it with that file\n")
+    assert "RuntimeError: lost" in (tmp_path / "internal-error.txt").read_text()
+
+
+def test_an_unwritable_run_folder_falls_back_to_a_temp_file(monkeypatch, tmp_path, capsys):
+    import tempfile
+    import qvr.commands.check as check
+    from qvr.cli import main
+    from qvr.commands.internal_error import FOLDER_ATTR
+
+    def boom(args):
+        setattr(args, FOLDER_ATTR, tmp_path / "missing" / "folder")
+        raise KeyError("k")
+    monkeypatch.setattr(check, "run", boom)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["check", "x.qvr"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"qvr: internal error: KeyError: 'k'; the traceback is in {tmp_path}/qvr-internal-error-")
+
+
+def test_no_traceback_reaches_the_user_from_a_subprocess(tmp_path):
+    """The real entry point: a command that raises (injected through sitecustomize)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import qvr.commands.check as c\n"
+        "def boom(args):\n    raise ZeroDivisionError('injected')\n"
+        "c.run = boom\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "qvr.cli", "check", "examples"], cwd=ROOT,
+                         capture_output=True, text=True, env=env)
+    assert out.returncode == 3
+    assert "Traceback" not in out.stderr
+    assert out.stderr.startswith("qvr: internal error: ZeroDivisionError: injected; the traceback is in ")
