@@ -397,6 +397,15 @@ def test_qvr_dash_opens_the_dashboard_in_a_terminal_split(tmp_path):
         assert builder[method] == ["/path/qvr", "dash", "/path/file.qvr", "--start", method]
     assert builder["none"] == builder["empty"] == ["/path/qvr", "dash", "/path/file.qvr"]
     assert builder["list"] == ["python3", "-m", "qvr", "dash", "/a b/c d.qvr", "--start", "smc"]
+    # what the real `qvr dash` parser makes of them
+    import argparse
+
+    from qvr.commands import dash
+    parser = argparse.ArgumentParser(prog="qvr", exit_on_error=False)
+    dash.register(parser.add_subparsers(dest="command", required=True))
+    for method in ("svi", "hmc", "nuts", "smc"):
+        parsed = parser.parse_args(builder[method][1:])
+        assert (parsed.command, parsed.file, parsed.start) == ("dash", "/path/file.qvr", method)
     assert builder["unknown"] == {"cmd": None, "message": "qvr: unknown method `mcmc` for :QvrDash; use one of svi, hmc, nuts, smc"}
 
     # for real: the fake ran in the project root with the file as one argument

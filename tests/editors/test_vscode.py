@@ -497,3 +497,29 @@ def test_code_lenses_mark_the_exported_programs_the_parser_finds(ext: Path):
     expected = {str(path): _exported_programs(path) for path in EXAMPLES}
     assert got == expected
     assert sum(len(v) for v in expected.values()) >= 15  # the examples do exercise it
+
+
+def _dash_parser():
+    """The argument parser of `qvr dash` itself."""
+    import argparse
+
+    from qvr.commands import dash
+    parser = argparse.ArgumentParser(prog="qvr", exit_on_error=False)
+    dash.register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+@needs_node
+def test_the_dash_command_line_is_what_qvr_dash_parses(ext: Path):
+    """The arguments src/dash.ts builds, read by the real `qvr dash` parser."""
+    file = "/home/ann/my models/it's a mix.qvr"
+    script = ("const {dashArgs, METHODS} = require('./out/dash.js'); const file = process.argv[1];"
+              "process.stdout.write(JSON.stringify([dashArgs({file}), "
+              "...METHODS.map((method) => dashArgs({file, method}))]));")
+    proc = _run([NODE, "-e", script, file], ext)
+    assert proc.returncode == 0, _output(proc)
+    parser = _dash_parser()
+    parsed = [parser.parse_args(args) for args in json.loads(proc.stdout)]
+    assert [(a.command, a.file, a.start, a.run) for a in parsed] == [
+        ("dash", file, None, None), ("dash", file, "svi", None), ("dash", file, "hmc", None),
+        ("dash", file, "nuts", None), ("dash", file, "smc", None)]

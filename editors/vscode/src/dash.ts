@@ -28,11 +28,6 @@ export interface DashRequest {
   file: string;
   /** Start this fit as soon as the dashboard opens; without it the dashboard only opens. */
   method?: Method;
-  /**
-   * The exported program to fit, for a file with several exports (passed as `--export
-   * NAME`, as `qvr run` takes it). Leave it out for the file's first export.
-   */
-  exportName?: string;
 }
 
 export interface DashCommand {
@@ -43,7 +38,10 @@ export interface DashCommand {
   cwd: string;
 }
 
-/** The arguments after `qvr`: `dash FILE [--start M] [--export NAME]`. */
+/**
+ * The arguments after `qvr`: `dash FILE [--start M]`. `qvr dash` fits the file's first
+ * export; it has no `--export NAME` (unlike `qvr run`), so neither has this.
+ */
 export function dashArgs(request: DashRequest): string[] {
   if (request.method !== undefined && !isMethod(request.method)) {
     throw new RangeError(`unknown method ${JSON.stringify(request.method)}: expected one of ${METHODS.join(', ')}`);
@@ -51,9 +49,6 @@ export function dashArgs(request: DashRequest): string[] {
   const args = ['dash', request.file];
   if (request.method !== undefined) {
     args.push('--start', request.method);
-  }
-  if (request.exportName !== undefined) {
-    args.push('--export', request.exportName);
   }
   return args;
 }

@@ -35,14 +35,17 @@ export function registerDashboard(context: vscode.ExtensionContext, log: (line: 
   );
 }
 
-/** Three lenses above each exported program: "Fit with SVI | NUTS | SMC". */
+/**
+ * Three lenses, "Fit with SVI | NUTS | SMC", above the exported program that `qvr dash
+ * FILE` fits: the file's first export, when it is a program. Other exported programs get
+ * none, because `qvr dash` has no way to pick them (no `--export NAME`, unlike `qvr
+ * run`); a lens there would fit a different program than the one it sits on.
+ */
 export class FitCodeLensProvider implements vscode.CodeLensProvider {
   provideCodeLenses(document: vscode.TextDocument): vscode.CodeLens[] {
     const lenses: vscode.CodeLens[] = [];
-    for (const program of exportedPrograms(document.getText())) {
+    for (const program of exportedPrograms(document.getText()).filter((p) => p.primary)) {
       const range = new vscode.Range(program.line, program.start, program.line, program.end);
-      // the file's first export is what `qvr dash FILE` fits; others are named
-      const exportName = program.primary ? undefined : program.name;
       LENS_METHODS.forEach((method, index) => {
         const label = METHOD_LABELS[method];
         lenses.push(
@@ -50,7 +53,7 @@ export class FitCodeLensProvider implements vscode.CodeLensProvider {
             title: index === 0 ? `Fit with ${label}` : label,
             tooltip: `Open the QVR dashboard and fit ${program.name} with ${label}`,
             command: OPEN_DASHBOARD,
-            arguments: [method, document.uri, exportName],
+            arguments: [method, document.uri],
           }),
         );
       });
@@ -66,13 +69,13 @@ function fail(message: string, log: (line: string) => void): undefined {
 }
 
 /**
- * `qvr.openDashboard(method?, uri?, exportName?)`. Every argument is optional: from the
+ * `qvr.openDashboard(method?, uri?)`. Every argument is optional: from the
  * command palette the active editor's file is opened without starting a fit; a key
  * binding may pass a method ("nuts"); menus in the explorer pass the file's Uri first.
  * Returns the terminal, or undefined when nothing was opened (the user was told why).
  */
 export async function openDashboard(args: readonly unknown[], log: (line: string) => void): Promise<vscode.Terminal | undefined> {
-  let [method, uri, exportName] = args;
+  let [method, uri] = args;
   if (method instanceof vscode.Uri) {
     [method, uri] = [undefined, method];
   }
@@ -109,15 +112,7 @@ export async function openDashboard(args: readonly unknown[], log: (line: string
   if (!location.found) {
     return fail(location.message, log);
   }
-  const command = dashCommand(
-    location.command,
-    {
-      file,
-      method: method ?? undefined,
-      exportName: typeof exportName === 'string' ? exportName : undefined,
-    },
-    folders,
-  );
+  const command = dashCommand(location.command, { file, method: method ?? undefined }, folders);
   const line = commandLine(command);
   log(`dashboard: ${line} (in ${command.cwd})`);
   const terminal = vscode.window.createTerminal({

@@ -1,6 +1,6 @@
 /**
- * The exported programs of a QVR document, read from its text: the places where the
- * "Fit with SVI · NUTS · SMC" code lenses go.
+ * The exported programs of a QVR document, read from its text: where the "Fit with
+ * SVI · NUTS · SMC" code lenses can go (dashboard.ts puts them on the primary one).
  *
  * A program is exported when a top-level `export NAME` names a `program NAME` of the
  * same file. This needs no language server (the lenses appear while the server starts,

@@ -59,9 +59,9 @@ test('shell quoting survives quotes, dollars and empty strings', () => {
   assert.deepEqual(printed.split('\0').slice(0, -1), awkward);
 });
 
-test('--export NAME names a program that is not the first export', () => {
+test('qvr dash takes no --export: the file and the method are all there is', () => {
   assert.deepEqual(dashArgs({ file: '/ws/m.qvr', method: 'svi', exportName: 'faulty_sensor' }),
-    ['dash', '/ws/m.qvr', '--start', 'svi', '--export', 'faulty_sensor']);
+    ['dash', '/ws/m.qvr', '--start', 'svi']);
 });
 
 test('an unknown method is refused with the list of methods', () => {
