@@ -13,7 +13,9 @@ drawn from its prior — one class per group (grouped), per row (a prior with a 
 one for the whole body — and the body runs once with it, drawing every unsupplied observe
 (the generative semantics).  The drawn values are recorded as `observe` entries (so that
 synthetic data holds them) and, when the frame scores, the block's contribution is the exact
-marginal at those values.  Under `require_all` (`log_joint`) missing values stay an error.
+marginal at those values.  A grouped block's host group index (`via=idx`) that was not
+supplied is drawn uniformly per row and recorded as a deterministic `host` entry.  Under
+`require_all` (`log_joint`) missing values stay an error.
 """
 from __future__ import annotations
 
@@ -135,7 +137,16 @@ def forward_marginalize(program, step: MarginalizeStep, frame) -> dict:
                 site=step.name, expected="`via=idx` mapping rows to groups",
                 actual="no via")
         kind, ref = via_step.via
-        idx = sub.env[ref] if kind == "local" else sub.host(ref)
+        if kind == "local":
+            idx = sub.env[ref]
+        elif ref in getattr(frame, "_host", {ref: None}):
+            idx = sub.host(ref)
+        else:
+            # synthetic data: a group index that was not supplied is drawn, uniformly over
+            # the groups for every row, bound as host data and recorded (`host` entry)
+            idx = torch.randint(0, step.group_size, (frame.B,), device=frame.device)
+            frame._host[ref] = idx
+            program._record(frame, SiteRecord(ref, "host", idx, is_deterministic=True))
         idx = as_index(idx, step.group_size, who=f"via of `{step.name}`", what="group index")
         sub.env[step.name] = c[idx]
 

@@ -119,3 +119,22 @@ def test_examples_trace_forward_and_their_log_joint_matches():
     lj = seg.log_joint(torch.zeros(200, 1), {**values, "buyer_of": buyer})
     assert torch.allclose(tr.log_joint, lj)
     assert math.isfinite(float(lj.sum()))
+
+
+def test_missing_group_index_is_drawn_uniformly_and_recorded_as_host_data():
+    torch.manual_seed(4)
+    seg = qvr.load(str(EXAMPLES / "grouped_mixture.qvr")).morphism
+    N = 6000
+    tr = trace(seg, torch.zeros(N, 1))
+    site = tr.sites["buyer_of"]
+    assert site.is_deterministic and site.kind == "host"
+    idx = site.value
+    assert idx.shape == (N,) and idx.dtype == torch.int64
+    counts = torch.bincount(idx, minlength=300).double()
+    # uniform over the 300 customers: counts ~ Binomial(N, 1/300); total chi-square
+    # statistic within 4 standard deviations of its mean (299 degrees of freedom)
+    chi2 = float(((counts - N / 300) ** 2 / (N / 300)).sum())
+    assert abs(chi2 - 299) < 4 * math.sqrt(2 * 299)
+    values = {k: s.value for k, s in tr.sites.items() if not s.is_deterministic}
+    lj = seg.log_joint(torch.zeros(N, 1), {**values, "buyer_of": idx})
+    assert torch.allclose(tr.log_joint, lj)
