@@ -39,7 +39,8 @@ from qvr.inference.events import (DrawsChunk, FitFailed, FitProgress, ParticlesS
 __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "SequenceRow", "Results",
            "load_results", "table_rows", "SORT_KEYS", "param_series", "site_matrix",
            "run_key_number", "curve", "export_arviz", "ArvizMissing", "RHAT_MAX",
-           "ESS_PER_CHAIN", "EBFMI_MIN", "TREE_DEPTH_SHARE_MAX", "MCMC", "STAT_COLUMNS"]
+           "ESS_PER_CHAIN", "EBFMI_MIN", "TREE_DEPTH_SHARE_MAX", "MCMC", "STAT_COLUMNS",
+           "RunRow", "run_rows", "TableRow"]
 
 MCMC = ("hmc", "nuts")
 RHAT_MAX = 1.01
@@ -146,15 +147,28 @@ class ParamSeries:
 
 @dataclass(frozen=True)
 class GuideSite:
-    """An SVI guide site: posterior location and scale (scale = exp(log_scale))."""
+    """An SVI guide site: location and scale (scale = exp(log_scale)) of the fitted normal
+    guide.  They live in the site's unconstrained space: for a constrained site (a
+    simplex, a positive scale) `loc` may have another shape than the site's value
+    (`site_shape`, from the summary; a 3×4 Dirichlet plate has a 3×3 `loc`)."""
 
     site: str
     loc: np.ndarray
     scale: Optional[np.ndarray]
+    site_shape: Optional[tuple] = None
 
     @property
     def shape(self) -> tuple:
         return tuple(self.loc.shape)
+
+    @property
+    def unconstrained(self) -> bool:
+        """Whether `loc` is not in the site's own coordinates (its shape differs)."""
+        if self.site_shape is None:
+            return False
+        own = tuple(s for s in self.site_shape)
+        mine = tuple(s for s in self.shape if s != 1) if self.loc.size == 1 else self.shape
+        return own != mine and not (self.loc.size == 1 and own == ())
 
     @property
     def is_matrix(self) -> bool:
@@ -480,6 +494,9 @@ def _load_svi(run, res: Results, events) -> None:
     if fl is None and res.losses is not None and len(res.losses):
         fl = float(res.losses[-1])
     res.final_loss = None if fl is None else float(fl)
+    summary = run.summary or {}
+    res.sites = _group(dict(summary.get("parameters") or {}), {})
+    shapes = {s.site: s.shape for s in res.sites}
     params = run.params()
     guide = []
     for k, v in params.items():
@@ -487,7 +504,8 @@ def _load_svi(run, res: Results, events) -> None:
             name = k[4:]
             ls = params.get("log_scale_" + name)
             guide.append(GuideSite(site=name, loc=np.asarray(v, dtype=float),
-                                   scale=None if ls is None else np.exp(np.asarray(ls, float))))
+                                   scale=None if ls is None else np.exp(np.asarray(ls, float)),
+                                   site_shape=shapes.get(name)))
     res.guide = tuple(guide)
 
 
@@ -535,19 +553,18 @@ def _load_smc(run, res: Results, events) -> None:
 
 # ---------------------------------------------------------------- the summary table
 
-def _nan_last(v: float, descending: bool) -> float:
-    """Sort value with NaN as the worst (first when descending by badness)."""
-    if math.isnan(v):
-        return math.inf
-    return -v if descending else v
+def _worst_high(v: float) -> float:
+    """Ascending sort key putting the largest values first, and NaN (no value: worst)
+    before them."""
+    return -math.inf if math.isnan(v) else -v
 
 
 SORT_KEYS: dict[str, tuple[str, Callable]] = {
     # key: (label, function of a SiteRow or Coord giving an ascending sort key)
     "order": ("record order", lambda r: getattr(r, "order", 0)),
     "r_hat": ("worst R-hat first",
-              lambda r: _nan_last(r.worst_r_hat if isinstance(r, SiteRow) else r.get("r_hat"),
-                                  True)),
+              lambda r: _worst_high(r.worst_r_hat if isinstance(r, SiteRow)
+                                    else r.get("r_hat"))),
     "ess_bulk": ("lowest bulk ESS first",
                  lambda r: _nan_first(r.min_ess_bulk if isinstance(r, SiteRow)
                                       else r.get("ess_bulk"))),
@@ -784,4 +801,50 @@ def export_arviz(res: Results, path=None, importer: Callable = None) -> Path:
         data = az.from_dict(groups)
     out = Path(path) if path is not None else res.path / "posterior.nc"
     data.to_netcdf(str(out))
+    return out
+
+
+# ---------------------------------------------------------------- the runs table
+
+@dataclass(frozen=True)
+class RunRow:
+    """One past run of a program as the Runs table shows it."""
+
+    path: Path
+    name: str
+    status: str
+    method: str
+    started: str            # "2026-11-24 13:45:01" (UTC, as recorded)
+    key_label: str          # "loss", "R-hat", "log Z"
+    key_value: Optional[float]
+    stale: bool             # made from another text of the program
+
+    @property
+    def key_text(self) -> str:
+        if self.key_value is None:
+            return ""
+        return f"{self.key_label} {self.key_value:.4g}"
+
+
+def run_rows(runs_dir, program_path) -> list[RunRow]:
+    """The runs of `program_path` under `runs_dir`, newest first (`qvr.runs.list_runs`)."""
+    from qvr.runs import list_runs
+    try:
+        from qvr_tui.program_model import read_program, source_sha256
+        current = source_sha256(read_program(program_path))
+    except (OSError, UnicodeDecodeError):
+        current = None
+    out = []
+    for run in list_runs(runs_dir, program=str(program_path)):
+        try:
+            label, value = run_key_number(run)
+            status = run.status
+        except (ValueError, OSError):
+            label, value, status = "", None, "unreadable"
+        started = (run.started or "")[:19].replace("T", " ")
+        out.append(RunRow(path=Path(run.path), name=Path(run.path).name, status=status,
+                          method=run.method, started=started, key_label=label,
+                          key_value=value,
+                          stale=bool(current and run.source_sha256
+                                     and run.source_sha256 != current)))
     return out

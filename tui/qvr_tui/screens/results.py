@@ -12,13 +12,15 @@ from `qvr_tui.results_model.load_results` (torch-free); this module only lays it
   folder.
 * MCMC: `ChecksRow` (Stan's five checks, green/red), the `SummaryTable` grouped by site
   (``s`` cycles the sort: record order, worst R-hat first, lowest bulk ESS, lowest tail
-  ESS, name; ``/`` filters by substring; Enter or → expands a site to its coordinates),
+  ESS, name; ``/`` filters by substring; Enter expands a site to its coordinates, and
+  folds it again from one of them; ← → scroll a wide table),
   and below it the `ParamPlots` of the coordinate under the cursor (per-chain trace with
   divergent draws, rank plot, histogram); on a 2-D site ``h`` shows its heatmap instead,
   ``m`` switches posterior mean / sd.  ``e`` exports the draws to ArviZ NetCDF
   (``RUN/posterior.nc``) when ArviZ is installed, else says how to install it.
-* SVI: final loss and ELBO, the loss curve, the guide's locations/scales per site; on a
-  matrix site the heatmap of its location (``m``: scale).
+* SVI: final loss and ELBO, the loss curve, the guide's locations/scales per site (in
+  the site's unconstrained space: ``u 3×3`` beside a 3×4 simplex plate); on a matrix
+  the heatmap of its location (``m``: scale).
 * SMC: log Z-hat and the top sequences with their weights (text through the record's
   vocabulary).
 
@@ -49,7 +51,7 @@ from qvr_tui.widgets.heatmap import Heatmap
 from qvr_tui.widgets.param_plots import ParamPlots, decimate, make_plot
 from qvr_tui.widgets.summary_table import SummaryTable, fmt
 
-__all__ = ["ResultsPane", "stale_note", "status_text"]
+__all__ = ["ResultsPane", "stale_note", "status_text", "display_path"]
 
 SORT_ORDER = tuple(SORT_KEYS)  # order, r_hat, ess_bulk, ess_tail, name
 
@@ -65,6 +67,15 @@ def stale_note(run_sha256: Optional[str], program_path: Optional[str]) -> str:
     if run_sha256 and now != run_sha256:
         return f"made from an older text of {Path(program_path).name}"
     return ""
+
+
+def display_path(path) -> str:
+    """`path` relative to the working directory when it lies below it (as typed)."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(p)
 
 
 def status_text(res: Results) -> Text:
@@ -109,8 +120,6 @@ class ResultsPane(Vertical):
         Binding("h", "toggle_heatmap", "Heatmap"),
         Binding("m", "toggle_stat", "Mean/sd"),
         Binding("e", "export", "ArviZ"),
-        Binding("right", "expand(True)", "Expand", show=False),
-        Binding("left", "expand(False)", "Collapse", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -237,7 +246,8 @@ class ResultsPane(Vertical):
         notes.update("\n".join(lines))
         notes.set_class(not lines, "-empty")
         keys = "  e: export draws to ArviZ" if res.is_mcmc else ""
-        footer.update(Text(f"run folder: {res.path}{keys}", overflow="ellipsis", no_wrap=True))
+        footer.update(Text(f"run folder: {display_path(res.path)}{keys}", overflow="ellipsis",
+                           no_wrap=True))
 
     # ------------------------------------------------------------------ MCMC
     def _fill_mcmc(self) -> None:
@@ -310,8 +320,12 @@ class ResultsPane(Vertical):
     def _on_select(self, event: DataTable.RowSelected) -> None:
         event.stop()
         r = self.query_one("#summary", SummaryTable).row_at_cursor()
-        if r is not None and r.coord is None and r.row.shape:
+        if r is None or not r.row.shape:
+            return
+        if r.coord is None:
             self._set_expanded(r.site, r.site not in self.expanded)
+        else:  # on a coordinate: fold its site and go back to it
+            self.action_expand(False)
 
     def _set_expanded(self, site: str, on_: bool) -> None:
         if on_:
@@ -446,7 +460,7 @@ class ResultsPane(Vertical):
         loss.border_title = title
         table = self.query_one("#guide-table", DataTable)
         table.clear(columns=True)
-        table.add_columns("site", "shape", "loc", "scale")
+        table.add_columns("site", "shape", "guide loc", "guide scale")
         for g in res.guide:
             loc = g.loc.reshape(-1)
             sc = g.scale.reshape(-1) if g.scale is not None else None
@@ -456,6 +470,9 @@ class ResultsPane(Vertical):
                     return ""
                 return fmt(float(a[0])) if a.size == 1 else f"{fmt(float(a.min()), 3)}..{fmt(float(a.max()), 3)}"
             shape = "scalar" if g.loc.size == 1 else "×".join(map(str, g.shape))
+            if g.unconstrained:
+                own = "×".join(map(str, g.site_shape)) or "scalar"
+                shape = f"{own} (u {shape})"
             table.add_row(("▦ " if g.is_matrix else "  ") + g.site, shape, rng(loc), rng(sc),
                           key=g.site)
         self._update_svi_heatmap()
@@ -482,7 +499,8 @@ class ResultsPane(Vertical):
         which = "loc" if self.stat == "mean" else "scale"
         m = g.loc if which == "loc" else g.scale
         hm.diverging = which == "loc"
-        hm.set_matrix(m, f"{g.site} guide {which} (m: loc/scale)")
+        space = " unconstrained" if g.unconstrained else ""
+        hm.set_matrix(m, f"{g.site} guide {which}{space} (m: loc/scale)")
 
     # ------------------------------------------------------------------ SMC
     def _fill_smc(self) -> None:

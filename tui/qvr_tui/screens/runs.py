@@ -1,25 +1,66 @@
-"""The Runs pane (first version: messages and constructor; the table comes next)."""
+"""The Runs pane: past runs of one program from its runs folder; reopen any, overlay two.
+
+`RunsPane(program_path, runs_dir="runs")` is a container an app composes.  It lists
+`qvr.runs.list_runs(runs_dir, program=program_path)` (newest first) in a `RunsTable`
+with each run's status (finished, cancelled, failed, interrupted, running), method,
+start time, key number (SVI final loss, MCMC max R-hat, SMC log Z-hat) and a *stale*
+mark when the program's text has changed since.  Keys: Enter opens the run under the
+cursor (posts `RunsPane.OpenRun(path)`); space marks a run; ``o`` with two runs marked
+overlays their curves in one plot below the table (SVI losses, MCMC mean log density
+per draw, SMC log Z-hat per step; `results_model.curve`) and posts
+`RunsPane.Overlay(paths)`; ``r`` calls `refresh_runs()` (the app calls it too, e.g.
+when a fit ends).  Torch-free.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
+from textual_plot import HiResMode, PlotWidget
+
+from qvr.runs import RunRecordError, open_run
+from qvr_tui.results_model import curve, run_rows
+from qvr_tui.widgets.param_plots import CHAIN_COLOURS, decimate, make_plot
+from qvr_tui.widgets.runs_table import RunsTable
 
 __all__ = ["RunsPane"]
 
 
 class RunsPane(Vertical):
-    """Past runs of one program under `runs_dir`."""
+    """See the module docstring."""
+
+    DEFAULT_CSS = """
+    RunsPane { height: 1fr; }
+    RunsPane > #runs-header { height: 1; padding: 0 1; background: $panel; }
+    RunsPane > #runs-table { height: 1fr; min-height: 4; }
+    RunsPane > #runs-overlay { height: 1fr; min-height: 8; border: round $border; display: none; }
+    RunsPane > #runs-overlay.-shown { display: block; }
+    RunsPane > #runs-message { height: auto; padding: 0 1; color: $text-warning; }
+    """
+
+    BINDINGS = [
+        Binding("space", "mark", "Mark"),
+        Binding("o", "overlay", "Overlay 2"),
+        Binding("r", "refresh_runs", "Refresh"),
+    ]
 
     class OpenRun(Message):
+        """Enter on a run: the app shows it in the Results pane."""
+
         def __init__(self, path: Path) -> None:
             super().__init__()
             self.path = Path(path)
 
     class Overlay(Message):
+        """Two runs' curves were overlaid (in this pane's plot)."""
+
         def __init__(self, paths: list[Path]) -> None:
             super().__init__()
             self.paths = [Path(p) for p in paths]
@@ -28,9 +69,92 @@ class RunsPane(Vertical):
         super().__init__(id=id, classes=classes)
         self.program_path = Path(program_path)
         self.runs_dir = Path(runs_dir)
+        self.overlay_series: list[tuple[str, int]] = []  # (label, points) drawn
 
     def compose(self) -> ComposeResult:
-        yield Static("Runs", id="runs-header")
+        yield Static("", id="runs-header")
+        yield RunsTable(id="runs-table")
+        yield make_plot("runs-overlay", "overlay")
+        yield Static("", id="runs-message")
+
+    def on_mount(self) -> None:
+        self.refresh_runs()
+
+    @property
+    def table(self) -> RunsTable:
+        return self.query_one("#runs-table", RunsTable)
 
     def refresh_runs(self) -> None:
-        pass
+        """Re-read the runs folder (statuses of running runs change)."""
+        rows = run_rows(self.runs_dir, self.program_path)
+        self.table.set_runs(rows)
+        head = Text()
+        head.append(f"Runs of {self.program_path.name}", style="bold")
+        head.append(f" in {self.runs_dir}/ · {len(rows)} "
+                    f"· enter open · space mark · o overlay 2 · r refresh")
+        self.query_one("#runs-header", Static).update(head)
+        if not rows:
+            self._say(f"No runs of {self.program_path.name} in {self.runs_dir}/ yet.")
+        elif not self.overlay_series:
+            self._say("")
+
+    def action_refresh_runs(self) -> None:
+        self.refresh_runs()
+
+    def _say(self, text: str) -> None:
+        self.query_one("#runs-message", Static).update(text)
+
+    @on(DataTable.RowSelected, "#runs-table")
+    def _on_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        r = self.table.run_at_cursor()
+        if r is not None:
+            self.post_message(self.OpenRun(r.path))
+
+    def action_mark(self) -> None:
+        self.table.toggle_mark()
+        n = len(self.table.marked)
+        self._say(f"{n} marked" + (" · o overlays them" if n == 2 else
+                                   " · mark two runs to overlay" if n < 2 else
+                                   " · the last two marked are overlaid"))
+
+    def action_overlay(self) -> None:
+        marked = self.table.marked
+        if len(marked) < 2:
+            self._say("Mark two runs with space, then press o.")
+            return
+        self.overlay(marked[-2:])
+
+    def overlay(self, paths) -> bool:
+        """Draw the curves of the runs in `paths` in one plot; False (with a message)
+        when they cannot be read or their curves are of different kinds."""
+        curves = []
+        for p in paths:
+            try:
+                curves.append((Path(p), *curve(open_run(p))))
+            except (RunRecordError, OSError, ValueError) as exc:
+                self._say(f"Cannot overlay {Path(p).name}: {exc}")
+                return False
+        kinds = {c[1] for c in curves}
+        if len(kinds) > 1:
+            self._say("Cannot overlay curves of different kinds: "
+                      + ", ".join(f"{c[0].name} ({c[1]})" for c in curves))
+            return False
+        plot = self.query_one("#runs-overlay", PlotWidget)
+        plot.clear()
+        self.overlay_series = []
+        for i, (p, label, x, y) in enumerate(curves):
+            if len(y) == 0:
+                continue
+            xd, yd = decimate(np.asarray(x, float), np.asarray(y, float))
+            plot.plot(xd, yd, line_style=CHAIN_COLOURS[i % len(CHAIN_COLOURS)],
+                      hires_mode=HiResMode.BRAILLE, label=p.name)
+            self.overlay_series.append((p.name, len(xd)))
+        plot.show_legend(is_visible=True)
+        plot.border_title = f"{next(iter(kinds))}: " + " vs ".join(
+            f"{p.name}" for p, *_ in curves)
+        plot.add_class("-shown")
+        empty = [p.name for p, _, _, y in curves if len(y) == 0]
+        self._say(f"no curve recorded yet for {', '.join(empty)}" if empty else "")
+        self.post_message(self.Overlay([c[0] for c in curves]))
+        return True

@@ -1,0 +1,75 @@
+"""The table of past runs (`qvr_tui.results_model.RunRow`): mark, status, method, start
+time, the run's key number (final loss / max R-hat / log Z), a stale mark and the folder.
+
+Status colours: finished green, failed red, cancelled and interrupted yellow, running
+cyan.  Row keys are the run folders (str).  `toggle_mark()` marks or unmarks the row
+under the cursor (``●`` in the first column); `marked` lists the marked folders in the
+order they were marked.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from qvr_tui.results_model import RunRow
+
+__all__ = ["RunsTable", "STATUS_STYLE"]
+
+STATUS_STYLE = {"finished": "green", "failed": "bold red", "cancelled": "yellow",
+                "interrupted": "yellow", "running": "bold cyan", "unreadable": "red"}
+COLUMNS = ("", "status", "method", "started (UTC)", "result", "", "folder")
+
+
+class RunsTable(DataTable):
+    """See the module docstring."""
+
+    DEFAULT_CSS = """
+    RunsTable { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.runs: list[RunRow] = []
+        self.marked: list[Path] = []
+
+    def on_mount(self) -> None:
+        if not self.columns:
+            self.add_columns(*COLUMNS)
+
+    def set_runs(self, runs: Sequence[RunRow]) -> None:
+        keep = self.run_at_cursor()
+        self.runs = list(runs)
+        present = {r.path for r in self.runs}
+        self.marked = [p for p in self.marked if p in present]
+        self.clear()
+        if not self.columns:
+            self.add_columns(*COLUMNS)
+        for r in self.runs:
+            self.add_row(*self.cells(r), key=str(r.path))
+        if keep is not None and keep.path in present:
+            self.move_cursor(row=[r.path for r in self.runs].index(keep.path))
+
+    def cells(self, r: RunRow) -> list:
+        mark = "●" if r.path in self.marked else " "
+        return [mark, Text(r.status, style=STATUS_STYLE.get(r.status, "")), r.method,
+                r.started, r.key_text, Text("stale", style="yellow") if r.stale else "",
+                r.name]
+
+    def run_at_cursor(self) -> Optional[RunRow]:
+        if not self.runs or not (0 <= self.cursor_row < len(self.runs)):
+            return None
+        return self.runs[self.cursor_row]
+
+    def toggle_mark(self) -> None:
+        r = self.run_at_cursor()
+        if r is None:
+            return
+        if r.path in self.marked:
+            self.marked.remove(r.path)
+        else:
+            self.marked.append(r.path)
+        self.update_cell(str(r.path), self.ordered_columns[0].key,
+                         "●" if r.path in self.marked else " ")
