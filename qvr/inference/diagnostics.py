@@ -26,6 +26,7 @@ References:
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -66,8 +67,57 @@ def _autocov(a: np.ndarray) -> np.ndarray:
 
 
 def _ndtri(p: np.ndarray) -> np.ndarray:
-    import torch
+    torch = sys.modules.get("torch")
+    if torch is None:  # a torch-free process (the dashboard's UI): Wichura's AS241
+        return _ndtri_as241(np.asarray(p, dtype=np.float64))
     return torch.special.ndtri(torch.from_numpy(np.asarray(p, dtype=np.float64))).numpy()
+
+
+def _poly(coefs, r):
+    out = np.zeros_like(r)
+    for c in coefs:
+        out = out * r + c
+    return out
+
+
+# Wichura (1988), Algorithm AS241 (PPND16): the normal quantile to about 1e-16 (the
+# coefficients of CPython's statistics.NormalDist.inv_cdf), highest degree first
+_AS241 = {
+    "a": (2.5090809287301226727e+3, 3.3430575583588128105e+4, 6.7265770927008700853e+4,
+          4.5921953931549871457e+4, 1.3731693765509461125e+4, 1.9715909503065514427e+3,
+          1.3314166789178437745e+2, 3.3871328727963666080e+0),
+    "b": (5.2264952788528545610e+3, 2.8729085735721942674e+4, 3.9307895800092710610e+4,
+          2.1213794301586595867e+4, 5.3941960214247511077e+3, 6.8718700749205790830e+2,
+          4.2313330701600911252e+1, 1.0),
+    "c": (7.7454501427834140764e-4, 2.2723844989269184583e-2, 2.4178072517745061177e-1,
+          1.2704582524523683826e+0, 3.6478483247632046050e+0, 5.7694972214606914055e+0,
+          4.6303378461565452959e+0, 1.4234371107496835773e+0),
+    "d": (1.0507500716444168432e-9, 5.4759380849953449460e-4, 1.5198666563616457197e-2,
+          1.4810397642748007459e-1, 6.8976733498510000455e-1, 1.6763848301838038494e+0,
+          2.0531916266377588219e+0, 1.0),
+    "e": (2.0103343992922881327e-7, 2.7115555687434875782e-5, 1.2426609473880784386e-3,
+          2.6532189526576123093e-2, 2.9656057182850489123e-1, 1.7848265399172913358e+0,
+          5.4637849111641143699e+0, 6.6579046435011037772e+0),
+    "f": (2.0442631033899397856e-15, 1.4215117583164458887e-7, 1.8463183175100546818e-5,
+          7.8686913114561325910e-4, 1.4875361290850614853e-2, 1.3692988092273580531e-1,
+          5.9983220655588793769e-1, 1.0),
+}
+
+
+def _ndtri_as241(p: np.ndarray) -> np.ndarray:
+    q = p - 0.5
+    out = np.empty_like(p)
+    central = np.abs(q) <= 0.425
+    r = 0.180625 - q[central] ** 2
+    out[central] = q[central] * _poly(_AS241["a"], r) / _poly(_AS241["b"], r)
+    tail = ~central
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.sqrt(-np.log(np.where(q[tail] <= 0.0, p[tail], 1.0 - p[tail])))
+    near = r <= 5.0
+    x = np.where(near, _poly(_AS241["c"], r - 1.6) / _poly(_AS241["d"], r - 1.6),
+                 _poly(_AS241["e"], r - 5.0) / _poly(_AS241["f"], r - 5.0))
+    out[tail] = np.where(q[tail] < 0.0, -x, x)
+    return out
 
 
 def _ranks(a: np.ndarray) -> np.ndarray:
@@ -322,12 +372,11 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200,
 
 
 def _to_numpy(x):
-    try:
-        import torch
-        if isinstance(x, torch.Tensor):
-            return x.detach().cpu().double().numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    # a tensor exists only once torch is loaded: never import it here (the dashboard's UI
+    # process summarises numpy draws and must stay torch-free)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().cpu().double().numpy()
     return np.asarray(x)
 
 
