@@ -271,3 +271,14 @@ def test_curves():
     label, x, y = rm.curve(open_run(RUNS / "interrupted"))
     assert label == "log density" and 0 < len(y) < 60
     assert all(math.isfinite(v) for v in y)
+
+
+def test_normal_quantile_without_torch_matches_statistics():
+    """The rank-normalised diagnostics of a partial run are computed in the UI process,
+    without torch: diagnostics' numpy normal quantile (AS241) against CPython's."""
+    import statistics
+
+    from qvr.inference.diagnostics import _ndtri_as241
+    p = np.concatenate([np.linspace(1e-9, 1 - 1e-9, 2001), [1e-300, 0.075, 0.925]])
+    want = np.array([statistics.NormalDist().inv_cdf(float(x)) for x in p])
+    np.testing.assert_allclose(_ndtri_as241(p), want, rtol=0, atol=1e-15)
