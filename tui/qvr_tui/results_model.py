@@ -270,7 +270,11 @@ def load_results(run) -> Results:
 
 def _partial_note(res: Results) -> str:
     what = {"interrupted": "the worker stopped without finishing",
-            "running": "the fit is still running"}.get(res.status, "no summary was written")
+            "running": "the fit is still running",
+            "failed": "the fit failed"}.get(res.status, "no summary was written")
+    if res.status == "failed" and not (res.draws or (res.losses is not None and len(res.losses))
+                                       or res.sequences):
+        return "the fit failed before its first step: nothing else was recorded"
     if res.is_mcmc:
         return (f"partial: {what}; built from {res.num_draws} draws per chain in the "
                 f"draws chunks")

@@ -1,7 +1,9 @@
 """The Results pane: what one run record holds, for any method and any status.
 
 `ResultsPane(run_path, program_path=None)` is a container an app composes (a tab or a
-mode); `show_run(path)` switches it to another record (None: nothing open).  Data comes
+mode); `show_run(path)` switches it to another record (None: nothing open).  The stale
+check reads the program file the record names (``program_path`` stands in when that file
+is gone).  Data comes
 from `qvr_tui.results_model.load_results` (torch-free); this module only lays it out.
 
 * Always: a header with the method, the status (finished / cancelled / failed with its
@@ -204,7 +206,11 @@ class ResultsPane(Vertical):
                 self.load_error = str(exc)
         res = self.results
         if res is not None:
-            self.stale = stale_note(res.source_sha256, self.program_path or res.program_path)
+            # the recorded program file; the given one when that is gone (a moved checkout)
+            path = res.program_path
+            if self.program_path and (not path or not Path(path).exists()):
+                path = self.program_path
+            self.stale = stale_note(res.source_sha256, path)
         self._render_header()
         switcher = self.query_one("#results-switcher", ContentSwitcher)
         if res is None:

@@ -27,6 +27,7 @@ from textual_plot import HiResMode, PlotWidget
 
 from qvr.runs import RunRecordError, open_run
 from qvr_tui.results_model import curve, run_rows
+from qvr_tui.screens.results import display_path
 from qvr_tui.widgets.param_plots import CHAIN_COLOURS, decimate, make_plot
 from qvr_tui.widgets.runs_table import RunsTable
 
@@ -90,11 +91,11 @@ class RunsPane(Vertical):
         self.table.set_runs(rows)
         head = Text()
         head.append(f"Runs of {self.program_path.name}", style="bold")
-        head.append(f" in {self.runs_dir}/ · {len(rows)} "
-                    f"· enter open · space mark · o overlay 2 · r refresh")
+        head.append(f" in {display_path(self.runs_dir)}/ ({len(rows)}) · enter open · "
+                    f"space mark · o overlay")
         self.query_one("#runs-header", Static).update(head)
         if not rows:
-            self._say(f"No runs of {self.program_path.name} in {self.runs_dir}/ yet.")
+            self._say(f"No runs of {self.program_path.name} in {display_path(self.runs_dir)}/ yet.")
         elif not self.overlay_series:
             self._say("")
 
@@ -155,6 +156,6 @@ class RunsPane(Vertical):
             f"{p.name}" for p, *_ in curves)
         plot.add_class("-shown")
         empty = [p.name for p, _, _, y in curves if len(y) == 0]
-        self._say(f"no curve recorded yet for {', '.join(empty)}" if empty else "")
+        self._say(f"nothing recorded to draw for {', '.join(empty)}" if empty else "")
         self.post_message(self.Overlay([c[0] for c in curves]))
         return True

@@ -44,7 +44,7 @@ class ChecksRow(Horizontal):
 
     DEFAULT_CSS = """
     ChecksRow { height: 2; width: 1fr; }
-    ChecksRow > CheckChip { width: 1fr; height: 2; padding: 0 1; margin-right: 1; }
+    ChecksRow > CheckChip { width: 1fr; height: 2; padding: 0 0 0 1; margin-right: 1; }
     ChecksRow > CheckChip.-ok { background: $success-muted; color: $text-success; }
     ChecksRow > CheckChip.-bad { background: $error-muted; color: $text-error; text-style: bold; }
     ChecksRow > CheckChip.-na { background: $boost; color: $text-muted; }

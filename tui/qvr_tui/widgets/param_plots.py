@@ -51,7 +51,7 @@ def make_plot(id: str, title: str) -> PlotWidget:
     p.border_title = title
     # before mounting: no watcher may run yet (on_mount applies the margins)
     p.set_reactive(PlotWidget.margin_top, 0)
-    p.set_reactive(PlotWidget.margin_bottom, 2)
+    p.set_reactive(PlotWidget.margin_bottom, 1)
     p.set_reactive(PlotWidget.margin_left, 7)
     return p
 
@@ -116,8 +116,11 @@ class ParamPlots(Horizontal):
             rank.plot([edges[0], edges[-1]], [expected, expected], line_style="grey50",
                       hires_mode=HiResMode.BRAILLE, label="uniform")
             rank.set_ylimits(0, None)
+            rank.set_xticks([1.0, float(np.asarray(s.rank_counts).sum())])
         centres = (np.asarray(s.hist_edges[:-1]) + np.asarray(s.hist_edges[1:])) / 2
         width = float(np.diff(s.hist_edges).min()) * 0.9 if len(s.hist_edges) > 1 else 1.0
         hist.bar(centres, np.asarray(s.hist_counts, dtype=float), width=width,
                  bar_style=CHAIN_COLOURS[0])
         self.plotted["hist"].append(("bar", len(s.hist_counts)))
+        hist.set_xticks([float(centres[0]), float(centres[-1])] if len(centres) > 1
+                        else [float(centres[0])])

@@ -19,8 +19,8 @@ from qvr_tui.results_model import RHAT_MAX, ESS_PER_CHAIN, SiteRow, TableRow
 
 __all__ = ["SummaryTable", "COLUMNS", "fmt"]
 
-COLUMNS = ("parameter", "shape", "mean", "sd", "5%", "50%", "95%", "ess_bulk", "ess_tail",
-           "r_hat", "mcse")
+COLUMNS = ("parameter", "shape", "mean", "sd", "5%", "50%", "95%", "ESS bulk", "tail",
+           "R-hat", "MCSE")
 
 
 def fmt(v: Optional[float], digits: int = 3) -> str:
