@@ -12,6 +12,9 @@ def test_results_pane_snapshot(snap_compare, monkeypatch):
     app = Harness(ResultsPane(RUNS / "nuts", program_path=FIXTURES / "tiny.qvr"))
 
     async def expand_probs(pilot):
+        await pilot.app.workers.wait_for_complete()  # the record is read in a thread
+        await pilot.app.workers.wait_for_complete()  # then the check chips are mounted
+        await pilot.pause()
         pilot.app.query_one("#summary").focus()
         await pilot.press("down", "down", "enter", "down", "down")
         await pilot.pause()

@@ -21,12 +21,16 @@ SCRIPT = textwrap.dedent("""
         res, lst = ResultsPane(runs / "nuts", program_path=program), RunsPane(program, runs)
         app = Harness(res, lst)
         async with app.run_test(size=(100, 40)) as pilot:
+            await app.workers.wait_for_complete()
             await pilot.pause()
             res.query_one("#summary").focus()
             await pilot.press("s", "down", "enter", "down", "h", "m")
             for name in ("interrupted", "svi", "failed"):
                 res.show_run(runs / name)
+                await app.workers.wait_for_complete()
             res.show_run(Path({smc!r}))
+            await app.workers.wait_for_complete()
+            assert res.results is not None and res.results.method == "smc", res.load_error
             lst.overlay([runs / "nuts", runs / "interrupted"])
             await pilot.pause()
             assert len(lst.overlay_series) == 2, lst.overlay_series

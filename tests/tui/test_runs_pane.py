@@ -89,7 +89,7 @@ async def test_refresh_sees_new_runs_and_stale(runs, tmp_path):
         import shutil
         shutil.rmtree(runs_dir / "failed")
         table.focus()
-        await pilot.press("r")
+        await pilot.press("f5")
         assert table.row_count == 3
         assert all(r.stale for r in table.runs)
         assert str(table.get_row(str(table.runs[0].path))[5]) == "stale"

@@ -26,8 +26,10 @@ from `qvr_tui.results_model.load_results` (torch-free); this module only lays it
 * SMC: log Z-hat and the top sequences with their weights (text through the record's
   vocabulary).
 
-Messages: `ResultsPane.Exported(path)` after an ArviZ export; `ResultsPane.Loaded(results)`
-after a record is shown (tests and the app wait on it).
+The record is read in a worker thread (`show_run` returns at once; the newest request
+wins).  Messages: `ResultsPane.Loaded(results)` once a record is shown (None: nothing or
+an unreadable folder, the reason in `load_error`); `ResultsPane.Exported(path, message)`
+after an ArviZ export attempt.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from qvr_tui.results_model import (ArvizMissing, Results, SORT_KEYS, export_arvi
                                    load_results, param_series, site_matrix, table_rows)
 from qvr_tui.widgets.checks import ChecksRow
 from qvr_tui.widgets.heatmap import Heatmap
-from qvr_tui.widgets.param_plots import ParamPlots, decimate, make_plot
+from qvr_tui.widgets.param_plots import ParamPlots, decimate, make_plot, points_for
 from qvr_tui.widgets.summary_table import SummaryTable, fmt
 
 __all__ = ["ResultsPane", "stale_note", "status_text", "display_path"]
@@ -161,6 +163,7 @@ class ResultsPane(Vertical):
         self.stat = "mean"
         self.selected: Optional[str] = None  # coordinate label or site shown in the detail
         self.last_export = ""
+        self._generation = 0
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -198,13 +201,30 @@ class ResultsPane(Vertical):
         self._load()
 
     def _load(self) -> None:
-        self.results, self.load_error, self.stale = None, "", ""
-        if self.run_path is not None:
-            try:
-                self.results = load_results(open_run(self.run_path))
-            except (RunRecordError, OSError, ValueError) as exc:
-                self.load_error = str(exc)
-        res = self.results
+        """Read the record off the UI thread (a partial record with many coordinates is
+        summarised from its draws, which takes seconds); the newest request wins."""
+        self._generation += 1
+        gen, path = self._generation, self.run_path
+        if path is None:
+            self._apply(None, "", gen)
+            return
+        self.query_one("#results-header", Static).update(f"Loading {display_path(path)} …")
+        self.run_worker(lambda: self._read(path, gen), thread=True, group="results-load",
+                        exit_on_error=False)
+
+    def _read(self, path: Path, gen: int) -> None:
+        try:
+            res, err = load_results(open_run(path)), ""
+        except (RunRecordError, OSError, ValueError) as exc:
+            res, err = None, str(exc)
+        except Exception as exc:  # a bug: said in the pane, never a crash of the app
+            res, err = None, f"{path}: cannot show the results: {type(exc).__name__}: {exc}"
+        self.app.call_from_thread(self._apply, res, err, gen)
+
+    def _apply(self, res: Optional[Results], err: str, gen: int) -> None:
+        if gen != self._generation or not self.is_attached:
+            return  # a newer show_run superseded this load
+        self.results, self.load_error, self.stale = res, err, ""
         if res is not None:
             # the recorded program file; the given one when that is gone (a moved checkout)
             path = res.program_path
@@ -456,7 +476,7 @@ class ResultsPane(Vertical):
         loss.clear()
         if res.losses is not None and len(res.losses):
             y = np.asarray(res.losses, dtype=float)
-            x, y = decimate(np.arange(1, len(y) + 1, dtype=float), y)
+            x, y = decimate(np.arange(1, len(y) + 1, dtype=float), y, points_for(loss))
             loss.plot(x, y, line_style="#1f77b4", hires_mode=HiResMode.BRAILLE, label="loss")
         title = "loss"
         if res.final_loss is not None:

@@ -8,7 +8,7 @@ mark when the program's text has changed since.  Keys: Enter opens the run under
 cursor (posts `RunsPane.OpenRun(path)`); space marks a run; ``o`` with two runs marked
 overlays their curves in one plot below the table (SVI losses, MCMC mean log density
 per draw, SMC log Z-hat per step; `results_model.curve`) and posts
-`RunsPane.Overlay(paths)`; ``r`` calls `refresh_runs()` (the app calls it too, e.g.
+`RunsPane.Overlay(paths)`; F5 calls `refresh_runs()` (the app calls it too, e.g.
 when a fit ends).  Torch-free.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from textual_plot import HiResMode, PlotWidget
 from qvr.runs import RunRecordError, open_run
 from qvr_tui.results_model import curve, run_rows
 from qvr_tui.screens.results import display_path
-from qvr_tui.widgets.param_plots import CHAIN_COLOURS, decimate, make_plot
+from qvr_tui.widgets.param_plots import CHAIN_COLOURS, decimate, make_plot, points_for
 from qvr_tui.widgets.runs_table import RunsTable
 
 __all__ = ["RunsPane"]
@@ -49,7 +49,7 @@ class RunsPane(Vertical):
     BINDINGS = [
         Binding("space", "mark", "Mark"),
         Binding("o", "overlay", "Overlay 2"),
-        Binding("r", "refresh_runs", "Refresh"),
+        Binding("f5", "refresh_runs", "Refresh"),
     ]
 
     class OpenRun(Message):
@@ -147,7 +147,7 @@ class RunsPane(Vertical):
         for i, (p, label, x, y) in enumerate(curves):
             if len(y) == 0:
                 continue
-            xd, yd = decimate(np.asarray(x, float), np.asarray(y, float))
+            xd, yd = decimate(np.asarray(x, float), np.asarray(y, float), points_for(plot))
             plot.plot(xd, yd, line_style=CHAIN_COLOURS[i % len(CHAIN_COLOURS)],
                       hires_mode=HiResMode.BRAILLE, label=p.name)
             self.overlay_series.append((p.name, len(xd)))

@@ -7,8 +7,8 @@
   a chain sitting high or low in the ranks stands out), with the expected count dotted;
 * histogram — the pooled draws as bars.
 
-Series longer than `MAX_POINTS` are decimated by stride before plotting (the plots are
-at most ~2x a terminal's width in resolution).  The plots do not take focus (the arrow
+Series longer than about twice the plot's width are decimated before plotting, keeping
+each bucket's lowest and highest point (`decimate`).  The plots do not take focus (the arrow
 keys stay with the summary table); the mouse still zooms and pans them.
 `plotted` records what each plot drew (dataset kind and length) for tests and callers.
 """
@@ -23,7 +23,7 @@ from textual_plot import HiResMode, PlotWidget
 
 from qvr_tui.results_model import ParamSeries
 
-__all__ = ["ParamPlots", "CHAIN_COLOURS", "MAX_POINTS", "decimate", "make_plot"]
+__all__ = ["ParamPlots", "CHAIN_COLOURS", "MAX_POINTS", "decimate", "make_plot", "points_for"]
 
 # readable on light and dark backgrounds (Tableau 10)
 CHAIN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
@@ -33,15 +33,41 @@ MAX_POINTS = 400
 
 
 def decimate(x: np.ndarray, y: np.ndarray, limit: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """Every k-th point so that at most `limit` remain (the last point always kept)."""
+    """At most about `limit` points of a series, keeping its envelope: the series is cut
+    into limit/2 buckets and each gives its lowest and highest point (in index order), so
+    a spike or a stuck stretch of a trace stays visible.  Short series come back as they
+    are; NaNs are dropped first."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    keep = np.isfinite(y)
+    if not keep.all():
+        x, y = x[keep], y[keep]
     n = len(x)
     if n <= limit:
-        return np.asarray(x), np.asarray(y)
-    k = -(-n // limit)
-    idx = np.arange(0, n, k)
-    if idx[-1] != n - 1:
-        idx = np.append(idx[:-1] if len(idx) >= limit else idx, n - 1)
-    return np.asarray(x)[idx], np.asarray(y)[idx]
+        return x, y
+    buckets = max(1, limit // 2)
+    edges = np.linspace(0, n, buckets + 1).astype(int)
+    idx = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b <= a:
+            continue
+        seg = y[a:b]
+        lo, hi = a + int(np.argmin(seg)), a + int(np.argmax(seg))
+        idx.extend(sorted({lo, hi}))
+    idx = np.asarray(idx)
+    return x[idx], y[idx]
+
+
+def points_for(plot, floor: int = 40) -> int:
+    """About twice the plot's width in points (its braille resolution), at least `floor`;
+    a plot not laid out yet (just switched to) counts as wide as the terminal."""
+    width = int(plot.size.width or 0)
+    if not width:
+        try:
+            width = int(plot.app.size.width)
+        except Exception:  # no app (not mounted)
+            width = 0
+    return max(floor, 2 * width)
 
 
 def make_plot(id: str, title: str) -> PlotWidget:
@@ -93,7 +119,7 @@ class ParamPlots(Horizontal):
             trace.border_title += f" (x {ndiv} divergent)"
         for c, y in enumerate(s.traces):
             x = np.arange(len(y), dtype=float)
-            xd, yd = decimate(x, np.asarray(y, dtype=float))
+            xd, yd = decimate(x, np.asarray(y, dtype=float), points_for(trace))
             trace.plot(xd, yd, line_style=CHAIN_COLOURS[c % len(CHAIN_COLOURS)],
                        hires_mode=HiResMode.BRAILLE, label=f"chain {c}")
             self.plotted["trace"].append(("line", len(xd)))
