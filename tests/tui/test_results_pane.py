@@ -72,6 +72,11 @@ async def test_nuts_checks_table_and_plots(runs):
         assert "stale" not in text_of(pane.query_one("#results-notes", Static))
         assert keys_shown(pane) == ["mu", "sigma", "probs"]
         table = pane.query_one("#summary", SummaryTable)
+        # R-hat above 1.01 and ESS under 100 per chain in the error style
+        probs, mu = table.get_row("probs"), table.get_row("mu")
+        assert str(probs[9]) == f"{res.site('probs').worst_r_hat:.3g}"
+        assert probs[9].style == "bold red" and mu[9].style == ""
+        assert str(mu[7]) == f"{res.site('mu').min_ess_bulk:.3g}" and mu[7].style == "red"
         table.focus()
         # the cursor starts on mu: its plots
         plots = pane.query_one("#param-plots", ParamPlots)

@@ -103,3 +103,36 @@ async def test_empty_runs_folder(tmp_path):
         assert pane.query_one(RunsTable).row_count == 0
         assert str(pane.query_one("#runs-message").render()) == \
             f"No runs of x.qvr in {tmp_path / 'runs'}/ yet."
+
+
+async def test_all_five_statuses(runs):
+    """finished, failed and interrupted from the fixtures; cancelled: the interrupted copy
+    ending with a FitCancelled line; running: a copy whose writer lock is held."""
+    import fcntl
+    import shutil
+
+    from qvr.inference.events import FitCancelled, to_json
+    from qvr_tui.widgets.runs_table import STATUS_STYLE
+
+    runs_dir, program = runs
+    shutil.copytree(runs_dir / "interrupted", runs_dir / "cancelled")
+    with open(runs_dir / "cancelled" / "events.jsonl", "a") as fh:
+        fh.write("\n" + to_json(FitCancelled(step=30, elapsed=1.0)) + "\n")
+    shutil.copytree(runs_dir / "interrupted", runs_dir / "running")
+    lock = open(runs_dir / "running" / "writer.lock", "a+")
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        pane = RunsPane(program, runs_dir)
+        app = RunsHarness(pane)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            table = pane.query_one(RunsTable)
+            statuses = {r.name: r.status for r in table.runs}
+            assert statuses == {"nuts": "finished", "svi": "finished", "failed": "failed",
+                                "interrupted": "interrupted", "cancelled": "cancelled",
+                                "running": "running"}
+            for r in table.runs:
+                cell = table.get_row(str(r.path))[1]
+                assert str(cell) == r.status and cell.style == STATUS_STYLE[r.status]
+    finally:
+        lock.close()
