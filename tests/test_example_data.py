@@ -115,9 +115,9 @@ def test_recurrent_corpus_is_character_windows_and_the_next_character():
     vocab = load_vocab(DATA / "recurrent_lm.vocab.json")
     data = load_data(DATA / "recurrent_lm.json")
     x, y = data["x"], data["next_char"]
-    assert x.shape == (825, 12) and y.shape == (825,)
-    np.testing.assert_array_equal(y[:-1], x[1:, 9])  # windows at stride 3
-    stream = "".join(vocab[i] if i else "|" for i in x[::4].ravel().tolist()[:60])
+    assert x.shape == (335, 8) and y.shape == (335,)
+    np.testing.assert_array_equal(y[:-1], x[1:, 4])  # windows at stride 4
+    stream = "".join(vocab[i] if i else "|" for i in x[::2].ravel().tolist()[:60])
     assert stream.startswith("|The cat near the fox followed the farmer quietly.|A bird sa"), stream
 
 

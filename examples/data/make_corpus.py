@@ -12,9 +12,11 @@ text is copied from anywhere.  Outputs, all in this folder:
   ``<eos> sentence <eos> sentence ...``) and ``next_token`` (the same rows shifted by one:
   the word that follows each position), as the position-wise model observes them.
 * ``recurrent_lm.vocab.json`` — 64 entries: ``<eos>`` (id 0), space, a-z, A-Z and ten
-  punctuation marks.  ``recurrent_lm.json`` — ``x`` (windows of 12 characters of the
-  stream ``<eos>The old dog slept.<eos>A cat ran.<eos>...``) and ``next_char`` (the character
-  after each window), as the scan model observes them.
+  punctuation marks.  ``recurrent_lm.json`` — ``x`` (windows of 8 characters, starting at
+  every 4th position of the stream ``<eos>The old dog slept.<eos>A cat ran.<eos>...``) and
+  ``next_char`` (the character after each window), as the scan model observes them.  (Few
+  short windows: the scan's log-density is a Monte-Carlo estimate over 100 draws per
+  row, so fitting cost grows fast with rows x length.)
 * ``pcfg_deduction.json`` — ``tokens``: one sentence the example's own grammar parses
   (``the``, a noun stem with the plural suffix ``s``, a verb, a determiner, a noun).
 * ``topic_model.vocab.json`` — 1000 entries: the topic words first, ``<unused>`` for ids no
@@ -115,8 +117,8 @@ def word_lm(rng: random.Random, n_sentences: int = 240, length: int = 12) -> dic
     return {"x": x, "next_token": y}
 
 
-def char_lm(rng: random.Random, n_sentences: int = 80, length: int = 12,
-            stride: int = 3) -> dict:
+def char_lm(rng: random.Random, n_sentences: int = 40, length: int = 8,
+            stride: int = 4) -> dict:
     ids = {c: i for i, c in enumerate(CHAR_VOCAB)}
     stream = []
     for _ in range(n_sentences):
