@@ -19,13 +19,12 @@ from typing import Optional
 
 from qvr.ide import catalog as C
 from qvr.ide.exprtype import chain_codomain
-from qvr.ide.textscan import bracket_stack, in_comment_or_string
+from qvr.ide.textscan import bracket_stack, in_comment_or_string, word_before
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym)
 from qvr.sema.types import compatible, is_discrete, is_unknown, spell, spell_mor
 from qvr.text import Span
 
-_WORD_END = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _WORD_START = re.compile(r"[A-Za-z0-9_]*")
 _FIRST = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)")
 _BIND = re.compile(r"([ \t]*)(sample|observe|marginalize|let|score)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
@@ -63,8 +62,7 @@ class _Ctx:
         text = doc.text
         line_start = text.rfind("\n", 0, offset) + 1
         self.line = text[line_start:offset]
-        m = _WORD_END.search(self.line)
-        self.prefix = m.group() if m else ""
+        self.prefix = word_before(self.line)
         end = _WORD_START.match(text, offset).end()
         self.span = Span(offset - len(self.prefix), end)
         chunk = self.slot.chunk if self.slot else None
@@ -331,8 +329,7 @@ def _morph_context(c: _Ctx) -> list[Item]:
 
 def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
     before = c.stmt[:opener].rstrip()
-    callee = _WORD_END.search(before)
-    name = callee.group() if callee else ""
+    name = word_before(before)
     if name == "identity":
         return _types(c, discrete_only=True)
     if name in ("fan", "stack", "repeat", "scan"):
@@ -387,8 +384,8 @@ def _items(c: _Ctx) -> list[Item]:
             # a list value `over=[a, |`: the key is before the enclosing `[`
             outer = c.stmt[:at].rstrip()
             if outer.endswith("=") and len(c.stack) >= 2 and c.stack[-2][0] == "[":
-                key = _WORD_END.search(outer[:-1].rstrip())
-                return _option_values(c, _option_owner(c), key.group() if key else "")
+                key = word_before(outer[:-1].rstrip())
+                return _option_values(c, _option_owner(c), key)
             return _in_option_block(c, at)
         if kind == "(":
             res = _paren_context(c, at)

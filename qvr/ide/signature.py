@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from qvr.ide.catalog import COMBINATORS
-from qvr.ide.textscan import bracket_stack
+from qvr.ide.textscan import bracket_stack, word_before
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import LetSym, MorphismSym, ProgramSym
 from qvr.sema.types import factors, spell, spell_mor
 
-_CALLEE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*$")
 
 
 @dataclass(frozen=True)
@@ -67,10 +66,9 @@ def signature_help(doc, offset: int) -> Optional[Signature]:
     if not opens:
         return None
     at = opens[-1][1]
-    m = _CALLEE.search(stmt[:at])
-    if not m:
+    name = word_before(stmt[:at].rstrip())
+    if not name:
         return None
-    name = m.group(1)
     active = _active(stmt[at + 1:])
     line_start = stmt.rfind("\n", 0, at) + 1
     line = stmt[line_start:at]

@@ -63,3 +63,20 @@ def in_comment_or_string(line: str) -> bool:
             return True
         i += 1
     return quote
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch == "_" or (ch.isascii() and ch.isalnum())
+
+
+def word_before(text: str) -> str:
+    """The name (`[A-Za-z_][A-Za-z0-9_]*`) that ends exactly at the end of `text`, or "".
+
+    What `re.search(r"[A-Za-z_][A-Za-z0-9_]*$", text)` finds, in linear time: that search
+    is quadratic in the length of a run of name characters (a 1 MB name would take hours)."""
+    i = len(text)
+    while i > 0 and _is_word_char(text[i - 1]):
+        i -= 1
+    while i < len(text) and text[i].isdigit():
+        i += 1
+    return text[i:]
