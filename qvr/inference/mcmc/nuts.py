@@ -50,7 +50,6 @@ References:
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import weakref
@@ -196,9 +195,16 @@ class NUTSKernel(HMCBase):
         # a compiled tick computes gradients itself: no autograd graph through the leaves
         # (a model with trainable parameters would record one; Inductor's out= kernels
         # refuse to run under autograd)
-        with torch.no_grad() if tick.backend != "eager" else contextlib.nullcontext():
+        if tick.backend == "eager":  # the target's own evaluation: autograd as it likes
             return self._build(state, target, tick, K, z0, logp0, grad0, p0, h0, inv,
                                momentum)
+        grad_mode = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)  # torch.no_grad() without its per-call cost
+        try:
+            return self._build(state, target, tick, K, z0, logp0, grad0, p0, h0, inv,
+                               momentum)
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
 
     def _build(self, state, target, tick, K, z0, logp0, grad0, p0, h0, inv, momentum):
         mass = state.mass
@@ -235,11 +241,13 @@ class NUTSKernel(HMCBase):
             fwd = direction > 0
             fwd_col = fwd.unsqueeze(-1)
             step = eps * direction
-            # a subtree from the chosen end, with its own proposal and weight
-            s = s._replace(z=torch.where(fwd_col, zr, zl), p=torch.where(fwd_col, pr, pl),
-                           g=torch.where(fwd_col, gr, gl), sz=zp, slp=lpp, sg=gp, sh=hp,
-                           sub_w=neg_inf, running=active.clone(), eps=step.unsqueeze(-1),
-                           psum=torch.zeros_like(z0), direction=direction.unsqueeze(-1))
+            # a subtree from the chosen end, with its own proposal and weight (the
+            # record spelled out: cheaper than _replace, once per subtree)
+            s = ticks.TickState(
+                torch.where(fwd_col, zr, zl), torch.where(fwd_col, pr, pl), s.lp,
+                torch.where(fwd_col, gr, gl), s.sum_acc, s.n_leaves, s.diverged, neg_inf,
+                zp, gp, lpp, hp, torch.zeros_like(z0), s.ck_a, s.ck_v, active.clone(),
+                step.unsqueeze(-1), s.inv, s.h0, direction.unsqueeze(-1))
             for n in range(2 ** j):
                 u = torch.rand(C, dtype=dtype, device=device)
                 if not tick.counts_itself:
