@@ -2,8 +2,7 @@
 
 Layout: `server.py` builds the server and registers features, `handlers.py` holds one thin
 handler per LSP method, `convert.py` every position, URI and protocol-record conversion,
-`__main__.py` the command line (`qvr-lsp`, `qvr lsp`), `quickstart.py` the stdio start that
-answers `initialize` from `initialize_result.json` (a snapshot of pygls's own answer) while
-pygls is still loading.  This package never imports torch, the runtime or the dashboard.
+`__main__.py` the command line (`qvr-lsp`, `qvr lsp`); the start is pygls's own.  This
+package never imports torch, the runtime or the dashboard.
 """
 __version__ = "0.1.0"

@@ -1,8 +1,10 @@
 """`qvr-lsp` / `qvr lsp` / `python -m qvr_lsp`: run the language server.
 
 Speaks LSP over stdio by default; `--tcp [--host H] [--port P]` serves one TCP client
-(for debugging with an editor attached to a running server).  Over stdio, `initialize` is
-answered while pygls is still loading (`quickstart`); pygls is imported only in `serve`.
+(for debugging with an editor attached to a running server).  pygls is imported only in
+`serve`.  An unexpected exception outside the handlers (which answer their own errors, see
+`handlers.guarded`) is an internal error: `qvr.commands.internal_error` saves its
+traceback and prints one line (exit status 3).
 """
 from __future__ import annotations
 
@@ -18,11 +20,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def serve(args) -> int:
-    if not args.tcp:
-        from qvr_lsp import quickstart
-
-        if quickstart.enabled():
-            return quickstart.serve_stdio()
     from qvr_lsp.server import build_server
 
     server = build_server()
@@ -41,6 +38,9 @@ def main(argv=None) -> int:
         return serve(args)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: one message, the traceback saved to a file
+        from qvr.commands.internal_error import report
+        return report(exc, args, argv=["lsp", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,7 +19,6 @@ from pygls.workspace.position_codec import PositionCodec
 
 from qvr.diagnostics import Diagnostic, Severity, TextEdit
 from qvr.text import Span
-from qvr_lsp import quickstart
 
 if TYPE_CHECKING:  # qvr.analysis loads the parser: imported lazily, after `initialize`
     from qvr.analysis import Edit
@@ -31,9 +30,15 @@ UTF8, UTF16, UTF32 = T.PositionEncodingKind.Utf8, T.PositionEncodingKind.Utf16, 
 
 def choose_encoding(offered: Optional[Sequence[str]]) -> str:
     """UTF-16 by default; UTF-8 whenever the client offers it; UTF-32 only if it is all the
-    client offers.  The rule lives in `quickstart` (which answers `initialize` before
-    lsprotocol is loaded); this returns it as a `PositionEncodingKind`."""
-    return T.PositionEncodingKind(quickstart.choose_encoding(offered))
+    client offers."""
+    offered = list(offered or ())
+    if UTF8 in offered:
+        return UTF8
+    if not offered or UTF16 in offered:
+        return UTF16
+    if UTF32 in offered:
+        return UTF32
+    return UTF16
 
 
 @lru_cache(maxsize=None)

@@ -39,9 +39,10 @@ def _summary(exc: BaseException) -> str:
 
 
 def _report_text(exc: BaseException, argv) -> str:
-    try:
-        from qvr import __version__ as version
-    except Exception:  # pragma: no cover - a broken install still gets its report
+    try:  # from the installed metadata: importing `qvr` here would reach the runtime
+        from importlib.metadata import version as dist_version
+        version = dist_version("qvr")
+    except Exception:  # pragma: no cover - not installed: the report is still written
         version = "unknown"
     head = [
         "qvr internal error report",

@@ -142,7 +142,7 @@ class RawClient:
             self.stderr.append(line.decode("utf-8", "replace"))
 
     def _read(self):
-        from qvr_lsp.quickstart import read_frame
+        from jsonrpc_frames import read_frame
         out = self.proc.stdout
         while True:
             body = read_frame(out).message
