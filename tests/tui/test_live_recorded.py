@@ -36,6 +36,7 @@ def text_of(app, selector) -> str:
 
 
 async def settle(pilot):
+    await pilot.app.ready.wait()  # every tab mounted, the run opened
     await pilot.pause()
     await pilot.pause()
 
@@ -103,7 +104,8 @@ async def test_smc_particles_and_series(recorded):
         assert table.row_count == 16
         first = table.shown[0]
         top = app.state.particles[0]
-        assert first[2] == f"{top.weight:.3f}" and first[4] == "".join(vocab[t] for t in top.tokens)
+        assert first[2] == f"{top.weight:.3f}"
+        assert first[4] == "".join(vocab[t] for t in top.tokens)
         ess = app.query_one("#smc-ess", TracePlot)
         assert ess.plotted == {"ess": 12}
         assert text_of(app, "#live-header").startswith("SMC finished · step 12/12 · log Ẑ ")
@@ -153,10 +155,12 @@ SCRIPT = r"""
 import asyncio, sys
 from qvr_tui.app import QvrDash
 async def main():
-    for name, prog in [("svi_regression", "regression_plates"), ("nuts_regression", "regression_plates"),
+    for name, prog in [("svi_regression", "regression_plates"),
+                       ("nuts_regression", "regression_plates"),
                        ("smc_recurrent", "recurrent_lm")]:
         app = QvrDash(program=f"examples/{prog}.qvr", run=sys.argv[1] + "/" + name, watch=False)
         async with app.run_test(size=(80, 24)) as pilot:
+            await app.ready.wait()
             await pilot.pause()
             for key in ("1", "2", "3", "4", "5", "3", "v", "l"):
                 await pilot.press(key)

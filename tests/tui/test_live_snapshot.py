@@ -11,6 +11,11 @@ from conftest import EXAMPLES, ROOT
 RECORDED = Path(__file__).parent / "recorded"
 
 
+async def ready(pilot):
+    await pilot.app.ready.wait()  # every tab mounted and the run opened
+    await pilot.pause()
+
+
 @pytest.mark.parametrize("name,program", [("nuts_regression", "regression_plates"),
                                           ("svi_regression", "regression_plates"),
                                           ("smc_recurrent", "recurrent_lm")])
@@ -18,4 +23,4 @@ def test_live_snapshot(snap_compare, monkeypatch, name, program):
     monkeypatch.chdir(ROOT)  # the record's path is shown relative to the working folder
     app = QvrDash(program=str(EXAMPLES / f"{program}.qvr"),
                   run=str(Path("tests/tui/recorded") / name), watch=False)
-    assert snap_compare(app, terminal_size=(80, 24))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready)

@@ -32,9 +32,9 @@ def test_debiased_ema_matches_the_formula():
     e1 = (1 - b) * 10
     e2 = b * e1 + (1 - b) * 20
     e3 = b * e2 + (1 - b) * 30
-    assert st.smooth.y == pytest.approx([e1 / (1 - b), e2 / (1 - b ** 2), e3 / (1 - b ** 3)])
+    assert list(st.smooth.y) == pytest.approx([e1 / (1 - b), e2 / (1 - b ** 2), e3 / (1 - b ** 3)])
     assert st.smooth.y[0] == pytest.approx(10.0)  # debiased: the first point is the loss
-    assert st.loss.y == [10.0, 20.0, 30.0] and st.loss.x == [1.0, 2.0, 3.0]
+    assert list(st.loss.y) == [10.0, 20.0, 30.0] and list(st.loss.x) == [1.0, 2.0, 3.0]
 
 
 def test_rate_and_eta_from_the_fits_clock():
@@ -80,6 +80,13 @@ def test_decimate_keeps_extremes_and_bounds_length():
     dx, dy = decimate(x, y, 160)
     assert len(dx) <= 160 and 99.0 in dy and dx == sorted(dx)
     assert decimate([1, 2], [3, 4], 160) == ([1, 2], [3, 4])
+    # a falling curve keeps its order; non-finite values never chosen over finite ones
+    y = [100.0 - i for i in range(1000)]
+    y[10] = float("nan")
+    y[20] = float("inf")
+    dx, dy = decimate(list(range(1000)), y, 100)
+    assert len(dx) == 100 and dx == sorted(dx) and all(math.isfinite(v) for v in dy)
+    assert dy[0] == 100.0 and dy[-1] == -899.0
 
 
 def test_mcmc_rows_from_the_recorded_nuts_run():
@@ -149,7 +156,7 @@ def test_smc_series_and_particles():
     vocab = run.sequences["vocab"]
     st = RunState.from_events(run.events(), vocab=vocab)
     progress = [e for e in run.events() if isinstance(e, FitProgress)]
-    assert len(st.ess) == len(progress) and st.ess.y == [e.metrics["ess"] for e in progress]
+    assert len(st.ess) == len(progress) and list(st.ess.y) == [e.metrics["ess"] for e in progress]
     assert st.log_z.y[-1] == pytest.approx(progress[-1].metrics["log_Z"])
     assert st.num_finished == int(progress[-1].metrics["num_finished"])
     assert st.resampled_steps == [e.step for e in progress if e.metrics.get("resampled")]

@@ -14,6 +14,7 @@ its record by the same code.  The UI process never imports torch.
 """
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Optional
@@ -21,7 +22,8 @@ from typing import Optional
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.css.query import NoMatches
+from textual.widgets import Footer, Static, TabbedContent, TabPane, Tabs
 
 from qvr_tui.fit_runner import FitRequest, FitRunner
 from qvr_tui.screens.confirm import Confirm
@@ -64,7 +66,7 @@ def _shown_path(path) -> str:
 
 
 class QvrDash(App):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = str(Path(__file__).with_name("app.tcss"))  # absolute: subclasses elsewhere
     TITLE = "qvr dash"
     BINDINGS = [
         Binding("1", "tab('program')", "Program", show=False),
@@ -105,6 +107,7 @@ class QvrDash(App):
         self.follow = None  # Tail of a record another process is writing
         self.shown_run: Optional[Path] = None
         self.painted = False
+        self.ready = asyncio.Event()  # every tab mounted and wired
 
     @staticmethod
     def _program_of_run(path: Path) -> Optional[str]:
@@ -117,27 +120,33 @@ class QvrDash(App):
 
     # ------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
-        from qvr_tui.screens.results import ResultsPane
-        from qvr_tui.screens.runs import RunsPane
-        with TabbedContent(id="tabs", initial="live" if self.run_path else "program"):
-            with TabPane("Program", id="program"):
-                if self.program:
-                    from qvr_tui.screens.program import ProgramPane
-                    yield ProgramPane(self.program, watch=self.watch, id="program-pane")
-                else:
-                    yield Static("No program open: `qvr dash FILE`.", id="no-program")
-            with TabPane("Setup", id="setup"):
-                yield SetupPane(self.program, self.runs_dir, id="setup-pane")
-            with TabPane("Live", id="live"):
-                yield LivePane(id="live-pane")
-            with TabPane("Results", id="results"):
-                yield ResultsPane(self.run_path, id="results-pane")
-            with TabPane("Runs", id="runs"):
-                if self.program:
-                    yield RunsPane(self.program, self.runs_dir, id="runs-pane")
-                else:
-                    yield Static("No program open.", id="no-runs")
+        # The first tab shown is composed at once; the others are mounted right after the
+        # first paint (`_mount_rest`), so the dashboard shows something sooner.
+        initial = "live" if self.run_path else "program"
+        with TabbedContent(id="tabs", initial=initial):
+            for name, title in zip(TABS, ("Program", "Setup", "Live", "Results", "Runs")):
+                with TabPane(title, id=name):
+                    if name == initial:
+                        yield self._content(name)
         yield Footer()
+
+    def _content(self, name: str):
+        if name == "program":
+            if self.program:
+                from qvr_tui.screens.program import ProgramPane
+                return ProgramPane(self.program, watch=self.watch, id="program-pane")
+            return Static("No program open: `qvr dash FILE`.", id="no-program")
+        if name == "setup":
+            return SetupPane(self.program, self.runs_dir, id="setup-pane")
+        if name == "live":
+            return LivePane(id="live-pane")
+        if name == "results":
+            from qvr_tui.screens.results import ResultsPane
+            return ResultsPane(self.run_path, id="results-pane")
+        if self.program:
+            from qvr_tui.screens.runs import RunsPane
+            return RunsPane(self.program, self.runs_dir, id="runs-pane")
+        return Static("No program open.", id="no-runs")
 
     def _program_pane(self):
         try:
@@ -155,6 +164,19 @@ class QvrDash(App):
         return self.query_one(SetupPane)
 
     def on_mount(self) -> None:
+        self.call_after_refresh(self._first_paint)
+
+    def _first_paint(self) -> None:
+        self.painted = True
+        self.run_worker(self._mount_rest(), group="mount", exit_on_error=True)
+
+    async def _mount_rest(self) -> None:
+        """Mount the tabs not shown first, then wire them (exports, blocker, a run to
+        open, a fit to start); `ready` is set when done."""
+        initial = self.query_one(TabbedContent).active
+        for name in TABS:
+            if name != initial:
+                await self.query_one(f"TabPane#{name}", TabPane).mount(self._content(name))
         pane = self._program_pane()
         if pane is not None:
             self.setup_pane.set_blocker(pane.run_blocker())
@@ -167,10 +189,7 @@ class QvrDash(App):
         self.set_interval(self.poll_interval, self.tick)
         if self.run_path is not None:
             self.open_run(self.run_path)
-        self.call_after_refresh(self._first_paint)
-
-    def _first_paint(self) -> None:
-        self.painted = True
+        self.ready.set()
         if self.start_method:
             self.setup_pane.preset(self.start_method)
             self.action_start_fit()
@@ -196,7 +215,11 @@ class QvrDash(App):
                 self.follow = None
         if self.state.is_mcmc and not self.state.finished:
             self.state.update_diagnostics()
-        self.live.show(self.state)
+        try:
+            live = self.live
+        except NoMatches:  # the app is closing: its screen is gone
+            return
+        live.show(self.state)
 
     def _fit_ended(self, r: FitRunner) -> None:
         self.runner = None
@@ -274,6 +297,8 @@ class QvrDash(App):
         self.query_one(TabbedContent).active = "live"
 
     def on_program_pane_program_changed(self, event) -> None:
+        if not self.ready.is_set():
+            return
         pane = event.pane
         self.setup_pane.set_blocker(pane.run_blocker())
         if self.shown_run is not None:
@@ -294,14 +319,26 @@ class QvrDash(App):
 
     def on_tabbed_content_tab_activated(self, event) -> None:
         self.refresh_bindings()
+        if event.pane is not None and event.pane.id == "setup" and self.ready.is_set():
+            self.setup_pane.focus_first()
 
     def action_live(self, name: str) -> None:
+        if not self.ready.is_set():
+            return
         getattr(self.live, f"action_{name}")()
 
     def action_tab(self, name: str) -> None:
-        self.query_one(TabbedContent).active = name
+        tabs = self.query_one(TabbedContent)
+        tabs.active = name
+        pane = tabs.get_pane(name)
+        focused = self.focused
+        if focused is not None and pane not in focused.ancestors_with_self:
+            # focus left in a hidden pane would bring its tab back: move it to the tab bar
+            tabs.query_one(Tabs).focus()
 
     def action_start_fit(self) -> None:
+        if not self.ready.is_set():
+            return
         if self.runner is not None:
             self.notify("a fit is running: x cancels it", severity="warning")
             return
@@ -360,6 +397,8 @@ class QvrDash(App):
 
     def action_generate(self) -> None:
         """Set up SMC generation from the finished run shown (then `r` starts it)."""
+        if not self.ready.is_set():
+            return
         run_dir = self.shown_run
         if run_dir is None or self.state.status != "finished" or \
                 self.state.method not in ("svi", "hmc", "nuts"):

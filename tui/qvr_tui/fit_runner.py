@@ -2,7 +2,8 @@
 
 The worker is the headless command line, a new process (not a fork of the UI):
 
-    python -m qvr.cli run FILE --method M --config CFG.json --run-dir DIR [--from RUN] [--export NAME]
+    python -m qvr.cli run FILE --method M --config CFG.json --run-dir DIR
+                             [--from RUN] [--export NAME]
 
 started with ``start_new_session=True`` (so a Ctrl-C typed in the terminal never reaches
 it: only the dashboard's cancel does), its stdout and stderr going to files in a private

@@ -44,6 +44,10 @@ def _text_of(value) -> str:
     return str(value)
 
 
+def _opt_of(name: str):
+    return next(opt for f, opt in FitConfig.options() if f.name == name)
+
+
 class OptionRow(Horizontal):
     """One option: name, editor, error in place, help."""
 
@@ -72,7 +76,8 @@ class OptionRow(Horizontal):
             else:
                 choices = [("on", True), ("off", False)]
                 allow_blank = False
-            yield Select(choices, value=self.value if self.value is not None else Select.NULL,
+            yield Select(choices, type_to_search=False,
+                         value=self.value if self.value is not None else Select.NULL,
                          allow_blank=allow_blank, prompt="default", compact=True,
                          id=f"opt-{self.opt_name}")
         else:
@@ -122,7 +127,6 @@ class SetupPane(VerticalScroll):
         self.runs_dir = Path(runs_dir)
         self.exports = [e for e in exports]
         self.method = "svi"
-        self.values: dict[str, object] = {}  # option -> raw value, kept across methods
         self.errors: dict[str, str] = {}
         self.blocker: Optional[str] = None
         self.shipped = None
@@ -135,10 +139,12 @@ class SetupPane(VerticalScroll):
         yield Static("", id="setup-status")
         with Horizontal(classes="row"):
             yield Label("method", classes="opt-name")
-            yield Select([(METHOD_LABELS[m], m) for m in METHODS], value=self.method,
+            yield Select([(METHOD_LABELS[m], m) for m in METHODS], type_to_search=False,
+                         value=self.method,
                          allow_blank=False, compact=True, id="method")
             yield Label("  export", classes="opt-name")
             yield Select([(e, e) for e in self.exports] or [("(first)", "")],
+                         type_to_search=False,
                          value=self.exports[0] if self.exports else "", allow_blank=False,
                          compact=True, id="export")
         yield Static("data", classes="section", id="data-title")
@@ -147,19 +153,19 @@ class SetupPane(VerticalScroll):
             if self.shipped is not None:
                 kinds.append(("shipped data", "shipped"))
             kinds += [("synthetic rows", "synthetic"), ("a data file", "file")]
-            yield Select(kinds, value=kinds[0][1], allow_blank=False, compact=True,
+            yield Select(kinds, type_to_search=False, value=kinds[0][1], allow_blank=False,
+                         compact=True,
                          id="data-kind")
             yield Input("" if self.shipped else "8", placeholder="path or rows", compact=True,
                         id="data-value")
             yield Static("", id="data-error")
         yield Static("common", classes="section")
-        yield OptionRow("seed", FitConfig.options()[1][1], FitConfig.default("seed"),
-                        id="row-seed")
-        yield OptionRow("device", FitConfig.options()[2][1], FitConfig.default("device"),
-                        id="row-device")
+        for name in ("seed", "device"):
+            yield OptionRow(name, _opt_of(name), FitConfig.default(name), id=f"row-{name}")
         with Horizontal(classes="row"):
             yield Label("start from", classes="opt-name")
-            yield Select(self._start_choices(), value=Select.NULL, allow_blank=True,
+            yield Select(self._start_choices(), type_to_search=False, value=Select.NULL,
+                         allow_blank=True,
                          prompt="nothing (fresh parameters)", compact=True, id="start-from")
         yield Static("", classes="section", id="method-title")
         yield Vertical(id="method-options")
@@ -203,25 +209,31 @@ class SetupPane(VerticalScroll):
             sel.value = keep
 
     def _mount_options(self) -> None:
+        """Every method's option rows are mounted once; the current method's are shown
+        (so values typed for one method stay when switching to another and back)."""
         box = self.query_one("#method-options", Vertical)
-        self._remember()
-        box.remove_children()
-        rows = []
-        for f, opt in FitConfig.options(self.method):
-            if f.name in COMMON:
-                continue
-            value = self.values.get(f.name, FitConfig.default(f.name))
-            rows.append(OptionRow(f.name, opt, value, id=f"row-{f.name}"))
-        box.mount_all(rows)
+        if not box.children:
+            rows = [OptionRow(f.name, opt, FitConfig.default(f.name), id=f"row-{f.name}")
+                    for f, opt in FitConfig.options() if f.name not in COMMON]
+            for row in rows:
+                row.display = self.method in row.opt.methods
+            box.mount_all(rows)
+        else:
+            self._show_method_rows()
         self.query_one("#method-title", Static).update(
             Text(f"{METHOD_LABELS[self.method]} options"))
         fitting = self.method != "smc"
         self.query_one("#data-row").display = fitting
         self.query_one("#data-title").display = fitting
 
-    def _remember(self) -> None:
+    def _show_method_rows(self) -> None:
         for row in self.query("#method-options OptionRow"):
-            self.values[row.opt_name] = row.raw()
+            row.display = self.method in row.opt.methods
+
+    def method_rows(self) -> list:
+        """The option rows of the current method, in declaration order."""
+        return [r for r in self.query("#method-options OptionRow")
+                if self.method in r.opt.methods]
 
     # ------------------------------------------------------------ events
     def on_select_changed(self, event: Select.Changed) -> None:
@@ -259,6 +271,11 @@ class SetupPane(VerticalScroll):
         st.set_class(bool(self.blocker) or not self.program_path, "-blocked")
 
     # ------------------------------------------------------------ public
+    def focus_first(self) -> None:
+        """Focus the method selector (Tab then walks export, data, seed, device, start
+        from and the method's options in order)."""
+        self.query_one("#method", Select).focus()
+
     def preset(self, method: Optional[str] = None, start_from: Optional[str] = None) -> None:
         """Choose a method and/or a run to start from (e.g. SMC from a fitted LM)."""
         if method is not None and method != self.method:
@@ -283,7 +300,8 @@ class SetupPane(VerticalScroll):
         """The options as a `FitConfig` and the errors by field (shown in place)."""
         values: dict[str, object] = {"method": self.method}
         errors: dict[str, str] = {}
-        rows = {r.opt_name: r for r in self.query(OptionRow)}
+        rows = {r.opt_name: r for r in self.query(OptionRow)
+                if r.opt_name in ("seed", "device") or self.method in r.opt.methods}
         for name, row in rows.items():
             try:
                 values[name] = row.parse()

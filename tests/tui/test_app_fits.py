@@ -1,0 +1,243 @@
+"""The dashboard driving real fits in its worker process (`qvr run`), under Pilot: SVI on
+the seed transformer, NUTS on a small model, SMC on the recurrent LM; cancel leaves a
+complete record; a SIGKILLed worker is shown as interrupted; bad input (a program with
+errors, a bad data file, an unwritable runs folder) is named and nothing starts.
+
+Every wait is on the app's state (polled while the app runs), with a generous safety
+limit: the machine may be shared and the seed model takes about a second a step."""
+import json
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from qvr.runs import open_run
+from qvr_tui.app import QvrDash
+from qvr_tui.screens.setup import SetupPane
+from qvr_tui.widgets.chain_table import ChainTable
+from qvr_tui.widgets.loss_plot import LossPlot
+from qvr_tui.widgets.particles import ParticlesTable
+
+from conftest import EXAMPLES
+
+LIMIT = 600  # seconds: a safety limit on waiting for the fit, not a timing assertion
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("QVR_MCMC_COMPILER", "torchscript")
+
+
+async def wait_until(pilot, cond, what: str, limit: float = LIMIT):
+    import time
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; state: "
+                                 f"{pilot.app.state.status_line()}")
+        await pilot.pause(0.05)
+
+
+async def configure(pilot, method, **values):
+    await pilot.app.ready.wait()
+    setup = pilot.app.query_one(SetupPane)
+    setup.preset(method)
+    await pilot.pause()
+    for name, text in values.items():
+        if name == "synthetic":
+            from textual.widgets import Input, Select
+            setup.query_one("#data-kind", Select).value = "synthetic"
+            await pilot.pause()
+            setup.query_one("#data-value", Input).value = str(text)
+        else:
+            setup.set_value(name, str(text))
+    await pilot.pause()
+
+
+def ended(app) -> bool:
+    """The record has its end and the worker has exited."""
+    return app.state.finished and app.runner is None
+
+
+def text_of(app, selector) -> str:
+    return str(app.query_one(selector).render())
+
+
+@pytest.mark.asyncio
+async def test_svi_on_the_seed_transformer(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "transformer_lm.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await configure(pilot, "svi", steps=4, synthetic=8)
+        await pilot.press("r")
+        assert app.runner is not None
+        run_dir = app.runner.run_dir
+        await wait_until(pilot, lambda: ended(app), "the SVI fit to end")
+        assert app.state.status == "finished", app.state.problem()
+        losses = open_run(run_dir).losses()
+        assert len(losses) == 4
+        # every step is reported (a step takes longer than the throttle's 0.05 s)
+        assert list(app.state.loss.x) == [1.0, 2.0, 3.0, 4.0]
+        assert list(app.state.loss.y) == pytest.approx(losses.tolist(), rel=1e-6)
+        assert app.query_one(LossPlot).plotted_points == (4, 4)
+        assert text_of(app, "#live-header").startswith("SVI finished · step 4/4 · ")
+        assert open_run(run_dir).status == "finished"
+        assert open_run(run_dir).config["synthetic"] == 8
+
+
+@pytest.mark.asyncio
+async def test_nuts_rows_match_the_record(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await configure(pilot, "nuts", num_warmup=30, num_samples=30, num_chains=2,
+                        max_tree_depth=5)
+        await pilot.press("r")
+        run_dir = app.runner.run_dir
+        await wait_until(pilot, lambda: ended(app), "the NUTS fit to end")
+        assert app.state.status == "finished", app.state.problem()
+        rows = app.query_one(ChainTable).rows_text()
+        assert [r.split(" | ")[:3] for r in rows] == [["0", "sampling", "30/30"],
+                                                      ["1", "sampling", "30/30"]]
+        stats = open_run(run_dir).summary["stats"]
+        assert [app.state.chains[c].divergences for c in (0, 1)] == \
+            [int(v) for v in stats["divergence_counts"]]
+        assert app.state.diagnostics_draws == 30
+        assert app.state.worst[0].r_hat == pytest.approx(stats["max_r_hat"], abs=1e-9)
+
+
+@pytest.mark.asyncio
+async def test_smc_on_the_recurrent_lm_shows_text(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "recurrent_lm.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    vocab = json.loads((EXAMPLES / "data" / "recurrent_lm.vocab.json").read_text())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await configure(pilot, "smc", particles=8, max_len=6)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: ended(app), "the SMC run to end")
+        assert app.state.status == "finished", app.state.problem()
+        table = app.query_one(ParticlesTable)
+        assert table.row_count == 8
+        for p in app.state.particles:
+            assert p.text == "".join(vocab[t] for t in p.tokens)
+        assert sum(p.weight for p in app.state.particles) == pytest.approx(1.0)
+        assert len(app.state.ess) >= 1
+
+
+@pytest.mark.asyncio
+async def test_cancel_key_leaves_a_complete_record(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await configure(pilot, "nuts", num_warmup=5000, num_samples=100, num_chains=2,
+                        max_tree_depth=5)
+        await pilot.press("r")
+        run_dir = app.runner.run_dir
+        await wait_until(pilot, lambda: app.state.step >= 2, "the first warmup steps")
+        await pilot.press("ctrl+c")  # the first Ctrl-C cancels the fit, it does not quit
+        assert app.is_running
+        await wait_until(pilot, lambda: ended(app), "the cancelled fit to end")
+        assert app.state.status == "cancelled"
+        assert app.last_runner.outcome == "cancelled"
+        run = open_run(run_dir)
+        assert run.status == "cancelled" and run.summary["status"] == "cancelled"
+        last = [e for e in run.events(load_draws=False)][-1]
+        assert type(last).__name__ == "FitCancelled"
+        assert app.state.message == f"cancelled at step {last.step}"
+
+
+@pytest.mark.asyncio
+async def test_a_killed_worker_is_shown_interrupted(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await configure(pilot, "svi", steps=1000000)
+        await pilot.press("r")
+        runner = app.runner
+        await wait_until(pilot, lambda: app.state.step >= 20, "20 SVI steps")
+        shown = len(app.state.loss)
+        os.kill(runner.pid, signal.SIGKILL)
+        await wait_until(pilot, lambda: ended(app), "the dead worker to be noticed")
+        assert app.state.status == "interrupted"
+        problem = text_of(app, "#live-problem")
+        assert problem.startswith(f"interrupted after step {app.state.step}: the worker "
+                                  f"stopped (killed by signal 9) without finishing the record")
+        assert open_run(runner.run_dir).status == "interrupted"
+        # nothing already shown is lost, and everything flushed to the record is shown
+        recorded = [e for e in open_run(runner.run_dir).events(load_draws=False)
+                    if type(e).__name__ == "FitProgress"]
+        assert len(app.state.loss) == len(recorded) >= shown >= 1
+        assert app.is_running  # the dashboard keeps working
+
+
+@pytest.mark.asyncio
+async def test_bad_data_file_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        from textual.widgets import Input, Select
+        setup = app.query_one(SetupPane)
+        setup.query_one("#data-kind", Select).value = "file"
+        await pilot.pause()
+        setup.query_one("#data-value", Input).value = str(tmp_path / "missing.json")
+        await pilot.press("r")
+        assert app.runner is None
+        assert str(setup.query_one("#data-error").render()) == \
+            f"{tmp_path / 'missing.json'}: no such file"
+        setup.query_one("#data-value", Input).value = str(bad)
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: ended(app), "the worker to reject the data")
+        assert app.state.status == "failed"
+        assert str(bad) in app.state.message or "bad.json" in app.state.message, \
+            app.state.message
+        assert "bad.json" in text_of(app, "#live-problem")
+
+
+@pytest.mark.asyncio
+async def test_invalid_options_shown_in_place_and_nothing_starts(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await configure(pilot, "nuts", num_chains=0, step_size="fast")
+        await pilot.press("r")
+        assert app.runner is None and not (tmp_path / "runs").exists()
+        assert app.query_one("#tabs").active == "setup"
+        err = lambda name: str(app.query_one(f"#row-{name} .opt-error").render())
+        assert err("num_chains") == "must be an integer >= 1, got 0"
+        assert err("step_size") == "expected a number, got 'fast'"
+        assert err("num_samples") == ""
+
+
+@pytest.mark.asyncio
+async def test_program_with_errors_cannot_run(tmp_path):
+    prog = tmp_path / "broken.qvr"
+    prog.write_text("object A : FinSet 2\nprogram p : A -> A\n    sample x <- Nowhere(1.0)\n"
+                    "    return x\nexport p\n")
+    app = QvrDash(program=str(prog), runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        await pilot.press("r")
+        assert app.runner is None and not (tmp_path / "runs").exists()
+        status = str(app.query_one("#setup-status").render())
+        assert status.startswith(f"cannot run: {prog}:3:")
+        assert app.query_one("#tabs").active == "program"
+
+
+@pytest.mark.asyncio
+async def test_unwritable_runs_folder_is_named(tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where the runs folder should be")
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=blocker,
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        await pilot.press("r")
+        assert app.runner is None
+        assert app.state.status == "failed"
+        assert text_of(app, "#live-problem").startswith(
+            f"failed: cannot create the runs folder {blocker}")

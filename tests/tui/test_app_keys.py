@@ -1,0 +1,143 @@
+"""The app's keys without a real fit: tabs by number, `?` help, `d` light/dark, `q` quits
+at once when idle and asks while a fit runs (a stand-in worker that never writes a
+record), Ctrl-C cancels instead of quitting, `g` sets up SMC from the run shown, the
+generated setup options, and a worker that dies before writing a record."""
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from textual.widgets import Select
+
+from qvr.inference.config import FitConfig
+from qvr_tui.app import QvrDash
+from qvr_tui.screens.confirm import Confirm
+from qvr_tui.screens.setup import COMMON, OptionRow, SetupPane
+
+from conftest import EXAMPLES
+
+RECORDED = Path(__file__).parent / "recorded"
+
+
+def stand_in_worker(tmp_path, body="exec sleep 60"):
+    """An executable used as the worker's python: ignores its arguments."""
+    exe = tmp_path / "fake-python"
+    exe.write_text(f"#!/bin/sh\n{body}\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return str(exe)
+
+
+async def wait_until(pilot, cond, what, limit=60):
+    import time
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.05)
+
+
+@pytest.mark.asyncio
+async def test_tabs_help_and_theme(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "hmm.qvr"), runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        tabs = app.query_one("#tabs")
+        assert tabs.active == "program"
+        for key, name in (("2", "setup"), ("3", "live"), ("4", "results"), ("5", "runs"),
+                          ("1", "program")):
+            await pilot.press(key)
+            assert tabs.active == name
+        await pilot.press("question_mark")
+        assert len(app.screen.query("HelpPanel")) == 1
+        await pilot.press("question_mark")
+        assert len(app.screen.query("HelpPanel")) == 0
+        dark = app.current_theme.dark
+        await pilot.press("d")
+        assert app.current_theme.dark is (not dark)
+
+
+@pytest.mark.asyncio
+async def test_setup_options_generated_from_fitconfig(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "hmm.qvr"), runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        setup = app.query_one(SetupPane)
+        for method in ("svi", "hmc", "nuts", "smc"):
+            setup.preset(method)
+            await pilot.pause()
+            shown = [r.opt_name for r in setup.query("#method-options OptionRow") if r.display]
+            assert shown == [r.opt_name for r in setup.method_rows()]
+            assert shown == [f.name for f, _ in FitConfig.options(method)
+                             if f.name not in COMMON]
+        setup.preset("nuts")
+        await pilot.pause()
+        assert setup.query_one("#opt-num_warmup").value == "500"
+        assert setup.query_one("#opt-mass_matrix", Select).value is Select.NULL  # default
+        setup.set_value("num_warmup", "40")
+        setup.preset("svi")
+        await pilot.pause()
+        setup.preset("nuts")
+        await pilot.pause()
+        assert setup.query_one("#opt-num_warmup").value == "40"  # kept across methods
+        cfg, errors = setup.build_config()
+        assert errors == {} and cfg.num_warmup == 40 and cfg.method == "nuts"
+        setup.preset("smc")
+        await pilot.pause()
+        setup.set_value("forbid", "3 ; 4,5")
+        cfg, errors = setup.build_config()
+        assert errors == {} and cfg.forbid == [[3], [4, 5]]
+
+
+@pytest.mark.asyncio
+async def test_quit_asks_while_a_fit_runs_and_ctrl_c_cancels(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
+                  runs_dir=tmp_path / "runs", python=stand_in_worker(tmp_path), watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        await pilot.press("r")
+        runner = app.runner
+        assert runner is not None and runner.proc.poll() is None
+        await pilot.press("q")
+        assert isinstance(app.screen, Confirm)
+        await pilot.press("n")
+        assert not isinstance(app.screen, Confirm) and app.is_running
+        await pilot.press("ctrl+c")  # cancels the fit (SIGINT to the worker), not the app
+        assert app.is_running and runner.cancel_requests == 1
+        await wait_until(pilot, lambda: app.runner is None, "the stand-in worker to end")
+        # it died of the SIGINT without writing a record: named, the app keeps going
+        assert app.state.status == "failed"
+        assert app.state.message == ("the worker stopped before writing a record "
+                                     "(killed by signal 2)")
+        assert str(app.query_one("#live-problem").render()).startswith("failed: the worker")
+        await pilot.press("q")
+    assert not app.is_running
+
+
+@pytest.mark.asyncio
+async def test_worker_stderr_is_shown_when_it_fails_to_start(tmp_path):
+    exe = stand_in_worker(tmp_path, 'echo "qvr run: --data x.json: no such file" >&2; exit 2')
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
+                  runs_dir=tmp_path / "runs", python=exe, watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.runner is None, "the worker to exit")
+        assert app.state.problem() == "failed: qvr run: --data x.json: no such file"
+
+
+@pytest.mark.asyncio
+async def test_g_sets_up_smc_from_the_finished_run(tmp_path):
+    import shutil
+    run = tmp_path / "svi_transformer"
+    shutil.copytree(RECORDED / "svi_transformer", run)
+    app = QvrDash(program=str(EXAMPLES / "transformer_lm.qvr"), run=str(run),
+                  runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.ready.wait()
+        await pilot.press("g")
+        setup = app.query_one(SetupPane)
+        assert app.query_one("#tabs").active == "setup"
+        assert setup.method == "smc"
+        assert setup.query_one("#start-from", Select).value == str(run)
+        req = setup.build_request(str(tmp_path / "runs" / "x"))
+        assert req.start_from == str(run) and req.config.method == "smc"
