@@ -153,24 +153,42 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def load_program(file: str, export):
-    """`(program, export_name)` of a file, as `qvr run` and the dashboard's worker do."""
+def load_program(file: str, export, data_file=None):
+    """`(program, export_name)` of a file, as `qvr run` and the dashboard's worker do.
+
+    Observed relations (``from_data("KEY")``) are read from the data file (`data_file`,
+    else the one shipped beside the program) under ``from_data/KEY``."""
+    from qvr.inference.data import DataError, relations_for
     from qvr.runtime.errors import QvrLoadError
     import qvr
     try:
-        program = qvr.load(Path(file))
+        relations = relations_for(file, data_file)
+    except DataError as exc:
+        raise ModelError(str(exc)) from None
+    try:
+        program = qvr.load(Path(file), data=relations or None)
     except QvrLoadError as exc:
         raise ModelError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{file}: cannot read file: {exc}") from None
+    except KeyError as exc:  # a from_data relation without its table
+        key = str(exc).strip("'\"")
+        raise ModelError(f"{file}: the module needs the table of an observed relation "
+                         f"(`{key}`); give it in the data file under \"from_data/KEY\" "
+                         f"(--data FILE), as the shipped data files do") from None
     if export is not None:
         if export not in program.exports:
             names = ", ".join(program.exports) or "none"
             raise ModelError(f"{file}: no export named `{export}` (exports: {names})")
         return program.exports[export], export
-    if program.morphism is None:
-        raise ModelError(f"{file}: the module exports no program to run")
-    return program, next(iter(program.exports), None)
+    if not program.exports:
+        raise ModelError(f"{file}: the module exports nothing to run")
+    from qvr.inference.fitting import choose_export
+    try:
+        name = choose_export(program)
+    except ValueError as exc:
+        raise ModelError(f"{file}: {exc}") from None
+    return program.exports[name], name
 
 
 def run(args) -> int:
@@ -183,7 +201,7 @@ def run(args) -> int:
             raise UsageError(f"--from {args.start_from}: no such run folder")
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
-        program, export = load_program(args.file, args.export)
+        program, export = load_program(args.file, args.export, config.data)
         from qvr.runs import RecordError, new_run_dir
         try:
             if args.run_dir:
@@ -201,6 +219,7 @@ def run(args) -> int:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 1
     print(f"{tool}: run folder {folder}", file=sys.stderr)
+    args.internal_error_dir = folder  # a bug's traceback goes to the run folder
     return _fit(args, config, program, export, folder, tool)
 
 

@@ -61,11 +61,40 @@ def load_data_file(path) -> dict:
             arrays = load_data(p)
         except DataFileError as exc:
             raise DataError(str(exc)) from None
-        return {k: torch.as_tensor(np.asarray(v)) for k, v in arrays.items()}
+        arrays = {k: v for k, v in arrays.items() if not k.startswith(RELATION_PREFIX)}
+        out = {}
+        for k, v in arrays.items():
+            a = np.asarray(v)
+            if a.dtype.kind in "USO":  # words (host data a deduction parses) stay a list
+                out[k] = [str(w) for w in a.tolist()] if a.ndim else str(a)
+            else:
+                out[k] = torch.as_tensor(a)
+        return out
     except DataError:
         raise
     except Exception as exc:
         raise DataError(f"{path}: cannot read data: {exc}") from None
+
+
+RELATION_PREFIX = "from_data/"
+
+
+def relations_for(program_path, data_file=None) -> dict:
+    """The ``from_data/KEY`` tables of the data file (given, else shipped beside the
+    program) as ``{KEY: array}``, for ``qvr.load(path, data=...)``: observed relations are
+    part of the module, not of the fit."""
+    path = Path(data_file) if data_file else shipped_data(str(program_path))
+    if path is None or not path.is_file() or path.suffix == ".pt":
+        return {}
+    try:
+        from qvr.datafiles import DataFileError, load_data
+        arrays = load_data(path)
+    except ImportError:  # pragma: no cover
+        return {}
+    except DataFileError as exc:
+        raise DataError(str(exc)) from None
+    return {k[len(RELATION_PREFIX):]: v for k, v in arrays.items()
+            if k.startswith(RELATION_PREFIX)}
 
 
 def _load_plain(p: Path) -> dict:  # pragma: no cover - fallback without qvr.datafiles
@@ -112,9 +141,14 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
 
 def split_data(model, data: Optional[dict], device="cpu") -> tuple:
     """`(x, observations)` from a data dict (see the module docstring)."""
-    data = {k: (v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v)))
-            for k, v in (data or {}).items()}
-    data = {k: v.to(device) for k, v in data.items()}
+    def tensor(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(device)
+        if isinstance(v, str) or (isinstance(v, (list, tuple)) and v and
+                                  all(isinstance(w, str) for w in v)):
+            return v  # words: host data a deduction parses
+        return torch.as_tensor(np.asarray(v)).to(device)
+    data = {k: tensor(v) for k, v in (data or {}).items()}
     x = data.pop("x", None)
     if x is None:
         n = 1

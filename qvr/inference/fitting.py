@@ -105,15 +105,62 @@ class FitContext:
     vocab: Optional[list] = None  # SMC: token id -> text
 
 
+def _is_program(obj) -> bool:
+    return hasattr(obj, "execute") and hasattr(obj, "log_joint")
+
+
+def _is_morphism(obj) -> bool:
+    return all(hasattr(obj, a) for a in ("domain", "codomain", "log_prob", "rsample"))
+
+
+def export_kind(obj) -> str:
+    return "program" if _is_program(obj) else "morphism" if _is_morphism(obj) else \
+        type(obj).__name__
+
+
+def choose_export(program) -> str:
+    """The export a fit uses when none is named: the first one if it is a program or a
+    morphism; otherwise the only fittable one; otherwise a `ValueError` listing them."""
+    exports = getattr(program, "exports", {})
+    names = list(exports)
+    if not names:
+        raise ValueError("the module exports nothing to fit")
+    if export_kind(exports[names[0]]) in ("program", "morphism"):
+        return names[0]
+    fittable = [n for n in names if export_kind(exports[n]) in ("program", "morphism")]
+    if len(fittable) == 1:
+        return fittable[0]
+    listed = ", ".join(f"`{n}` ({export_kind(exports[n])})" for n in names)
+    raise ValueError(f"choose the export to fit with --export NAME; exports: {listed}")
+
+
+def morphism_program(morphism):
+    """`x ↦ observe y <- f(x)` around a morphism `f : A -> B`: a program whose data are the
+    input `x` (A) and the output `y` (B); synthetic input is drawn from A's type and the
+    output from `f` (see `qvr.inference.data.synthesize`)."""
+    from qvr.runtime.monadic import MonadicProgram
+    prog = MonadicProgram(morphism.domain, morphism.codomain,
+                          [(("y",), morphism, None, True)], ("y",))
+    prog.wrapped_morphism = morphism
+    return prog
+
+
 def model_of(program):
-    """The program to fit: a `MonadicProgram`, or a `Program`'s first export."""
-    if hasattr(program, "execute") and hasattr(program, "log_joint"):
+    """The program to fit: a `MonadicProgram`; a `Program`'s chosen export
+    (`choose_export`); an exported morphism, wrapped by `morphism_program`."""
+    if _is_program(program):
         return program
-    inner = getattr(program, "morphism", None)
-    if inner is not None and hasattr(inner, "execute"):
-        return inner
-    raise DataError("this module's first export is not a program with sample/observe steps; "
-                    "only programs can be fitted")
+    if hasattr(program, "exports") and not _is_morphism(program):
+        exports = program.exports
+        try:
+            name = choose_export(program)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
+        return model_of(exports[name])
+    if _is_morphism(program):
+        return morphism_program(program)
+    raise DataError(f"a {type(program).__name__} cannot be fitted: give a program or a "
+                    f"morphism (an export of a module)")
 
 
 def _source_info(program, source: Optional[str], path: Optional[str],

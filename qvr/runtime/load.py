@@ -17,7 +17,7 @@ from qvr.runtime.errors import CompileError, ParseError
 from qvr.runtime.program import Program
 from qvr.sema.typed import typed_module
 
-_SYNTAX_CODES = {f"QVR00{i}" for i in range(1, 10)}
+_SYNTAX_CODES = {f"QVR{i:03d}" for i in range(1, 11)}  # QVR010: nested too deeply
 
 
 def _looks_like_path(s: str) -> bool:
