@@ -185,6 +185,7 @@ def test_auto_switches_at_a_probe_and_stays_reproducible(monkeypatch):
     """With compiling made cheap, ``auto`` compiles at the first probe (iteration 50):
     the same seed gives the same draws again."""
     monkeypatch.setattr(T, "COMPILE_COST_S", 1e-4)
+    monkeypatch.delenv(T.ENV_VAR, raising=False)  # "auto" itself, not an override
     model, x, obs, _ = normal_normal_case()
     draws = []
     for _ in range(2):
