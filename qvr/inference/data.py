@@ -200,8 +200,9 @@ def synthesize(model, n: int) -> tuple[dict, dict]:
             x = torch.zeros(n, 1)
     except (TypeError, AttributeError):
         x = torch.zeros(n, 1)
+    from qvr.runtime.synth_host import synthesizing_host
     try:
-        with torch.no_grad():
+        with torch.no_grad(), synthesizing_host() as synth:
             tr = trace(model, x)
     except MissingValueError as exc:
         raise DataError(f"synthetic data cannot be drawn from this program: "
@@ -211,9 +212,16 @@ def synthesize(model, n: int) -> tuple[dict, dict]:
                         f"{message_of(exc)}") from None
     data, truth = {"x": x}, {}
     for name, site in tr.sites.items():
-        if site.is_deterministic or not isinstance(site.value, torch.Tensor):
+        if not isinstance(site.value, torch.Tensor):
+            continue
+        if site.kind == "host":  # host data drawn for the synthetic rows
+            data[name] = site.value.detach()
+            continue
+        if site.is_deterministic:
             continue
         (data if site.kind == "observe" else truth)[name] = site.value.detach()
+    for name, value in synth.values.items():  # host data drawn from how it is used
+        data[name] = value
     return data, truth
 
 

@@ -278,7 +278,8 @@ def _plain_stats(stats: dict) -> dict:
         if isinstance(v, (int, float, str, bool)) or v is None:
             out[k] = v
         elif isinstance(v, (list, tuple)):
-            out[k] = [float(x) if isinstance(x, (int, float)) else x for x in v]
+            out[k] = [float(x) if isinstance(x, (int, float)) and not isinstance(x, bool)
+                      else x for x in v]
     return out
 
 

@@ -88,6 +88,10 @@ class Frame:
         try:
             v = self._host[name]
         except KeyError:
+            from qvr.runtime.synth_host import active
+            synth = active()
+            if synth is not None:  # drawing synthetic data: its use decides the value
+                return synth.request(name, self.B)
             raise MissingValueError(
                 f"host data `{name}` was not supplied", expected=f"a value for `{name}` in "
                 "the observations dict", actual="no such key", name=name,

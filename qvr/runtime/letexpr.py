@@ -21,12 +21,18 @@ from typing import Callable
 
 import torch
 
+from qvr.runtime.synth_host import HostRequest
+
 from qvr.runtime.values import as_index
 from qvr.syntax import ast as A
 
 
 def _num(frame, v):
-    return v if isinstance(v, torch.Tensor) else frame.literal(v)
+    if isinstance(v, torch.Tensor):
+        return v
+    if isinstance(v, HostRequest):  # synthetic data: host data used as a number
+        return v.synth.real(v, frame.device)
+    return frame.literal(v)
 
 
 def _float(v):
@@ -160,8 +166,11 @@ class _Compiler:
             a = _num(frame, base(frame, b))
             keys = []
             for axis, f in enumerate(idx):
-                i = _num(frame, f(frame, b))
+                raw = f(frame, b)
                 size = a.shape[axis] if axis < a.dim() else 0
+                # synthetic data: host data used as an index of this axis
+                i = raw.synth.index(raw, size, frame.device) if isinstance(raw, HostRequest) \
+                    else _num(frame, raw)
                 keys.append(as_index(i, size, who=f"{who}[...]", what=f"index on axis {axis}"))
             return a[tuple(keys)] if len(keys) > 1 else a[keys[0]]
 

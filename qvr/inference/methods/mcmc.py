@@ -52,6 +52,7 @@ def run(ctx: FitContext) -> FitResult:
                  "max_depth_hits": int((res.tree_depths >= config.max_tree_depth).sum())
                  if config.method == "nuts" else 0,
                  "e_bfmi": e_bfmi(res), "compiler": res.compiler,
+                 "compiler_notes": list(getattr(res, "compiler_notes", []) or []),
                  **out.summary.worst()}
     return out
 
