@@ -172,9 +172,13 @@ def load_program(file: str, export, data_file=None):
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{file}: cannot read file: {exc}") from None
     except KeyError as exc:  # a from_data relation without its table
-        key = str(exc).strip("'\"")
-        raise ModelError(f"{file}: the module needs the table of an observed relation "
-                         f"(`{key}`); give it in the data file under \"from_data/KEY\" "
+        import re
+        name = str(exc).strip("'\"")
+        text = Path(file).read_text(encoding="utf-8", errors="replace")
+        m = re.search(rf"morphism\s+{re.escape(name)}\b[^\n]*from_data\(\"([^\"]*)\"\)", text)
+        key = m.group(1) if m else "KEY"
+        raise ModelError(f"{file}: the observed relation `{name}` needs its table "
+                         f"`{key}`: give it in the data file under \"from_data/{key}\" "
                          f"(--data FILE), as the shipped data files do") from None
     if export is not None:
         if export not in program.exports:

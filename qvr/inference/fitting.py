@@ -150,7 +150,7 @@ def model_of(program):
     (`choose_export`); an exported morphism, wrapped by `morphism_program`."""
     if _is_program(program):
         return program
-    if hasattr(program, "exports") and not _is_morphism(program):
+    if isinstance(getattr(program, "exports", None), dict):  # a loaded module
         exports = program.exports
         try:
             name = choose_export(program)

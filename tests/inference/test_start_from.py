@@ -1,0 +1,82 @@
+"""`fit(..., start_from=RUN)`: SMC generation from an SVI-fitted language model, and the
+errors when a program no longer matches the run it starts from."""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from qvr import load
+from qvr.inference import FitConfig, fit
+from qvr.inference.start import StartError
+from qvr.runs import open_run
+
+ROOT = Path(__file__).resolve().parents[2]
+LM = ROOT / "examples" / "recurrent_lm.qvr"
+
+
+def mean_log_likelihood(program, sequences, bos, eos, draws=8):
+    """Mean over sequences of log p(s) = Σ_t log p(s_t | [bos] + s_<t), the hidden state
+    averaged over `draws` draws per position (one batched call per prefix length)."""
+    model = program.morphism
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for seq in sequences:
+            seq = list(seq)
+            for t, tok in enumerate(seq):
+                x = torch.tensor([[bos] + seq[:t]] * draws, dtype=torch.long)
+                y = torch.full((draws,), tok, dtype=torch.long)
+                lp = model.execute(x, {"next_char": y}, score=True).log_joint
+                total += float(torch.logsumexp(lp.reshape(-1), 0) - np.log(draws))
+            count += 1
+    return total / count
+
+
+@pytest.mark.slow
+def test_smc_from_an_svi_fitted_language_model_generates_likelier_text(tmp_path):
+    torch.manual_seed(0)
+    fitted = fit(load(LM), config=FitConfig(method="svi", steps=300, lr=0.02, seed=0),
+                 run_dir=tmp_path / "svi")
+    assert fitted.status == "finished"
+    assert np.mean(fitted.losses[-30:]) < np.mean(fitted.losses[:30])
+    run = open_run(tmp_path / "svi")
+    assert run.meta["data"]["kind"] == "shipped"
+    smc_cfg = FitConfig(method="smc", particles=16, expansion=2, max_len=10, seed=1)
+    torch.manual_seed(5)
+    gen = fit(load(LM), config=smc_cfg, start_from=tmp_path / "svi", run_dir=tmp_path / "smc")
+    rec = open_run(tmp_path / "smc")
+    assert rec.meta["start_from"]["run"] == str((tmp_path / "svi").resolve())
+    assert rec.meta["start_from"]["sha256"] == run.source_sha256
+    eos = gen.stats["eos"]
+    seqs = [tuple(p["tokens"]) for p in gen.sequences["particles"]]
+    vocab = gen.sequences["vocab"]
+    assert vocab and all(isinstance(t["text"], str) for t in gen.sequences["top"])
+    # the same sequences, scored by the fitted model and by fresh parameters
+    fitted_prog = load(LM)
+    torch.manual_seed(5)
+    fresh_prog = load(LM)
+    from qvr.inference.start import load_start
+    load_start(tmp_path / "svi").apply_to_model(fitted_prog.morphism)
+    bos = eos
+    ll_fitted = mean_log_likelihood(fitted_prog, seqs, bos, eos)
+    ll_fresh = mean_log_likelihood(fresh_prog, seqs, bos, eos)
+    assert ll_fitted > ll_fresh + 1.0, (ll_fitted, ll_fresh)
+
+
+def test_a_program_that_no_longer_matches_the_run_is_a_clear_error(tmp_path):
+    small = tmp_path / "lm.qvr"
+    small.write_text(LM.read_text())
+    data = {"x": torch.randint(0, 64, (6, 5)), "next_char": torch.randint(0, 64, (6,))}
+    fit(load(small), data, FitConfig(method="svi", steps=2), run_dir=tmp_path / "r")
+    changed = LM.read_text().replace("object State : Real 32", "object State : Real 24")
+    small.write_text(changed)
+    with pytest.raises(StartError) as info:
+        fit(load(small), data, FitConfig(method="svi", steps=2), start_from=tmp_path / "r",
+            run_dir=tmp_path / "r2")
+    msg = str(info.value)
+    assert "parameter `cell." in msg and "in the run but" in msg
+    assert "the program's text has changed since that run" in msg
+    assert open_run(tmp_path / "r2").status == "failed"
+    with pytest.raises(StartError, match="not a run record"):
+        fit(load(small), data, FitConfig(method="svi", steps=2), start_from=tmp_path)
