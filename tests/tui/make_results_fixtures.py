@@ -25,9 +25,7 @@ and point ``run.json`` at the program there (`tests/tui/results_fixtures.py`).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

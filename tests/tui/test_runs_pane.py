@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 
 from qvr_tui.screens.runs import RunsPane

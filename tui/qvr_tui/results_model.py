@@ -13,7 +13,8 @@ that ended before their summary was written).  Nothing here draws; the panes ren
   - SMC: top sequences (`SequenceRow`, text through the record's vocabulary), log Z-hat.
 * `table_rows(sites, sort, query, expanded)`: what the summary table shows, sorted
   (`SORT_KEYS`) and filtered by a substring.
-* `run_key_number(run)`: the Runs table's one number (final loss / max R-hat / log Z).
+* `run_rows(runs_dir, program)` → `RunRow`s for the Runs table (status, method, start,
+  stale mark, and `run_key_number(run)`: final loss / max R-hat / log Z).
 * `curve(run)`: the curve two runs are overlaid by (SVI losses; MCMC mean log density per
   draw over chains).
 * `export_arviz(results, path)`: MCMC draws to NetCDF through ArviZ when it is installed,
@@ -30,11 +31,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from qvr.inference.events import (DrawsChunk, FitFailed, FitProgress, ParticlesSnapshot)
+from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
 
 __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "SequenceRow", "Results",
            "load_results", "table_rows", "SORT_KEYS", "param_series", "site_matrix",
@@ -350,12 +351,6 @@ def _group(params: dict, draws: dict) -> tuple:
         out.append(SiteRow(site=name, shape=_site_shape(name, draws, coords),
                            coords=tuple(coords), order=order))
     return tuple(out)
-
-
-def _fmt(v: float, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    return f"{v:.{digits}g}" if abs(v) < 1e4 else f"{v:.0f}"
 
 
 def mcmc_checks(res: Results, sampling_progress: dict, config: dict) -> tuple:
