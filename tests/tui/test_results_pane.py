@@ -218,3 +218,33 @@ async def test_export_without_arviz(runs, monkeypatch):
         ev = await app.exported.get()
         assert ev.path is None
         assert ev.message == "Export to ArviZ needs the arviz package: pip install arviz (into .venv)."
+
+
+async def test_running_record_is_read_again_until_it_ends(runs):
+    """A record whose writer lock is held shows as running (partial) and is re-read; once
+    the writer is gone the next read says interrupted (no sleeps: waits on Loaded)."""
+    import fcntl
+    import shutil
+
+    runs_dir, program = runs
+    shutil.copytree(runs_dir / "interrupted", runs_dir / "live")
+    lock = open(runs_dir / "live" / "writer.lock", "a+")
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        pane = ResultsPane(runs_dir / "live", program_path=program)
+        pane.RUNNING_REFRESH = 0.05
+        app = ResultsHarness(pane)
+        async with app.run_test(size=(100, 30)) as pilot:
+            res = await app.loaded.get()
+            assert res.status == "running" and res.partial
+            assert "partial: the fit is still running" in text_of(
+                pane.query_one("#results-notes", Static))
+            res = await app.loaded.get()  # the re-read, still running
+            assert res.status == "running"
+            lock.close()
+            while res.status == "running":
+                res = await app.loaded.get()
+            assert res.status == "interrupted"
+            assert "interrupted" in text_of(pane.query_one("#results-header", Static))
+    finally:
+        lock.close()

@@ -27,7 +27,8 @@ from `qvr_tui.results_model.load_results` (torch-free); this module only lays it
   vocabulary).
 
 The record is read in a worker thread (`show_run` returns at once; the newest request
-wins).  Messages: `ResultsPane.Loaded(results)` once a record is shown (None: nothing or
+wins); a record still being written (status running) is read again every
+`RUNNING_REFRESH` seconds until it ends.  Messages: `ResultsPane.Loaded(results)` once a record is shown (None: nothing or
 an unreadable folder, the reason in `load_error`); `ResultsPane.Exported(path, message)`
 after an ArviZ export attempt.
 """
@@ -117,6 +118,8 @@ class ResultsPane(Vertical):
     ResultsPane #smc-table { height: 1fr; }
     ResultsPane #results-footer { height: 1; padding: 0 1; color: $text-muted; background: $panel; }
     """
+
+    RUNNING_REFRESH = 3.0  # seconds between re-reads of a record that is still written
 
     BINDINGS = [
         Binding("slash", "filter", "Filter"),
@@ -246,7 +249,15 @@ class ResultsPane(Vertical):
         else:
             switcher.current = "smc"
             self._fill_smc()
+        if res is not None and res.status == "running":
+            # a fit still writing this record: read it again shortly (newest read wins)
+            self.set_timer(self.RUNNING_REFRESH, lambda: self._reload_running(gen))
         self.post_message(self.Loaded(self, res))
+
+    def _reload_running(self, gen: int) -> None:
+        if gen == self._generation and self.results is not None \
+                and self.results.status == "running":
+            self._load()
 
     def _render_header(self) -> None:
         res = self.results
