@@ -119,6 +119,9 @@ def headline(run, summary: Optional[dict]) -> str:
                 f"{stats.get('num_truncated', '?')} truncated{state}")
     if not stats:
         return f"{method}: no summary{state}"
+    if "log_marginal_likelihood" in stats:
+        return (f"{method}: no continuous latent site to sample (finite latents summed out); "
+                f"log marginal likelihood {_f(stats['log_marginal_likelihood'], '.6g')}{state}")
     eps = ", ".join(_f(v) for v in stats.get("step_sizes", []))
     compiled = ", steps compiled by Inductor" if stats.get("compiler") == "inductor" else ""
     return (f"{method}: {stats.get('num_chains', '?')} chains x {stats.get('num_samples', '?')} "

@@ -100,7 +100,6 @@ def config_from_args(args) -> FitConfig:
                              f"not of --method {method}")
         given[f.name] = getattr(args, f.name)
     cfg = FitConfig(method=method, **given)
-    cfg.progress_interval = 0.05
     errors = cfg.errors()
     if errors:
         flags = {f.name: flag_of(f, o) for f, o in FitConfig.options()}

@@ -147,7 +147,10 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
         if isinstance(v, str) or (isinstance(v, (list, tuple)) and v and
                                   all(isinstance(w, str) for w in v)):
             return v  # words: host data a deduction parses
-        return torch.as_tensor(np.asarray(v)).to(device)
+        t = torch.as_tensor(np.asarray(v))
+        if t.is_floating_point() and t.dtype != torch.get_default_dtype():
+            t = t.to(torch.get_default_dtype())  # float64 files against float32 parameters
+        return t.to(device)
     data = {k: tensor(v) for k, v in (data or {}).items()}
     x = data.pop("x", None)
     if x is None:
@@ -210,6 +213,14 @@ def synthesize(model, n: int) -> tuple[dict, dict]:
     except (QvrRuntimeError, NotImplementedError, ValueError) as exc:
         raise DataError(f"synthetic data cannot be drawn from this program: "
                         f"{message_of(exc)}") from None
+    except TypeError as exc:
+        pending = [n for n in synth.requested if n not in synth.values]
+        if not pending:
+            raise
+        raise DataError(f"synthetic data cannot be drawn from this program: host data "
+                        f"`{pending[0]}` is used in a way its values cannot be drawn from "
+                        f"(not as an index or a number); give it in a data file "
+                        f"(--data FILE)") from None
     data, truth = {"x": x}, {}
     for name, site in tr.sites.items():
         if not isinstance(site.value, torch.Tensor):

@@ -33,8 +33,11 @@ class HostSynthesizer:
     def __init__(self, generator: Optional[torch.Generator] = None):
         self.generator = generator
         self.values: dict[str, torch.Tensor] = {}
+        self.requested: list[str] = []  # in order of first request
 
     def request(self, name: str, rows: int):
+        if name not in self.requested:
+            self.requested.append(name)
         return self.values.get(name) if name in self.values else HostRequest(name, rows, self)
 
     def index(self, req: HostRequest, size: int, device=None) -> torch.Tensor:

@@ -148,7 +148,8 @@ class MCMC:
       on_event, should_stop: fit events callback and cancellation poll (also accepted
         by `run`).
       progress_interval: minimum seconds between progress events.
-      draws_chunk: emit a `DrawsChunk` at least every this many draws.
+      draws_chunk: emit a `DrawsChunk` every this many draws (and at least every second
+        while draws come, and at the end).
 
     Example:
       >>> mc = MCMC(NUTSKernel(), num_warmup=500, num_samples=500, num_chains=4)  # doctest: +SKIP
@@ -291,6 +292,7 @@ class _Run:
             hits = torch.zeros(len(group), dtype=dtype, device=device)
             max_depth = getattr(self.kernel, "max_tree_depth", None)
             emitted = 0
+            last_chunk = time.perf_counter()
             for it in range(W + S):
                 if self.stop():
                     cancelled = True
@@ -333,8 +335,13 @@ class _Run:
                     self._progress(group, "warmup" if warm else "sampling", step, total,
                                    acc_sum / step, state, div_sum,
                                    hits if max_depth is not None else None)
-                if not warm and (due or step - emitted >= mc.draws_chunk):
+                # draws go out every `draws_chunk` draws, or after a second (a live view's
+                # running diagnostics), not with every progress event: a run record keeps
+                # one file per chunk
+                if not warm and (step - emitted >= mc.draws_chunk or
+                                 (step > emitted and now - last_chunk >= 1.0)):
                     emitted = self._draws(group, zs, emitted, step)
+                    last_chunk = now
                 if pump is not None:
                     pump()
             if done[group[0]] > emitted:

@@ -21,7 +21,11 @@ def kernel_of(config):
 
 def run(ctx: FitContext) -> FitResult:
     from qvr.inference.mcmc.driver import MCMC
+    from qvr.inference.potential import make_target
     config = ctx.config
+    target = make_target(ctx.model, ctx.x, ctx.observations)
+    if target.dim == 0:
+        return _nothing_to_sample(ctx, target)
     init, guide = config.init_strategy, None
     if ctx.start is not None:
         guide = ctx.start.init_guide(ctx.model, ctx.x, ctx.observations)
@@ -32,7 +36,7 @@ def run(ctx: FitContext) -> FitResult:
               init_strategy=init, chain_method=config.chain_method,
               progress_interval=config.progress_interval)
     res = mc.run(ctx.model, ctx.x, ctx.observations, guide, on_event=ctx.report,
-                 should_stop=ctx.stop)
+                 should_stop=ctx.stop, target=target)
     out = FitResult(config.method, status="cancelled" if res.cancelled else "finished",
                     mcmc=res, elapsed=res.total_time, step=config.num_warmup + res.num_samples)
     out.samples = {k: v.detach().cpu().numpy() for k, v in res.samples.items()}
@@ -73,4 +77,25 @@ def e_bfmi(res) -> list:
         var = float(np.var(row))
         out.append(float(np.sum(np.diff(row) ** 2) / np.sum((row - row.mean()) ** 2))
                    if var > 0 else float("nan"))
+    return out
+
+
+def _nothing_to_sample(ctx: FitContext, target) -> FitResult:
+    """A program whose latents are all finite (summed out exactly) or absent has no
+    coordinate to sample: the fit reports its log marginal likelihood instead of running
+    chains that could not move."""
+    import torch
+    from qvr.inference.events import FitWarning
+    with torch.no_grad():
+        lp, _ = target.log_density_and_grad(torch.zeros(1, 0))
+    value = float(lp.reshape(-1)[0])
+    ctx.report(FitWarning("no continuous latent site to sample (finite latents are summed "
+                          "out exactly): the log marginal likelihood is reported instead; "
+                          "recover the finite sites with qvr.inference.discrete."
+                          "infer_discrete"))
+    out = FitResult(ctx.config.method, status="finished", step=0)
+    out.params = {f"model.{n}": p.detach().cpu().numpy()
+                  for n, p in ctx.model.named_parameters()}
+    out.stats = {"log_marginal_likelihood": value, "num_chains": 0, "num_samples": 0,
+                 "note": "no continuous latent site: nothing to sample"}
     return out
