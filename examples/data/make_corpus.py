@@ -10,7 +10,9 @@ text is copied from anywhere.  Outputs, all in this folder:
 * ``transformer_lm.vocab.json`` — 32 entries: ``<eos>`` (id 0), 30 words and ``.``.
   ``transformer_lm.json`` — ``x`` (rows of 12 word ids cut from the stream
   ``<eos> sentence <eos> sentence ...``) and ``next_token`` (the same rows shifted by one:
-  the word that follows each position), as the position-wise model observes them.
+  the word that follows each position), as the position-wise model observes them.  (60
+  sentences, about 40 rows: each row's density is a Monte-Carlo estimate over draws of the
+  stochastic backbone, so a fit step costs in proportion to rows x length.)
 * ``recurrent_lm.vocab.json`` — 64 entries: ``<eos>`` (id 0), space, a-z, A-Z and ten
   punctuation marks.  ``recurrent_lm.json`` — ``x`` (windows of 8 characters, starting at
   every 4th position of the stream ``<eos>The old dog slept.<eos>A cat ran.<eos>...``) and
@@ -106,7 +108,7 @@ def windows(stream: list, length: int, stride: int) -> tuple[list, list]:
     return xs, ys
 
 
-def word_lm(rng: random.Random, n_sentences: int = 240, length: int = 12) -> dict:
+def word_lm(rng: random.Random, n_sentences: int = 60, length: int = 12) -> dict:
     ids = {w: i for i, w in enumerate(WORD_VOCAB)}
     stream = []
     for _ in range(n_sentences):
