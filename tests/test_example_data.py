@@ -98,7 +98,7 @@ def test_transformer_corpus_is_word_sentences_shifted_by_one():
     vocab = load_vocab(DATA / "transformer_lm.vocab.json")
     data = load_data(DATA / "transformer_lm.json")
     x, y = data["x"], data["next_token"]
-    assert x.shape == y.shape == (159, 12)
+    assert x.shape == y.shape == (38, 12)
     np.testing.assert_array_equal(x[:, 1:], y[:, :-1])   # next_token: the following word
     np.testing.assert_array_equal(x[1:, 0], y[:-1, -1])  # rows cut from one stream
     text = " ".join(vocab[i] for i in x[:3].ravel())
