@@ -147,7 +147,10 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
         if isinstance(v, str) or (isinstance(v, (list, tuple)) and v and
                                   all(isinstance(w, str) for w in v)):
             return v  # words: host data a deduction parses
-        t = torch.as_tensor(np.asarray(v))
+        a = np.asarray(v)
+        if a.dtype.kind in "USO":  # words given as an array
+            return [str(w) for w in a.tolist()] if a.ndim else str(a)
+        t = torch.as_tensor(a)
         if t.is_floating_point() and t.dtype != torch.get_default_dtype():
             t = t.to(torch.get_default_dtype())  # float64 files against float32 parameters
         return t.to(device)
