@@ -496,6 +496,11 @@ def _load_svi(run, res: Results, events) -> None:
     summary = run.summary or {}
     res.sites = _group(dict(summary.get("parameters") or {}), {})
     shapes = {s.site: s.shape for s in res.sites}
+    try:  # the summary keeps at most 200 coordinates: the draws have the full shapes
+        shapes.update({k: tuple(v.shape[2:]) for k, v in run.samples().items()
+                       if not k.startswith("sample_stats.") and np.ndim(v) >= 2})
+    except Exception:
+        pass
     params = run.params()
     guide = []
     for k, v in params.items():
