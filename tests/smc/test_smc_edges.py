@@ -128,7 +128,19 @@ def test_invalid_potentials_raise(bad):
                       max_len=3, on_event=events.append)
     with pytest.raises(ValueError, match="potential is"):
         smc.run()
-    assert isinstance(events[-1], FitFailed) and events[-1].error_type == "ValueError"
+    assert events == []  # the driver reports steps only; `fit` reports the failure
+
+
+def test_invalid_potentials_through_fit_are_recorded_as_failed():
+    from qvr import load
+    from qvr.inference import FitConfig, fit
+    from qvr.inference.data import DataError
+    events = []
+    with pytest.raises(DataError, match="potential is"):
+        fit(load("examples/transformer_lm.qvr"),
+            config=FitConfig(method="smc", particles=2, expansion=2, max_len=3, eos=1),
+            potential=lambda p, c, t: float("nan"), on_event=events.append)
+    assert isinstance(events[-1], FitFailed) and events[-1].error_type == "DataError"
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
