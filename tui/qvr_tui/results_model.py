@@ -496,12 +496,14 @@ def _load_svi(run, res: Results, events) -> None:
     summary = run.summary or {}
     res.sites = _group(dict(summary.get("parameters") or {}), {})
     shapes = {s.site: s.shape for s in res.sites}
-    try:  # the summary keeps at most 200 coordinates: the draws have the full shapes
-        shapes.update({k: tuple(v.shape[2:]) for k, v in run.samples().items()
-                       if not k.startswith("sample_stats.") and np.ndim(v) >= 2})
-    except Exception:
-        pass
     params = run.params()
+    # the summary keeps at most 200 coordinates: an unconstrained site's full shape is its
+    # guide location's
+    for k, v in params.items():
+        name = k[4:] if k.startswith("loc_") else None
+        if name and (name not in shapes or
+                     int(np.prod(shapes[name] or (1,))) < int(np.size(v))):
+            shapes[name] = tuple(np.shape(v))
     guide = []
     for k, v in params.items():
         if k.startswith("loc_"):
