@@ -225,12 +225,26 @@ def _spawn(tmp_path, folder):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_a_writer_killed_mid_sampling_leaves_an_interrupted_readable_record(tmp_path):
+def _spawn_qvr_run(tmp_path, folder):
+    src = tmp_path / "prog.qvr"
+    src.write_text(NORMAL)
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps({"y": np.linspace(-1.0, 3.0, 20).tolist()}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "QVR_MCMC_COMPILER": "torchscript"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "qvr.cli", "run", str(src), "--method", "nuts", "--data",
+         str(data), "--warmup", "10", "--samples", "1000000", "--chains", "2",
+         "--run-dir", str(folder)], env=env, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_qvr_run_killed_mid_sampling_leaves_an_interrupted_readable_record(tmp_path):
     folder = tmp_path / "r"
-    proc = _spawn(tmp_path, folder)
+    proc = _spawn_qvr_run(tmp_path, folder)
     try:
         _wait(lambda: (folder / "draws").is_dir() and
               len(list((folder / "draws").glob("*.npz"))) >= 4, proc=proc)
+        assert open_run(folder).status == "running"
         assert open_run(folder).status == "running"
         proc.send_signal(signal.SIGKILL)
         proc.wait(60)
