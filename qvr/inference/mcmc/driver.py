@@ -272,8 +272,11 @@ class _Run:
         zs = torch.zeros(C, S, D, dtype=dtype, device=device)
         rec = {k: torch.zeros(C, S, dtype=dtype, device=device)
                for k in ("log_density", "accept_prob", "energy")}
-        rec_l = {k: torch.zeros(C, S, dtype=torch.long, device=device)
-                 for k in ("tree_depth", "num_steps")}
+        # tree depths of every iteration, warmup included (the max-depth hits of a phase
+        # are counted from it when progress is reported, not per iteration)
+        depths = torch.zeros(C, W + S, dtype=torch.long, device=device)
+        rec_l = {"tree_depth": depths[:, W:],
+                 "num_steps": torch.zeros(C, S, dtype=torch.long, device=device)}
         rec_b = {k: torch.zeros(C, S, dtype=torch.bool, device=device)
                  for k in ("diverging", "accepted")}
         warm_div = torch.zeros(C, device=device)
@@ -289,7 +292,6 @@ class _Run:
             state = self.kernel.init(self.target, z0[idx], W, S)
             acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
             div_sum = torch.zeros(len(group), dtype=dtype, device=device)
-            hits = torch.zeros(len(group), dtype=dtype, device=device)
             max_depth = getattr(self.kernel, "max_tree_depth", None)
             emitted = 0
             last_chunk = time.perf_counter()
@@ -302,12 +304,10 @@ class _Run:
                 if it == W:
                     acc_sum.zero_()
                     div_sum.zero_()
-                    hits.zero_()
                 state = self.kernel.sample(state, self.target)
                 acc_sum += state.accept_prob
                 div_sum += state.diverging.to(dtype)
-                if max_depth is not None:
-                    hits += (state.tree_depth >= max_depth).to(dtype)
+                depths[idx, it] = state.tree_depth
                 if warm:
                     warm_div[idx] += state.diverging.to(warm_div.dtype)
                     step, total = it + 1, W
@@ -317,7 +317,6 @@ class _Run:
                     rec["log_density"][idx, s] = state.log_density
                     rec["accept_prob"][idx, s] = state.accept_prob
                     rec["energy"][idx, s] = state.energy
-                    rec_l["tree_depth"][idx, s] = state.tree_depth
                     rec_l["num_steps"][idx, s] = state.num_steps
                     rec_b["diverging"][idx, s] = state.diverging
                     rec_b["accepted"][idx, s] = state.accepted
@@ -332,9 +331,10 @@ class _Run:
                 t0 = now
                 due = self.throttle.due(step, total)
                 if due:
+                    hits = None if max_depth is None else \
+                        (depths[idx, it + 1 - step:it + 1] >= max_depth).sum(1)
                     self._progress(group, "warmup" if warm else "sampling", step, total,
-                                   acc_sum / step, state, div_sum,
-                                   hits if max_depth is not None else None)
+                                   acc_sum / step, state, div_sum, hits)
                 # draws go out every `draws_chunk` draws, or after a second (a live view's
                 # running diagnostics), not with every progress event: a run record keeps
                 # one file per chunk
