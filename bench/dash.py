@@ -107,7 +107,9 @@ def key_latency(presses: int = 30) -> dict:
         t.wait(r"checks clean")
         t("send-keys", "-t", "app", "2")
         t.wait(r"SVI options")
-        for k in ("Enter", "Down", "Down", "Enter"):
+        t("send-keys", "-t", "app", "Enter")
+        t.wait(r"\bNUTS\b")
+        for k in ("Down", "Down", "Enter"):
             t("send-keys", "-t", "app", k)
         t.wait(r"NUTS options")
         t("send-keys", "-t", "app", "C-r")

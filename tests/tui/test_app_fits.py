@@ -241,3 +241,29 @@ async def test_unwritable_runs_folder_is_named(tmp_path):
         assert app.state.status == "failed"
         assert text_of(app, "#live-problem").startswith(
             f"failed: cannot create the runs folder {blocker}")
+
+
+@pytest.mark.asyncio
+async def test_fit_a_language_model_then_generate_in_two_keystrokes(tmp_path):
+    """SVI on the recurrent LM, then `g` (SMC from this run) and `r`: the SMC record
+    names the SVI run it started from."""
+    app = QvrDash(program=str(EXAMPLES / "recurrent_lm.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await configure(pilot, "svi", steps=3, synthetic=4)
+        await pilot.press("r")
+        svi_dir = app.runner.run_dir
+        await wait_until(pilot, lambda: ended(app), "the SVI fit to end")
+        assert app.state.status == "finished", app.state.problem()
+        app.setup_pane.set_value("particles", "8")  # keep the generation short
+        app.setup_pane.set_value("max_len", "5")
+        await pilot.press("g", "r")
+        assert app.runner is not None and app.runner.request.config.method == "smc"
+        smc_dir = app.runner.run_dir
+        await wait_until(pilot, lambda: ended(app), "the SMC run to end")
+        assert app.state.status == "finished", app.state.problem()
+        rec = open_run(smc_dir)
+        assert rec.method == "smc" and rec.status == "finished"
+        start = rec.meta["start_from"]
+        assert start is not None and svi_dir.name in json.dumps(start)
+        assert len(app.state.particles) == 8

@@ -31,6 +31,7 @@ class Tmux:
 
     def start(self, command: str, cwd: Path) -> None:
         env = f"cd {cwd} && QVR_MCMC_COMPILER=torchscript TERM=xterm-256color "
+        self("kill-server", check=False)  # a server left by an interrupted run
         self("new-session", "-d", "-s", "app", "-x", "80", "-y", "24", env + command)
 
     def screen(self) -> str:
@@ -63,7 +64,9 @@ def test_svi_on_the_seed_transformer_by_keys(tmux, tmp_path):
     tmux.keys("2")  # Setup: the method selector is focused
     tmux.wait_for(r"SVI options")
     # Tab: export, data kind, seed, device, start from, steps (the shipped data is chosen)
-    tmux.keys(*["Tab"] * 6, "End", *["BSpace"] * 6, "12")
+    tmux.keys(*["Tab"] * 6, "C-a", "C-k")  # to `steps`, then clear it
+    tmux.wait_for(r"steps\s+default\b")
+    tmux.keys("1", "2")
     tmux.wait_for(r"steps\s+12\b")
     tmux.keys("C-r")
     first = tmux.wait_for(r"SVI running · step (\d+)/12 · .*loss ([-0-9.e+]+)")
@@ -82,7 +85,9 @@ def test_cancel_a_nuts_fit_with_the_key(tmux, tmp_path):
     tmux.wait_for(r"regression_plates\.qvr — checks clean")
     tmux.keys("2")
     tmux.wait_for(r"SVI options")
-    tmux.keys("Enter", "Down", "Down", "Enter")  # method: SVI -> HMC -> NUTS
+    tmux.keys("Enter")  # open the method list
+    tmux.wait_for(r"\bNUTS\b")  # the list is open (NUTS is nowhere else)
+    tmux.keys("Down", "Down", "Enter")  # SVI -> HMC -> NUTS
     tmux.wait_for(r"NUTS options")
     tmux.keys("C-r")
     tmux.wait_for(r"\n 0\s+warmup\s+\d+/500")  # the chain rows are live

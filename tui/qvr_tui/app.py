@@ -177,6 +177,8 @@ class QvrDash(App):
         for name in TABS:
             if name != initial:
                 await self.query_one(f"TabPane#{name}", TabPane).mount(self._content(name))
+                if name == "setup" and self.query_one(TabbedContent).active == "setup":
+                    self.setup_pane.focus_first()  # the tab was chosen before it was built
         pane = self._program_pane()
         if pane is not None:
             self.setup_pane.set_blocker(pane.run_blocker())
@@ -319,8 +321,9 @@ class QvrDash(App):
 
     def on_tabbed_content_tab_activated(self, event) -> None:
         self.refresh_bindings()
-        if event.pane is not None and event.pane.id == "setup" and self.ready.is_set():
-            self.setup_pane.focus_first()
+        if event.pane is not None and event.pane.id == "setup":
+            for pane in self.query(SetupPane):
+                pane.focus_first()
 
     def action_live(self, name: str) -> None:
         if not self.ready.is_set():
@@ -332,7 +335,9 @@ class QvrDash(App):
         tabs.active = name
         pane = tabs.get_pane(name)
         focused = self.focused
-        if focused is not None and pane not in focused.ancestors_with_self:
+        if name == "setup" and self.query(SetupPane):
+            self.setup_pane.focus_first()  # now, so that keys typed next land in the form
+        elif focused is not None and pane not in focused.ancestors_with_self:
             # focus left in a hidden pane would bring its tab back: move it to the tab bar
             tabs.query_one(Tabs).focus()
 
