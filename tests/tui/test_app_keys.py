@@ -106,8 +106,8 @@ async def test_quit_asks_while_a_fit_runs_and_ctrl_c_cancels(tmp_path):
         await wait_until(pilot, lambda: app.runner is None, "the stand-in worker to end")
         # it died of the SIGINT without writing a record: named, the app keeps going
         assert app.state.status == "failed"
-        assert app.state.message == ("the worker stopped before writing a record "
-                                     "(killed by signal 2)")
+        # (killed by the signal, or exited on it, depending on when it arrived)
+        assert app.state.message.startswith("the worker stopped before writing a record (")
         assert str(app.query_one("#live-problem").render()).startswith("failed: the worker")
         await pilot.press("q")
     assert not app.is_running
