@@ -108,6 +108,7 @@ class QvrDash(App):
         self.shown_run: Optional[Path] = None
         self.painted = False
         self.ready = asyncio.Event()  # every tab mounted and wired
+        self.initial_tab = "live" if self.run_path else "program"
 
     @staticmethod
     def _program_of_run(path: Path) -> Optional[str]:
@@ -122,7 +123,7 @@ class QvrDash(App):
     def compose(self) -> ComposeResult:
         # The first tab shown is composed at once; the others are mounted right after the
         # first paint (`_mount_rest`), so the dashboard shows something sooner.
-        initial = "live" if self.run_path else "program"
+        initial = self.initial_tab
         with TabbedContent(id="tabs", initial=initial):
             for name, title in zip(TABS, ("Program", "Setup", "Live", "Results", "Runs")):
                 with TabPane(title, id=name):
@@ -173,9 +174,8 @@ class QvrDash(App):
     async def _mount_rest(self) -> None:
         """Mount the tabs not shown first, then wire them (exports, blocker, a run to
         open, a fit to start); `ready` is set when done."""
-        initial = self.query_one(TabbedContent).active
         for name in TABS:
-            if name != initial:
+            if name != self.initial_tab:  # (a key may already have chosen another tab)
                 await self.query_one(f"TabPane#{name}", TabPane).mount(self._content(name))
                 if name == "setup" and self.query_one(TabbedContent).active == "setup":
                     self.setup_pane.focus_first()  # the tab was chosen before it was built
@@ -219,9 +219,9 @@ class QvrDash(App):
             self.state.update_diagnostics()
         try:
             live = self.live
-        except NoMatches:  # the app is closing: its screen is gone
+            live.show(self.state)
+        except NoMatches:  # the app is closing, or the Live tab is not mounted yet
             return
-        live.show(self.state)
 
     def _fit_ended(self, r: FitRunner) -> None:
         self.runner = None

@@ -71,6 +71,18 @@ class LossPlot(PlotWidget):
         self.clear()
         self.set_ylabel(self.ylabel)
         self.set_xlabel("step")
+        ys = [v for v in ry + sy if math.isfinite(v)]
+        if ys and max(ys) - min(ys) <= 1e-9 * max(1.0, abs(max(ys))):
+            # one point, or a flat line: give the axis a range (textual-plot's tick labels
+            # fail on an empty one)
+            self.set_ylimits(min(ys) - 1.0, max(ys) + 1.0)
+        else:
+            self.set_ylimits(None, None)
+        xs = rx + sx
+        if xs and max(xs) == min(xs):
+            self.set_xlimits(min(xs) - 1.0, max(xs) + 1.0)
+        else:
+            self.set_xlimits(None, None)
         if rx:
             self.plot(rx, ry, line_style=RAW_STYLE, hires_mode=HiResMode.BRAILLE)
         if sx:
