@@ -8,7 +8,7 @@
 2. **Key press to repaint while a NUTS fit runs** — `qvr dash` in a real terminal (tmux,
    80x24) fitting examples/regression_plates.qvr with NUTS; `v` (next trace) pressed 30
    times, each time from `send-keys` to the new trace name being on the captured screen
-   (the capture polls every 2 ms, so figures include up to ~2 ms of polling); p50 and p95.
+   (the capture polls every 10 ms, so figures include up to ~10 ms of polling); p50 and p95.
    Goal p95 < 100 ms.
 3. **Fit throughput under the dashboard** — the same SVI fit (regression_plates,
    `--svi-steps`, default 3000) run headless by `qvr run` and started from the dashboard
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PY = sys.executable
+PY = os.path.abspath(sys.executable)
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT / "tui"))
 
@@ -85,7 +85,7 @@ class Tmux:
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "app").stdout
 
-    def wait(self, pattern, limit=300.0, poll=0.002):
+    def wait(self, pattern, limit=300.0, poll=0.01):
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             s = self.screen()

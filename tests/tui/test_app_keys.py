@@ -141,3 +141,15 @@ async def test_g_sets_up_smc_from_the_finished_run(tmp_path):
         assert setup.query_one("#start-from", Select).value == str(run)
         req = setup.build_request(str(tmp_path / "runs" / "x"))
         assert req.start_from == str(run) and req.config.method == "smc"
+
+
+@pytest.mark.asyncio
+async def test_a_tab_key_pressed_before_the_other_tabs_are_built(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "hmm.qvr"), runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")  # possibly before `ready`: the tab is chosen, built later
+        await app.ready.wait()
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "setup"
+        assert len(app.query("ProgramPane")) == 1 and len(app.query(SetupPane)) == 1
+        assert app.focused is app.query_one(SetupPane).query_one("#method")
