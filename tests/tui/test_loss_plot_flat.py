@@ -31,3 +31,15 @@ async def test_one_point_or_a_flat_loss_renders(losses, log_scale):
         await pilot.pause()
         assert plot.plotted_points[0] == len(losses)
         assert plot.render_lines(plot.region.reset_offset)  # draws without raising
+
+
+@pytest.mark.parametrize("value", [198.28358459472656, 0.0, -3.5, 1e12])
+def test_the_safe_formatter_labels_a_degenerate_range(value):
+    from textual_plot.axis_formatter import NumericAxisFormatter
+
+    from qvr_tui.widgets.axis import SafeNumericFormatter
+    with pytest.raises(ValueError):  # textual-plot's own formatter, the bug we guard
+        NumericAxisFormatter().get_ticks_and_labels(value, value)
+    ticks, labels = SafeNumericFormatter().get_ticks_and_labels(value, value)
+    assert len(set(ticks)) == len(ticks) >= 2 and min(ticks) <= value <= max(ticks)
+    assert len(labels) == len(ticks)

@@ -13,13 +13,15 @@ from typing import Sequence
 
 from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
 
+from qvr_tui.widgets.axis import SafeNumericFormatter
+
 __all__ = ["LossPlot", "LogFormatter", "RAW_STYLE", "SMOOTH_STYLE"]
 
 RAW_STYLE = "grey50"
 SMOOTH_STYLE = "bold dodger_blue1"
 
 
-class LogFormatter(NumericAxisFormatter):
+class LogFormatter(SafeNumericFormatter):
     """Ticks placed on log10 values, labelled with the values (``1e+03``, ``250``)."""
 
     def __init__(self, shift: float = 0.0) -> None:
@@ -42,6 +44,7 @@ class LossPlot(PlotWidget):
 
     def __init__(self, **kw) -> None:
         super().__init__(allow_pan_and_zoom=False, **kw)
+        self.set_x_formatter(SafeNumericFormatter())
         self.log_scale = False
         self.plotted_points = (0, 0)  # (raw, smooth) after decimation: for tests
         self.ylabel = "loss"
@@ -66,7 +69,7 @@ class LossPlot(PlotWidget):
             self.set_y_formatter(LogFormatter(shift))
             self.ylabel = "loss (log)" if not shift else f"log10(loss + {shift:.3g})"
         else:
-            self.set_y_formatter(NumericAxisFormatter())
+            self.set_y_formatter(SafeNumericFormatter())
             self.ylabel = "loss"
         self.clear()
         self.set_ylabel(self.ylabel)

@@ -21,6 +21,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual_plot import HiResMode, PlotWidget
 
+from qvr_tui.widgets.axis import make_safe
+
 from qvr_tui.results_model import ParamSeries
 
 __all__ = ["ParamPlots", "CHAIN_COLOURS", "MAX_POINTS", "decimate", "make_plot", "points_for"]
@@ -73,6 +75,7 @@ def points_for(plot, floor: int = 40) -> int:
 def make_plot(id: str, title: str) -> PlotWidget:
     """A PlotWidget that leaves the keyboard focus alone."""
     p = PlotWidget(id=id, classes="param-plot")
+    make_safe(p)  # a constant parameter must not stop the app (see widgets/axis.py)
     p.can_focus = False
     p.border_title = title
     # before mounting: no watcher may run yet (on_mount applies the margins)

@@ -11,6 +11,8 @@ from typing import Iterable, Mapping, Optional
 
 from textual_plot import HiResMode, PlotWidget
 
+from qvr_tui.widgets.axis import make_safe
+
 __all__ = ["TracePlot", "PALETTE"]
 
 PALETTE = ("dodger_blue1", "dark_orange", "green3", "magenta", "gold1", "cyan", "red1",
@@ -22,6 +24,7 @@ class TracePlot(PlotWidget):
 
     def __init__(self, **kw) -> None:
         super().__init__(allow_pan_and_zoom=False, **kw)
+        make_safe(self)  # a flat trace must not stop the app (see widgets/axis.py)
         self.plotted: dict[str, int] = {}  # label -> points plotted (for tests)
         self.title = ""
 
