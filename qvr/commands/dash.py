@@ -37,6 +37,8 @@ def add_arguments(p) -> None:
     p.add_argument("--start", choices=METHODS, metavar="METHOD",
                    help="start a fit with this method's defaults at once "
                         "(svi, hmc, nuts or smc)")
+    p.add_argument("--export", metavar="NAME",
+                   help="the exported program or morphism to fit (default: the first)")
     p.add_argument("--runs-dir", default="runs", metavar="DIR",
                    help="where run folders are created and listed (default ./runs)")
 
@@ -72,7 +74,8 @@ def run(args) -> int:
         print(f"{tool}: the dashboard is not installed ({exc}); install the tui extra "
               f"(`bash scripts/setup.sh`)", file=sys.stderr)
         return 2
-    app = QvrDash(program=args.file, run=args.run, start=args.start, runs_dir=args.runs_dir)
+    app = QvrDash(program=args.file, run=args.run, start=args.start, runs_dir=args.runs_dir,
+                  export=args.export)
     app.run()
     return 0
 
@@ -81,6 +84,8 @@ def headless_argv(args) -> list[str]:
     """The `qvr run` command line of `qvr dash FILE --start M` without a terminal."""
     from qvr.datafiles import find_data
     argv = ["run", args.file, "--method", args.start, "--runs-dir", args.runs_dir]
+    if getattr(args, "export", None):
+        argv += ["--export", args.export]
     if args.start != "smc" and find_data(args.file) is None:
         argv += ["--synthetic", str(HEADLESS_SYNTHETIC)]
     return argv

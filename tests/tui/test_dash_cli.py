@@ -115,3 +115,22 @@ def test_registering_dash_imports_neither_torch_nor_textual():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_export_is_passed_to_the_headless_fit_and_preselected_in_the_app(tmp_path):
+    import asyncio
+
+    from qvr_tui.app import QvrDash
+    args = SimpleNamespace(file=str(EXAMPLES / "count_regression.qvr"), start="svi",
+                           runs_dir="runs", export="rentals_poisson")
+    assert headless_argv(args) == ["run", args.file, "--method", "svi", "--runs-dir", "runs",
+                                   "--export", "rentals_poisson"]
+
+    async def chosen():
+        from textual.widgets import Select
+        app = QvrDash(program=args.file, runs_dir=tmp_path / "runs", watch=False,
+                      export="rentals_poisson")
+        async with app.run_test(size=(80, 24)):
+            await app.ready.wait()
+            return app.setup_pane.query_one("#export", Select).value
+    assert asyncio.run(chosen()) == "rentals_poisson"

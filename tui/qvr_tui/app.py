@@ -89,8 +89,10 @@ class QvrDash(App):
 
     def __init__(self, program: Optional[str] = None, run: Optional[str] = None,
                  start: Optional[str] = None, runs_dir="runs", python: str = sys.executable,
-                 watch: bool = True, poll_interval: float = 0.1) -> None:
+                 watch: bool = True, poll_interval: float = 0.1,
+                 export: Optional[str] = None) -> None:
         super().__init__()
+        self.export = export  # the export chosen at start (`qvr dash FILE --export NAME`)
         self.run_path = Path(run) if run else None
         self.opened = None
         if self.run_path is not None and program is None:
@@ -187,7 +189,7 @@ class QvrDash(App):
                 from textual.widgets import Select
                 sel = self.setup_pane.query_one("#export", Select)
                 sel.set_options([(n, n) for n in names])
-                sel.value = names[0]
+                sel.value = self.export if self.export in names else names[0]
         self.set_interval(self.poll_interval, self.tick)
         if self.run_path is not None:
             self.open_run(self.run_path)

@@ -28,6 +28,8 @@ export interface DashRequest {
   file: string;
   /** Start this fit as soon as the dashboard opens; without it the dashboard only opens. */
   method?: Method;
+  /** The exported program to fit (`--export NAME`); the file's first export when absent. */
+  exportName?: string;
 }
 
 export interface DashCommand {
@@ -39,8 +41,8 @@ export interface DashCommand {
 }
 
 /**
- * The arguments after `qvr`: `dash FILE [--start M]`. `qvr dash` fits the file's first
- * export; it has no `--export NAME` (unlike `qvr run`), so neither has this.
+ * The arguments after `qvr`: `dash FILE [--start M] [--export NAME]` (`qvr dash` fits the
+ * file's first export unless `--export` names another).
  */
 export function dashArgs(request: DashRequest): string[] {
   if (request.method !== undefined && !isMethod(request.method)) {
@@ -49,6 +51,9 @@ export function dashArgs(request: DashRequest): string[] {
   const args = ['dash', request.file];
   if (request.method !== undefined) {
     args.push('--start', request.method);
+  }
+  if (request.exportName !== undefined) {
+    args.push('--export', request.exportName);
   }
   return args;
 }

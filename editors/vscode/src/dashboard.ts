@@ -36,15 +36,13 @@ export function registerDashboard(context: vscode.ExtensionContext, log: (line: 
 }
 
 /**
- * Three lenses, "Fit with SVI | NUTS | SMC", above the exported program that `qvr dash
- * FILE` fits: the file's first export, when it is a program. Other exported programs get
- * none, because `qvr dash` has no way to pick them (no `--export NAME`, unlike `qvr
- * run`); a lens there would fit a different program than the one it sits on.
+ * Three lenses, "Fit with SVI | NUTS | SMC", above each exported program; a lens on a
+ * program other than the file's first export passes `--export NAME`.
  */
 export class FitCodeLensProvider implements vscode.CodeLensProvider {
   provideCodeLenses(document: vscode.TextDocument): vscode.CodeLens[] {
     const lenses: vscode.CodeLens[] = [];
-    for (const program of exportedPrograms(document.getText()).filter((p) => p.primary)) {
+    for (const program of exportedPrograms(document.getText())) {
       const range = new vscode.Range(program.line, program.start, program.line, program.end);
       LENS_METHODS.forEach((method, index) => {
         const label = METHOD_LABELS[method];
@@ -53,7 +51,7 @@ export class FitCodeLensProvider implements vscode.CodeLensProvider {
             title: index === 0 ? `Fit with ${label}` : label,
             tooltip: `Open the QVR dashboard and fit ${program.name} with ${label}`,
             command: OPEN_DASHBOARD,
-            arguments: [method, document.uri],
+            arguments: program.primary ? [method, document.uri] : [method, document.uri, program.name],
           }),
         );
       });
@@ -76,6 +74,7 @@ function fail(message: string, log: (line: string) => void): undefined {
  */
 export async function openDashboard(args: readonly unknown[], log: (line: string) => void): Promise<vscode.Terminal | undefined> {
   let [method, uri] = args;
+  const exportName = typeof args[2] === 'string' ? args[2] : undefined;
   if (method instanceof vscode.Uri) {
     [method, uri] = [undefined, method];
   }
@@ -112,7 +111,7 @@ export async function openDashboard(args: readonly unknown[], log: (line: string
   if (!location.found) {
     return fail(location.message, log);
   }
-  const command = dashCommand(location.command, { file, method: method ?? undefined }, folders);
+  const command = dashCommand(location.command, { file, method: method ?? undefined, exportName }, folders);
   const line = commandLine(command);
   log(`dashboard: ${line} (in ${command.cwd})`);
   const terminal = vscode.window.createTerminal({

@@ -59,9 +59,10 @@ test('shell quoting survives quotes, dollars and empty strings', () => {
   assert.deepEqual(printed.split('\0').slice(0, -1), awkward);
 });
 
-test('qvr dash takes no --export: the file and the method are all there is', () => {
+test('an export other than the first is named with --export', () => {
   assert.deepEqual(dashArgs({ file: '/ws/m.qvr', method: 'svi', exportName: 'faulty_sensor' }),
-    ['dash', '/ws/m.qvr', '--start', 'svi']);
+    ['dash', '/ws/m.qvr', '--start', 'svi', '--export', 'faulty_sensor']);
+  assert.deepEqual(dashArgs({ file: '/ws/m.qvr', method: 'svi' }), ['dash', '/ws/m.qvr', '--start', 'svi']);
 });
 
 test('an unknown method is refused with the list of methods', () => {

@@ -217,15 +217,15 @@ test('unsaved changes are saved first: the dashboard reads the file', async () =
   assert.equal(state.terminals.length, 1);
 });
 
-test('code lenses: "Fit with SVI | NUTS | SMC" on the program qvr dash fits, opening the dashboard', async () => {
+test('code lenses: "Fit with SVI | NUTS | SMC" above each exported program, opening the dashboard', async () => {
   const { file } = workspace();
   const document = open(file);
   const lenses = state.lenses[0].provider.provideCodeLenses(document);
-  // gaussian_mixture is the first export; faulty_sensor, exported second, cannot be
-  // chosen with `qvr dash` and gets no lens
+  // gaussian_mixture is the first export; faulty_sensor, exported second, is named with --export
   assert.deepEqual(
     lenses.map((l) => [l.range.start.line, l.range.start.character, l.range.end.character, l.command.title]),
-    [[2, 8, 24, 'Fit with SVI'], [2, 8, 24, 'NUTS'], [2, 8, 24, 'SMC']],
+    [[2, 8, 24, 'Fit with SVI'], [2, 8, 24, 'NUTS'], [2, 8, 24, 'SMC'],
+      [5, 8, 21, 'Fit with SVI'], [5, 8, 21, 'NUTS'], [5, 8, 21, 'SMC']],
   );
   assert.ok(lenses.every((l) => l.command.command === 'qvr.openDashboard'));
   const args = [];
@@ -233,15 +233,21 @@ test('code lenses: "Fit with SVI | NUTS | SMC" on the program qvr dash fits, ope
     const terminal = await run(lens.command.command, ...lens.command.arguments);
     args.push(terminal.options.shellArgs);
   }
-  assert.deepEqual(args, ['svi', 'nuts', 'smc'].map((m) => ['dash', file, '--start', m]));
+  assert.deepEqual(args, [
+    ...['svi', 'nuts', 'smc'].map((m) => ['dash', file, '--start', m]),
+    ...['svi', 'nuts', 'smc'].map((m) => ['dash', file, '--start', m, '--export', 'faulty_sensor']),
+  ]);
 });
 
-test('no lenses when the first export is not a program', () => {
+test('when the first export is not a program, every program lens names its export', () => {
   const text = SAMPLE.replace('export gaussian_mixture\nexport faulty_sensor\nexport noise\n',
     'export noise\nexport gaussian_mixture\nexport faulty_sensor\n');
   assert.notEqual(text, SAMPLE);
   const document = { uri: Uri.file('/ws/m.qvr'), getText: () => text };
-  assert.deepEqual(state.lenses[0].provider.provideCodeLenses(document), []);
+  const lenses = state.lenses[0].provider.provideCodeLenses(document);
+  assert.deepEqual(lenses.map((l) => l.command.arguments[2]),
+    ['gaussian_mixture', 'gaussian_mixture', 'gaussian_mixture',
+      'faulty_sensor', 'faulty_sensor', 'faulty_sensor']);
 });
 
 test('what cannot be opened is said, and no terminal appears', async () => {
