@@ -6,7 +6,7 @@
  * the node unit tests check the exact command line for every method and awkward paths.
  */
 import * as path from 'path';
-import { expandPath, findOnPath, isExecutableFile } from './server';
+import { locateExecutable } from './server';
 
 export const CLI_NAME = 'qvr';
 
@@ -109,45 +109,14 @@ export function venvCliPath(folder: string, platform: NodeJS.Platform = process.
 
 /** The setting `qvr.cli.path`, else `.venv/bin/qvr` of a workspace folder, else `qvr` on PATH. */
 export function locateCli(lookup: CliLookup): CliLocation {
-  const platform = lookup.platform ?? process.platform;
-  const first = lookup.workspaceFolders[0];
-  if (lookup.configuredPath.trim() !== '') {
-    const configured = expandPath(lookup.configuredPath, first);
-    if (isExecutableFile(configured, platform)) {
-      return { found: true, command: configured, source: 'setting' };
-    }
-    if (!/[\\/]/.test(lookup.configuredPath)) {
-      const onPath = findOnPath(lookup.configuredPath.trim(), lookup.env, platform);
-      if (onPath !== undefined) {
-        return { found: true, command: onPath, source: 'setting' };
-      }
-    }
-    return {
-      found: false,
-      message:
-        `QVR: the setting qvr.cli.path is "${lookup.configuredPath}", but there is no executable ` +
-        `file at ${configured}. Correct the setting, or clear it to use the workspace's ` +
-        `.venv/bin/${CLI_NAME} or ${CLI_NAME} on PATH.`,
-    };
-  }
-  for (const folder of lookup.workspaceFolders) {
-    const candidate = venvCliPath(folder, platform);
-    if (isExecutableFile(candidate, platform)) {
-      return { found: true, command: candidate, source: 'venv' };
-    }
-  }
-  const onPath = findOnPath(CLI_NAME, lookup.env, platform);
-  if (onPath !== undefined) {
-    return { found: true, command: onPath, source: 'path' };
-  }
-  const searched = lookup.workspaceFolders.map((f) => venvCliPath(f, platform));
-  return {
-    found: false,
-    message:
+  return locateExecutable({
+    name: CLI_NAME,
+    setting: 'qvr.cli.path',
+    notFound: (searched) =>
       `QVR: cannot find the ${CLI_NAME} command for the dashboard ` +
       `(looked in ${[...searched, 'PATH'].join(', ')}). ` +
       `Install the QVR toolchain with its "tui" and "runtime" extras into the workspace's .venv ` +
       `(python3 -m venv .venv && .venv/bin/pip install "qvr[tui,runtime]"; in the qvr repository: ` +
       `bash scripts/setup.sh), put ${CLI_NAME} on PATH, or set qvr.cli.path.`,
-  };
+  }, lookup);
 }

@@ -78,9 +78,22 @@ export function findOnPath(
   return undefined;
 }
 
-export function locateServer(lookup: ServerLookup): ServerLocation {
+/** How to find one executable: its name, the setting that may name it, and the message
+ * when it is nowhere (given the `.venv` paths searched). */
+export interface ExecutableSpec {
+  name: string;
+  setting: string;
+  notFound: (searched: string[]) => string;
+}
+
+/** The setting, else `.venv/bin/NAME` of a workspace folder, else NAME on PATH. */
+export function locateExecutable(spec: ExecutableSpec, lookup: ServerLookup): ServerLocation {
   const platform = lookup.platform ?? process.platform;
   const first = lookup.workspaceFolders[0];
+  const venv = (folder: string) =>
+    platform === 'win32'
+      ? path.join(folder, '.venv', 'Scripts', `${spec.name}.exe`)
+      : path.join(folder, '.venv', 'bin', spec.name);
   if (lookup.configuredPath.trim() !== '') {
     const configured = expandPath(lookup.configuredPath, first);
     if (isExecutableFile(configured, platform)) {
@@ -96,30 +109,34 @@ export function locateServer(lookup: ServerLookup): ServerLocation {
     return {
       found: false,
       message:
-        `QVR: the setting qvr.server.path is "${lookup.configuredPath}", but there is no executable ` +
+        `QVR: the setting ${spec.setting} is "${lookup.configuredPath}", but there is no executable ` +
         `file at ${configured}. Correct the setting, or clear it to use the workspace's ` +
-        `.venv/bin/${SERVER_NAME} or ${SERVER_NAME} on PATH.`,
+        `.venv/bin/${spec.name} or ${spec.name} on PATH.`,
     };
   }
   for (const folder of lookup.workspaceFolders) {
-    const candidate = venvServerPath(folder, platform);
+    const candidate = venv(folder);
     if (isExecutableFile(candidate, platform)) {
       return { found: true, command: candidate, source: 'venv' };
     }
   }
-  const onPath = findOnPath(SERVER_NAME, lookup.env, platform);
+  const onPath = findOnPath(spec.name, lookup.env, platform);
   if (onPath !== undefined) {
     return { found: true, command: onPath, source: 'path' };
   }
-  const searched = lookup.workspaceFolders.map((f) => venvServerPath(f, platform));
-  return {
-    found: false,
-    message:
+  return { found: false, message: spec.notFound(lookup.workspaceFolders.map(venv)) };
+}
+
+export function locateServer(lookup: ServerLookup): ServerLocation {
+  return locateExecutable({
+    name: SERVER_NAME,
+    setting: 'qvr.server.path',
+    notFound: (searched) =>
       `QVR: cannot find the language server ${SERVER_NAME} ` +
       `(looked in ${[...searched, 'PATH'].join(', ')}). ` +
       `Install the QVR toolchain with its "lsp" extra into the workspace's .venv ` +
       `(python3 -m venv .venv && .venv/bin/pip install "qvr[lsp]"; in the qvr repository: ` +
       `bash scripts/setup.sh), put ${SERVER_NAME} on PATH, or set qvr.server.path. ` +
       `Then run "QVR: Restart Language Server". Highlighting works without the server.`,
-  };
+  }, lookup);
 }
