@@ -216,7 +216,7 @@ def synthesize(model, n: int) -> tuple[dict, dict]:
     except (QvrRuntimeError, NotImplementedError, ValueError) as exc:
         raise DataError(f"synthetic data cannot be drawn from this program: "
                         f"{message_of(exc)}") from None
-    except TypeError as exc:
+    except TypeError:
         pending = [n for n in synth.requested if n not in synth.values]
         if not pending:
             raise

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches

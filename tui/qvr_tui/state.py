@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
 from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from textual_plot import HiResMode, NumericAxisFormatter, PlotWidget
+from textual_plot import HiResMode, PlotWidget
 
 from qvr_tui.widgets.axis import SafeNumericFormatter
 
