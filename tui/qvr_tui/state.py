@@ -527,7 +527,7 @@ class RunState:
             if self.rate:
                 parts.append(f"{self.rate:,.0f} steps/s")
             if self.smooth.last is not None:
-                parts.append(f"loss {self.smooth.last:.4g}")
+                parts.append(f"smoothed loss {self.smooth.last:.4g}")
         elif self.is_mcmc:
             done = sum(r.step + (self.num_warmup if r.phase == "sampling" else 0)
                        for r in self.chains.values())
