@@ -282,3 +282,22 @@ def test_normal_quantile_without_torch_matches_statistics():
     p = np.concatenate([np.linspace(1e-9, 1 - 1e-9, 2001), [1e-300, 0.075, 0.925]])
     want = np.array([statistics.NormalDist().inv_cdf(float(x)) for x in p])
     np.testing.assert_allclose(_ndtri_as241(p), want, rtol=0, atol=1e-15)
+
+
+def test_e_bfmi_of_a_run_without_draws_is_unknown_not_red(tmp_path):
+    """A NUTS run cancelled during warmup has E-BFMI NaN per chain: the check says n/a."""
+    import json
+    import shutil
+    from pathlib import Path
+    src = next(p for p in (Path(__file__).parent / "fixtures" / "runs").iterdir()
+               if (p / "run.json").is_file() and json.loads((p / "run.json").read_text())
+               .get("method") == "nuts" and (p / "summary.json").is_file())
+    run_dir = tmp_path / "r"
+    shutil.copytree(src, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["stats"]["e_bfmi"] = [float("nan"), float("nan")]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    from qvr.runs import open_run
+    from qvr_tui.results_model import load_results
+    check = next(c for c in load_results(open_run(run_dir)).checks if c.key == "e_bfmi")
+    assert check.ok is None and check.value == "n/a"

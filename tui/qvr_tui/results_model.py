@@ -439,6 +439,8 @@ def mcmc_checks(res: Results, sampling_progress: dict, config: dict) -> tuple:
         bf = tuple(e_bfmi(np.asarray(ss["energy"])))
     else:
         bf = ()
+    if bf and all(math.isnan(b) for b in bf):  # too few draws to tell (a cut-short run)
+        bf = ()
     if bf:
         worst = min(bf)
         checks.append(Check("e_bfmi", "E-BFMI", bool(all(b >= EBFMI_MIN for b in bf)),
