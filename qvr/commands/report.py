@@ -173,7 +173,9 @@ def _sequences(run) -> str:
     lines = [f"{'weight':>10}  {'len':>4}  sequence"]
     for item in top:
         end = "" if item.get("ends_with_eos") else "  [max length]"
-        text = item.get("text") or " ".join(map(str, item.get("tokens", [])))
+        text = item["text"] if item.get("text") is not None else \
+            " ".join(map(str, item.get("tokens", [])))
+        text = text if text != "" else "(empty: the end token first)"
         lines.append(f"{item.get('weight', 0.0):10.6f}  {len(item.get('tokens', [])):4d}  "
                      f"{text}{end}")
     return "\n".join(lines)

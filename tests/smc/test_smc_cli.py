@@ -107,7 +107,8 @@ def test_ctrl_c_stops_after_the_step_and_keeps_everything(tmp_path):
     from qvr.runs import open_run
     proc = subprocess.Popen(
         [sys.executable, "-m", "qvr.cli", "run", TRANSFORMER, "--method", "smc", "--eos", "1",
-         "--forbid", "1", "--particles", "8", "--max-len", "100000", "--runs-dir", str(tmp_path)],
+         "--min-len", "100000", "--particles", "16", "--expansion", "4", "--max-len", "100000",
+         "--runs-dir", str(tmp_path)],  # ending is ruled out and K = 4: the run cannot end by itself
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120
