@@ -380,6 +380,25 @@ def _to_numpy(x):
     return np.asarray(x)
 
 
+def e_bfmi(energy) -> list:
+    """Energy Bayesian fraction of missing information per chain (Betancourt 2016; Stan's
+    formula): Σ(E_n - E_{n-1})² / Σ(E_n - Ē)² over the Hamiltonians of a chain's draws,
+    `energy` of shape `(chains, draws)` (or one chain).  NaN for a chain with fewer than
+    two draws, a constant energy, or non-finite values.  Below 0.3 the momentum resampling
+    explores the energy distribution poorly."""
+    e = np.asarray(energy, dtype=np.float64)
+    if e.ndim == 1:
+        e = e[None]
+    out = []
+    for row in e:
+        if row.size < 2 or not np.isfinite(row).all():
+            out.append(float("nan"))
+            continue
+        ss = float(np.sum((row - row.mean()) ** 2))
+        out.append(float(np.sum(np.diff(row) ** 2) / ss) if ss > 0 else float("nan"))
+    return out
+
+
 # ---------------------------------------------------------------- ArviZ export
 
 

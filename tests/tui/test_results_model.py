@@ -208,8 +208,9 @@ def test_smc_results():
 
 def test_e_bfmi_formula():
     e = np.array([[0.0, 1.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]])
-    # chain 0: mean squared step 1, variance 0.25 -> 4; chain 1: (0+1+0)/3 / 0.25 = 4/3
-    assert e_bfmi(e) == pytest.approx([4.0, 4.0 / 3.0])
+    # Stan's formula, sum of squared steps over sum of squared deviations:
+    # chain 0: 3 / (4 * 0.25) = 3; chain 1: (0 + 1 + 0) / (4 * 0.25) = 1
+    assert e_bfmi(e) == pytest.approx([3.0, 1.0])
 
 
 def test_arviz_missing_message(nuts):

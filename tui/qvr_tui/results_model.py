@@ -35,6 +35,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from qvr.inference.diagnostics import e_bfmi  # noqa: F401 (numpy only; re-exported)
 from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
 
 __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "SequenceRow", "Results",
@@ -466,21 +467,6 @@ def _worst_label(sites, key: str, largest: bool) -> str:
                 best, label = v, c.label
     return label
 
-
-def e_bfmi(energy: np.ndarray) -> list[float]:
-    """Energy Bayesian fraction of missing information per chain: the mean squared change
-    of the energy between draws over its variance (Betancourt 2016)."""
-    e = np.asarray(energy, dtype=float)
-    if e.ndim == 1:
-        e = e[None]
-    out = []
-    for row in e:
-        if row.size < 2:
-            out.append(float("nan"))
-            continue
-        var = row.var()
-        out.append(float(np.mean(np.diff(row) ** 2) / var) if var > 0 else float("nan"))
-    return out
 
 
 def _load_svi(run, res: Results, events) -> None:

@@ -62,22 +62,11 @@ def run(ctx: FitContext) -> FitResult:
 
 
 def e_bfmi(res) -> list:
-    """Energy Bayesian fraction of missing information per chain (Betancourt 2016):
-    Σ(E_n - E_{n-1})² / Σ(E_n - Ē)² over the Hamiltonians of the draws (Stan's check:
-    below 0.3 the momentum resampling explores the energy distribution poorly)."""
-    import numpy as np
+    """E-BFMI per chain of an `MCMCResult` (`qvr.inference.diagnostics.e_bfmi`)."""
+    from qvr.inference.diagnostics import e_bfmi as of_energies
     if res.energies is None:
         return [float("nan")] * res.num_chains
-    e = res.energies.detach().cpu().double().numpy()
-    out = []
-    for row in e:
-        if row.size < 3 or not np.isfinite(row).all():
-            out.append(float("nan"))
-            continue
-        var = float(np.var(row))
-        out.append(float(np.sum(np.diff(row) ** 2) / np.sum((row - row.mean()) ** 2))
-                   if var > 0 else float("nan"))
-    return out
+    return of_energies(res.energies.detach().cpu().double().numpy())
 
 
 def _nothing_to_sample(ctx: FitContext, target) -> FitResult:
