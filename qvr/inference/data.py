@@ -53,10 +53,7 @@ def load_data_file(path) -> dict:
             if not isinstance(obj, dict):
                 raise DataError(f"{path}: expected a mapping from names to arrays")
             return {str(k): torch.as_tensor(v) for k, v in obj.items()}
-        try:
-            from qvr.datafiles import DataFileError, load_data
-        except ImportError:  # pragma: no cover - the finder ships with the package
-            load_data, DataFileError = _load_plain, ValueError
+        from qvr.datafiles import DataFileError, load_data
         try:
             arrays = load_data(p)
         except DataFileError as exc:
@@ -86,38 +83,20 @@ def relations_for(program_path, data_file=None) -> dict:
     path = Path(data_file) if data_file else shipped_data(str(program_path))
     if path is None or not path.is_file() or path.suffix == ".pt":
         return {}
+    from qvr.datafiles import DataFileError, load_data
     try:
-        from qvr.datafiles import DataFileError, load_data
         arrays = load_data(path)
-    except ImportError:  # pragma: no cover
-        return {}
     except DataFileError as exc:
         raise DataError(str(exc)) from None
     return {k[len(RELATION_PREFIX):]: v for k, v in arrays.items()
             if k.startswith(RELATION_PREFIX)}
 
 
-def _load_plain(p: Path) -> dict:  # pragma: no cover - fallback without qvr.datafiles
-    import json
-    if p.suffix == ".npz":
-        with np.load(p, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
-    if p.suffix == ".json":
-        obj = json.loads(p.read_text(encoding="utf-8"))
-        if not isinstance(obj, dict):
-            raise DataError(f"{p}: expected a mapping from names to arrays")
-        return {k: np.asarray(v) for k, v in obj.items()}
-    raise DataError(f"{p}: unknown data format (expected .npz, .json or .pt)")
-
-
 def shipped_data(program_path: Optional[str]) -> Optional[Path]:
     """The data file shipped beside a program, if any."""
     if not program_path or program_path.startswith("<"):
         return None
-    try:
-        from qvr.datafiles import find_data
-    except ImportError:  # pragma: no cover
-        return None
+    from qvr.datafiles import find_data
     return find_data(program_path)
 
 

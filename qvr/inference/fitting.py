@@ -321,10 +321,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
 def _shipped_vocab(path: Optional[str]) -> Optional[list]:
     if not path:
         return None
-    try:
-        from qvr.datafiles import find_vocab, load_vocab
-    except ImportError:
-        return None
+    from qvr.datafiles import find_vocab, load_vocab
     found = find_vocab(path)
     return load_vocab(found) if found is not None else None
 
