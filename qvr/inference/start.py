@@ -72,8 +72,10 @@ class StartState:
             return " (the program's text has changed since that run)"
         return ""
 
-    def apply_to_guide(self, guide) -> None:
-        """Initialise an `AutoNormalGuide` from the run (SVI guide or posterior means)."""
+    def apply_to_guide(self, guide, model=None, x=None, observations=None) -> None:
+        """Initialise an `AutoNormalGuide` from the run: an SVI run's guide as it was, or an
+        MCMC run's posterior means mapped to the guide's unconstrained space (through the
+        sites' transforms, which need the program, its input and observations)."""
         own = dict(guide.named_parameters())
         with torch.no_grad():
             if self.guide_params:
@@ -87,14 +89,24 @@ class StartState:
                                          f"{tuple(p.shape)} here (different data size?)")
                     p.copy_(torch.as_tensor(value, dtype=p.dtype, device=p.device))
             elif self.posterior_means:
-                reg = getattr(guide, "registry", None)
+                if model is None:
+                    raise StartError(f"{self._where()}: posterior means need the program to "
+                                     f"map them to the guide's unconstrained space")
+                from qvr.inference.sites import build_registry
+                obs = dict(observations or {})
+                reg = build_registry(model, x, obs, observed_names=set(obs))
                 for site, mean in self.posterior_means.items():
                     p = own.get(f"loc_{site}")
-                    if p is None:
+                    spec = reg.by_name.get(site)
+                    if p is None or spec is None:
                         continue
                     value = torch.as_tensor(mean, dtype=p.dtype, device=p.device)
-                    if reg is not None and hasattr(reg, "unconstrain_site"):
-                        value = reg.unconstrain_site(site, value)
+                    if value.numel() != p.numel() and value.numel() != \
+                            int(torch.Size(spec.batch_shape).numel()) * spec.d:
+                        raise StartError(f"{self._where()}: site `{site}` has "
+                                         f"{value.numel()} values in the run but a different "
+                                         f"shape here (different data size?)")
+                    value = spec.transform.inv(value.reshape(*spec.batch_shape, spec.d))
                     if value.numel() != p.numel():
                         raise StartError(f"{self._where()}: site `{site}` has "
                                          f"{value.numel()} values in the run but {p.numel()} "
@@ -107,7 +119,7 @@ class StartState:
             return None
         from qvr.inference.guides import AutoNormalGuide
         guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
-        self.apply_to_guide(guide)
+        self.apply_to_guide(guide, model, x, observations)
         if self.posterior_means and not self.guide_params:
             with torch.no_grad():
                 for name, p in guide.named_parameters():
