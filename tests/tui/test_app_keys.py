@@ -153,3 +153,29 @@ async def test_a_tab_key_pressed_before_the_other_tabs_are_built(tmp_path):
         assert app.query_one("#tabs").active == "setup"
         assert len(app.query("ProgramPane")) == 1 and len(app.query(SetupPane)) == 1
         assert app.focused is app.query_one(SetupPane).query_one("#method")
+
+
+@pytest.mark.asyncio
+async def test_the_run_key_pressed_before_the_tabs_are_wired_is_kept(tmp_path):
+    """CI once lost a ctrl+r sent while the other tabs were still being built (a busy
+    machine): the key is remembered and the fit starts once everything is wired."""
+    import asyncio
+
+    class Gated(QvrDash):
+        gate = asyncio.Event()
+
+        async def _mount_rest(self):
+            await self.gate.wait()
+            await super()._mount_rest()
+
+    app = Gated(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
+                python=stand_in_worker(tmp_path), watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+r")
+        assert not app.ready.is_set() and app.runner is None
+        Gated.gate.set()
+        await app.ready.wait()
+        await wait_until(pilot, lambda: app.runner is not None, "the fit to start")
+        assert app.runner.proc.poll() is None
+        await pilot.press("ctrl+c")
+        await wait_until(pilot, lambda: app.runner is None, "the stand-in worker to end")

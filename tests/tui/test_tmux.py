@@ -19,7 +19,7 @@ from conftest import EXAMPLES
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux not installed (apt-get install tmux)")
 QVR = Path(sys.executable).parent / "qvr"
-LIMIT = 600  # seconds: a safety limit on waiting for a screen, not a timing assertion
+LIMIT = 300  # seconds: a safety limit on waiting for a screen, not a timing assertion
 
 
 class Tmux:

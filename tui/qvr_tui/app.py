@@ -109,6 +109,7 @@ class QvrDash(App):
         self.shown_run: Optional[Path] = None
         self.painted = False
         self.ready = asyncio.Event()  # every tab mounted and wired
+        self._start_asked = False  # `r` pressed before `ready`: start when it is set
         self.initial_tab = "live" if self.run_path else "program"
 
     @staticmethod
@@ -195,6 +196,8 @@ class QvrDash(App):
         self.ready.set()
         if self.start_method:
             self.setup_pane.preset(self.start_method)
+            self.action_start_fit()
+        elif self._start_asked:  # the run key came while the tabs were still mounting
             self.action_start_fit()
 
     # ------------------------------------------------------------ the timer
@@ -344,7 +347,9 @@ class QvrDash(App):
 
     def action_start_fit(self) -> None:
         if not self.ready.is_set():
+            self._start_asked = True  # kept, not dropped: started once every tab is wired
             return
+        self._start_asked = False
         if self.runner is not None:
             self.notify("a fit is running: x cancels it", severity="warning")
             return
