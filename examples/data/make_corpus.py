@@ -13,6 +13,9 @@ text is copied from anywhere.  Outputs, all in this folder:
   the word that follows each position), as the position-wise model observes them.  (60
   sentences, about 40 rows: each row's density is a Monte-Carlo estimate over draws of the
   stochastic backbone, so a fit step costs in proportion to rows x length.)
+* ``decoder_lm.vocab.json`` — the same 32 words.  ``decoder_lm.json`` — ``x`` and
+  ``next_token`` as for ``transformer_lm`` from 240 further sentences, rows of 16 (the
+  attention model of ``decoder_lm.qvr`` reads every earlier position of its row).
 * ``recurrent_lm.vocab.json`` — 64 entries: ``<eos>`` (id 0), space, a-z, A-Z and ten
   punctuation marks.  ``recurrent_lm.json`` — ``x`` (windows of 8 characters, starting at
   every 4th position of the stream ``<eos>The old dog slept.<eos>A cat ran.<eos>...``) and
@@ -119,6 +122,13 @@ def word_lm(rng: random.Random, n_sentences: int = 60, length: int = 12) -> dict
     return {"x": x, "next_token": y}
 
 
+def decoder_corpus(rng: random.Random, n_sentences: int = 240, length: int = 16) -> dict:
+    """Rows of `length` word ids cut from ``<eos> sentence <eos> sentence ...`` and the
+    same rows shifted by one (`next_token` at every position: the attention model
+    predicts every position of a row from the positions before it)."""
+    return word_lm(rng, n_sentences, length)
+
+
 def char_lm(rng: random.Random, n_sentences: int = 40, length: int = 8,
             stride: int = 4) -> dict:
     ids = {c: i for i, c in enumerate(CHAR_VOCAB)}
@@ -207,6 +217,8 @@ def main(out: Path = HERE) -> None:
     assert len(CHAR_VOCAB) == 64 and len(set(CHAR_VOCAB)) == 64
     write_json(out, "transformer_lm.vocab.json", WORD_VOCAB, row_per_line=False)
     write_json(out, "transformer_lm.json", word_lm(random.Random(SEED)))
+    write_json(out, "decoder_lm.vocab.json", WORD_VOCAB, row_per_line=False)
+    write_json(out, "decoder_lm.json", decoder_corpus(random.Random(SEED + 4)))
     write_json(out, "recurrent_lm.vocab.json", CHAR_VOCAB, row_per_line=False)
     write_json(out, "recurrent_lm.json", char_lm(random.Random(SEED + 1)))
     write_json(out, "pcfg_deduction.json", pcfg_sentence(random.Random(SEED + 2)))
