@@ -138,3 +138,36 @@ class MissingValueError(QvrRuntimeError, KeyError):
 
 class IncompatibleMorphismsError(QvrRuntimeError, TypeError):
     """Morphisms combined from Python whose types or algebras do not fit."""
+
+
+class PositionLimitError(QvrRuntimeError, ValueError):
+    """A sequence longer than the learned positions of an embed (`positions=N`, design E3).
+
+    Facts: `limit` (N) and `length` (the sequence's length)."""
+
+    def __init__(self, *, morphism: str, limit: int, length: int, **kw):
+        super().__init__(f"a sequence of {length} positions is longer than the {limit} "
+                         f"positions it learned (`positions={limit}`)", morphism=morphism,
+                         expected=f"at most {limit} positions", actual=f"length {length}",
+                         limit=limit, length=length, **kw)
+
+
+class DeterministicError(QvrRuntimeError, ValueError):
+    """`log_prob` of a deterministic morphism (attention without a family, `layer_norm`,
+    `rms_norm`, `residual` of a deterministic morphism, chains ending in one): it has no
+    density (design E4).  The front end reports an observed deterministic target before
+    run time; this error is for Python callers."""
+
+    HINT = ("it has no density; end the chain with a kernel or give the attention a family "
+            "(`~ Normal`)")
+
+    def __init__(self, *, morphism: str, **kw):
+        super().__init__(f"`{morphism}` is deterministic: {self.HINT}", morphism=morphism, **kw)
+
+    def location(self) -> str:
+        # the morphism is named in the message itself: "`ln` is deterministic: ..."
+        saved, self.morphism = self.morphism, None
+        try:
+            return super().location()
+        finally:
+            self.morphism = saved

@@ -26,6 +26,13 @@ class Morphism(nn.Module):
     """Base of every runtime morphism."""
 
     is_finite = False
+    #: True when an output position depends on other positions of its sequence (design E1:
+    #: attention, and composites containing it); row-wise shortcuts (prefix dedup by distinct
+    #: input, per-row flattening) must not be applied to such a morphism
+    mixes_positions = False
+    #: True when the output is a function of the input (no noise, no density: `rsample`
+    #: returns the value, `log_prob` raises `DeterministicError`; design E4)
+    deterministic = False
 
     def __init__(self, domain: QvrObject, codomain: QvrObject, label: str = None):
         super().__init__()

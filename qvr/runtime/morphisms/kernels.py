@@ -1,7 +1,8 @@
 """Stochastic kernels compiled from `morphism` declarations (runtime spec 3.2, 3.3, 3.7).
 
 * `Embed` (`role=embed`, `FinSet n -> Real d`): a Normal per element, parameters
-  `centers (n, d)` and `log_sigma (n, d)`.
+  `centers (n, d)` and `log_sigma (n, d)`; with `positions=N` also `pos (N, d)`, a
+  learned vector per position index added to the centre (design E3).
 * `FamilyKernel` (`role=kernel ~ Family`): a family whose parameters are a learned
   function of the input — a lookup table `param_source.table (n, P)` for a finite domain,
   an MLP `param_source.net` (Linear-tanh-Linear-tanh-Linear) for a continuous one.  The
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import constraints
 
+from qvr.runtime.errors import PositionLimitError
 from qvr.runtime.families import EPS, KernelFamily, _categorical_sample, gather_rows
 from qvr.runtime.morphisms.base import ContinuousMorphism
 from qvr.runtime.values import as_features, as_index, finite_index
@@ -165,9 +167,18 @@ class FamilyKernel(ContinuousMorphism):
 
 
 class Embed(ContinuousMorphism):
-    """`role=embed`: `y ~ Normal(centers[x], exp(log_sigma[x]))` per coordinate."""
+    """`role=embed`: `y ~ Normal(centers[x], exp(log_sigma[x]))` per coordinate.
 
-    def __init__(self, domain, codomain, label: str = None):
+    With `positions=N` (design E3) a learned vector per position index, `pos (N, d)`
+    (init `0.02 * randn`), is added to the centre: `y_t ~ Normal(centers[x_t] + pos[t],
+    sigma[x_t])`, t the index along the position axis (the last batch axis of the index
+    tensor; with one batch axis every row is position 0).  A longer sequence is a
+    `PositionLimitError`.  Such an embed still acts row by row given the position
+    (`mixes_positions` False), but its draws are not a function of the token alone:
+    prefix draws must not be shared between rows with equal tokens (`positions` is not
+    None; `qvr.runtime.combinators._rowwise`)."""
+
+    def __init__(self, domain, codomain, label: str = None, positions: int = None):
         super().__init__(domain, codomain, label)
         n, d = domain.size, codomain.width
         lo, hi = getattr(codomain, "low", None), getattr(codomain, "high", None)
@@ -180,10 +191,26 @@ class Embed(ContinuousMorphism):
             centers = 0.5 * torch.randn(n, d)
         self.centers = nn.Parameter(centers)
         self.log_sigma = nn.Parameter(torch.zeros(n, d))
+        self.positions = None if positions is None else int(positions)
+        if self.positions is not None:
+            self.pos = nn.Parameter(0.02 * torch.randn(self.positions, d))
+
+    def position_vectors(self, idx):
+        """`pos[t]` broadcastable against `centers[idx]` `(*batch, d)`: `(T, d)` for an
+        index tensor of rank >= 2 (positions along its last axis), `pos[0]` for rank <= 1."""
+        if idx.dim() < 2:
+            return self.pos[0]
+        length = idx.shape[-1]
+        if length > self.positions:
+            raise PositionLimitError(morphism=self.label, limit=self.positions, length=length)
+        return self.pos[:length]
 
     def params(self, x):
         idx = finite_index(self.domain, x, who=self.label)
-        return self.centers[idx], torch.exp(self.log_sigma[idx]).clamp(min=EPS)
+        mu = self.centers[idx]
+        if self.positions is not None:
+            mu = mu + self.position_vectors(idx)
+        return mu, torch.exp(self.log_sigma[idx]).clamp(min=EPS)
 
     def rsample(self, x, sample_shape=torch.Size()):
         mu, sigma = self.params(x)
