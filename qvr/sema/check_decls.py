@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Optional
 
 from qvr.sema import errors as E
-from qvr.sema.check_morph import MInfo, family_lookup, infer_morph, value_lookup_error
+from qvr.sema.check_morph import (MORPHISM_BUILTINS, MInfo, family_lookup, infer_morph,
+                                  value_lookup_error)
 from qvr.sema.context import DeclContext
 from qvr.sema.families import (COMPOSITION_LEVELS, COMPOSITION_RULES, FAMILIES,
                                LOCATION_SCALE, OUTSIDE_CORE_FAMILIES)
@@ -17,22 +18,26 @@ from qvr.sema.resolve import resolve_type, type_names
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
                               ProgramSym, UnknownSym)
-from qvr.sema.types import (FinSet, MorType, Real, atoms, compatible, describe, is_continuous,
+from qvr.sema.types import (FinSet, MorType, Real, atoms, compatible, describe, dim, is_continuous,
                             is_discrete, is_unknown, size, spell_mor, strip)
 from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
-ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let")
+ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let", "attention")
 MORPHISM_KEYS = ("role", "replicate", "scale", "init", "hidden_dim", "n_layers", "rank",
-                 "temperature", "bins", "over", "iid")
+                 "temperature", "bins", "over", "iid", "heads", "head_dim", "causal", "positions")
+# The families an attention layer may draw from (docs/extensions.md E2): location-scale
+# families whose loc is the attention output and whose scale is a learned vector.
+ATTENTION_FAMILIES = ("Normal", "Laplace", "Cauchy")
 ROLE_KEYS = {
     "latent": {"role", "replicate", "scale", "init", "over", "iid"},
     "observed": {"role", "replicate", "scale"},
     "kernel": {"role", "replicate", "scale", "hidden_dim", "n_layers", "rank", "temperature",
                "over", "iid"},
-    "embed": {"role", "replicate", "scale"},
+    "embed": {"role", "replicate", "scale", "positions"},
     "discretize": {"role", "replicate", "scale", "bins"},
     "let": {"role", "replicate", "scale"},
+    "attention": {"role", "replicate", "scale", "heads", "head_dim", "causal"},
 }
 
 
@@ -202,13 +207,34 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     if ok("temperature"):
         expect_number(ctx, opts["temperature"], positive=True)
     bins = expect_int(ctx, opts["bins"], 1) if ok("bins") else None
+    heads = expect_int(ctx, opts["heads"], 1) if ok("heads") else None
+    head_dim = expect_int(ctx, opts["head_dim"], 1) if ok("head_dim") else None
+    positions = expect_int(ctx, opts["positions"], 1) if ok("positions") else None
+    causal = False
+    if ok("causal"):
+        if opts["causal"].value is not None:
+            ctx.report(E.flag_with_value(opts["causal"].key.span, "causal"))
+        else:
+            causal = True
 
     # ---- initializer by role (5.4)
     init = d.init
     family = None
     prior = None
     init_info: Optional[MInfo] = None
-    if role in ("embed", "discretize") and init is not None:
+    if role == "attention" and init is not None:
+        e = init.expr
+        if isinstance(e, A.MName) and ctx.value(e.name.text) is None:
+            family = family_lookup(ctx, e.name)
+            if family is not None and family.name not in ATTENTION_FAMILIES:
+                ctx.report(E.role_signature(e.name.span, f"attention draws from a location-scale family: "
+                                                         f"Normal, Laplace or Cauchy, got `{family.name}`"))
+                family = None
+        else:
+            ctx.report(E.initializer_not_allowed(init.span, "an `attention` morphism takes a family "
+                                                            "(`~ Normal`, `~ Laplace`, `~ Cauchy`) or no "
+                                                            "initializer"))
+    elif role in ("embed", "discretize") and init is not None:
         ctx.report(E.initializer_not_allowed(init.span,
                                              f"{_article(role)} `{role}` morphism takes no `~` initializer"))
     elif role == "kernel" and init is not None:
@@ -227,7 +253,8 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
             example = fam.signature if fam else f"{e.name.text}(…)"
             ctx.report(E.initializer_not_allowed(init.span, f"a latent morphism's prior needs "
                                                              f"hyper-parameters: `~ {example}`"))
-        elif isinstance(e, A.MCall) and e.callee.text not in ("identity", "from_data") and ctx.value(e.callee.text) is None:
+        elif isinstance(e, A.MCall) and e.callee.text not in ("identity", "from_data", *MORPHISM_BUILTINS) \
+                and ctx.value(e.callee.text) is None:
             prior = family_lookup(ctx, e.callee)
             if prior is not None:
                 if len(e.args) != len(prior.params):
@@ -297,6 +324,20 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
                                                     f"got {describe(dom)}"))
         elif not is_continuous(cod):
             ctx.report(E.role_signature(d.cod.span, f"an embed morphism needs a Real codomain, got {describe(cod)}"))
+    elif role == "attention":
+        for t, where, node in ((dom, "domain", d.dom), (cod, "codomain", d.cod)):
+            if not is_unknown(t) and not is_continuous(t):
+                ctx.report(E.role_signature(node.span, f"an attention morphism needs a Real {where}, "
+                                                       f"got {describe(t)}"))
+        if not is_unknown(dom) and is_continuous(dom):
+            width = dim(dom)
+            h = heads if heads is not None else (None if "heads" in opts else 1)
+            if h is not None and head_dim is None and "head_dim" not in opts:
+                if width % h:
+                    ctx.report(E.heads_divide(opts["heads"].key.span, h, dom, width))
+                else:
+                    head_dim = width // h
+            heads = h
     elif role == "discretize":
         if "bins" not in opts:
             ctx.report(E.missing_bins(d.name.span, name))
@@ -322,6 +363,9 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
             _check_axes(ctx, d, opts, prior or family, axis_names)
     if "scale" in opts and role in ("embed", "discretize", "observed", "let"):
         ctx.report(E.no_effect(opts["scale"].key.span, f"`scale` has no effect on {_article(role)} {role} morphism"))
+    if "scale" in opts and role == "attention" and init is None:
+        ctx.report(E.no_effect(opts["scale"].key.span, "`scale` has no effect on an attention morphism "
+                                                       "without a family"))
     if role == "kernel":
         fname = family.name if family else None
         if "hidden_dim" in opts and (family is None or is_discrete(dom)):
@@ -344,13 +388,22 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     elif role == "let":
         stratum = init_info.stratum if init_info and init_info.known else None
         rule = init_info.rule if init_info and init_info.known else None
-    elif role in ("kernel", "embed", "discretize"):
+    elif role in ("kernel", "embed", "discretize", "attention"):
         stratum, rule = "stochastic", None
     else:
         stratum, rule = None, None
     lookup = role == "kernel" and init is None
     init_text = ctx.snippet(init.expr.span, 60) if init is not None else None
     fam_name = family.name if family else (prior.name if prior else None)
+    # extension fields (E2-E4): an attention without a family has no density; a `let`
+    # morphism inherits whether its expression ends in such a morphism
+    if role == "attention":
+        deterministic = init is None
+        ext = dict(deterministic=deterministic, heads=heads, head_dim=head_dim, causal=causal)
+    elif role == "let":
+        ext = dict(deterministic=bool(init_info and init_info.known and init_info.deterministic))
+    else:
+        ext = dict(positions=positions) if role == "embed" else {}
     ctx.fact(d.name.span, "def", ("value", name))
     if dup:
         return
@@ -363,12 +416,13 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
                                                    ctx.rel_loc_of("value", member)))
                 continue
             ctx.bind("value", member, MorphismSym(member, mt, role, fam_name, stratum, rule, lookup,
-                                                  init_text, scale, bins, (i, replicate, name), axis_names),
+                                                  init_text, scale, bins, (i, replicate, name), axis_names,
+                                                  **ext),
                      d.name.span)
         ctx.bind("value", name, GroupSym(name, members, mt), d.name.span)
     else:
         ctx.bind("value", name, MorphismSym(name, mt, role, fam_name, stratum, rule, lookup, init_text,
-                                            scale, bins, None, axis_names), d.name.span)
+                                            scale, bins, None, axis_names, **ext), d.name.span)
 
 
 # ---------------------------------------------------------------- let and export
@@ -383,7 +437,8 @@ def check_let(ctx: DeclContext, d: A.LetDecl) -> None:
     if dup:
         return
     if info.known and d.where is None:
-        sym = LetSym(d.name.text, info.type, info.stratum, info.rule, ctx.snippet(d.expr.span, 80))
+        sym = LetSym(d.name.text, info.type, info.stratum, info.rule, ctx.snippet(d.expr.span, 80),
+                     info.deterministic)
     else:
         sym = UnknownSym(d.name.text)
     ctx.bind("value", d.name.text, sym, d.name.span)

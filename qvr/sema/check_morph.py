@@ -29,6 +29,10 @@ class MInfo:
     type: Optional[MorType]  # None: unknown
     stratum: Optional[str] = None  # relational | stochastic | None (unknown)
     rule: Optional[str] = None
+    # The last link has no density (docs/extensions.md E4): an attention without a family,
+    # `layer_norm`/`rms_norm`, `residual` of such a morphism, and every expression that
+    # ends in one.  Only the observe-step check (QVR316) reads it.
+    deterministic: bool = False
 
     @property
     def known(self) -> bool:
@@ -45,10 +49,8 @@ def _record(ctx: DeclContext, node, info: MInfo) -> MInfo:
 
 
 def sym_info(sym) -> MInfo:
-    if isinstance(sym, MorphismSym):
-        return MInfo(sym.type, sym.stratum, sym.rule)
-    if isinstance(sym, LetSym):
-        return MInfo(sym.type, sym.stratum, sym.rule)
+    if isinstance(sym, (MorphismSym, LetSym)):
+        return MInfo(sym.type, sym.stratum, sym.rule, sym.deterministic)
     if isinstance(sym, ProgramSym):
         return MInfo(sym.type, "stochastic", None)
     return UNKNOWN_M
@@ -162,11 +164,64 @@ def _infer_call(ctx: DeclContext, e: A.MCall, allow_from_data) -> MInfo:
             ctx.report(E.from_data_shape(e.args[0].span))
             return UNKNOWN_M
         return MInfo(allow_from_data, "relational", ctx.rule()[0])
+    if callee in MORPHISM_BUILTINS:
+        return _infer_builtin(ctx, e)
     if callee in ("cup", "cap"):
         ctx.report(outside_core(e.span, f"`{callee}(…)`"))
     else:
         ctx.report(outside_core(e.span, f"calls `{callee}(…)` in morphism expressions", plural=True))
     return UNKNOWN_M
+
+
+# Builtin morphism expressions of the extension (docs/extensions.md E4), recognised by the
+# callee's spelling whatever the module declares, exactly like `identity` (6.1): a
+# declaration named `residual` does not change what `residual(f)` means.
+MORPHISM_BUILTINS = ("residual", "layer_norm", "rms_norm")
+
+
+def _infer_builtin(ctx: DeclContext, e: A.MCall) -> MInfo:
+    """`residual(f)` for f : A -> A over Real spaces; `layer_norm(A)`, `rms_norm(A)` for a
+    continuous object A.  All three are stochastic-stratum (never relational), so `.dagger`,
+    count-less `repeat` and observed initializers reject them with the core's diagnostics."""
+    callee = e.callee.text
+    ctx.fact(e.callee.span, "builtin", callee)
+    if callee == "residual":
+        for a in e.args:  # record references and uses even when the call is malformed
+            if not isinstance(a, (A.Number, A.StringLit)) and len(e.args) != 1:
+                infer_morph(ctx, a)
+        if len(e.args) != 1:
+            ctx.report(E.arity(e.callee.span, callee, 1, "f", len(e.args)))
+            return UNKNOWN_M
+        arg = e.args[0]
+        if isinstance(arg, (A.Number, A.StringLit)):
+            ctx.report(E.builtin_literal_arg(arg.span, callee, "a morphism"))
+            return UNKNOWN_M
+        inner = infer_morph(ctx, arg)
+        if not inner.known:
+            return UNKNOWN_M
+        if not (is_continuous(inner.type.dom) and is_continuous(inner.type.cod)):
+            ctx.report(E.needs_real_morphism(e.callee.span, callee, inner.type))
+            return UNKNOWN_M
+        if not compatible(inner.type.dom, inner.type.cod):
+            ctx.report(E.not_endomorphism(e.callee.span, callee, inner.type))
+            return UNKNOWN_M
+        return MInfo(inner.type, "stochastic", None, inner.deterministic)
+    # layer_norm(A), rms_norm(A)
+    if len(e.args) != 1:
+        ctx.report(E.arity(e.callee.span, callee, 1, "A", len(e.args)))
+        return UNKNOWN_M
+    arg = e.args[0]
+    if not isinstance(arg, A.MName):
+        ctx.report(E.builtin_needs_object(arg.span, callee))
+        return UNKNOWN_M
+    obj = lookup_object(ctx, arg.name)
+    if obj is None:
+        return UNKNOWN_M
+    t = Named(arg.name.text, obj.type)
+    if not is_continuous(t):
+        ctx.report(E.needs_real_object(arg.span, callee, t))
+        return UNKNOWN_M
+    return MInfo(MorType(t, t), "stochastic", None, True)
 
 
 def _operand_text(ctx, node) -> str:
@@ -191,7 +246,8 @@ def _infer_compose(ctx: DeclContext, e: A.MCompose) -> MInfo:
                                    _operand_text(ctx, e.right), right.rule))
         return UNKNOWN_M
     stratum = None if None in (left.stratum, right.stratum) else ("relational" if rel else "stochastic")
-    info = MInfo(MorType(left.type.dom, right.type.cod), stratum, left.rule if rel else None)
+    info = MInfo(MorType(left.type.dom, right.type.cod), stratum, left.rule if rel else None,
+                 right.deterministic)
     ctx.fact(e.op.span, "expr", (info.type, ctx.snippet(e.span, 80)))
     return info
 
@@ -213,7 +269,8 @@ def _infer_tensor(ctx: DeclContext, e: A.MTensor) -> MInfo:
     dom = Prod(tuple(_flat(left.type.dom, e.left)) + (right.type.dom,))
     cod = Prod(tuple(_flat(left.type.cod, e.left)) + (right.type.cod,))
     stratum = None if None in (left.stratum, right.stratum) else ("relational" if rel else "stochastic")
-    info = MInfo(MorType(dom, cod), stratum, left.rule if rel else None)
+    info = MInfo(MorType(dom, cod), stratum, left.rule if rel else None,
+                 left.deterministic or right.deterministic)
     ctx.fact(e.op, "expr", (info.type, ctx.snippet(e.span, 80)))
     return info
 
@@ -260,7 +317,7 @@ def _infer_fan(ctx: DeclContext, e: A.MFan) -> MInfo:
             return UNKNOWN_M
     cods = tuple(i.type.cod for i in infos)
     cod = cods[0] if len(cods) == 1 else Prod(cods)
-    return MInfo(MorType(dom, cod), "stochastic", None)
+    return MInfo(MorType(dom, cod), "stochastic", None, any(i.deterministic for i in infos))
 
 
 def _infer_iterate(ctx: DeclContext, e) -> MInfo:
@@ -282,7 +339,7 @@ def _infer_iterate(ctx: DeclContext, e) -> MInfo:
     if e.count >= 2 and not compatible(inner.type.dom, inner.type.cod):
         ctx.report(E.not_endomorphism(e.kw, comb, inner.type))
         return UNKNOWN_M
-    return MInfo(inner.type, inner.stratum, inner.rule)
+    return MInfo(inner.type, inner.stratum, inner.rule, inner.deterministic)
 
 
 def _infer_scan(ctx: DeclContext, e: A.MScan) -> MInfo:
@@ -301,7 +358,7 @@ def _infer_scan(ctx: DeclContext, e: A.MScan) -> MInfo:
         ctx.report(E.scan_state_mismatch(e.kw, fs[-1], cod))
         return UNKNOWN_M
     new_dom = fs[0] if len(fs) == 2 else Prod(tuple(fs[:-1]))
-    return MInfo(MorType(new_dom, cod), "stochastic", None)
+    return MInfo(MorType(new_dom, cod), "stochastic", None, inner.deterministic)
 
 
 def family_lookup(ctx: DeclContext, name: A.Name, report_unknown=True):

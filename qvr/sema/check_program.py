@@ -379,6 +379,10 @@ class ProgramChecker(LetChecker):
             return self._template(t, sym, kind, indexed)
         if isinstance(sym, (MorphismSym, LetSym, ProgramSym)):
             ctx.use("value", name)
+            if kind == "observe" and isinstance(sym, (MorphismSym, LetSym)) and sym.deterministic:
+                # E4: an observed value needs a density; the last link of this target has none
+                whole = isinstance(sym, MorphismSym) and sym.role == "attention"
+                ctx.report(E.observe_deterministic(t.name.span, name, whole))
             return self._morphism_target(t, sym)
         fam = FAMILIES.get(name)
         if fam is not None:

@@ -137,13 +137,17 @@ def option_shape(span: Span, key: str, expects: str):
     return error("QVR203", span, f"option `{key}` expects {expects}")
 
 
+def flag_with_value(span: Span, key: str):
+    return error("QVR203", span, f"option `{key}` is a flag and takes no value; write `{key}` alone")
+
+
 def from_data_shape(span: Span):
     return error("QVR203", span, "`from_data` expects a string key, e.g. `from_data(\"weights\")`")
 
 
 def unknown_role(span: Span, value: str, s: Optional[str]):
     return error("QVR204", span, f"unknown role `{value}`; expected one of latent, observed, kernel, "
-                                 f"embed, discretize, let{did_you_mean(s)}", data=_sug(s))
+                                 f"embed, discretize, let, attention{did_you_mean(s)}", data=_sug(s))
 
 
 def unknown_value(span: Span, what: str, value: str, expected: tuple, s: Optional[str]):
@@ -271,6 +275,35 @@ def observed_not_relational(span: Span, text: str):
 
 def observed_sizes(span: Span, which: str, got: int, want: int):
     return error("QVR314", span, f"the initializer's {which} has {got} elements, the declaration's {want}")
+
+
+# ---- extension (docs/extensions.md E2-E4): QVR316-QVR318
+
+def observe_deterministic(span: Span, name: str, whole: bool):
+    what = f"`{name}` is deterministic" if whole else f"`{name}` ends in a deterministic morphism"
+    return error("QVR316", span, f"{what}: an observed value needs a density; end with a kernel or "
+                                 f"give the attention a family (`~ Normal`)")
+
+
+def heads_divide(span: Span, heads: int, t: Ty, width: int):
+    return error("QVR317", span, f"`heads={heads}` does not divide the width {width} of {describe(t)}; "
+                                 f"give `head_dim` or a number of heads that divides {width}")
+
+
+def needs_real_object(span: Span, name: str, t: Ty):
+    return error("QVR318", span, f"`{name}` needs a Real space, got {describe(t)}")
+
+
+def needs_real_morphism(span: Span, name: str, mt: MorType):
+    return error("QVR318", span, f"`{name}` needs a morphism between Real spaces, got {describe_mor(mt)}")
+
+
+def builtin_needs_object(span: Span, name: str):
+    return error("QVR101", span, f"`{name}` needs an object name, e.g. `{name}(Latent)`")
+
+
+def builtin_literal_arg(span: Span, name: str, what: str):
+    return error("QVR406", span, f"`{name}` takes {what}, not a literal")
 
 
 def rule_mismatch(span: Span, left: str, lr: str, right: str, rr: str):

@@ -32,6 +32,15 @@ class MorphismSym:
     bins: Optional[int] = None
     replica: Optional[tuple[int, int, str]] = None  # (index, count, group)
     axis_names: tuple[str, ...] = ()
+    # Extension (docs/extensions.md E2-E4).  `deterministic`: the morphism has no density
+    # (an attention without a family); an observe step cannot end in it (QVR316).
+    # `heads`/`head_dim` are resolved (defaults applied) on every attention symbol, None on
+    # other roles; `positions` is the learned position table of an embed, None without it.
+    deterministic: bool = False
+    heads: Optional[int] = None
+    head_dim: Optional[int] = None
+    causal: bool = False
+    positions: Optional[int] = None
     kind: str = "morphism"
 
 
@@ -50,6 +59,7 @@ class LetSym:
     stratum: Optional[str]
     rule: Optional[str]
     expr_text: str = ""
+    deterministic: bool = False  # the expression's last link has no density (E4)
     kind: str = "let"
 
 
