@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from qvr.sema.families import COMPOSITION_LEVELS, COMPOSITION_RULES, SEMIRINGS
 
-ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let")
+ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let", "attention")
 
 # (position, key) -> meaning; positions are those of `qvr.sema.options.read_options`.
 OPTION_DOCS: dict[str, dict[str, str]] = {
@@ -18,7 +18,8 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "high": "upper bound of every coordinate of a bounded `Real n` object",
     },
     "morphism": {
-        "role": "what kind of morphism this is: latent, observed, kernel, embed, discretize or let (required)",
+        "role": "what kind of morphism this is: latent, observed, kernel, embed, discretize, let or "
+                "attention (required)",
         "replicate": "declare that many independent copies NAME_0 … NAME_{k-1} plus a replica group NAME",
         "scale": "latent: standard deviation of the initial raw parameters; location–scale kernels: "
                  "the output scale at initialisation",
@@ -30,6 +31,12 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "bins": "number of bins of a discretize morphism; the codomain must have that many elements",
         "over": "the event axes of the family: the axes that index one joint draw",
         "iid": "the batch axes: axes over which the family's draws are independent",
+        "heads": "attention: number of heads (default 1)",
+        "head_dim": "attention: width of one head's queries, keys and values (default: the domain's "
+                    "width divided by `heads`)",
+        "causal": "attention: position i attends only to positions j <= i (a bare flag)",
+        "positions": "embed: a learned vector per position index, added to the embedding; the "
+                     "longest sequence it accepts",
     },
     "sample step": {
         "over": "the event axes of the family: objects whose elements index one joint draw",
@@ -60,10 +67,17 @@ ROLE_KEYS = {
     "latent": ("role", "replicate", "scale", "init", "over", "iid"),
     "observed": ("role", "replicate", "scale"),
     "kernel": ("role", "replicate", "scale", "hidden_dim", "n_layers", "rank", "temperature", "over", "iid"),
-    "embed": ("role", "replicate", "scale"),
+    "embed": ("role", "replicate", "scale", "positions"),
     "discretize": ("role", "replicate", "scale", "bins"),
     "let": ("role", "replicate", "scale"),
+    "attention": ("role", "replicate", "scale", "heads", "head_dim", "causal"),
 }
+
+# option keys written alone, without `=value` (bare flags)
+FLAG_KEYS = frozenset({"causal"})
+
+# the families an attention morphism may draw from (docs/extensions.md E2)
+ATTENTION_FAMILIES = ("Normal", "Laplace", "Cauchy")
 
 # known option values by key (None: names of a namespace, filled in by completion)
 OPTION_VALUES = {
@@ -110,6 +124,13 @@ COMBINATORS = {
     "identity": (("A",), "identity(${1:A})", "the identity relation on a finite object A"),
     "from_data": (("\"KEY\"",), "from_data(\"${1:key}\")", "a fixed relation supplied when the module is loaded "
                   "(only as the whole initializer of an observed morphism)"),
+    # extension (docs/extensions.md E4)
+    "residual": (("f",), "residual(${1:f})", "x -> x + y with y ~ f(x), for f : A -> A over Real spaces; "
+                 "deterministic when f is"),
+    "layer_norm": (("A",), "layer_norm(${1:A})", "deterministic A -> A over a Real space: "
+                   "(x - mean) / sqrt(var + 1e-5) * gain + bias, gain and bias learned"),
+    "rms_norm": (("A",), "rms_norm(${1:A})", "deterministic A -> A over a Real space: "
+                 "x / sqrt(mean(x^2) + 1e-5) * gain + bias, gain and bias learned"),
 }
 
 COMPOSITION_RULE_NAMES = tuple(COMPOSITION_RULES)

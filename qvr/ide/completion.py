@@ -22,7 +22,7 @@ from qvr.ide.exprtype import chain_codomain
 from qvr.ide.textscan import bracket_stack, in_comment_or_string, word_before
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym)
-from qvr.sema.types import compatible, is_discrete, is_unknown, spell, spell_mor
+from qvr.sema.types import compatible, is_continuous, is_discrete, is_unknown, spell, spell_mor
 from qvr.text import Span
 
 _WORD_START = re.compile(r"[A-Za-z0-9_]*")
@@ -98,15 +98,17 @@ def _keywords(words: dict, kind_detail: str) -> list[Item]:
     return out
 
 
-def _types(c: _Ctx, discrete_only: bool = False) -> list[Item]:
+def _types(c: _Ctx, discrete_only: bool = False, continuous_only: bool = False) -> list[Item]:
     out = []
     for n in sorted(c.names("type")):
         sym = c.obj(n)
         if isinstance(sym, ObjectSym):
             if discrete_only and not is_discrete(sym.type):
                 continue
+            if continuous_only and not is_continuous(sym.type):
+                continue
             out.append(Item(n, "object", spell(sym.type), sort="0" + n))
-    if not discrete_only:
+    if not (discrete_only or continuous_only):
         out += [Item("FinSet", "keyword", "finite set", "FinSet ${1:2}", True, sort="1FinSet"),
                 Item("Real", "keyword", "real vector space", "Real ${1:1}", True, sort="1Real")]
     return out
@@ -176,11 +178,11 @@ def _morphisms(c: _Ctx, codomain=None, groups: bool = False) -> list[Item]:
     return out
 
 
-def _families(step: bool) -> list[Item]:
+def _families(step: bool, only=None) -> list[Item]:
     out = []
     for fam in FAMILIES.values():
         usable = fam.step if step else fam.kernel
-        if usable == "no":
+        if usable == "no" or (only is not None and fam.name not in only):
             continue
         if step and fam.params:
             args = ", ".join(f"${{{i + 1}:{p}}}" for i, (p, _k) in enumerate(fam.params))
@@ -290,8 +292,10 @@ def _option_keys(c: _Ctx, owner: str, block_text: str) -> list[Item]:
         m = re.search(r"\brole\s*=\s*(\w+)", c.stmt)
         if m and m.group(1) in C.ROLE_KEYS:
             keys = {k: v for k, v in keys.items() if k in C.ROLE_KEYS[m.group(1)]}
-    given = set(re.findall(r"([A-Za-z_]\w*)\s*=", block_text))
-    return [Item(k, "option", doc, f"{k}=", False, "0" + k, doc) for k, doc in keys.items() if k not in given]
+    # keys already written: `key=value` entries and bare flags (`causal`)
+    given = set(re.findall(r"(?:^|,)\s*([A-Za-z_]\w*)\s*(?==|,)", block_text))
+    return [Item(k, "option", doc, k if k in C.FLAG_KEYS else f"{k}=", False, "0" + k, doc)
+            for k, doc in keys.items() if k not in given]
 
 
 def _in_option_block(c: _Ctx, opener: int) -> list[Item]:
@@ -332,7 +336,9 @@ def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
     name = word_before(before)
     if name == "identity":
         return _types(c, discrete_only=True)
-    if name in ("fan", "stack", "repeat", "scan"):
+    if name in ("layer_norm", "rms_norm") and c.keyword in ("let", "export", "morphism"):
+        return _types(c, continuous_only=True)
+    if name in ("fan", "stack", "repeat", "scan", "residual"):
         return _morph_context(c)
     if c.keyword == "deduction":
         return _atoms(c)
@@ -426,6 +432,8 @@ def _items(c: _Ctx) -> list[Item]:
             role = re.search(r"\brole\s*=\s*(\w+)", c.stmt)
             if role and role.group(1) in ("kernel", "latent"):
                 return _families(step=False)
+            if role and role.group(1) == "attention":
+                return _families(step=False, only=C.ATTENTION_FAMILIES)
             if role and role.group(1) in ("let", "observed"):
                 return _morph_context(c)
             return _families(step=False) + _morph_context(c)

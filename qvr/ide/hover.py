@@ -87,6 +87,19 @@ def symbol_lines(sym) -> tuple[str, str]:
                 facts += f" ~ {sym.family}"
             elif sym.lookup_table:
                 facts += " (lookup table)"
+            elif sym.role == "attention":
+                facts += " (deterministic)"
+        if sym.role == "attention" and sym.heads is not None:
+            # design E2: `attention, 4 heads × 4, causal`, in the facts line's `·` style
+            facts += f" · {_plural(sym.heads, 'head')}"
+            if sym.head_dim is not None:
+                facts += f" × {sym.head_dim}"
+            if sym.causal:
+                facts += ", causal"
+        if sym.positions is not None:
+            facts += f" · {_plural(sym.positions, 'position')}"
+        if sym.deterministic and sym.role == "let":
+            facts += " · deterministic last link"
         if sym.scale is not None and sym.replica is None:  # 14.2 shows replicas without it
             facts += f" · scale {_num(sym.scale)}"
         if sym.stratum == "relational" and sym.rule:
@@ -105,6 +118,8 @@ def symbol_lines(sym) -> tuple[str, str]:
         facts = "let"
         if sym.stratum == "relational" and sym.rule:
             facts += f" · rule {sym.rule}"
+        if sym.deterministic:
+            facts += " · deterministic last link"
         return f"{sym.name} : {spell_mor(sym.type)}", facts
     if isinstance(sym, ProgramSym):
         head = sym.name

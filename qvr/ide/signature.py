@@ -3,7 +3,8 @@
 Works on the text before the cursor (the call is usually unfinished): the innermost open
 `(` of the current statement, the name before it, and the commas since.  Knows families
 (step targets and latent priors), builtins (let-expressions), morphism combinators
-(`fan`, `stack`, `repeat`, `scan`, `identity`, `from_data`), morphism step targets (one
+(`fan`, `stack`, `repeat`, `scan`, `identity`, `from_data`, and the extension's
+`residual`, `layer_norm`, `rms_norm`), morphism step targets (one
 parameter per domain factor) and parametric programs.  No LSP types here.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Optional
 
 from qvr.ide.catalog import COMBINATORS
 from qvr.ide.textscan import bracket_stack, word_before
+from qvr.sema.check_morph import MORPHISM_BUILTINS
 from qvr.sema.families import BUILTINS, FAMILIES
 from qvr.sema.symbols import LetSym, MorphismSym, ProgramSym
 from qvr.sema.types import factors, spell, spell_mor
@@ -88,6 +90,8 @@ def _describe(doc, index: int, name: str, line: str):
         b = BUILTINS[name]
         label, ranges = _label(name, list(b.params))
         return label, ranges, f"builtin · {b.kinds} — {b.doc}"
+    if in_let and name in MORPHISM_BUILTINS:
+        return None  # a let-expression builtin outside the core there (QVR900), not a morphism
     if name in COMBINATORS:
         params, _snip, meaning = COMBINATORS[name]
         label, ranges = _label(name, list(params))
