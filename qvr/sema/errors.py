@@ -126,7 +126,8 @@ def unknown_option(span: Span, key: str, where: str, s: Optional[str]):
 
 
 def option_not_for_role(span: Span, key: str, role: str):
-    return error("QVR201", span, f"option `{key}` does not apply to a `{role}` morphism")
+    article = "an" if role[0] in "aeiou" else "a"
+    return error("QVR201", span, f"option `{key}` does not apply to {article} `{role}` morphism")
 
 
 def duplicate_option(span: Span, key: str):
