@@ -7,7 +7,10 @@ Entry points: `load(path_or_source, data=None)` and `loads(source, data=None)` r
 * `compile`, `compile_program`, `letexpr` — from the typed module to runtime values;
 * `objects`, `algebras`, `families`, `values` — objects, finite-morphism algebras, torch
   distributions per family, input coercion;
-* `morphisms/` (finite tensors, kernels), `combinators` (`>>`, `@`, fan, stack, repeat,
+* `attention_layers(program)` -> `[(name, Attention)]` in order of application and
+  `circuits(program)` -> `{name: {"qk": (H, dA, dA), "ov": (H, dB, dA)}}` (design E7;
+  names are the morphism label, `label#i` for the copies `stack` makes);
+* `morphisms/` (finite tensors, kernels, attention, norms), `combinators` (`>>`, `@`, fan, stack, repeat,
   scan), `steps` + `monadic` + `frame` + `marginal` (programs and their executor),
   `deduction` (deduction systems and charts), `program` (the loaded module).
 
@@ -17,7 +20,8 @@ inference algorithms (guides, SVI, MCMC, SMC) are not here: they build on
 """
 from qvr.runtime.errors import (CompileError, ParseError, QvrError, QvrRuntimeError)
 from qvr.runtime.load import load, loads
+from qvr.runtime.morphisms.attention import attention_layers, circuits
 from qvr.runtime.program import Program
 
 __all__ = ["load", "loads", "Program", "CompileError", "ParseError", "QvrError",
-           "QvrRuntimeError"]
+           "QvrRuntimeError", "attention_layers", "circuits"]

@@ -5,7 +5,10 @@ compilation is eager and every parameter is created during `load`):
 
 * `composition` selects the algebra of the relational morphisms declared after it;
 * `object` declarations become runtime objects (`qvr.runtime.objects`);
-* `morphism` declarations become one runtime morphism per replica, by role (spec 3);
+* `morphism` declarations become one runtime morphism per replica, by role (spec 3;
+  `role=attention` -> `Attention`, `positions=N` on an embed, design E2/E3);
+* the builtin morphism expressions `identity(A)`, `layer_norm(A)`, `rms_norm(A)` and
+  `residual(f)` (design E4) compile to fresh modules at every textual occurrence;
 * `let` binds the *same* object as its expression (spec 4);
 * `program` blocks compile to `MonadicProgram`s (`qvr.runtime.compile_program`);
   parametric programs become `Template`s, compiled when instantiated;
@@ -33,7 +36,9 @@ from qvr.runtime.families import kernel_supported
 from qvr.runtime.morphisms.finite import (Dagger, FiniteMorphism, IdentityMorphism,
                                           LatentMorphism, ObservedMorphism, RepeatRuntime,
                                           StochasticMatrix)
+from qvr.runtime.morphisms.attention import Attention
 from qvr.runtime.morphisms.kernels import Discretize, Embed, FamilyKernel
+from qvr.runtime.morphisms.norms import LayerNorm, Residual, RMSNorm
 from qvr.runtime.objects import FinSet, Euclidean, from_type, product
 from qvr.sema.symbols import GroupSym, MorphismSym, ProgramSym
 from qvr.sema.typed import TypedModule, option_values
@@ -189,7 +194,12 @@ class ModuleCompiler:
             elif role == "kernel":
                 m = StochasticMatrix(dom, cod, label=sym.name)
             elif role == "embed":
-                m = Embed(dom, cod, label=sym.name)
+                m = Embed(dom, cod, label=sym.name, positions=getattr(sym, "positions", None))
+            elif role == "attention":
+                scale = getattr(sym, "scale", None)
+                m = Attention(dom, cod, heads=sym.heads or 1, head_dim=sym.head_dim,
+                              causal=bool(sym.causal), family=sym.family,
+                              scale=0.1 if scale is None else float(scale), label=sym.name)
             elif role == "discretize":
                 m = Discretize(dom, cod, int(opts["bins"]), label=sym.name)
             elif role == "observed":
@@ -273,9 +283,17 @@ class ModuleCompiler:
         if isinstance(e, A.MParen):
             return self.expr(td, e.inner)
         if isinstance(e, A.MCall):
-            if e.callee.text == "identity":
+            callee = e.callee.text
+            if callee == "identity":
                 obj = self.object_of(e.args[0].name.text)
                 return IdentityMorphism(obj, self.algebra(td, self.rule, e.span))
+            # design E4: each textual occurrence is its own module (its own parameters)
+            if callee in ("layer_norm", "rms_norm"):
+                obj = self.object_of(e.args[0].name.text)
+                cls = LayerNorm if callee == "layer_norm" else RMSNorm
+                return cls(obj, label=collapse(td.source(e)))
+            if callee == "residual":
+                return Residual(self.expr(td, e.args[0]), label=collapse(td.source(e)))
             raise Skip  # from_data is handled by observed_value; other calls are QVR900
         if isinstance(e, A.MFan):
             parts = []

@@ -215,3 +215,55 @@ class Attention(ContinuousMorphism):
         fam = f" ~ {self.family_name}" if self.family_name else ""
         return (f"{super().extra_repr()}, {self.heads} heads x {self.head_dim}"
                 f"{', causal' if self.causal else ''}{fam}")
+
+
+# ---------------------------------------------------------------- layers of a model (design E7)
+
+def attention_layers(model) -> list:
+    """`[(name, Attention), ...]`: every attention layer of `model`, in order of application.
+
+    `model` is a loaded `Program` (its exports are searched, the first export first), or any
+    runtime morphism / `nn.Module`.  Layers are found in module-registration order, which
+    for chains (`>>`: left then right), programs (steps in order), `residual`, fans and
+    `stack`/`repeat` is the order in which they are applied; a module reached twice (a
+    `repeat`, shared parameters) is listed once.  Names: the morphism's label (its
+    declared name) when one layer has it; when several distinct layers share a label
+    (`stack` deep-copies a morphism and keeps its label) they are `label#0`, `label#1`,
+    ... in order of application."""
+    from torch import nn as _nn
+    roots = []
+    exports = getattr(model, "exports", None)
+    if isinstance(exports, dict) and hasattr(model, "morphisms"):
+        roots = [v for v in exports.values() if isinstance(v, _nn.Module)]
+    elif isinstance(model, _nn.Module):
+        roots = [model]
+    found, seen = [], set()
+    for root in roots:
+        for m in root.modules():
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            if isinstance(m, Attention):
+                found.append(m)
+    counts: dict = {}
+    for m in found:
+        counts[m.label] = counts.get(m.label, 0) + 1
+    index: dict = {}
+    out = []
+    for m in found:
+        if counts[m.label] == 1:
+            out.append((m.label, m))
+        else:
+            i = index.get(m.label, 0)
+            index[m.label] = i + 1
+            out.append((f"{m.label}#{i}", m))
+    return out
+
+
+def circuits(model) -> dict:
+    """`{name: {"qk": (H, dA, dA), "ov": (H, dB, dA)}}` for `attention_layers(model)`:
+    `qk[h] = W_Q[h]^T W_K[h]` and `ov[h] = W_O[:, h*k:(h+1)*k] W_V[h]` (design E7), as
+    detached tensors on the parameters' device (a record of the current weights)."""
+    with torch.no_grad():
+        return {name: {"qk": a.qk_circuits().detach(), "ov": a.ov_circuits().detach()}
+                for name, a in attention_layers(model)}
