@@ -16,7 +16,16 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
 * final results, each written atomically (temp file + rename): ``summary.json``
   (``status``, ``message``, ``stats``, ``parameters`` rows), ``samples.npz`` (MCMC draws and
   sampler statistics), ``params.npz`` (fitted parameters), ``losses.npy`` (SVI),
-  ``sequences.json`` (SMC), ``synthetic_truth.npz`` (drawn ground truth), ``error.txt``.
+  ``sequences.json`` (SMC), ``synthetic_truth.npz`` (drawn ground truth), ``error.txt``;
+* for a fitted program with attention layers (`qvr.inference.methods.circuits`):
+  ``circuits.npz`` — per attention layer L (its morphism label, ``label#i`` for the i-th
+  copy a ``stack`` made), in program order: ``qk/L`` (H, dA, dA), the QK circuits
+  W_Q[h]^T W_K[h], and ``ov/L`` (H, dB, dA), the OV circuits W_O[:, head h] W_V[h];
+  ``patterns.npz`` — ``inputs``: the first S <= 8 input sequences of the data, (S, T)
+  int64 tokens or (S, T, d) floats, and ``pattern/L`` (S, H, T, T): the attention weights
+  (query x key) of layer L on them, averaged over ``draws`` forward draws (the layer's
+  input is random when an earlier link draws); ``draws`` and ``tokens`` (1 when the
+  inputs are token ids) are scalars in the file.
 """
 FORMAT = 1
 RUN_JSON = "run.json"
@@ -30,6 +39,8 @@ LOSSES = "losses.npy"
 SEQUENCES = "sequences.json"
 TRUTH = "synthetic_truth.npz"
 ERROR = "error.txt"
+CIRCUITS = "circuits.npz"
+PATTERNS = "patterns.npz"
 STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
 
 

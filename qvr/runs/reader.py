@@ -274,6 +274,18 @@ class Run:
         p = self.path / layout.LOSSES
         return np.load(p) if p.exists() else None
 
+    def circuits(self) -> Optional[dict]:
+        """``circuits.npz`` of a fitted program with attention: ``{"qk/L": (H, dA, dA),
+        "ov/L": (H, dB, dA)}`` per layer L in program order, or None when the record has
+        none (no attention layer, or not written: see `layout`)."""
+        return self._npz(layout.CIRCUITS) if (self.path / layout.CIRCUITS).exists() else None
+
+    def patterns(self) -> Optional[dict]:
+        """``patterns.npz``: ``inputs`` (S, T) tokens or (S, T, d) floats, ``pattern/L``
+        (S, H, T, T) per attention layer, ``draws`` and ``tokens`` scalars; None when the
+        record has none."""
+        return self._npz(layout.PATTERNS) if (self.path / layout.PATTERNS).exists() else None
+
     @property
     def sequences(self) -> Optional[dict]:
         return self._json(layout.SEQUENCES)

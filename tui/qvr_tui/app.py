@@ -3,8 +3,8 @@
 Tabs: Program (1), Setup (2), Live (3), Results (4), Runs (5).  Keys: ``r`` starts the fit
 set up in Setup (``ctrl+r`` from a text field), ``x`` or ``ctrl+c`` cancels the running
 fit cleanly (the first ``ctrl+c`` cancels, it does not quit), ``g`` sets up SMC generation
-from the run shown (then ``r``), ``l`` log scale and ``v`` next trace on Live, ``d``
-light/dark, ``?`` the keys, ``q`` quits (asking first while a fit runs; the worker then
+from the run shown (then ``r``), ``l`` log scale and ``v`` next trace on Live, ``c``
+the attention circuits on Results, ``d`` light/dark, ``?`` the keys, ``q`` quits (asking first while a fit runs; the worker then
 stops after its step and saves everything).
 
 Data flow: a `FitRunner` (worker process + record tail) or the tail of a record opened
@@ -80,6 +80,7 @@ class QvrDash(App):
         Binding("g", "generate", "SMC from run"),
         Binding("l", "live('toggle_log')", "Log scale"),
         Binding("v", "live('next_trace')", "Trace"),
+        Binding("c", "results('toggle_circuits')", "Circuits"),
         Binding("d", "toggle_dark", "Theme", show=False),
         Binding("question_mark", "help", "Keys"),
         Binding("q", "quit_app", "Quit"),
@@ -316,9 +317,9 @@ class QvrDash(App):
 
     # ------------------------------------------------------------ actions
     def check_action(self, action: str, parameters) -> Optional[bool]:
-        if action == "live":  # the Live pane's keys, shown while it is the tab
+        if action in ("live", "results"):  # a pane's keys, shown while it is the tab
             try:
-                return self.query_one(TabbedContent).active == "live"
+                return self.query_one(TabbedContent).active == action
             except Exception:
                 return False
         return True
@@ -333,6 +334,17 @@ class QvrDash(App):
         if not self.ready.is_set():
             return
         getattr(self.live, f"action_{name}")()
+
+    def action_results(self, name: str) -> None:
+        """A Results pane key pressed while the focus is outside the pane (on the tab
+        bar after ``4``): the pane's action all the same."""
+        if not self.ready.is_set():
+            return
+        try:
+            pane = self.query_one("#results-pane")
+        except NoMatches:
+            return
+        getattr(pane, f"action_{name}")()
 
     def action_tab(self, name: str) -> None:
         tabs = self.query_one(TabbedContent)

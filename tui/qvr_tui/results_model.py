@@ -10,7 +10,8 @@ that ended before their summary was written).  Nothing here draws; the panes ren
     (`SiteRow` with its coordinates `Coord`), per-parameter series (`param_series`),
     posterior mean/sd matrices of 2-D sites (`site_matrix`);
   - SVI: final loss, the loss curve, guide locations/scales per site (`GuideSite`);
-  - SMC: top sequences (`SequenceRow`, text through the record's vocabulary), log Z-hat.
+  - SMC: top sequences (`SequenceRow`, text through the record's vocabulary), log Z-hat;
+  - any method, a program with attention: `Results.circuits` (`qvr_tui.circuits_model`).
 * `table_rows(sites, sort, query, expanded)`: what the summary table shows, sorted
   (`SORT_KEYS`) and filtered by a substring.
 * `run_rows(runs_dir, program)` → `RunRow`s for the Runs table (status, method, start,
@@ -213,6 +214,8 @@ class Results:
     sequences: tuple = ()                   # SequenceRow
     log_Z: Optional[float] = None
     vocab: Optional[list] = None
+    # attention circuits (any method; `qvr_tui.circuits_model`), None without them
+    circuits: Optional[object] = None
 
     @property
     def is_mcmc(self) -> bool:
@@ -267,6 +270,8 @@ def load_results(run) -> Results:
         _load_smc(run, res, events)
     if res.partial and not res.partial_note:
         res.partial_note = _partial_note(res)
+    from qvr_tui.circuits_model import load_circuits
+    res.circuits = load_circuits(run, res.program_path)
     return res
 
 

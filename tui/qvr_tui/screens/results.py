@@ -25,6 +25,10 @@ from `qvr_tui.results_model.load_results` (torch-free); this module only lays it
   the heatmap of its location (``m``: scale).
 * SMC: log Z-hat and the top sequences with their weights (text through the record's
   vocabulary).
+* Circuits (a fitted program with attention layers: the record holds ``circuits.npz``):
+  ``c`` switches to the `CircuitsView` (per layer and head the QK and OV circuit heatmaps
+  and the attention pattern of a recorded input sequence; its keys in its own docstring)
+  and back.  A record read again while it is written keeps the view and the choice.
 
 The record is read in a worker thread (`show_run` returns at once; the newest request
 wins); a record still being written (status running) is read again every
@@ -52,6 +56,7 @@ from qvr_tui.program_model import read_program, source_sha256
 from qvr_tui.results_model import (ArvizMissing, Results, SORT_KEYS, export_arviz,
                                    load_results, param_series, site_matrix, table_rows)
 from qvr_tui.widgets.checks import ChecksRow
+from qvr_tui.widgets.circuits import CircuitsView
 from qvr_tui.widgets.heatmap import Heatmap
 from qvr_tui.widgets.param_plots import ParamPlots, decimate, make_plot, points_for
 from qvr_tui.widgets.summary_table import SummaryTable, fmt
@@ -105,6 +110,7 @@ class ResultsPane(Vertical):
     ResultsPane > #results-notes.-empty { display: none; }
     ResultsPane #results-switcher { height: 1fr; }
     ResultsPane #mcmc, ResultsPane #svi, ResultsPane #smc, ResultsPane #empty { height: 1fr; }
+    ResultsPane #circuits { height: 1fr; }
     ResultsPane #results-filter { height: 1; border: none; padding: 0 1; display: none; }
     ResultsPane #results-filter.-shown { display: block; }
     ResultsPane #summary-bar { height: 1; padding: 0 1; color: $text-muted; }
@@ -127,6 +133,7 @@ class ResultsPane(Vertical):
         Binding("h", "toggle_heatmap", "Heatmap"),
         Binding("m", "toggle_stat", "Mean/sd"),
         Binding("e", "export", "ArviZ"),
+        Binding("c", "toggle_circuits", "Circuits"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -166,6 +173,7 @@ class ResultsPane(Vertical):
         self.stat = "mean"
         self.selected: Optional[str] = None  # coordinate label or site shown in the detail
         self.last_export = ""
+        self.circuits_on = False  # the Circuits view is shown instead of the method's view
         self._generation = 0
 
     # ------------------------------------------------------------------ layout
@@ -189,6 +197,7 @@ class ResultsPane(Vertical):
                 yield Heatmap(np.zeros((1, 1)), id="svi-heatmap")
             with Vertical(id="smc"):
                 yield DataTable(id="smc-table", cursor_type="row", zebra_stripes=True)
+            yield CircuitsView(id="circuits")
         yield Static("", id="results-footer")
 
     def on_mount(self) -> None:
@@ -201,6 +210,7 @@ class ResultsPane(Vertical):
         self.run_path = Path(path) if path is not None else None
         self.sort, self.query_text, self.expanded = "order", "", set()
         self.heatmap_on, self.stat, self.selected = False, "mean", None
+        self.circuits_on = False
         self._load()
 
     def _load(self) -> None:
@@ -227,6 +237,8 @@ class ResultsPane(Vertical):
     def _apply(self, res: Optional[Results], err: str, gen: int) -> None:
         if gen != self._generation or not self.is_attached:
             return  # a newer show_run superseded this load
+        same = (self.results is not None and res is not None
+                and self.results.path == res.path)
         self.results, self.load_error, self.stale = res, err, ""
         if res is not None:
             # the recorded program file; the given one when that is gone (a moved checkout)
@@ -249,6 +261,12 @@ class ResultsPane(Vertical):
         else:
             switcher.current = "smc"
             self._fill_smc()
+        circuits = res.circuits if res is not None else None
+        self.query_one("#circuits", CircuitsView).show(circuits, keep=same)
+        if circuits is None:
+            self.circuits_on = False
+        elif self.circuits_on:
+            switcher.current = "circuits"
         if res is not None and res.status == "running":
             # a fit still writing this record: read it again shortly (newest read wins)
             self.set_timer(self.RUNNING_REFRESH, lambda: self._reload_running(gen))
@@ -283,6 +301,8 @@ class ResultsPane(Vertical):
         notes.update("\n".join(lines))
         notes.set_class(not lines, "-empty")
         keys = "  e: export draws to ArviZ" if res.is_mcmc else ""
+        if res.circuits is not None:
+            keys += "  c: circuits"
         footer.update(Text(f"run folder: {display_path(res.path)}{keys}", overflow="ellipsis",
                            no_wrap=True))
 
@@ -479,6 +499,34 @@ class ResultsPane(Vertical):
         self.last_export = f"draws written to {path}"
         self.notify(self.last_export, timeout=4)
         self.post_message(self.Exported(self, path, self.last_export))
+
+    # ------------------------------------------------------------------ circuits
+    def _method_view(self) -> str:
+        res = self.results
+        if res is None:
+            return "empty"
+        return "mcmc" if res.is_mcmc else "svi" if res.method == "svi" else "smc"
+
+    def action_toggle_circuits(self) -> None:
+        """``c``: the Circuits view of a run with attention circuits, and back."""
+        res = self.results
+        if res is None:
+            return
+        if res.circuits is None:
+            self.notify("This run has no attention circuits (the program has no "
+                        "role=attention layer, or the fit did not record them).",
+                        severity="warning", timeout=4)
+            return
+        switcher = self.query_one("#results-switcher", ContentSwitcher)
+        self.circuits_on = not self.circuits_on
+        switcher.current = "circuits" if self.circuits_on else self._method_view()
+        if self.circuits_on:
+            self.query_one("#circuits", CircuitsView).focus()
+        else:
+            view = {"mcmc": "#summary", "svi": "#guide-table", "smc": "#smc-table"}.get(
+                switcher.current)
+            if view:
+                self.query_one(view).focus()
 
     # ------------------------------------------------------------------ SVI
     def _fill_svi(self) -> None:
