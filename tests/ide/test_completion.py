@@ -29,7 +29,8 @@ def test_after_compose_morphisms_whose_domain_matches_come_first():
     assert ranked == [("attn_proj", "0"), ("ff_up", "0"), ("head_0", "0"), ("head_1", "0"), ("head_2", "0"),
                       ("head_3", "0"), ("layer", "0"), ("lm_head", "0"), ("residual_attn", "0"),
                       ("residual_ff", "0"), ("ff_down", "1"), ("tok_embed", "1")]
-    assert [i.label for i in res.items if i.kind == "combinator"] == ["fan", "identity", "repeat", "scan", "stack"]
+    assert [i.label for i in res.items if i.kind == "combinator"] == [
+        "fan", "identity", "layer_norm", "repeat", "residual", "rms_norm", "scan", "stack"]
 
 
 def test_ranking_uses_the_codomain_of_the_whole_chain_so_far():
@@ -67,7 +68,7 @@ def test_families_after_tilde_and_after_larrow():
 
 def test_role_values_and_option_keys():
     assert labels(seed_with("[role=embed]", "[role=$0]")) == [
-        "discretize", "embed", "kernel", "latent", "let", "observed"]
+        "attention", "discretize", "embed", "kernel", "latent", "let", "observed"]
     assert labels(seed_with("[role=embed]", "[role=k$0]")) == ["kernel"]
     assert labels(seed_with("[role=embed]", "[role=kernel, $0]")) == [
         "hidden_dim", "iid", "n_layers", "over", "rank", "replicate", "scale", "temperature"]
