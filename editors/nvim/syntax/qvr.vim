@@ -63,7 +63,7 @@ syn keyword qvrFamily Normal Cauchy Laplace Gumbel StudentT LogNormal HalfNormal
       \ OneHotCategorical RelaxedBernoulli RelaxedOneHotCategorical LogisticNormal
       \ MultivariateNormal LowRankMVN GP Horseshoe Wishart InverseWishart MatrixNormal
       \ LKJCholesky Flow Binomial VonMises GeneralizedPareto
-syn match qvrBuiltin "\<\%(exp\|log\|sqrt\|sigmoid\|parse\|compose\|identity\|from_data\)\ze\s*("
+syn match qvrBuiltin "\<\%(exp\|log\|sqrt\|sigmoid\|parse\|compose\|identity\|from_data\|residual\|layer_norm\|rms_norm\)\ze\s*("
 syn match qvrBuiltin "\.\zs\%(dagger\|goal_weight\)\>"
 
 " Operators: later definitions win at the same position, so longer ones come last.
@@ -79,7 +79,7 @@ syn region qvrOptions matchgroup=qvrDelimiter start="\[" end="\]"
       \qvrBlockComment,qvrPragma,qvrString,qvrNumber,qvrFloat,qvrOperator,qvrFamily,qvrBuiltin,
       \qvrCombinator,qvrBuiltinType,qvrKeyword
 syn match qvrOptionKey "\<\h\w*\ze\s*=" contained
-syn match qvrRoleValue "\%(\<role\s*=\s*\)\@<=\%(latent\|observed\|kernel\|embed\|discretize\|let\)\>" contained
+syn match qvrRoleValue "\%(\<role\s*=\s*\)\@<=\%(latent\|observed\|kernel\|embed\|discretize\|let\|attention\)\>" contained
 syn match qvrOptionValue "\%(\<\%(reduction\|semiring\|init\)\s*=\s*\)\@<=\%(logsumexp\|sum\|mean\|LogProb\|Viterbi\|Boolean\|Counting\|auto\)\>" contained
 
 hi def link qvrTodo Todo
