@@ -67,6 +67,8 @@ class FitResult:
       summary: `qvr.inference.diagnostics.Summary` of the posterior.
       stats: scalar facts (final loss, acceptance, divergences, step sizes, log Z...).
       mcmc: the `MCMCResult` (MCMC); guide: the fitted guide (SVI); smc: the `SMCResult`.
+      circuits: the attention circuits and patterns to record
+        (`qvr.inference.methods.circuits.CircuitRecord`), None without attention layers.
       run_dir: the run record's folder, when one was written.
       elapsed: seconds; step: the last step done.
     """
@@ -83,6 +85,7 @@ class FitResult:
     guide: Any = None
     smc: Any = None
     sequences: Optional[dict] = None
+    circuits: Any = None
     run_dir: Optional[str] = None
     elapsed: float = 0.0
     step: Optional[int] = None

@@ -43,6 +43,9 @@ def run(ctx: FitContext) -> FitResult:
     out.params = {f"model.{n}": p.detach().cpu().numpy()
                   for n, p in ctx.model.named_parameters()}
     out.summary = res.summary()
+    if ctx.start is not None:  # MCMC never moves the weights: fitted only when started
+        from qvr.inference.methods.circuits import record_circuits
+        out.circuits = record_circuits(ctx.model, ctx.x)
     depths = res.tree_depths.float()
     out.stats = {"mean_acceptance": res.mean_acceptance,
                  "total_divergences": res.total_divergences,

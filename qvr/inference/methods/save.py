@@ -1,6 +1,6 @@
 """What a fit leaves in its run record besides the events (`qvr.runs.layout`): the
-summary, the fitted parameters, the draws with their sampler statistics, the losses and
-the SMC sequences.  Called by `fit` for every status, so a cancelled or failed fit keeps
+summary, the fitted parameters, the draws with their sampler statistics, the losses,
+the SMC sequences and the attention circuits and patterns.  Called by `fit` for every status, so a cancelled or failed fit keeps
 what it had."""
 from __future__ import annotations
 
@@ -40,5 +40,8 @@ def save_results(writer, result, status: str, message: str) -> None:
     # model with many local latents are large (writing them cost ~10% of a short fit)
     if result.sequences is not None:
         writer.write_json(layout.SEQUENCES, result.sequences)
+    if result.circuits is not None:  # a program with attention (methods/circuits.py)
+        writer.save_arrays(layout.CIRCUITS, result.circuits.circuit_arrays())
+        writer.save_arrays(layout.PATTERNS, result.circuits.patterns)
     if result.summary is not None:
         writer.write_text("summary.txt", str(result.summary) + "\n")
