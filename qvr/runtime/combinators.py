@@ -27,7 +27,7 @@ from qvr.runtime.errors import IncompatibleMorphismsError, InputShapeError
 from qvr.runtime.morphisms.base import ContinuousMorphism, Morphism
 from qvr.runtime.morphisms.finite import FiniteCompose, FiniteMorphism, FiniteTensor
 from qvr.runtime.objects import QvrObject, product
-from qvr.runtime.values import as_features, as_tensor
+from qvr.runtime.values import as_features, as_tensor, mask_missing, split_missing
 
 EPS = 1e-7
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -155,6 +155,23 @@ class Compose(ContinuousMorphism):
         return list(self._links)
 
     @property
+    def mixes_positions(self) -> bool:
+        """True when any link mixes positions (design E1)."""
+        return _mixes(self._links)
+
+    @property
+    def deterministic(self) -> bool:
+        """True when every link is deterministic: the chain is then a function of its input.
+
+        Decision: *every* link, not only the last.  A chain whose last link alone is
+        deterministic (`kernel >> layer_norm`) has no density either (its `log_prob` raises
+        the last link's `DeterministicError`), but its output is random; calling it
+        deterministic would let a composite holding it (`residual(kernel >> ln)`, a fan)
+        claim to be a function of its input, and `chain_log_prob` would then draw it once.
+        """
+        return _all_deterministic(self._links)
+
+    @property
     def output_discrete(self) -> bool:
         return self.right.output_discrete
 
@@ -204,8 +221,11 @@ def chain_rsample(links, x, sample_shape=torch.Size()):
 def _flat_link(link) -> bool:
     """A link that maps `(rows, w)` features to `(rows, w')` draws row by row, drawing its
     noise in row-major order whatever the leading shape: a Normal or LogitNormal kernel
-    with an MLP parameter source, or a fan of those evaluated together."""
+    with an MLP parameter source, or a fan of those evaluated together.  Never a link
+    that mixes positions (design E1): flattening would merge its sequences."""
     from qvr.runtime.morphisms.kernels import FamilyKernel, MLPSource
+    if getattr(link, "mixes_positions", False):
+        return False
     if type(link) is Fan:
         return link.batched
     return type(link) is FamilyKernel and link.family_name in ("Normal", "LogitNormal") \
@@ -259,12 +279,33 @@ def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True)
     to the rows.  Dedup is used only where it saves work (fewer distinct values than
     rows) and never for vmapped inputs; `dedup=False` (`Compose.dedup_inputs = False`)
     keeps the per-row layout of the spec.
+
+    Chains that mix positions (design E1, E6): when any link mixes positions (attention,
+    or a composite holding one), the prefix is drawn jointly per sequence (`n` draws of
+    the whole `(B, T, ...)` input, never per distinct input, never flattened) and the
+    per-position terms telescope to the per-sequence estimator (`_telescoped`).  Decision
+    — the *last* link counts too: a last link that mixes positions scores position t
+    under the draws of every position, so the positions' terms are no longer independent
+    given the input and the per-row product would not estimate the joint.
+
+    Missing entries of `z` (design E5, `split_missing`: NaN for reals, -1 for indices)
+    are filled with a placeholder before the last link scores them and the rows that have
+    one contribute exactly 0 (masked before the Monte-Carlo average and after it).
+
+    A prefix of deterministic links only (norms, attention without a family) is drawn
+    once (`n = 1`): every draw would be the same value.
     """
+    last = links[-1]
+    z, observed = split_missing(as_tensor(z) if not isinstance(z, torch.Tensor) else z,
+                                last.output_discrete, last.output_event_rank)
     if len(links) == 1:
-        return links[0].log_prob(x, z)
-    prefix, last = links[:-1], links[-1]
+        return mask_missing(last.log_prob(x, z), observed)
+    prefix = links[:-1]
+    if _all_deterministic(prefix):
+        n = 1
+    if _mixes(links):
+        return _sequence_log_prob(prefix, last, x, z, observed, n, seed)
     mid = prefix[-1]
-    z = as_tensor(z)
     if mid.output_discrete and mid.codomain.is_discrete and mid.output_event_rank == 0:
         # exact: logsumexp over every value of the finite intermediate
         # every value y of the k-element intermediate, with the batch of z; the input is
@@ -275,7 +316,7 @@ def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True)
         x = as_tensor(x)
         xs = x.unsqueeze(0).expand(k, *x.shape)
         lp = chain_log_prob(prefix, xs, ys, n, seed, dedup) + last.log_prob(ys, z)
-        return torch.logsumexp(lp, dim=0)
+        return mask_missing(torch.logsumexp(lp, dim=0), observed)
     groups = _distinct_inputs(prefix, x) if dedup else None
     with common_random_numbers(seed, z.device):
         ys = chain_rsample(prefix, x if groups is None else groups[0], torch.Size([n]))
@@ -283,7 +324,101 @@ def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True)
         lp = last.log_prob(ys, z)
     else:
         lp = _shared_last_log_prob(last, ys, groups[1], groups[2], z)
+    if observed is not None:
+        return mask_missing(_log_mean_exp(mask_missing(lp, observed)), observed)
     return _log_mean_exp(lp)
+
+
+def observed_log_prob(module, x, z):
+    """`module.log_prob(x, z)` for an observed value that may have missing entries (design
+    E5): the rows with one contribute exactly 0.  A Monte-Carlo chain (`Compose`) masks
+    them itself before its average (`chain_log_prob`); any other morphism scores `z`
+    with its missing entries filled, and the rows are masked after."""
+    if isinstance(module, Compose):
+        return module.log_prob(x, z)
+    return chain_log_prob([module], x, z)
+
+
+def _mixes(links) -> bool:
+    return any(getattr(link, "mixes_positions", False) for link in links)
+
+
+def _all_deterministic(links) -> bool:
+    return all(getattr(link, "deterministic", False) for link in links)
+
+
+def _sequence_log_prob(prefix, last, x, z, observed, n: int, seed: int):
+    """`chain_log_prob` of a chain that mixes positions (design E6): `(*batch)` terms whose
+    sum over the position axis is the per-sequence estimator.
+
+    `z`'s batch axes are `batch = z.shape[:z.dim() - last.output_event_rank]`; the
+    position axis is the last of them.  With one batch axis every row is a sequence of
+    length 1: a position axis of length 1 is inserted into `x` and `z` (and removed from
+    the result), so that a link that mixes positions never reads the Monte-Carlo axis of
+    the draws as a position axis.  The prefix is drawn `n` times jointly (`chain_rsample`
+    of the whole input with sample shape `(n,)`, common random numbers); a finite last
+    intermediate is summed out exactly under each draw of the links before it.  With
+    `lp (n, *batch)` the (masked) log-density of the last link under each draw, the terms
+    are `_telescoped(lp)`.
+    """
+    ev = last.output_event_rank
+    if ev and z.dim() == 1 and last.output_width == 1 and not last.output_discrete:
+        z = z.unsqueeze(-1)  # `(B,)` values of a width-1 real object: `(B, 1)` rows
+    if z.dim() - ev < 2:
+        x = _with_position_axis(prefix[0].domain, x)
+        z = z.unsqueeze(z.dim() - ev)
+        obs = None if observed is None else observed.unsqueeze(-1)
+        return _sequence_log_prob(prefix, last, x, z, obs, n, seed).squeeze(-1)
+    mid = prefix[-1]
+    exact = (len(prefix) > 1 and mid.output_discrete and mid.codomain.is_discrete
+             and mid.output_event_rank == 0)
+    drawn = prefix[:-1] if exact else prefix
+    with common_random_numbers(seed, z.device):
+        hs = chain_rsample(drawn, x, torch.Size([n]))
+    if exact:
+        # every value y of the k-element intermediate under each draw h_s of the links
+        # before it: logsumexp_y mid(y | h_s) last(z | y), position by position
+        k = mid.codomain.size
+        batch = z.shape[:z.dim() - ev]
+        ys = torch.arange(k, device=z.device).reshape(k, *([1] * (1 + len(batch))))
+        ys = ys.expand(k, n, *batch)
+        hk = hs.unsqueeze(0).expand(k, *hs.shape)
+        lp = torch.logsumexp(mid.log_prob(hk, ys) + last.log_prob(ys, z), dim=0)
+    else:
+        lp = last.log_prob(hs, z)
+    if observed is not None:
+        lp = mask_missing(lp, observed)
+    if n == 1:
+        return mask_missing(lp[0], observed)
+    return mask_missing(_telescoped(lp), observed)
+
+
+def _with_position_axis(domain, x):
+    """`x` of one batch axis with a position axis of length 1 after it (before the
+    event axis of a continuous value or of the index columns of a product of finite
+    sets; last for an index tensor of one finite set)."""
+    x = as_tensor(x)
+    if domain.is_discrete and len(domain.atoms()) == 1:
+        return x.unsqueeze(-1)
+    if x.dim() == 1 and domain.width == 1:
+        x = x.unsqueeze(-1)
+    return x.unsqueeze(-2)
+
+
+def _telescoped(lp):
+    """Per-position terms of the per-sequence estimator from `lp (n, ..., T)` (design E6).
+
+    With `c[s, ..., t] = sum_{t' <= t} lp[s, ..., t']` and `L_t = LME_s c[s, ..., t]`
+    (log-mean-exp over the `n` joint draws, `_log_mean_exp`), term t is `L_t - L_{t-1}`
+    (`L_{-1} = 0`): the estimated log-conditional of position t given the earlier ones
+    under the draws' weights, and `sum_t term_t = L_{T-1} = log (1/n) sum_s prod_t
+    p(z_t | h_s)`, the sequence's likelihood estimator.  A position after an impossible
+    prefix (`L_{t-1} = -inf`) gets 0, so the sum stays `-inf` without NaN."""
+    c = lp.cumsum(-1)
+    L = _log_mean_exp(c)
+    prev = torch.cat([torch.zeros_like(L[..., :1]), L[..., :-1]], dim=-1)
+    return torch.where(prev == -math.inf, torch.zeros((), dtype=L.dtype, device=L.device),
+                       L - prev)
 
 
 #: exp(x) for x below this is a subnormal float32 (or 0): slow on CPUs (about 30x) and far
@@ -338,10 +473,23 @@ class common_random_numbers:
 
 
 def _rowwise(link) -> bool:
-    """True for links known to act independently on every batch position (spec 1.2)."""
+    """True for links known to act independently on every batch position, with a law that
+    depends on the row's input alone (spec 1.2): what prefix-draw dedup by distinct input
+    needs.  False for a link that mixes positions (design E1) and for an embed with
+    learned positions (its draw depends on the position too, design E3); the norms act row
+    by row, and a residual is row-wise when its inner morphism is."""
     from qvr.runtime.morphisms.kernels import Discretize, Embed, FamilyKernel
-    if isinstance(link, (FamilyKernel, Embed, Discretize, FiniteMorphism)):
+    if getattr(link, "mixes_positions", False):
+        return False
+    if isinstance(link, Embed):
+        return getattr(link, "positions", None) is None
+    if isinstance(link, (FamilyKernel, Discretize, FiniteMorphism)):
         return True
+    from qvr.runtime.morphisms.norms import LayerNorm, Residual, RMSNorm
+    if isinstance(link, (LayerNorm, RMSNorm)):
+        return True
+    if isinstance(link, Residual):
+        return _rowwise(link.inner)
     if isinstance(link, Fan):
         return all(_rowwise(p) for p in link.parts)
     if isinstance(link, Tensor):
@@ -401,6 +549,14 @@ class Tensor(ContinuousMorphism):
         self.right = right
 
     @property
+    def mixes_positions(self) -> bool:
+        return _mixes((self.left, self.right))
+
+    @property
+    def deterministic(self) -> bool:
+        return _all_deterministic((self.left, self.right))
+
+    @property
     def output_discrete(self) -> bool:
         return self.left.output_discrete and self.right.output_discrete
 
@@ -442,6 +598,14 @@ class Fan(ContinuousMorphism):
                          label or f"fan({', '.join(p.label for p in parts)})")
         self.parts = nn.ModuleList(parts)
         self.batched = _batchable(parts)
+
+    @property
+    def mixes_positions(self) -> bool:
+        return _mixes(self.parts)
+
+    @property
+    def deterministic(self) -> bool:
+        return _all_deterministic(self.parts)
 
     @property
     def output_discrete(self) -> bool:

@@ -33,8 +33,11 @@ from qvr.runtime.marginal import run_marginalize
 from qvr.runtime.morphisms.base import ContinuousMorphism
 from qvr.runtime.objects import Unit
 from qvr.runtime.steps import AliasStep, FamilyStep, LetStep, MarginalizeStep, SiteStep
+from qvr.runtime.combinators import observed_log_prob
+from qvr.runtime.families import is_discrete_dist
 from qvr.runtime.values import (as_index, coerce_family_value, coerce_morph_value,
-                                ensure_batch, eval_value)
+                                ensure_batch, eval_value, mask_missing, missing_entries,
+                                observed_rows)
 
 
 class MonadicProgram(ContinuousMorphism):
@@ -313,6 +316,18 @@ class MonadicProgram(ContinuousMorphism):
         return False, None
 
     def _run_site(self, step: SiteStep, frame):
+        """One sample/observe step.
+
+        Missing entries (design E5): the value of an `observe` step may have missing
+        entries (NaN in a real value, -1 in an index value; `qvr.runtime.values
+        .split_missing`).  The rows that have one contribute exactly 0: a morphism target
+        masks them itself (`observed_log_prob`: a Monte-Carlo chain before its average, so
+        a chain that mixes positions telescopes over the observed positions only); an
+        inline family's value is filled with a placeholder before it is coerced and scored
+        and its term masked.  The environment keeps the value as given, missing entries
+        included (NaN, or -1 in an index value), so that a later step reading it does not
+        silently see the placeholder (`qvr.inference.data.check_data` rejects such
+        programs before a fit)."""
         module = getattr(self, step.module_name)
         given, value = self._supplied(step, frame)
         if step.family is None:
@@ -324,7 +339,10 @@ class MonadicProgram(ContinuousMorphism):
             frame.env[step.name] = value
             lp = c = None
             if frame.score:
-                c = module.log_prob(inp, value)
+                if given and step.observe:
+                    c = observed_log_prob(module, inp, value)
+                else:
+                    c = module.log_prob(inp, value)
                 lp = frame.add(c)
             self._record(frame, SiteRecord(
                 step.name, "observe" if step.observe else "sample", value, lp, c,
@@ -332,14 +350,29 @@ class MonadicProgram(ContinuousMorphism):
             return
         args = self._arg_values(step.args, frame)
         dist = module.distribution(args)
+        observed = None
         if given:
+            missing = None
+            if step.observe:
+                value, missing = missing_entries(
+                    torch.as_tensor(value, device=frame.device), is_discrete_dist(dist))
             value = coerce_family_value(dist, value, step, frame)
+            if missing is not None:
+                missing = missing.reshape(value.shape)
+                observed = observed_rows(missing, len(dist.event_shape))
+                scored = value
+                value = torch.where(missing, torch.full((), math.nan if
+                                    value.is_floating_point() else -1, dtype=value.dtype,
+                                    device=value.device), value)
         else:
             value = self._draw(step, dist, frame)
         frame.env[step.name] = value
         lp = c = None
         if frame.score:
-            c = dist.log_prob(eval_value(dist, value, frame))
+            if observed is not None:
+                c = mask_missing(dist.log_prob(eval_value(dist, scored, frame)), observed)
+            else:
+                c = dist.log_prob(eval_value(dist, value, frame))
             if step.site_kind == "plate":
                 c = c.sum()
             lp = frame.add(c)

@@ -6,9 +6,10 @@ compute anything beyond dtype casts and reshapes.
 """
 from __future__ import annotations
 
-import torch
-
 import math
+import weakref
+
+import torch
 
 from qvr.runtime.errors import (IndexRangeError, InputDtypeError, InputShapeError,
                                 ObservationShapeError)
@@ -122,6 +123,140 @@ def unravel(obj, flat: torch.Tensor) -> torch.Tensor:
         cols.append(flat % a.cardinality)
         flat = torch.div(flat, a.cardinality, rounding_mode="floor")
     return torch.stack(cols[::-1], dim=-1)
+
+
+# ---------------------------------------------------------------- missing entries (design E5)
+
+#: memo of `missing_entries` for data tensors: id -> (weakref, version, discrete, result)
+_MISSING: dict = {}
+
+
+def missing_entries(z, discrete: bool):
+    """`missing_entries_of(z, discrete)`, memoised for data tensors (the same observation
+    tensors are handed to every step of a fit).
+
+    Decision: for a plain tensor (or one that grad/functionalize transforms merely wrap)
+    the scan runs eagerly on the tensor itself, outside any tracing mode, and its result
+    is kept per tensor object and version (an in-place change of the data is seen).  Why:
+    `make_fx` traces the MCMC target, and asking a traced tensor whether anything is
+    missing is data-dependent control flow, which tracing refuses; observed values are
+    data, so the filled value and the mask are constants of a traced graph, as the data
+    itself is.  Values under `vmap` (batched) or fake tensors are scanned directly."""
+    base = _data_tensor(z)
+    if base is None:
+        return missing_entries_of(z, discrete, branch=not _batched(z))
+    key = id(base)
+    hit = _MISSING.get(key)
+    if hit is not None and hit[0]() is base and hit[1] == base._version and hit[2] == discrete:
+        return hit[3]
+    from torch.utils._python_dispatch import _disable_current_modes
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        out = missing_entries_of(base, discrete)
+    if len(_MISSING) >= 256:
+        _MISSING.clear()
+    _MISSING[key] = (weakref.ref(base), base._version, discrete, out)
+    return out
+
+
+def _batched(t) -> bool:
+    """True for a tensor batched by `vmap` at some level (its values cannot be asked
+    whether anything is missing: data-dependent control flow)."""
+    fz = getattr(torch._C, "_functorch", None)
+    if fz is None or not isinstance(t, torch.Tensor):
+        return False
+    try:
+        for _ in range(64):
+            if not fz.is_functorch_wrapped_tensor(t):
+                return False
+            if fz.is_batchedtensor(t):
+                return True
+            t = fz.get_unwrapped(t)
+    except (AttributeError, RuntimeError):  # pragma: no cover - other torch versions
+        return False
+    return False
+
+
+def _data_tensor(t):
+    """The plain tensor under grad/functionalize wrappers of `t`, or None (not a tensor,
+    batched by vmap, a tensor subclass, or one that requires grad)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    fz = getattr(torch._C, "_functorch", None)
+    try:
+        for _ in range(64):
+            if torch._is_functional_tensor(t):
+                t = torch._from_functional_tensor(t)
+            elif fz is not None and fz.is_functorch_wrapped_tensor(t):
+                if fz.is_batchedtensor(t):
+                    return None
+                t = fz.get_unwrapped(t)
+            else:
+                break
+    except (AttributeError, RuntimeError):  # pragma: no cover - other torch versions
+        return None
+    if type(t) is not torch.Tensor or t.requires_grad:
+        return None
+    return t
+
+
+def missing_entries_of(z, discrete: bool, branch: bool = True):
+    """`(z_filled, missing)`: the entries of `z` that are missing (design E5) and `z` with
+    them replaced by a valid placeholder (0).  A missing entry is NaN in a real value, -1
+    or NaN in an index value (indices that arrive as floats, e.g. a JSON file with
+    `null`).  `missing` is a boolean tensor of `z`'s shape, or None when nothing is
+    missing (then `z_filled` is `z` itself, untouched: the complete-data path costs one
+    scan of `z` and changes no value).  Anything but a non-empty tensor: `(z, None)`.
+    With `branch=False` (values batched by `vmap`, where asking whether anything is
+    missing is data-dependent control flow) the mask is always returned, all False when
+    nothing is missing: the same values through `torch.where`, at the cost of the ops."""
+    if not isinstance(z, torch.Tensor) or z.numel() == 0:
+        return z, None
+    if z.is_floating_point():
+        bad = torch.isnan(z)
+        if discrete:
+            bad = bad | (z == -1)
+    elif discrete and z.dtype != torch.bool and not z.is_complex():
+        bad = z == -1
+    else:
+        return z, None
+    if branch and not bool(bad.any()):
+        return z, None
+    return torch.where(bad, torch.zeros((), dtype=z.dtype, device=z.device), z), bad
+
+
+def observed_rows(missing, event_rank: int):
+    """The rows (batch positions) without a missing entry: `~missing` reduced over the
+    last `event_rank` axes (None stays None)."""
+    if missing is None:
+        return None
+    event_rank = min(int(event_rank), missing.dim())
+    if event_rank:
+        missing = missing.flatten(-event_rank).any(-1)
+    return ~missing
+
+
+def split_missing(z, discrete: bool, event_rank: int = None):
+    """`(z_filled, observed)` for an observed value that may have missing entries.
+
+    A *row* (one batch position: one position of one sequence) with any missing entry
+    (`missing_entries`) among its event axes (the last `event_rank` axes; default 0 for
+    an index value, 1 for a real one) is not observed.  `observed` is a boolean tensor of
+    the batch shape, True where the row is observed, or None when nothing is missing.
+    Missing entries are replaced by a valid placeholder so that log-densities computed on
+    `z_filled` are finite everywhere: a caller masks them with `mask_missing(lp,
+    observed)` (`torch.where`), which gives exact zeros and zero, never NaN, gradients
+    for the unobserved rows (as NumPyro's `obs_mask`)."""
+    if event_rank is None:
+        event_rank = 0 if discrete else 1
+    filled, missing = missing_entries(z, discrete)
+    return filled, observed_rows(missing, event_rank)
+
+
+def mask_missing(lp, observed):
+    """`lp` with exact zeros where `observed` is False (None: `lp` unchanged)."""
+    if observed is None:
+        return lp
+    return torch.where(observed, lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
 
 
 # ---------------------------------------------------------------- supplied site values (spec 5.7)
