@@ -249,3 +249,36 @@ def test_observe_diagnostic_follows_an_edit_of_the_declaration():
     assert [d.code for d in Document(doc.text).diagnostics()] == []
     doc.apply_edits([Edit(at, at + len(" ~ Normal"), "")])
     assert [d.code for d in doc.diagnostics()] == ["QVR316"]
+
+
+# ---------------------------------------------------------------- docs/extensions.md examples
+
+def _doc_blocks():
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "docs" / "extensions.md").read_text(encoding="utf-8")
+    return re.findall(r"```qvr\n(.*?)```", text, re.S)
+
+
+def test_the_documented_examples_check_as_documented():
+    """Valid blocks check clean; in an invalid block (one with `# QVRnnn` markers) each line
+    — or a whole `program` block — gives exactly the marked codes, with the last valid
+    block's declarations in scope."""
+    import re
+    blocks = _doc_blocks()
+    assert len(blocks) >= 5
+    prelude = ""
+    checked = 0
+    for block in blocks:
+        if "# QVR" not in block:
+            doc = Document(block)
+            assert [(d.code, d.message) for d in doc.diagnostics()] == [], block
+            prelude = block
+            continue
+        units = [block] if block.startswith("program") else [ln for ln in block.splitlines() if ln.strip()]
+        for unit in units:
+            expected = re.findall(r"# (QVR\d+)", unit)
+            doc = Document(prelude + unit + "\n")
+            assert [d.code for d in doc.diagnostics()] == expected, unit
+            checked += 1
+    assert checked >= 15
