@@ -23,8 +23,18 @@ is the next token.  Two program shapes exist (runtime spec §4.7, last paragraph
   next-token laws coincide for a deterministic recurrence and differ otherwise (see the
   class docstring).
 
-``cache=False`` always feeds the whole ``[bos] + s`` (batched over all copies of all
-live prefixes of equal length), recomputing every prefix from scratch.
+* **attention** (a chain whose value mixes positions: causal ``role=attention`` layers,
+  design 17): a particle is its token prefix *plus its hidden draws* at every earlier
+  position, fixed once drawn.  ``cache=True`` keeps each attention layer's keys and
+  values per particle, so extending a particle by one token costs `O(t)`, not `O(t²)`;
+  ``cache=False`` keeps the tokens and the stored noise of every stochastic link and
+  recomputes the whole prefix from them at every step — the same law and, under one
+  generator, the same draws.  The machinery lives in `kv_cache.py`; non-causal
+  attention is refused (`kv_cache.NotCausalError`).
+
+For the other kinds, ``cache=False`` always feeds the whole ``[bos] + s`` (batched over
+all copies of all live prefixes of equal length), recomputing every prefix from scratch.
+The stateless ``sample`` always does that, for every kind: it is the spec's per-call law.
 
 Draws use the global torch RNG; when a ``generator`` is passed, each program call runs
 with the global generator's state saved, seeded from `generator`, and restored after
@@ -42,6 +52,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from . import kv_cache
 from .model import PrefixBatch, take_rows
 
 __all__ = ["ProgramLM"]
@@ -148,9 +159,19 @@ class ProgramLM:
       cache: keep per-particle state (see the module docstring) instead of feeding the
         whole prefix at every step.
 
-    Attributes: ``kind`` (``"positionwise"`` or ``"scan"``) and ``mode``
-    (``"last-token"``, ``"scan-state"`` or ``"recompute"``; a scan program that is not a
-    single scan site reading the input falls back to ``"recompute"``).
+    Attributes: ``kind`` (``"positionwise"``, ``"scan"`` or ``"attention"``) and ``mode``
+    (``"last-token"``, ``"scan-state"``, ``"kv-cache"`` or ``"recompute"``; a scan
+    program that is not a single scan site reading the input falls back to
+    ``"recompute"``).  ``kv`` is the `kv_cache.KVPlan` of an attention program (None
+    otherwise).
+
+    Semantics of the attention kinds (``"kv-cache"`` and its ``"recompute"``): a particle
+    is a token prefix plus its hidden draws; SMC steers the program read as a sequential
+    latent-variable model, whose next-token law given a prefix is the program's law given
+    the particle's own hidden values at earlier positions.  Both modes have that law and
+    make the same draws under one generator: the recomputed state is rebuilt from the
+    stored noise, never redrawn (see `kv_cache`).  It equals the per-call law of
+    ``sample`` when the links before the head are deterministic.
 
     Semantics of ``mode="scan-state"``: SMC then steers the pair (string, hidden state);
     a particle's token law given its prefix is the program's law *given the particle's
@@ -190,6 +211,11 @@ class ProgramLM:
             if callable(getattr(self.morphism, "parameters", None)) else None
         self.device = param.device if param is not None else torch.device("cpu")
         self._bos_columns: dict[int, torch.Tensor] = {}
+        self.kv = kv_cache.plan_for(self.morphism)  # raises for non-causal attention
+        if self.kv is not None:
+            self.kind, self.plan = "attention", None
+            self.mode = "kv-cache" if cache else "recompute"
+            return
         self.kind = self._probe()
         self.plan = _ScanPlan.find(self.morphism) if cache and self.kind == "scan" else None
         if not cache:
@@ -238,7 +264,7 @@ class ProgramLM:
 
     def _predict(self, inputs: torch.Tensor, generator) -> torch.Tensor:
         out = self._rsample(inputs, generator)
-        return out[:, -1] if self.kind == "positionwise" else out
+        return out[:, -1] if self.kind in ("positionwise", "attention") else out
 
     # -- the spec's stateless interface --------------------------------------------------
     def sample(self, prefixes: Sequence[Prefix], n: int,
@@ -260,7 +286,10 @@ class ProgramLM:
 
     # -- stateful interface (used by SMCSteering) -----------------------------------------
     # last-token: LongTensor (B,) | scan-state: FloatTensor (B, w_H) | recompute: prefixes
+    # | attention: the dict of kv_cache.KVPlan (either mode)
     def start(self, num: int, generator: Optional[torch.Generator] = None):
+        if self.kv is not None:
+            return self.kv.start(num, self.bos, generator, cached=self.mode == "kv-cache")
         if self.mode == "last-token":
             return torch.full((num,), self.bos, dtype=torch.long)
         if self.mode == "scan-state":
@@ -270,6 +299,8 @@ class ProgramLM:
         return [()] * num
 
     def draw(self, state, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        if self.kv is not None:
+            return self.kv.draw(state, n, generator)
         if self.mode == "recompute":
             return self.sample(state, n, generator)
         rows = state.shape[0]
@@ -284,6 +315,8 @@ class ProgramLM:
 
     def advance(self, state, rows: torch.Tensor, tokens: torch.Tensor, prefixes,
                 generator: Optional[torch.Generator] = None):
+        if self.kv is not None:
+            return self.kv.extend(self.kv.select(state, rows), tokens, generator)
         if self.mode == "recompute":
             return prefixes if isinstance(prefixes, PrefixBatch) else list(prefixes)
         if self.mode == "last-token":

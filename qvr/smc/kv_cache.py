@@ -1,0 +1,738 @@
+"""Incremental SMC state for programs whose value mixes positions (causal attention): one
+small class per layer kind that knows how to extend a particle's state by one position
+(design 17, issue 17; the "CachedTransformer" of Algorithm 3 in design document 001).
+
+A program such as ::
+
+    tok_embed [role=embed, positions=N]
+      >> stack(residual(layer_norm(Latent) >> attn) >> residual(layer_norm(Latent) >> ff_up >> ff_down), 2)
+      >> layer_norm(Latent)      then   lm_head ~ Categorical
+
+maps ``(B, T)`` tokens to ``(B, T)`` next tokens, and its hidden value at position `i`
+depends on positions ``j <= i`` (attention with ``causal``).  `plan_for` reads it as a flat
+chain of *layers* (`Layer` subclasses: `EmbedLayer`, `KernelLayer`, `AttentionLayer`,
+`ResidualLayer`, `DeterministicLayer`, `OpaqueLayer`, grouped by `Chain`) ending in a token
+*head* (`Head`), and `KVPlan` runs that chain one position at a time.
+
+Decision — what a particle is.  A particle is a token prefix **plus its hidden draws**: the
+values drawn by every stochastic link (embedding noise, kernel noise, attention noise) at
+every earlier position are latent values of the particle, fixed once drawn.  SMC then
+steers the program read as a sequential latent-variable model: at position `t` the hidden
+values are drawn given the tokens ``<= t`` and the hidden values at positions ``< t``, and
+the next token is drawn from the head at position `t`.  The token sequence has a proper
+joint law under this reading and `Ẑ` is an unbiased estimate of its normaliser
+``E[Π_t G_t]``.  It coincides with the per-call law of the program (``sample``: the whole
+``[bos] + s`` fed afresh, every hidden value redrawn) when the program is deterministic
+before its head, and at the first position always; with stochastic hidden links it is a
+different (equally valid, and cheaper) model — as for the ``scan-state`` mode of
+`ProgramLM`.  The hidden values at a new position are drawn once per particle when its
+token is appended (`KVPlan.extend`, after resampling: they do not affect the weights), and
+the `K` children of a particle are `K` iid draws from the head given them (`KVPlan.draw`).
+
+Two ways to hold that state, with the same law and the same random numbers:
+
+* **cached** (``cached=True``, `ProgramLM(cache=True)`): per particle, each attention
+  layer's keys and values at every earlier position (`AttentionLayer`, buffers
+  ``(M, H, capacity, k)``) and the final hidden value at the last position.  Extending by
+  one token runs every layer on the new position only, so step `t` costs `O(t)` (one
+  query against `t` cached keys per head) instead of `O(t²)`.  The cached keys and values
+  are a sufficient statistic of the particle's hidden draws for everything that follows,
+  so the draws themselves are not kept.
+* **recomputed** (``cached=False``): per particle, the tokens and every stochastic layer's
+  *noise* at every earlier position (standard Normal / Laplace / Cauchy / Gumbel draws,
+  or the drawn value for a row-wise link whose noise cannot be separated,
+  `OpaqueLayer`).  Extending by one token draws the new position's noise and recomputes
+  the whole prefix through every layer from the stored noise.  This is the baseline of
+  ``bench/smc.py``: the same law as the cached state, the state recomputed from the
+  stored noise rather than redrawn.
+
+The noise of the new position is drawn layer by layer in chain order in both variants
+(`Rng`), so a cached run and a recomputed run with one generator make the same draws (up
+to float rounding of the hidden values).  Resampling copies a particle's buffers by index
+(`KVPlan.select`, `take_rows`), never recomputing.
+
+Non-causal attention is refused (`NotCausalError`): a particle's earlier positions would
+change when a token is appended, which no next-token model allows.
+
+This module runs no SMC (see `steering.py`) and never modifies the program.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from qvr.runtime.errors import QvrRuntimeError
+
+from .model import take_rows
+
+__all__ = ["KVPlan", "NotCausalError", "NotIncrementalError", "StaleStateError", "plan_for",
+           "mixes_positions"]
+
+EPS = 1e-7  # the scale floor of the runtime's Normal kernels and embeddings
+
+
+class NotCausalError(QvrRuntimeError, ValueError):
+    """An attention without ``causal`` in a program used as a next-token model."""
+
+    def __init__(self, *, morphism: str, program: Optional[str] = None):
+        super().__init__(
+            f"`{morphism}` is not causal: SMC steering needs a causal next-token model "
+            f"(the value at a position may depend only on that position and earlier ones, "
+            f"so that appending a token never changes a particle's past); declare the "
+            f"attention with `causal`", morphism=morphism, program=program)
+
+
+class StaleStateError(RuntimeError):
+    """A cached state advanced a second time (its buffers were updated in place)."""
+
+
+class NotIncrementalError(QvrRuntimeError, TypeError):
+    """A program that mixes positions but is not a chain this module can run position by
+    position."""
+
+
+def mixes_positions(morphism) -> bool:
+    """Whether any part of `morphism` mixes positions (design E1: ``mixes_positions``)."""
+    modules = morphism.modules() if callable(getattr(morphism, "modules", None)) else [morphism]
+    return any(bool(getattr(m, "mixes_positions", False)) for m in modules)
+
+
+# ---------------------------------------------------------------------------- randomness
+class Rng:
+    """The random numbers of one model call, from `generator` (the global RNG when None)
+    on `device`.  A CPU generator driving a program on another device seeds one generator
+    of that device per call from it (one draw of the CPU stream), so a run is still a
+    function of the generator."""
+
+    def __init__(self, generator: Optional[torch.Generator], device: torch.device, dtype):
+        self.device, self.dtype = device, dtype
+        if generator is not None and generator.device.type != device.type:
+            seed = int(torch.randint(0, 2 ** 62, (), generator=generator))
+            generator = torch.Generator(device=device).manual_seed(seed)
+        self.gen = generator
+
+    def normal(self, shape) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, device=self.device, dtype=self.dtype)
+
+    def uniform(self, shape) -> torch.Tensor:
+        return torch.rand(shape, generator=self.gen, device=self.device, dtype=self.dtype)
+
+    def seeds(self, n: int) -> list[int]:
+        if not n:
+            return []
+        return torch.randint(0, 2 ** 62, (n,), generator=self.gen, device=self.device).tolist()
+
+    def gumbel(self, shape) -> torch.Tensor:
+        return from_uniform("Gumbel", self.uniform(shape))
+
+
+def from_uniform(family: str, u: torch.Tensor) -> torch.Tensor:
+    """Standard draws (loc 0, scale 1) of a location-scale family from uniforms on [0, 1)."""
+    finfo = torch.finfo(u.dtype)
+    if family == "Laplace":  # inverse CDF, as torch's Laplace.rsample
+        u = (2 * u - 1).clamp(-1 + finfo.eps, 1)
+        return -torch.sign(u) * torch.log1p(-u.abs())
+    if family == "Cauchy":
+        return torch.tan(math.pi * (u - 0.5))
+    if family == "Gumbel":
+        return -torch.log((-torch.log(u.clamp(min=finfo.tiny))).clamp(min=finfo.tiny))
+    raise ValueError(f"no standard draw for {family}")  # pragma: no cover
+
+
+def seeded(seed: int, device):
+    """The global RNG (CPU, and `device`'s) seeded with `seed`, restored on exit."""
+    from qvr.runtime.combinators import common_random_numbers
+    return common_random_numbers(seed, device)
+
+
+class Noise:
+    """The standard draws of every stochastic layer at one position (blocks ``(rows,
+    W)``) or at every position so far (``(rows, T, W)``): a block of standard Normal
+    draws and one of uniforms (for the other families), laid out by `Layout`; `seeds`
+    (one per `OpaqueLayer`, newest position only) and `values` (the opaque layers'
+    stored draws, recomputation only)."""
+
+    __slots__ = ("normal", "uniform", "seeds", "values")
+
+    def __init__(self, normal, uniform, seeds=(), values=None):
+        self.normal, self.uniform, self.seeds, self.values = normal, uniform, seeds, values
+
+
+class Layout:
+    """Where each stochastic layer's noise sits in the per-position blocks."""
+
+    def __init__(self):
+        self.normal = self.uniform = self.opaque = 0
+
+    def take(self, family: str, width: int) -> tuple[str, int]:
+        if family in ("Normal", "LogitNormal"):
+            self.normal += width
+            return "normal", self.normal - width
+        self.uniform += width
+        return "uniform", self.uniform - width
+
+
+class _Draws:
+    """A layer's slice of the noise blocks, turned into standard draws of its family."""
+
+    def __init__(self, layout: Layout, family: str, width: int):
+        self.family, self.width = family, width
+        self.block, self.offset = layout.take(family, width)
+
+    def __call__(self, noise: Noise) -> torch.Tensor:
+        block = getattr(noise, self.block)
+        eps = block[..., self.offset:self.offset + self.width]
+        return eps if self.block == "normal" else from_uniform(self.family, eps)
+
+
+# ---------------------------------------------------------------------------- layers
+class Layer:
+    """One link of the chain, run position by position.
+
+    * ``step(x, t, cache, noise)``: `x` the link's input at position `t` (``(S, w)``
+      features, or ``(S,)`` tokens for the first link, in *slot* order: see `KVPlan`),
+      `noise` the new position's draws; returns ``(y, cache)``, the output at `t` and
+      the cache extended by it.
+    * ``full(x, noise)``: `x` the input at every position ``0..T-1`` (``(M, T, w)``),
+      `noise` every position's draws (``(M, T, W)`` blocks); returns the output at every
+      position (the recomputation).
+    * ``init(S, like)``: the empty cache; ``prepare()``: read the parameters a run uses.
+    """
+
+    def prepare(self) -> None:
+        pass
+
+    def init(self, S: int, like: torch.Tensor):
+        return None
+
+    def step(self, x, t: int, cache, noise: Noise):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def full(self, x, noise: Noise):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def buffers(self, cache) -> list:
+        """The per-slot tensors of `cache` (copied when a particle is duplicated)."""
+        return []
+
+
+class Chain(Layer):
+    """Layers applied in order; the cache is a list, one entry per layer."""
+
+    def __init__(self, layers: list):
+        self.layers = layers
+
+    def prepare(self):
+        for layer in self.layers:
+            layer.prepare()
+
+    def init(self, S, like):
+        return [layer.init(S, like) for layer in self.layers]
+
+    def step(self, x, t, cache, noise):
+        out = []
+        for layer, c in zip(self.layers, cache):
+            x, c = layer.step(x, t, c, noise)
+            out.append(c)
+        return x, out
+
+    def full(self, x, noise):
+        for layer in self.layers:
+            x = layer.full(x, noise)
+        return x
+
+    def buffers(self, cache):
+        return [b for layer, c in zip(self.layers, cache) for b in layer.buffers(c)]
+
+
+class EmbedLayer(Layer):
+    """``role=embed``: ``centers[x_t] + pos[t] + sigma[x_t] * eps`` (``pos`` only with
+    ``positions=N``; a position at or beyond `N` is a `PositionLimitError`)."""
+
+    def __init__(self, link, layout: Layout):
+        self.link = link
+        self.limit = getattr(link, "positions", None)
+        self.draws = _Draws(layout, "Normal", link.codomain.width)
+
+    def prepare(self):
+        link = self.link
+        self.sigma = torch.exp(link.log_sigma).clamp(min=EPS)
+        self.pos = getattr(link, "pos", None) if self.limit is not None else None
+
+    def _check(self, length: int):
+        if self.limit is not None and length > self.limit:
+            from qvr.runtime.errors import PositionLimitError
+            raise PositionLimitError(morphism=self.link.label, limit=int(self.limit),
+                                     length=length)
+
+    def step(self, x, t, cache, noise):
+        mu = self.link.centers[x]
+        if self.pos is not None:
+            self._check(t + 1)
+            mu = mu + self.pos[t]
+        return torch.addcmul(mu, self.sigma[x], self.draws(noise)), None
+
+    def full(self, x, noise):
+        mu = self.link.centers[x]  # (M, T, d)
+        if self.pos is not None:
+            self._check(x.shape[1])
+            mu = mu + self.pos[:x.shape[1]]
+        return torch.addcmul(mu, self.sigma[x], self.draws(noise))
+
+
+#: kernel families drawn here as ``transform(loc + scale * standard draw)``
+LOC_SCALE = ("Normal", "LogitNormal", "Laplace", "Cauchy", "Gumbel")
+
+
+class KernelLayer(Layer):
+    """``role=kernel ~ F``, F a location-scale family (`LOC_SCALE`): the parameters of the
+    input row (an MLP evaluated functionally on the layer's weights, or the table row),
+    then ``loc + scale * eps`` (its sigmoid for LogitNormal).  The recomputation uses the
+    kernel's own ``params``."""
+
+    def __init__(self, link, layout: Layout):
+        from qvr.runtime.morphisms.kernels import MLPSource
+        self.link, self.family = link, link.family_name
+        self.mlp = isinstance(link.param_source, MLPSource)
+        self.draws = _Draws(layout, self.family, link.codomain.width)
+
+    def prepare(self):
+        self.weights = self.link.param_source.weights() if self.mlp else None
+
+    def _value(self, params, eps):
+        loc, scale = params
+        y = torch.addcmul(loc, scale, eps)
+        return torch.sigmoid(y) if self.family == "LogitNormal" else y
+
+    def step(self, x, t, cache, noise):
+        if self.mlp:
+            w0, b0, w2, b2, w4, b4 = self.weights
+            h = torch.tanh(F.linear(torch.tanh(F.linear(x, w0, b0)), w2, b2))
+            params = self.link.fam.params(F.linear(h, w4, b4))
+        else:
+            params = self.link.params(x)
+        return self._value(params, self.draws(noise)), None
+
+    def full(self, x, noise):
+        return self._value(self.link.params(x), self.draws(noise))
+
+
+class AttentionLayer(Layer):
+    """``role=attention, causal``: per slot, the keys and values of every earlier
+    position in buffers ``(S, H, capacity, k)`` (capacity doubled when full).  A new
+    position is one query per head against the ``t + 1`` cached keys — exactly the
+    positions ``<= t`` the causal mask lets it see, so no mask is applied — then the head
+    mix and the family noise ``m + scale * eps``: `Attention.project`, `attend` and `mix`
+    on one position, with the projection weights concatenated once per run.  The
+    recomputation is the layer's own ``mean`` over the whole prefix."""
+
+    START = 32
+
+    def __init__(self, link, layout: Layout):
+        self.link = link
+        self.draws = None if link.family_name is None else \
+            _Draws(layout, link.family_name, link.codomain.width)
+
+    def prepare(self):
+        link = self.link
+        self.w_qkv = torch.cat([link.w_q, link.w_k, link.w_v]).reshape(-1, link.d_in)
+        self.w_o = link.w_o
+        self.inv = 1.0 / math.sqrt(link.head_dim)
+        self.scale = link.scale()
+
+    def init(self, S, like):
+        link = self.link
+        shape = (S, link.heads, self.START, link.head_dim)
+        return like.new_zeros(shape), like.new_zeros(shape)
+
+    def step(self, x, t, cache, noise):
+        link = self.link
+        S, H, k = x.shape[0], link.heads, link.head_dim
+        kb, vb = cache
+        if t >= kb.shape[2]:
+            kb = torch.cat([kb, torch.zeros_like(kb)], 2)
+            vb = torch.cat([vb, torch.zeros_like(vb)], 2)
+        q, kb[:, :, t], vb[:, :, t] = F.linear(x, self.w_qkv).view(S, 3, H, k).unbind(1)
+        keys, values = kb[:, :, :t + 1], vb[:, :, :t + 1]  # (S, H, t+1, k)
+        scores = torch.matmul(keys, q.unsqueeze(-1)).squeeze(-1) * self.inv  # (S, H, t+1)
+        o = torch.matmul(torch.softmax(scores, -1).unsqueeze(-2), values)  # (S, H, 1, k)
+        m = F.linear(o.view(S, H * k), self.w_o)
+        if self.draws is None:
+            return m, (kb, vb)
+        return torch.addcmul(m, self.scale, self.draws(noise)), (kb, vb)
+
+    def full(self, x, noise):
+        m = self.link.mean(x)  # (M, T, dB), causal
+        if self.draws is None:
+            return m
+        return torch.addcmul(m, self.scale, self.draws(noise))
+
+    def buffers(self, cache):
+        return list(cache)
+
+
+class ResidualLayer(Layer):
+    """``residual(f)``: ``x + y``, `y` from the inner chain (its caches and noise)."""
+
+    def __init__(self, inner: Chain):
+        self.inner = inner
+
+    def prepare(self):
+        self.inner.prepare()
+
+    def init(self, S, like):
+        return self.inner.init(S, like)
+
+    def step(self, x, t, cache, noise):
+        y, cache = self.inner.step(x, t, cache, noise)
+        return x + y, cache
+
+    def full(self, x, noise):
+        return x + self.inner.full(x, noise)
+
+    def buffers(self, cache):
+        return self.inner.buffers(cache)
+
+
+class DeterministicLayer(Layer):
+    """A deterministic row-wise link (``layer_norm``, ``rms_norm``, ...): its map (the
+    norms' ``normalise`` directly)."""
+
+    def __init__(self, link):
+        self.link = link
+        fn = getattr(link, "normalise", None)
+        self.fn = fn if callable(fn) else link.rsample
+
+    def step(self, x, t, cache, noise):
+        return self.fn(x), None
+
+    def full(self, x, noise):
+        return self.fn(x)
+
+
+class OpaqueLayer(Layer):
+    """Any other row-wise link (a kernel of another family, a fan, a finite morphism, a
+    user morphism): drawn by its own ``rsample`` on the new position, with the global RNG
+    seeded from the run's stream (one seed per position).  Its noise is the drawn value
+    itself (a function of its input row and its randomness), stored per position, so a
+    recomputation reuses the values of earlier positions instead of redrawing them.
+
+    The draw runs on the particles' rows in particle order (not in slot order), so that
+    both variants consume the seeded stream alike."""
+
+    def __init__(self, link, layout: Layout):
+        self.link = link
+        self.index = layout.opaque
+        layout.opaque += 1
+        self.slots = None  # set by KVPlan.extend for a cached step: particle -> slot
+
+    def _draw(self, x, noise, device):
+        with seeded(noise.seeds[self.index], device):
+            return self.link.rsample(x)
+
+    def step(self, x, t, cache, noise):
+        slots = self.slots
+        if slots is None:
+            return self._draw(x, noise, x.device), None
+        y = self._draw(x.index_select(0, slots), noise, x.device)
+        out = y.new_zeros((x.shape[0],) + tuple(y.shape[1:]))
+        return out.index_copy_(0, slots, y), None
+
+    def full(self, x, noise):
+        y = self._draw(x[:, -1], noise, x.device).unsqueeze(1)
+        stored = noise.values[self.index]
+        y = y if stored is None else torch.cat([stored, y], dim=1)
+        noise.values[self.index] = y
+        return y
+
+
+class Head:
+    """The last link, which turns the final hidden value into tokens: `n` iid draws per
+    particle.  A Categorical kernel computes its logits once per particle and draws by
+    Gumbel-max; any other head draws through its ``rsample`` on `n` copies (seeded)."""
+
+    def __init__(self, link):
+        from qvr.runtime.morphisms.kernels import FamilyKernel
+        self.link = link
+        self.categorical = type(link) is FamilyKernel and link.family_name == "Categorical"
+
+    def draw(self, h: torch.Tensor, n: int, rng: Rng) -> torch.Tensor:
+        if self.categorical:
+            logits = self.link.params(h)[0]  # (M, V)
+            g = rng.gumbel((logits.shape[0], n, logits.shape[-1]))
+            return torch.argmax(logits.unsqueeze(1) + g, dim=-1)
+        with seeded(rng.seeds(1)[0], h.device):
+            out = self.link.rsample(h.repeat_interleave(n, 0))
+        return torch.as_tensor(out).long().reshape(h.shape[0], n)
+
+
+# ---------------------------------------------------------------------------- the plan
+def _residual_type():
+    try:
+        from qvr.runtime.morphisms.norms import Residual
+    except ImportError:  # pragma: no cover - older runtimes
+        return None
+    return Residual
+
+
+def _attention_type():
+    try:
+        from qvr.runtime.morphisms.attention import Attention
+    except ImportError:  # pragma: no cover - older runtimes
+        return None
+    return Attention
+
+
+def _flatten(links) -> list:
+    out = []
+    for link in links:
+        parts = link.links() if callable(getattr(link, "links", None)) else [link]
+        if len(parts) == 1 and parts[0] is link:
+            out.append(link)
+        else:
+            out.extend(_flatten(parts))
+    return out
+
+
+def _layers(links, layout: Layout, who: str, opaque: list) -> Chain:
+    from qvr.runtime.morphisms.kernels import Embed, FamilyKernel
+    attention, residual = _attention_type(), _residual_type()
+    layers = []
+    for link in _flatten(links):
+        if attention is not None and isinstance(link, attention):
+            layers.append(AttentionLayer(link, layout))
+        elif residual is not None and isinstance(link, residual):
+            layers.append(ResidualLayer(_layers([link.inner], layout, who, opaque)))
+        elif type(link) is Embed:
+            layers.append(EmbedLayer(link, layout))
+        elif type(link) is FamilyKernel and link.family_name in LOC_SCALE:
+            layers.append(KernelLayer(link, layout))
+        elif getattr(link, "mixes_positions", False):
+            raise NotIncrementalError(
+                "this link mixes positions but is not an attention or a residual of one: "
+                "SMC cannot extend it one position at a time", morphism=link.label,
+                program=who)
+        elif getattr(link, "deterministic", False):
+            layers.append(DeterministicLayer(link))
+        else:
+            layers.append(OpaqueLayer(link, layout))
+            opaque.append(layers[-1])
+    return Chain(layers)
+
+
+def _chain_links(morphism) -> Optional[list]:
+    """The program's links from its input to its returned value when its steps are a chain
+    of morphism sites (each reading the previous one, the first the program input), else
+    None.  A plain morphism is its own chain."""
+    steps = getattr(morphism, "steps", None)
+    if steps is None:
+        return morphism.links() if callable(getattr(morphism, "links", None)) else [morphism]
+    from qvr.runtime.steps import SiteStep
+    inputs = [name for name, _ in getattr(morphism, "input_parts", None) or []]
+    if not steps or len(inputs) > 1 or not all(isinstance(s, SiteStep) and s.family is None
+                                               for s in steps):
+        return None
+    links, prev = [], None
+    for s in steps:
+        args = None if s.args is None else tuple(s.args)
+        if prev is None:
+            if not (args is None or (inputs and args == (inputs[0],))):
+                return None
+        elif args != (prev,):
+            return None
+        module = getattr(morphism, s.module_name, None)
+        if module is None:
+            return None
+        links.extend(module.links() if callable(getattr(module, "links", None)) else [module])
+        prev = s.name
+    if tuple(getattr(morphism, "return_vars", ())) != (prev,):
+        return None
+    return links
+
+
+def plan_for(morphism) -> Optional["KVPlan"]:
+    """The incremental plan of a program that mixes positions, None for one that does not.
+
+    Raises `NotCausalError` for an attention without ``causal`` and `NotIncrementalError`
+    for a program this module cannot extend one position at a time (its sites are not a
+    chain, or a position-mixing link is not an attention)."""
+    if not mixes_positions(morphism):
+        return None
+    who = getattr(morphism, "label", None)
+    attention = _attention_type()
+    for m in morphism.modules():
+        if attention is not None and isinstance(m, attention) and not m.causal:
+            raise NotCausalError(morphism=m.label, program=who)
+    links = _chain_links(morphism)
+    if links is None or len(links) < 2:
+        raise NotIncrementalError(
+            "a program that mixes positions runs under SMC as a chain of morphism sites "
+            "(each `sample`/`observe` reading the previous one, the first the input, "
+            "the last returned)", program=who)
+    head = links[-1]
+    if not head.output_discrete or getattr(head, "mixes_positions", False):
+        raise NotIncrementalError("the last link must draw tokens row by row",
+                                  morphism=head.label, program=who)
+    layout, opaque = Layout(), []
+    body = _layers(links[:-1], layout, who, opaque)
+    return KVPlan(body, Head(head), layout, opaque, morphism)
+
+
+class _Store:
+    """The version of a run's slot buffers: only the latest state made from them may be
+    advanced (`StaleStateError` otherwise)."""
+
+    __slots__ = ("version",)
+
+    def __init__(self):
+        self.version = 0
+
+
+class KVPlan:
+    """Runs a layer chain and its head position by position (see the module docstring).
+
+    Cached state (a dict): ``t`` positions consumed; ``slots`` (numpy int64 ``(M,)``) the
+    buffer slot of each particle; ``cache`` per layer (attention: key and value buffers
+    ``(S, H, capacity, k)``, `S` the number of particles the run started with); ``h``
+    ``(S, w)`` the final hidden value at the last position per slot; ``store`` and
+    ``version`` (see `_Store`).
+
+    Decision — slots instead of gathered rows.  Resampling keeps each surviving parent's
+    slot for its first copy and copies the filled part of the buffers only into free slots
+    for further copies, and a step runs every layer on all `S` slots (the buffers are
+    never gathered per particle): the copying per step is proportional to the duplicated
+    particles, not to all of them (copying every particle's buffers was a fifth of the run
+    at length 128).  The price: the buffers are updated in place and shared with the
+    state they came from, so a cached state can be advanced once (`SMCSteering` does
+    exactly that); advancing it again raises `StaleStateError` instead of reading
+    overwritten keys (draws from it stay valid).  The noise of a step is drawn in
+    particle order and scattered to the slots, so both variants draw alike.
+
+    Recomputed state: ``t``, ``tokens`` ``(M, t)``, ``normal`` and ``uniform`` (the noise
+    blocks ``(M, t, W)``), ``values`` (the opaque layers' draws) and ``h`` ``(M, w)``.
+    """
+
+    def __init__(self, body: Chain, head: Head, layout: Layout, opaque: list, morphism):
+        self.body, self.head, self.layout, self.opaque = body, head, layout, opaque
+        param = next(iter(morphism.parameters()), None)
+        self.device = param.device if param is not None else torch.device("cpu")
+        self.dtype = next((p.dtype for p in morphism.parameters() if p.is_floating_point()),
+                          torch.get_default_dtype())
+
+    def rng(self, generator) -> Rng:
+        return Rng(generator, self.device, self.dtype)
+
+    # -- states
+    def start(self, num: int, bos: int, generator, cached: bool) -> dict:
+        """The state of `num` particles holding the empty prefix (`bos` at position 0).
+        The parameters are read here: a run uses the values they have when it starts."""
+        self.body.prepare()
+        like = torch.empty(0, dtype=self.dtype, device=self.device)
+        if cached:
+            state = {"t": 0, "S": num, "slots": np.arange(num),
+                     "cache": self.body.init(num, like), "h": None, "store": _Store(),
+                     "version": 0}
+        else:
+            state = {"t": 0, "tokens": torch.empty(num, 0, dtype=torch.long, device=self.device),
+                     "normal": None, "uniform": None, "values": [None] * len(self.opaque),
+                     "h": None}
+        return self.extend(state, torch.full((num,), bos, dtype=torch.long), generator)
+
+    def select(self, state: dict, rows: torch.Tensor) -> dict:
+        """Particles ``rows`` of a state (a resampling step's survivors, possibly repeated):
+        the buffers are copied by index, never recomputed."""
+        if "slots" not in state:
+            return {k: v if k == "t" else take_rows(v, rows) for k, v in state.items()}
+        self._check_latest(state)
+        parent = state["slots"][np.asarray(rows, dtype=np.int64)]
+        slots = parent.copy()
+        _, first = np.unique(parent, return_index=True)
+        if first.size < parent.size:  # further copies of a parent get free slots
+            again = np.ones(parent.size, dtype=bool)
+            again[first] = False
+            used = np.zeros(state["S"], dtype=bool)
+            used[parent] = True
+            free = np.flatnonzero(~used)[:parent.size - first.size]
+            slots[again] = free
+            t, dev = state["t"], self.device
+            src = torch.from_numpy(parent[again]).to(dev)
+            dst = torch.from_numpy(free).to(dev)
+            for buf in self.body.buffers(state["cache"]):
+                filled = buf[:, :, :t]
+                filled.index_copy_(0, dst, filled.index_select(0, src))
+            state = {**state, "h": state["h"].index_copy(0, dst, state["h"].index_select(0, src))}
+        store = state["store"]
+        store.version += 1
+        return {**state, "slots": slots, "version": store.version}
+
+    @staticmethod
+    def _check_latest(state: dict) -> None:
+        if state["version"] != state["store"].version:
+            raise StaleStateError(
+                "this key/value cache state was already advanced: its buffers are updated "
+                "in place, so a state can be advanced once (draws from it stay valid); "
+                "use ProgramLM(cache=False) to branch from one state several times")
+
+    def extend(self, state: dict, tokens: torch.Tensor, generator) -> dict:
+        """Append one token per particle at position ``state["t"]``."""
+        rng = self.rng(generator)
+        tokens = tokens.to(self.device).long()
+        t, M, lay = state["t"], tokens.shape[0], self.layout
+        noise = Noise(rng.normal((M, lay.normal)), rng.uniform((M, lay.uniform)),
+                      rng.seeds(lay.opaque))
+        with torch.no_grad():
+            if "slots" not in state:
+                noise.normal = _append(state["normal"], noise.normal)
+                noise.uniform = _append(state["uniform"], noise.uniform)
+                noise.values = list(state["values"])
+                seq = torch.cat([state["tokens"], tokens.unsqueeze(1)], dim=1)
+                y = self.body.full(seq, noise)
+                return {"t": t + 1, "tokens": seq, "normal": noise.normal,
+                        "uniform": noise.uniform, "values": noise.values, "h": y[:, -1]}
+            self._check_latest(state)
+            slots, S = state["slots"], state["S"]
+            where = None
+            if not _identity(slots, S):
+                where = torch.from_numpy(slots).to(self.device)
+                tokens = tokens.new_zeros(S).index_copy_(0, where, tokens)
+                noise.normal = _scatter(noise.normal, where, S)
+                noise.uniform = _scatter(noise.uniform, where, S)
+            for layer in self.opaque:
+                layer.slots = where
+            h, cache = self.body.step(tokens, t, state["cache"], noise)
+            store = state["store"]
+            store.version += 1
+            return {**state, "t": t + 1, "cache": cache, "h": h, "version": store.version}
+
+    def draw(self, state: dict, n: int, generator) -> torch.Tensor:
+        """`n` iid next tokens per particle, int64 ``(M, n)`` on the CPU."""
+        h = state["h"]
+        if "slots" in state:
+            slots = state["slots"]
+            if not _identity(slots, state["S"]):
+                h = h.index_select(0, torch.from_numpy(slots).to(self.device))
+        with torch.no_grad():
+            return self.head.draw(h, n, self.rng(generator)).cpu()
+
+
+def _identity(slots: np.ndarray, S: int) -> bool:
+    """Every slot holds the particle of the same index."""
+    return slots.size == S and bool((slots == np.arange(S)).all())
+
+
+def _append(stored: Optional[torch.Tensor], new: torch.Tensor) -> torch.Tensor:
+    """Per-position noise ``(M, T-1, W)`` extended by one position's ``(M, W)``."""
+    new = new.unsqueeze(1)
+    return new if stored is None else torch.cat([stored, new], dim=1)
+
+
+def _scatter(block: torch.Tensor, where: torch.Tensor, S: int) -> torch.Tensor:
+    """Rows of a particle-order block placed at their slots (zeros elsewhere)."""
+    if block.shape[-1] == 0:
+        return block.new_zeros(S, 0)
+    return block.new_zeros(S, block.shape[-1]).index_copy_(0, where, block)
+
