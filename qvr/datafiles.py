@@ -10,7 +10,12 @@ Convention: the data of ``DIR/NAME.qvr`` is ``DIR/data/NAME.json`` (else
   JSON values are numbers or rectangular nested lists of numbers (integers are read as
   int64, other numbers as float32, torch's default dtype); a list of strings is kept as
   a string array (host data such as the `tokens` a deduction parses).  ``.npz`` arrays
-  keep their stored dtype.
+  keep their stored dtype.  ``null`` in a list of numbers is a missing entry of an
+  observed value (design E5): the array is then read as floats with NaN there, whether
+  its other numbers are integers or not (float64 when an integer is too large for a
+  float32 to hold exactly).  Decision: NaN, not -1, for integer lists too — the loader
+  does not know whether the site is an index (where the runtime reads NaN, like -1, as
+  missing) or a real value (where a -1 would silently be a number).
 * A vocabulary is a JSON list of strings: index = token id, value = the character or word
   it stands for (special tokens spelled ``<eos>``).
 
@@ -21,6 +26,7 @@ key when there is one, and the cause.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional, Union
 
@@ -153,11 +159,16 @@ def _json_array(value, p: Path, key: str) -> np.ndarray:
     _shape(value, (), leaves, p, key)
     strings = [w for w, leaf in leaves if isinstance(leaf, str)]
     if strings and len(strings) != len(leaves):
-        where = next(w for w, leaf in leaves if not isinstance(leaf, str))
-        raise DataFileError(f"{p}: key `{key}`: mixes strings and numbers (a number at "
+        where, leaf = next((w, leaf) for w, leaf in leaves if not isinstance(leaf, str))
+        what = "a null" if leaf is None else "a number"
+        raise DataFileError(f"{p}: key `{key}`: mixes strings and numbers ({what} at "
                             f"{_where(where)}, a string at {_where(strings[0])})")
     if strings:
         return np.array(value, dtype=str)
+    if any(leaf is None for _, leaf in leaves):
+        big = any(isinstance(leaf, int) and not isinstance(leaf, bool) and abs(leaf) > 2 ** 24
+                  for _, leaf in leaves)
+        return np.array(_nan_for_null(value), dtype=np.float64 if big else np.float32)
     arr = np.array(value)
     # JSON numbers are decimal text: floats become float32, torch's default dtype (the
     # runtime computes in it; a float64 input would not meet float32 parameters)
@@ -174,10 +185,17 @@ def _shape(v, where: tuple, leaves: list, p: Path, key: str) -> tuple:
                     f"{shapes[0]} but {_where(where + (i,))} has shape {s} "
                     "(every row must have the same length)")
         return (len(v),) + (shapes[0] if shapes else ())
-    if isinstance(v, (bool, int, float, str)):
+    if v is None or isinstance(v, (bool, int, float, str)):
         leaves.append((where, v))
         return ()
     raise DataFileError(f"{p}: key `{key}`: non-numeric value {_kind(v)} at {_where(where)}")
+
+
+def _nan_for_null(v):
+    """`v` (nested lists) with every `null` replaced by NaN."""
+    if isinstance(v, list):
+        return [_nan_for_null(e) for e in v]
+    return math.nan if v is None else v
 
 
 def _where(where: tuple) -> str:

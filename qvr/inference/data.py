@@ -148,11 +148,19 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
 
 
 def check_data(model, x, observations: dict) -> None:
-    """Run the program once with the data clamped; raise `DataError` on any mismatch."""
+    """Run the program once with the data clamped; raise `DataError` on any mismatch.
+
+    Missing entries (design E5): the value of an `observe` step may have missing entries
+    (NaN in a real value, -1 or NaN in an index value); its rows that have one are not
+    observed (they contribute 0).  Everything else must be complete: the input, host data,
+    and `sample` sites given in the data (an error names the value and the first row with
+    a missing entry).  A partially observed `observe` value that a later step reads is an
+    error too (the later step would read the placeholder or the NaN)."""
     from qvr.runtime.errors import MissingValueError, QvrRuntimeError
+    partial = _check_missing(model, x, observations)
     try:
         with torch.no_grad():
-            model.execute(x, observations, score=True)
+            ex = model.execute(x, observations, score=True)
     except MissingValueError as exc:
         raise DataError(f"the data does not fit the program: {message_of(exc)}; give a data "
                         f"file (--data FILE: arrays by observed-site and host-data name) or "
@@ -161,6 +169,108 @@ def check_data(model, x, observations: dict) -> None:
         raise DataError(f"the data does not fit the program: {message_of(exc)}") from None
     except RuntimeError as exc:
         raise DataError(f"the data does not fit the program: {exc}") from None
+    total = getattr(ex, "log_joint", None)
+    if partial and isinstance(total, torch.Tensor) and bool(torch.isnan(total).any()):
+        names = ", ".join(f"`{n}`" for n in partial)
+        raise DataError(f"the data does not fit the program: the log density is NaN with "
+                        f"the missing entries of {names}: a later step reads a value that "
+                        f"has missing entries (only values nothing else reads can be "
+                        f"partially observed)")
+
+
+def _first_missing_row(v: torch.Tensor, discrete: bool):
+    """The first row (index along axis 0) of `v` with a missing entry (NaN; -1 too for an
+    index value), -1 for a 0-d value that is missing, None when nothing is missing."""
+    if not isinstance(v, torch.Tensor) or v.numel() == 0:
+        return None
+    if v.is_floating_point():
+        bad = torch.isnan(v)
+        if discrete:
+            bad = bad | (v == -1)
+    elif discrete and v.dtype != torch.bool:
+        bad = v == -1
+    else:
+        return None
+    if not bool(bad.any()):
+        return None
+    if bad.dim() == 0:
+        return -1
+    return int(bad.reshape(bad.shape[0], -1).any(1).nonzero()[0, 0])
+
+
+def _at(row) -> str:
+    return "" if row == -1 else f" at row {row}"
+
+
+def _check_missing(model, x, observations: dict) -> list:
+    """Inputs and host data complete, missing entries only in `observe` values that no
+    later site step reads; returns the names of the partially observed sites."""
+    row = _first_missing_row(x, False)
+    if row is not None:
+        raise DataError(f"host data `x` has missing entries (NaN){_at(row)}: inputs must "
+                        f"be complete")
+    infos = {}
+    site_infos = getattr(model, "site_infos", None)
+    if callable(site_infos):
+        infos = {s.name: s for s in site_infos()}
+    partial = []
+    for name, v in observations.items():
+        info = infos.get(name)
+        if info is None:  # host data (or a let/alias value given in the data)
+            row = _first_missing_row(v, False)
+            if row is not None:
+                raise DataError(f"host data `{name}` has missing entries (NaN){_at(row)}: "
+                                f"inputs must be complete")
+            continue
+        row = _first_missing_row(v, _site_discrete(info))
+        if row is None:
+            continue
+        if info.step != "observe":
+            raise DataError(f"`{name}` has missing entries{_at(row)}: only the values of "
+                            f"`observe` steps can be partially observed (a `sample` site "
+                            f"given in the data must be complete)")
+        partial.append(name)
+    readers = _site_readers(model, set(partial))
+    for name in partial:
+        if name in readers:
+            raise DataError(f"`{name}` has missing entries and step `{readers[name]}` reads "
+                            f"it: only values nothing else reads can be partially observed")
+    return partial
+
+
+def _site_discrete(info) -> bool:
+    if info.morphism is not None:
+        return bool(getattr(info.morphism, "output_discrete", False))
+    return info.family in _DISCRETE_FAMILIES
+
+
+#: inline families whose values are integers (-1 marks a missing entry there)
+_DISCRETE_FAMILIES = frozenset({"Bernoulli", "Categorical", "Poisson", "NegativeBinomial",
+                                "Geometric"})
+
+
+def _site_readers(model, names: set) -> dict:
+    """`{name: the first site step that reads it}` for the given names (site steps only:
+    their arguments are names; let-expressions are closures, caught by the NaN check)."""
+    out = {}
+    walk = getattr(model, "_walk", None)
+    if not names or not callable(walk):
+        return out
+    for step, _ in walk():
+        args = getattr(step, "args", None)
+        if not args or not hasattr(step, "observe"):
+            continue
+        read = set()
+        for a in args:
+            if isinstance(a, str):
+                read.add(a)
+            elif getattr(a, "kind", None) in ("local", "gather"):
+                read.add(a.value)
+                if a.index is not None:
+                    read.add(a.index)
+        for n in read & names:
+            out.setdefault(n, step.name)
+    return out
 
 
 def message_of(exc: BaseException) -> str:
