@@ -379,10 +379,13 @@ class ProgramChecker(LetChecker):
             return self._template(t, sym, kind, indexed)
         if isinstance(sym, (MorphismSym, LetSym, ProgramSym)):
             ctx.use("value", name)
-            if kind == "observe" and isinstance(sym, (MorphismSym, LetSym)) and sym.deterministic:
-                # E4: an observed value needs a density; the last link of this target has none
+            if kind in ("observe", "sample") and isinstance(sym, (MorphismSym, LetSym)) \
+                    and sym.deterministic:
+                # E4: an observed or sampled value needs a density (a sampled one is a latent
+                # site that SVI guides and MCMC moves); the last link of this target has none.
+                # Decision: no "deterministic binding" reading of `sample` — a diagnostic.
                 whole = isinstance(sym, MorphismSym) and sym.role == "attention"
-                ctx.report(E.observe_deterministic(t.name.span, name, whole))
+                ctx.report(E.observe_deterministic(t.name.span, name, whole, kind))
             return self._morphism_target(t, sym)
         fam = FAMILIES.get(name)
         if fam is not None:

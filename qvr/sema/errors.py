@@ -280,8 +280,12 @@ def observed_sizes(span: Span, which: str, got: int, want: int):
 
 # ---- extension (docs/extensions.md E2-E4): QVR316-QVR318
 
-def observe_deterministic(span: Span, name: str, whole: bool):
+def observe_deterministic(span: Span, name: str, whole: bool, kind: str = "observe"):
     what = f"`{name}` is deterministic" if whole else f"`{name}` ends in a deterministic morphism"
+    if kind == "sample":
+        return error("QVR316", span, f"{what}: a sampled value needs a density; end with a kernel, "
+                                     f"give the attention a family (`~ Normal`), or observe "
+                                     f"through it (`observe y <- {name} >> head`)")
     return error("QVR316", span, f"{what}: an observed value needs a density; end with a kernel or "
                                  f"give the attention a family (`~ Normal`)")
 

@@ -214,7 +214,7 @@ let ln_end = ff >> layer_norm(Latent)
 let lm = tok >> block >> head
 program p : Token -> Token
     sample h <- tok
-    sample g <- det(h)
+    sample g <- attn(h)
     observe z <- {target}(h)
     return z
 """
@@ -233,9 +233,14 @@ def test_observe_needs_a_density(target, expected):
     assert diags(PROGRAM.format(target=target)) == expected
 
 
-def test_sample_from_a_deterministic_morphism_is_fine():
-    # `sample g <- det(h)` in PROGRAM draws no diagnostic (checked above with target=attn)
-    assert diags(PROGRAM.format(target="attn")) == []
+def test_sample_from_a_deterministic_morphism_needs_a_density_too():
+    # a sampled value is a latent site (SVI guides it, MCMC moves it): it needs a density;
+    # decision: `sample` of a deterministic target is QVR316, not a deterministic binding
+    text = PROGRAM.format(target="attn").replace("sample g <- attn(h)", "sample g <- ln_end(h)")
+    assert diags(text) == [("QVR316", "ln_end", "`ln_end` ends in a deterministic morphism: a sampled "
+                                                "value needs a density; end with a kernel, give the "
+                                                "attention a family (`~ Normal`), or observe through it "
+                                                "(`observe y <- ln_end >> head`)")]
 
 
 def test_observe_diagnostic_follows_an_edit_of_the_declaration():
