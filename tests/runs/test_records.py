@@ -141,12 +141,12 @@ def test_cancelled_runs_are_recorded_as_cancelled_with_what_they_had(tmp_path, m
 
 def test_failed_fits_are_recorded_with_the_message(tmp_path):
     d = data()
-    d["y"][2] = float("nan")
+    d["y"][2] = float("inf")  # (NaN would be a missing entry, design E5)
     res = fit(loads(NORMAL), d, FitConfig(method="svi", steps=5), run_dir=tmp_path / "r")
     run = open_run(tmp_path / "r")
     assert res.status == "failed" and run.status == "failed"
     last = run.events()[-1]
-    assert isinstance(last, FitFailed) and last.step == 1 and "nan" in last.message
+    assert isinstance(last, FitFailed) and last.step == 1 and "inf" in last.message
     bad = {"y": torch.zeros(20), "yy": torch.zeros(3)}
     with pytest.raises(ValueError, match="yy"):
         fit(loads(NORMAL), bad, FitConfig(method="nuts"), run_dir=tmp_path / "bad")
