@@ -204,6 +204,12 @@ def chain_rsample(links, x, sample_shape=torch.Size()):
     tensors and the leading axes restored at the end: the same values (the kernels act
     row by row, and their noise is drawn in the same order), without a reshape per layer.
     """
+    if len(sample_shape) and len(links) > 1 and _mixes(links[1:]) \
+            and _one_batch_axis(links[0].domain, x):
+        # sequences of length 1 (design E1): a later link that mixes positions must not
+        # read the sample axes of the first link's draws as a position axis
+        y = chain_rsample(links, _with_position_axis(links[0].domain, x), sample_shape)
+        return y.squeeze(y.dim() - 1 - links[-1].output_event_rank)
     y = links[0].rsample(x, sample_shape)
     rest = links[1:]
     if rest and y.dim() > 2 and y.is_floating_point() and y.is_contiguous() \
@@ -391,6 +397,16 @@ def _sequence_log_prob(prefix, last, x, z, observed, n: int, seed: int):
     if n == 1:
         return mask_missing(lp[0], observed)
     return mask_missing(_telescoped(lp), observed)
+
+
+def _one_batch_axis(domain, x) -> bool:
+    """True when the input `x` of `domain` has one batch axis (`(B,)` indices, `(B, w)`
+    features or index columns, `(B,)` features of a width-1 object)."""
+    if not isinstance(x, torch.Tensor):
+        x = as_tensor(x)
+    if domain.is_discrete and len(domain.atoms()) == 1:
+        return x.dim() == 1
+    return x.dim() == 2 or (x.dim() == 1 and domain.width == 1)
 
 
 def _with_position_axis(domain, x):

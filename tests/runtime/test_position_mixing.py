@@ -259,3 +259,17 @@ def test_row_wise_chains_are_unchanged():
     # bit-identical on the machine the pins were taken on; float tolerance elsewhere
     assert torch.allclose(joint, torch.tensor(PINNED_JOINT), rtol=1e-5, atol=1e-4)
     assert torch.allclose(backbone, torch.tensor(PINNED_BACKBONE), rtol=1e-5, atol=1e-4)
+
+
+def test_sample_axes_of_one_batch_axis_draws_are_not_positions(prog):
+    """`(e >> mix).rsample(x (B,), (n,))`: the mix sees B sequences of length 1 per draw,
+    never the n draws as positions."""
+    e, mix = prog["e"], MeanMix(deterministic=True)
+    x = torch.tensor([0, 3, 1])
+    y = (e >> mix).rsample(x, torch.Size([4]))
+    assert y.shape == (4, 3, 2)
+    torch.manual_seed(5)
+    y = C.chain_rsample([e, mix], x, torch.Size([4]))
+    torch.manual_seed(5)
+    h = e.rsample(x.unsqueeze(-1), torch.Size([4]))  # (4, 3, 1, 2)
+    assert torch.equal(y, 2 * h.squeeze(-2))
