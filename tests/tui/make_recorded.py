@@ -14,7 +14,11 @@ seed, small enough to keep in the repository:
 * ``interrupted_svi`` — the SVI record cut after its 10th progress line, without a
   terminal event or summary (what a killed worker leaves: status ``interrupted``);
 * ``failed_svi`` — a record that ends with `FitFailed` (a NaN loss at step 7), written
-  by `RunWriter` directly.
+  by `RunWriter` directly;
+* ``svi_attention`` — SVI on tests/tui/fixtures/attention_lm.qvr (one causal two-head
+  attention layer, 60 steps) on its data file fixtures/data/attention_lm.json (written
+  here first: 12 rows of 12 tokens of "the cat sat on the mat <eos>" sentences); the
+  record holds ``circuits.npz`` and ``patterns.npz`` for the Circuits view.
 
 The program paths inside run.json are rewritten relative to the repository root
 (``examples/NAME.qvr``) so the folders do not depend on where they were made; the tests
@@ -102,6 +106,23 @@ def _failed() -> None:
         {"status": "failed", "message": events[-1].message, "stats": {}, "parameters": {}}))
 
 
+def _attention_data() -> None:
+    """fixtures/data/attention_lm.json: rows of 12 tokens cut from a stream of sentences
+    'the (cat|dog) (sat|ran) on the mat <eos>' (ids of attention_lm.vocab.json), and the
+    next token of each position (the stream shifted by one)."""
+    import numpy as np
+    rng = np.random.default_rng(17)
+    stream = []
+    while len(stream) < 12 * 12 + 1:
+        stream += [1, int(rng.choice([2, 3])), int(rng.choice([4, 5])), 6, 1, 7, 0]
+    a = np.asarray(stream)
+    x = a[:144].reshape(12, 12)
+    y = a[1:145].reshape(12, 12)
+    path = ROOT / "tests" / "tui" / "fixtures" / "data" / "attention_lm.json"
+    rows = lambda m: "[\n" + ",\n".join("    " + json.dumps(r) for r in m.tolist()) + "\n  ]"
+    path.write_text("{\n  \"x\": " + rows(x) + ",\n  \"next_token\": " + rows(y) + "\n}\n")
+
+
 def main() -> None:
     os.environ.setdefault("QVR_MCMC_COMPILER", "torchscript")
     OUT.mkdir(exist_ok=True)
@@ -115,6 +136,9 @@ def main() -> None:
          seed=3)
     _interrupted(svi)
     _failed()
+    _attention_data()
+    _fit("svi_attention", "../tests/tui/fixtures/attention_lm.qvr", method="svi", steps=60,
+         lr=0.05, seed=1)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ class Circuits:
     vocab: Optional[list] = None
     draws: int = 0                       # forward draws the patterns are averaged over
     labels: tuple = field(default_factory=tuple)  # per sequence: a tuple of T labels
+    note: str = ""                       # why the record has no patterns, when it says
 
     @property
     def num_sequences(self) -> int:
@@ -124,8 +125,9 @@ def load_circuits(run, program_path: Optional[str] = None) -> Optional[Circuits]
         layers.append(CircuitLayer(name, qk, ov, p))
     tokens = bool(int(np.asarray(pats.get("tokens", 0)).reshape(-1)[0])) if "tokens" in pats \
         else (inputs is not None and np.issubdtype(np.asarray(inputs).dtype, np.integer))
+    note = str(raw["note"]) if "note" in raw else ""
     out = Circuits(tuple(layers), inputs=None if inputs is None else np.asarray(inputs),
-                   tokens=tokens,
+                   tokens=tokens, note=note,
                    draws=int(np.asarray(pats.get("draws", 0)).reshape(-1)[0]) if "draws" in pats
                    else 0)
     if out.inputs is not None:

@@ -10,7 +10,8 @@ axes).  The matrices are per head: heads of one layer are compared by stepping t
 them, each on its own scale (the legend gives it).
 
 Keys (the view takes the focus when it is shown): ← → (or [ ]) the head, ↑ ↓ (or { })
-the layer, , . (or < >) the sequence.  Heads wrap within the layer; the head index is kept
+the layer, , . (or < >) the sequence.  Both heatmaps are drawn at one zoom (an
+entry 2x2 pixels when both have room, else 1x1), so their entries look alike.  Heads wrap within the layer; the head index is kept
 when the layer changes (clamped to its number of heads).
 
 Data: a `qvr_tui.circuits_model.Circuits`; nothing here reads files.
@@ -74,9 +75,9 @@ class CircuitsView(Vertical, can_focus=True):
         with Horizontal(id="circuits-body"):
             with Vertical(id="circuits-left"):
                 yield Static("", id="qk-title", classes="circuit-title")
-                yield Heatmap(np.zeros((1, 1)), id="qk-heatmap")
+                yield Heatmap(np.zeros((1, 1)), max_zoom=2, id="qk-heatmap")
                 yield Static("", id="ov-title", classes="circuit-title")
-                yield Heatmap(np.zeros((1, 1)), id="ov-heatmap")
+                yield Heatmap(np.zeros((1, 1)), max_zoom=2, id="ov-heatmap")
             with Vertical(id="circuits-right"):
                 yield PatternMap(id="pattern-map")
 
@@ -167,6 +168,7 @@ class CircuitsView(Vertical, can_focus=True):
         qk.diverging = ov.diverging = True
         qk.set_matrix(layer.qk[h], "")
         ov.set_matrix(layer.ov[h], "")
+        self.call_after_refresh(self._sync_zoom)  # (the shapes may differ between layers)
         self.query_one("#qk-title", Static).update(Text.assemble(
             ("QK circuit ", "bold"), f"{layer.d_in}×{layer.d_in}  query ↓ key →",
             no_wrap=True, overflow="ellipsis"))
@@ -175,7 +177,7 @@ class CircuitsView(Vertical, can_focus=True):
             no_wrap=True, overflow="ellipsis"))
         c = self.circuits
         if layer.pattern is None or c.num_sequences == 0:
-            pattern.show_message("no attention patterns in this record")
+            pattern.show_message(c.note or "no attention patterns in this record")
             return
         s = self.sequence
         labels = c.labels[s] if s < len(c.labels) else ()
@@ -183,3 +185,19 @@ class CircuitsView(Vertical, can_focus=True):
 
     def on_mount(self) -> None:
         self._redraw()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._sync_zoom)
+
+    def _sync_zoom(self) -> None:
+        """One zoom for both circuit heatmaps (at most 2: an entry is then one line of
+        two cells), the largest both can take, so that their entries look alike."""
+        maps = list(self.query(Heatmap))
+        if not maps:
+            return
+        z = max(1, min(2, *(m.fit_zoom() for m in maps)))
+        for m in maps:
+            if m.max_zoom != z:
+                m.max_zoom = z
+                m._layout_key = None
+                m.refresh()

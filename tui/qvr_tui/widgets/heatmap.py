@@ -7,8 +7,10 @@ sign is visible at a glance) or sequential (light to dark blue, min to max: for 
 deviations).  NaN shows grey.  The first line holds the title and a legend (min, a colour
 bar, max); row and column labels (0-based indices of the original matrix) are drawn when
 there is room.  A matrix larger than the widget is reduced by block means (NaN ignored),
-so every value still counts.  Only numpy; the colour and downsampling functions are pure
-and tested on their own.
+so every value still counts.  With ``max_zoom`` > 1 a small matrix is drawn larger
+instead: every entry a z x z block of pixels (z <= max_zoom, as the widget's size
+allows; default 1: one pixel per entry).  Only numpy; the colour and downsampling
+functions are pure and tested on their own.
 """
 from __future__ import annotations
 
@@ -102,11 +104,13 @@ class Heatmap(Widget):
     Heatmap { height: auto; width: 1fr; }
     """
 
-    def __init__(self, matrix, title: str = "", diverging: bool = True, *, name=None, id=None,
-                 classes=None) -> None:
+    def __init__(self, matrix, title: str = "", diverging: bool = True, *, max_zoom: int = 1,
+                 name=None, id=None, classes=None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.title = title
         self.diverging = diverging
+        self.max_zoom = max(1, int(max_zoom))
+        self.zoom = 1  # pixels per entry along each axis (see _layout)
         self.matrix = self._as_matrix(matrix)
         self.grid = self.matrix  # what is drawn (block means when it does not fit); see _layout
         self.factors = (1, 1)
@@ -144,6 +148,15 @@ class Heatmap(Widget):
             self._limits = (self.matrix, (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0))
         return self._limits[1]
 
+    def fit_zoom(self) -> int:
+        """The largest zoom the widget's current size allows for the matrix (1 when it
+        does not even fit at one pixel per entry), whatever `max_zoom` says."""
+        w, h = self.size
+        rows, cols = self.matrix.shape
+        label_w = len(str(rows - 1)) + 1 if w >= 12 else 0
+        body = max(h - 1 - int(h >= 4), 1)
+        return max(1, min((2 * body) // rows, max(w - label_w, 1) // cols))
+
     def _layout(self) -> None:
         key = (self.size, id(self.matrix))
         if key == self._layout_key:
@@ -156,6 +169,12 @@ class Heatmap(Widget):
         body = max(h - 1 - int(col_labels), 1)
         self.grid, fr, fc = downsample(self.matrix, 2 * body, max(w - label_w, 1))
         self.factors = (fr, fc)
+        self.zoom = 1
+        if fr == fc == 1 and self.max_zoom > 1:
+            self.zoom = max(1, min(self.max_zoom, (2 * body) // rows,
+                                   max(w - label_w, 1) // cols))
+            if self.zoom > 1:
+                self.grid = np.repeat(np.repeat(self.matrix, self.zoom, 0), self.zoom, 1)
         self._labels = (label_w, col_labels)
 
     def cell_colours(self, cell_row: int, col: int) -> tuple[tuple, Optional[tuple]]:
@@ -183,7 +202,8 @@ class Heatmap(Widget):
             return Strip.blank(width, base)
         segments = []
         if label_w:
-            first = 2 * cell_row * self.factors[0]
+            pixel = 2 * cell_row
+            first = str(pixel * self.factors[0] // self.zoom) if pixel % self.zoom == 0 else ""
             segments.append(Segment(f"{first:>{label_w - 1}} ", base + Style(dim=True)))
         for j in range(self.grid.shape[1]):
             upper, lower = self.cell_colours(cell_row, j)
@@ -207,14 +227,15 @@ class Heatmap(Widget):
         return Strip(segs).adjust_cell_length(width, base)
 
     def _column_labels(self, width: int, base: Style, label_w: int) -> Strip:
-        cols = self.grid.shape[1]
+        cols, z = self.grid.shape[1], self.zoom
         line = [" "] * cols
-        j = 0
-        while j < cols:
-            text = str(j * self.factors[1])
-            if j + len(text) > cols:
+        e = 0  # a label every 5 cells or so, at the first cell of an entry (of a block)
+        while e * z < cols:
+            text = str(e * self.factors[1])
+            pos = e * z
+            if pos + len(text) > cols:
                 break
-            line[j:j + len(text)] = text
-            j += max(5, len(text) + 1)
+            line[pos:pos + len(text)] = text
+            e += max(math.ceil(5 / z), math.ceil((len(text) + 1) / z), 1)
         return Strip([Segment(" " * label_w + "".join(line), base + Style(dim=True))]).adjust_cell_length(
             width, base)
