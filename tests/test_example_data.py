@@ -28,10 +28,10 @@ RUNNABLE = sorted(p.stem for p in EXAMPLES.glob("*.qvr")
 TOKEN_PROGRAMS = {"transformer_lm": 32, "recurrent_lm": 64}   # declared vocabulary sizes
 
 
-def test_the_runnable_examples_are_the_seventeen_known_ones():
+def test_the_runnable_examples_are_the_known_ones():
     assert RUNNABLE == [
         "count_regression", "crop_yields", "expert_ensemble", "grouped_mixture", "hmm",
-        "humidity_bands", "item_response", "knowledge_graph", "mixture_marginalize",
+        "humidity_bands", "icl_regression", "item_response", "knowledge_graph", "mixture_marginalize",
         "pcfg_deduction", "recurrent_lm", "regression_plates", "relational_authors",
         "sensor_tracking", "topic_model", "transformer_lm", "vae"]
 
