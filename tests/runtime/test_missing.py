@@ -238,3 +238,32 @@ def test_vmapped_latents_beside_missing_observations(vectorize):
     loop = torch.stack([ek.log_prob(x, z) for z in zs])
     assert torch.allclose(mapped, loop, atol=1e-6)
     assert (mapped[:, 0, 2] == 0).all()
+
+
+def mixture(n):
+    return f"""object Component : FinSet 2
+object Point : FinSet {n}
+program gm : Point -> Point
+    sample weights <- Dirichlet(1.0) [over=Component]
+    sample centres : Component <- Normal(0.0, 3.0)
+    marginalize comp : Point <- Categorical(weights)
+        let centre = centres[comp]
+        observe position : Point <- Normal(centre, 1.0)
+    return centres
+export gm
+"""
+
+
+def test_observe_inside_a_marginalize_block():
+    """A missing point of a mixture contributes log sum_c p(c) = 0 (up to rounding): the
+    density is the mixture's on the observed points only."""
+    pos = torch.tensor([0.5, NAN, -2.0, 3.1, NAN, 1.0, 0.2])
+    keep = ~torch.isnan(pos)
+    centres = torch.tensor([-1.0, 2.0], requires_grad=True)
+    w = torch.tensor([0.3, 0.7])
+    full = qvr.loads(mixture(7)).morphism.log_joint_total(
+        torch.zeros(7, 1), {"weights": w, "centres": centres, "position": pos})
+    sub = qvr.loads(mixture(5)).morphism.log_joint_total(
+        torch.zeros(5, 1), {"weights": w, "centres": centres, "position": pos[keep]})
+    assert torch.allclose(full, sub, atol=1e-5)
+    assert finite_grads(full, [centres])
