@@ -94,6 +94,7 @@ PROGRAMS = {
     ("hmm", "regime_hmm"): tokens(4, (6,)),
     ("hmm", "local_level"): floats((3, 5, 2)),
     ("humidity_bands", "daily_weather"): humidity,
+    ("icl_regression", "icl_regression"): floats((3, 41, 6)),
     ("item_response", "item_response"): item_response,
     ("knowledge_graph", "residence"): tokens(30, (7,)),
     ("mixture_marginalize", "gaussian_mixture"): gaussian_mixture,
