@@ -133,3 +133,21 @@ def test_input_that_is_not_sequences_keeps_the_circuits():
     assert rec.note == ("no attention patterns: the program's input is not a batch of "
                         "sequences")
     assert str(rec.circuit_arrays()["note"]) == rec.note
+
+
+def test_mcmc_records_circuits_only_when_started_from_a_run(tmp_path):
+    """MCMC never moves the weights: without a start they are the initialisation (nothing
+    written); started from an SVI run they are that run's fitted weights."""
+    _, data, svi = _fit(tmp_path, TINY, name="svi")
+    cfg = dict(method="hmc", num_warmup=2, num_samples=2, num_chains=1, num_steps=2, seed=0)
+    torch.manual_seed(0)
+    fit(qvr.loads(TINY), data=data, config=FitConfig(**cfg), run_dir=tmp_path / "cold")
+    assert open_run(tmp_path / "cold").circuits() is None
+    torch.manual_seed(0)
+    fit(qvr.loads(TINY), data=data, config=FitConfig(**cfg), run_dir=tmp_path / "warm",
+        start_from=svi.path)
+    warm, fitted = open_run(tmp_path / "warm").circuits(), svi.circuits()
+    assert sorted(warm) == sorted(fitted)
+    for key in fitted:
+        np.testing.assert_array_equal(warm[key], fitted[key])
+    assert open_run(tmp_path / "warm").patterns()["pattern/attn"].shape == (8, 2, 6, 6)
