@@ -34,10 +34,20 @@ Also reported: the speed-up of one late step alone, the one that extends the pre
 30 to 31 tokens (the final step only draws: its children all reach the maximum length),
 timed between the model's draws of steps 31 and 32.
 
-Run: .venv/bin/python bench/smc.py [--reps 5] [--only scan|transformer|gru] [--json FILE]
+Run: .venv/bin/python bench/smc.py [--reps 5] [--only scan|transformer|gru|decoder]
+[--json FILE]
 Goal (issue 5): caching >= 5x at length 32.  Both readings are printed: the whole run to
 length 32 (the average step sees half that length) and step 31, the last step at which
 both variants do all their work (the recomputed one feeds 31 tokens per row).
+
+Decoder program (issue 17): a QVR decoder-only transformer (`DECODER` below: token and
+position embedding, two pre-norm blocks of causal 4-head attention ~ Normal and a
+two-kernel feed-forward, a final layer norm, a Categorical head; vocabulary 64, width 64,
+feed-forward 256, the sizes of the LogitsLM transformer above) through `ProgramLM`:
+``cache=True`` extends each particle's key/value cache by one position per step
+(`qvr.smc.kv_cache`), ``cache=False`` recomputes the whole prefix from each particle's
+stored noise at every step (the same draws).  N = 64, K = 4, whole runs to lengths 32
+and 128, same measurement as above.  Goal (issue 17): >= 5x at 32, >= 15x at 128.
 """
 from __future__ import annotations
 
@@ -238,17 +248,91 @@ class Stamped:
         return self.lm.advance(state, rows, tokens, prefixes, generator=generator)
 
 
-def timed_run(lm, eos, seed):
-    """One SMC run; returns (CPU seconds, particle-steps, CPU seconds of step 31, wall
-    seconds).  Events go nowhere (as in a plain ``smc.run()``)."""
+def timed_run(lm, eos, seed, length=LENGTH):
+    """One SMC run; returns (CPU seconds, particle-steps, CPU seconds of the step that
+    extends the prefixes from ``length - 2`` to ``length - 1`` tokens, wall seconds).
+    Events go nowhere (as in a plain ``smc.run()``)."""
     lm = Stamped(lm)
     smc = SMCSteering(lm, potential=forbid_tokens(eos), num_particles=N, expansion=K,
-                      max_len=LENGTH, generator=torch.Generator().manual_seed(seed))
+                      max_len=length, generator=torch.Generator().manual_seed(seed))
     w0, t0 = time.perf_counter(), time.process_time()
     r = smc.run()
     total, wall = time.process_time() - t0, time.perf_counter() - w0
-    assert r.num_steps == LENGTH and all(len(s) == LENGTH for s in r.sequences)
-    return total, N * r.num_steps, lm.stamps[31] - lm.stamps[30], wall
+    assert r.num_steps == length and all(len(s) == length for s in r.sequences)
+    return total, N * r.num_steps, lm.stamps[length - 1] - lm.stamps[length - 2], wall
+
+
+DECODER = """
+object Token : FinSet 64
+object Latent : Real 64
+object FFHidden : Real 256
+
+morphism tok_embed : Token -> Latent [role=embed, positions=128]
+morphism attn : Latent -> Latent [role=attention, heads=4, causal, scale=0.1] ~ Normal
+morphism ff_up : Latent -> FFHidden [role=kernel] ~ Normal
+morphism ff_down : FFHidden -> Latent [role=kernel, scale=0.1] ~ Normal
+morphism lm_head : Latent -> Token [role=kernel] ~ Categorical
+
+let block = residual(layer_norm(Latent) >> attn) >> residual(layer_norm(Latent) >> ff_up >> ff_down)
+let model = tok_embed >> stack(block, 2) >> layer_norm(Latent) >> lm_head
+
+program decoder : Token -> Token
+    observe next_token : Token <- model
+    return next_token
+
+export decoder
+"""
+
+
+def bench_decoder(reps: int) -> dict:
+    """KV cache against recomputation on the `DECODER` program at lengths 32 and 128
+    (interleaved rounds, the first a warm-up; best CPU time and the median within-round
+    ratio).  Both variants are checked to make the same draws first."""
+    torch.manual_seed(0)
+    program = qvr.loads(DECODER)
+    bos, eos = 0, 1
+    a = []
+    for cache in (True, False):
+        lm = ProgramLM(program, bos, eos, cache=cache)
+        assert lm.mode == ("kv-cache" if cache else "recompute")
+        a.append(SMCSteering(lm, potential=forbid_tokens(eos), num_particles=N,
+                                       expansion=K, max_len=16,
+                                       generator=torch.Generator().manual_seed(0)).run())
+    assert a[0].sequences == a[1].sequences, "cached and recomputed runs differ"
+    report = {}
+    for length in (32, 128):
+        names = {True: "KV cache", False: "recomputed"}
+        best = {c: (math.inf, 0, math.inf, math.inf) for c in names}
+        ratios = []
+        for rep in range(reps + 1):
+            times = {}
+            for cache in names:
+                total, steps, last, wall = timed_run(ProgramLM(program, bos, eos, cache=cache),
+                                                     eos, seed=rep, length=length)
+                times[cache] = total
+                if rep:
+                    b = best[cache]
+                    best[cache] = (min(b[0], total), steps, min(b[2], last), min(b[3], wall))
+            if rep:
+                ratios.append(times[False] / times[True])
+        print(f"decoder program (QVR, d=64, 2 layers), N={N}, K={K}, length {length} "
+              f"({N * length} particle-steps per run), best of {reps}, CPU time")
+        for cache, name in names.items():
+            total, steps, last, wall = best[cache]
+            print(f"  {name:12s} {steps / total:8.0f} particle-steps/s   run "
+                  f"{total * 1e3:8.1f} ms (wall {wall * 1e3:8.1f})   step {length - 1} "
+                  f"{last * 1e3:6.2f} ms")
+        speedup = best[False][0] / best[True][0]
+        paired = statistics.median(ratios)
+        step = best[False][2] / best[True][2]
+        goal = 5 if length == 32 else 15
+        print(f"  KV cache is {speedup:.1f}x faster over the run (median within a round "
+              f"{paired:.1f}x), {step:.1f}x at step {length - 1} (goal >= {goal}x)")
+        report[f"decoder length {length}"] = {"speedup": speedup, "paired_speedup": paired,
+                                              "last_step_speedup": step,
+                                              "cached_run_s": best[True][0],
+                                              "recomputed_run_s": best[False][0]}
+    return report
 
 
 def check_incremental(model):
@@ -271,10 +355,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", help="also write the figures to this file")
-    ap.add_argument("--only", choices=["scan", "transformer", "gru"],
+    ap.add_argument("--only", choices=["scan", "transformer", "gru", "decoder"],
                     help="run one model's configurations only")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.only == "decoder":
+        report = {"decoder": bench_decoder(args.reps)}
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return
     torch.manual_seed(0)
     program = qvr.load(ROOT / "examples" / "recurrent_lm.qvr")
     transformer = CausalTransformer().eval()
@@ -327,6 +416,8 @@ def main() -> None:
         print(f"  {kind}: caching is {report['speedup'][kind]:.1f}x faster over the run "
               f"(median within a round {report['paired_speedup'][kind]:.1f}x), "
               f"{report['step31_speedup'][kind]:.1f}x at step 31 (goal >= 5x)")
+    if not args.only:
+        report["decoder"] = bench_decoder(args.reps)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
 

@@ -116,18 +116,19 @@ class Rng:
         self.gen = generator
 
     def normal(self, shape) -> torch.Tensor:
+        if 0 in shape:
+            return torch.empty(shape, device=self.device, dtype=self.dtype)
         return torch.randn(shape, generator=self.gen, device=self.device, dtype=self.dtype)
 
     def uniform(self, shape) -> torch.Tensor:
+        if 0 in shape:  # nothing to draw (no layer of such a family): no call
+            return torch.empty(shape, device=self.device, dtype=self.dtype)
         return torch.rand(shape, generator=self.gen, device=self.device, dtype=self.dtype)
 
     def seeds(self, n: int) -> list[int]:
         if not n:
             return []
         return torch.randint(0, 2 ** 62, (n,), generator=self.gen, device=self.device).tolist()
-
-    def gumbel(self, shape) -> torch.Tensor:
-        return from_uniform("Gumbel", self.uniform(shape))
 
 
 def from_uniform(family: str, u: torch.Tensor) -> torch.Tensor:
@@ -270,11 +271,11 @@ class EmbedLayer(Layer):
                                      length=length)
 
     def step(self, x, t, cache, noise):
-        mu = self.link.centers[x]
+        mu = F.embedding(x, self.link.centers)
         if self.pos is not None:
             self._check(t + 1)
-            mu = mu + self.pos[t]
-        return torch.addcmul(mu, self.sigma[x], self.draws(noise)), None
+            mu += self.pos[t]
+        return mu.addcmul_(F.embedding(x, self.sigma), self.draws(noise)), None
 
     def full(self, x, noise):
         mu = self.link.centers[x]  # (M, T, d)
@@ -309,13 +310,14 @@ class KernelLayer(Layer):
         return torch.sigmoid(y) if self.family == "LogitNormal" else y
 
     def step(self, x, t, cache, noise):
-        if self.mlp:
-            w0, b0, w2, b2, w4, b4 = self.weights
-            h = torch.tanh(F.linear(torch.tanh(F.linear(x, w0, b0)), w2, b2))
-            params = self.link.fam.params(F.linear(h, w4, b4))
-        else:
-            params = self.link.params(x)
-        return self._value(params, self.draws(noise)), None
+        if not self.mlp:
+            return self._value(self.link.params(x), self.draws(noise)), None
+        w0, b0, w2, b2, w4, b4 = self.weights
+        raw = F.linear(F.linear(F.linear(x, w0, b0).tanh_(), w2, b2).tanh_(), w4, b4)
+        if self.family == "Normal":  # fam.params and _value, in place on fresh tensors
+            loc, log_scale = raw.chunk(2, -1)
+            return torch.addcmul(loc, log_scale.exp_().clamp_(min=EPS), self.draws(noise)), None
+        return self._value(self.link.fam.params(raw), self.draws(noise)), None
 
     def full(self, x, noise):
         return self._value(self.link.params(x), self.draws(noise))
@@ -339,9 +341,10 @@ class AttentionLayer(Layer):
 
     def prepare(self):
         link = self.link
-        self.w_qkv = torch.cat([link.w_q, link.w_k, link.w_v]).reshape(-1, link.d_in)
+        # the queries' weights carry the 1/sqrt(k) of the scores (one multiplication less)
+        inv = 1.0 / math.sqrt(link.head_dim)
+        self.w_qkv = torch.cat([link.w_q * inv, link.w_k, link.w_v]).reshape(-1, link.d_in)
         self.w_o = link.w_o
-        self.inv = 1.0 / math.sqrt(link.head_dim)
         self.scale = link.scale()
 
     def init(self, S, like):
@@ -358,12 +361,12 @@ class AttentionLayer(Layer):
             vb = torch.cat([vb, torch.zeros_like(vb)], 2)
         q, kb[:, :, t], vb[:, :, t] = F.linear(x, self.w_qkv).view(S, 3, H, k).unbind(1)
         keys, values = kb[:, :, :t + 1], vb[:, :, :t + 1]  # (S, H, t+1, k)
-        scores = torch.matmul(keys, q.unsqueeze(-1)).squeeze(-1) * self.inv  # (S, H, t+1)
+        scores = torch.matmul(keys, q.unsqueeze(-1)).squeeze(-1)  # (S, H, t+1), scaled
         o = torch.matmul(torch.softmax(scores, -1).unsqueeze(-2), values)  # (S, H, 1, k)
         m = F.linear(o.view(S, H * k), self.w_o)
         if self.draws is None:
             return m, (kb, vb)
-        return torch.addcmul(m, self.scale, self.draws(noise)), (kb, vb)
+        return m.addcmul_(self.scale, self.draws(noise)), (kb, vb)
 
     def full(self, x, noise):
         m = self.link.mean(x)  # (M, T, dB), causal
@@ -452,8 +455,10 @@ class OpaqueLayer(Layer):
 
 class Head:
     """The last link, which turns the final hidden value into tokens: `n` iid draws per
-    particle.  A Categorical kernel computes its logits once per particle and draws by
-    Gumbel-max; any other head draws through its ``rsample`` on `n` copies (seeded)."""
+    particle.  A Categorical kernel computes its logits once per particle and draws with
+    ``torch.multinomial`` (inverse CDF: a quarter of the cost of Gumbel-max on `n` copies
+    of the logits, measured); any other head draws through its ``rsample`` on `n` copies
+    (seeded)."""
 
     def __init__(self, link):
         from qvr.runtime.morphisms.kernels import FamilyKernel
@@ -462,9 +467,8 @@ class Head:
 
     def draw(self, h: torch.Tensor, n: int, rng: Rng) -> torch.Tensor:
         if self.categorical:
-            logits = self.link.params(h)[0]  # (M, V)
-            g = rng.gumbel((logits.shape[0], n, logits.shape[-1]))
-            return torch.argmax(logits.unsqueeze(1) + g, dim=-1)
+            probs = torch.softmax(self.link.params(h)[0], dim=-1)  # (M, V)
+            return torch.multinomial(probs, n, replacement=True, generator=rng.gen)
         with seeded(rng.seeds(1)[0], h.device):
             out = self.link.rsample(h.repeat_interleave(n, 0))
         return torch.as_tensor(out).long().reshape(h.shape[0], n)

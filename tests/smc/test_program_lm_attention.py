@@ -21,8 +21,27 @@ from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
 BOS, EOS = 0, 1
 
 
+ONE_SITE = """
+let decoder = tok_embed >> stack(block, 2) >> layer_norm(Latent) >> lm_head
+
+program lm : Token -> Token
+    observe next_token : Token <- decoder
+    return next_token
+"""
+
+#: the same chain split over two sites (the hidden value sampled, then the head)
+TWO_SITES = """
+let backbone = tok_embed >> stack(block, 2)
+
+program lm : Token -> Token
+    sample h <- backbone
+    observe next_token : Token <- lm_head(h)
+    return next_token
+"""
+
+
 def decoder_source(*, vocab=8, positions=16, attention="causal, scale=0.1] ~ Normal",
-                   ff="ff_up >> ff_down", extra=""):
+                   ff="ff_up >> ff_down", extra="", program=ONE_SITE):
     """The decoder of the issue: token + position embedding, two pre-norm blocks
     (attention, then a two-kernel feed-forward), a final norm, a Categorical head."""
     return f"""
@@ -38,13 +57,7 @@ morphism ff_down : FFHidden -> Latent [role=kernel, scale=0.1] ~ Normal
 morphism lm_head : Latent -> Token [role=kernel] ~ Categorical
 {extra}
 let block = residual(layer_norm(Latent) >> attn) >> residual(layer_norm(Latent) >> {ff})
-let backbone = tok_embed >> stack(block, 2) >> layer_norm(Latent)
-
-program lm : Token -> Token
-    sample h <- backbone
-    observe next_token : Token <- lm_head(h)
-    return next_token
-
+{program}
 export lm
 """
 
@@ -55,9 +68,11 @@ def load(source: str, seed: int = 0):
 
 
 #: the draws of every program below: Normal attention; Laplace attention and a Cauchy
-#: kernel (uniform-block noise); a fan of kernels (drawn through its own rsample)
+#: kernel (uniform-block noise); a fan of kernels (drawn through its own rsample); the
+#: chain over two sites
 PROGRAMS = {
     "normal": decoder_source(),
+    "two-sites": decoder_source(program=TWO_SITES),
     "laplace-cauchy": decoder_source(
         attention="causal, scale=0.1] ~ Laplace",
         ff="ff_up >> ff_mid >> ff_down",
@@ -220,11 +235,10 @@ morphism tok_embed : Token -> Latent [role=embed, positions=8]
 morphism attn : Latent -> Latent [role=attention, heads=2, causal]
 morphism lm_head : Latent -> Token [role=kernel] ~ Categorical
 
-let backbone = tok_embed >> residual(layer_norm(Latent) >> attn) >> layer_norm(Latent)
+let decoder = tok_embed >> residual(layer_norm(Latent) >> attn) >> layer_norm(Latent) >> lm_head
 
 program tiny : Token -> Token
-    sample h <- backbone
-    observe next_token : Token <- lm_head(h)
+    observe next_token : Token <- decoder
     return next_token
 
 export tiny
@@ -239,25 +253,27 @@ def tiny():
     attention has no family; the embedding's scale is floored at 1e-7), so the exact
     next-token law of every prefix is the program's whole-sequence forward."""
     program = load(TINY, seed=3)
-    m = program.morphism
+    links = program.morphism._step_next_token.links()
     with torch.no_grad():
-        embed = m._step_h.links()[0]
+        embed = links[0]
         embed.log_sigma.fill_(-40.0)
         embed.centers.mul_(4.0)
-        attn = next(x for x in m.modules() if type(x).__name__ == "Attention")
+        attn = next(x for x in program.morphism.modules() if type(x).__name__ == "Attention")
         for w in (attn.w_q, attn.w_k, attn.w_v, attn.w_o):
             w.mul_(3.0)
-        m._step_next_token.param_source.net[4].weight.mul_(4.0)
+        links[-1].param_source.net[4].weight.mul_(4.0)
     return program
 
 
 def exact_logits(program, prefix):
-    """Next-token log-probabilities of ``[bos] + prefix`` by the program's own forward."""
+    """Next-token log-probabilities of ``[bos] + prefix`` by the program's own forward
+    (every link but the head on the whole sequence, then the head's logits)."""
+    from qvr.runtime.combinators import chain_rsample
     tokens = torch.tensor([(T_BOS,) + tuple(prefix)])
-    m = program.morphism
+    links = program.morphism._step_next_token.links()
     with torch.no_grad():
-        h = m._step_h.rsample(tokens)
-        return torch.log_softmax(m._step_next_token.params(h)[0][0, -1].double(), -1)
+        h = chain_rsample(links[:-1], tokens)
+        return torch.log_softmax(links[-1].params(h)[0][0, -1].double(), -1)
 
 
 def enumerate_z(program, log_g):
@@ -354,8 +370,8 @@ def test_a_string_past_the_learned_positions_is_a_position_limit_error(cache):
 
 def test_a_program_that_is_not_a_chain_of_sites_is_refused():
     source = decoder_source().replace(
-        "    observe next_token : Token <- lm_head(h)",
-        "    sample g <- backbone\n    observe next_token : Token <- lm_head(h)")
+        "    observe next_token : Token <- decoder",
+        "    sample g <- tok_embed\n    observe next_token : Token <- decoder")
     program = load(source)
     with pytest.raises(NotIncrementalError, match="chain of morphism sites"):
         ProgramLM(program, BOS, EOS)
