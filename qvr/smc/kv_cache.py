@@ -85,6 +85,14 @@ class NotCausalError(QvrRuntimeError, ValueError):
             f"so that appending a token never changes a particle's past); declare the "
             f"attention with `causal`", morphism=morphism, program=program)
 
+    def location(self) -> str:
+        # the morphism is named in the message itself ("`attn` is not causal: ...")
+        saved, self.morphism = self.morphism, None
+        try:
+            return super().location()
+        finally:
+            self.morphism = saved
+
 
 class StaleStateError(RuntimeError):
     """A cached state advanced a second time (its buffers were updated in place)."""
