@@ -32,24 +32,28 @@ the `K` children of a particle are `K` iid draws from the head given them (`KVPl
 Two ways to hold that state, with the same law and the same random numbers:
 
 * **cached** (``cached=True``, `ProgramLM(cache=True)`): per particle, each attention
-  layer's keys and values at every earlier position (`AttentionLayer`, buffers
-  ``(M, H, capacity, k)``) and the final hidden value at the last position.  Extending by
-  one token runs every layer on the new position only, so step `t` costs `O(t)` (one
-  query against `t` cached keys per head) instead of `O(t²)`.  The cached keys and values
-  are a sufficient statistic of the particle's hidden draws for everything that follows,
-  so the draws themselves are not kept.
+  layer's keys and values at every earlier position (`AttentionLayer`: buffers
+  ``(S, H, capacity, k)`` indexed by *slot*, see `KVPlan`) and the final hidden value at
+  the last position.  Extending by one token runs every layer on the new position only,
+  so step `t` costs `O(t)` (one query against `t + 1` cached keys per head) instead of
+  `O(t²)`.  Decision: the cached keys and values are a sufficient statistic of the
+  particle's hidden draws for everything that follows, so the draws themselves are not
+  kept in this mode (keeping them would cost a copy per step and serve nothing).
 * **recomputed** (``cached=False``): per particle, the tokens and every stochastic layer's
-  *noise* at every earlier position (standard Normal / Laplace / Cauchy / Gumbel draws,
-  or the drawn value for a row-wise link whose noise cannot be separated,
-  `OpaqueLayer`).  Extending by one token draws the new position's noise and recomputes
-  the whole prefix through every layer from the stored noise.  This is the baseline of
-  ``bench/smc.py``: the same law as the cached state, the state recomputed from the
-  stored noise rather than redrawn.
+  *noise* at every earlier position (`Noise`: standard Normal draws and uniforms for the
+  Laplace / Cauchy / Gumbel draws, laid out by `Layout`; the drawn value itself for a
+  row-wise link whose noise cannot be separated, `OpaqueLayer`).  Extending by one token
+  draws the new position's noise and recomputes the whole prefix through every layer from
+  the stored noise, with the links' own whole-sequence maps (``Attention.mean``, the
+  kernels' ``params``).  This is the baseline of ``bench/smc.py``: the same law as the
+  cached state, the state recomputed from the stored noise rather than redrawn.
 
-The noise of the new position is drawn layer by layer in chain order in both variants
-(`Rng`), so a cached run and a recomputed run with one generator make the same draws (up
-to float rounding of the hidden values).  Resampling copies a particle's buffers by index
-(`KVPlan.select`, `take_rows`), never recomputing.
+The noise of a new position is drawn as one block per kind in particle order in both
+variants (`Rng`, `Noise`), and the head draws `K` tokens per particle with
+``torch.multinomial`` from the same stream, so a cached run and a recomputed run with one
+generator make the same draws (up to float rounding of the hidden values, far below what
+changes a token).  Resampling copies a particle's keys and values by index
+(`KVPlan.select`; ``take_rows`` for the recomputed state), never recomputing them.
 
 Non-causal attention is refused (`NotCausalError`): a particle's earlier positions would
 change when a token is appended, which no next-token model allows.
