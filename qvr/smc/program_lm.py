@@ -39,7 +39,8 @@ The stateless ``sample`` always does that, for every kind: it is the spec's per-
 Draws use the global torch RNG; when a ``generator`` is passed, each program call runs
 with the global generator's state saved, seeded from `generator`, and restored after
 (``torch.random.fork_rng`` on CUDA), so a run is a function of the generator and the
-global RNG is left untouched (runtime spec §9.3).
+global RNG is left untouched (runtime spec §9.3).  Attention programs draw their noise
+from `generator` itself (`kv_cache.Rng`), with the same two properties.
 
 This module reads the compiled program's structure (its steps, ``_step_<name>``
 submodules, ``links()`` and the scan's ``cell``) but never modifies the program, and it

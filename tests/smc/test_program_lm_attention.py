@@ -128,6 +128,16 @@ def test_cached_and_recomputed_runs_make_the_same_draws(name):
     assert float(a.log_weights.max() - a.log_weights.min()) > 0.1 or a.log_Z < -0.5
 
 
+@pytest.mark.parametrize("cache", [True, False])
+def test_runs_are_reproducible_and_leave_the_global_rng_alone(cache):
+    program = load(PROGRAMS["fan"])  # the fan draws through the (seeded) global RNG
+    torch.manual_seed(9)
+    before = torch.random.get_rng_state()
+    r1, r2 = run(program, cache, n=6, k=2, max_len=5), run(program, cache, n=6, k=2, max_len=5)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert r1.sequences == r2.sequences and torch.equal(r1.log_weights, r2.log_weights)
+
+
 class Recorder:
     """A stateful model that records the rows of each advance (resampling copies)."""
 
