@@ -665,6 +665,11 @@ class KVPlan:
             return {k: v if k == "t" else take_rows(v, rows) for k, v in state.items()}
         self._check_latest(state)
         parent = state["slots"][np.asarray(rows, dtype=np.int64)]
+        if parent.size > state["S"]:  # more particles than slots (not in SMC): gather
+            idx = torch.from_numpy(parent).to(self.device)
+            return {**state, "S": parent.size, "slots": np.arange(parent.size),
+                    "cache": _map_buffers(state["cache"], lambda b: b.index_select(0, idx)),
+                    "h": state["h"].index_select(0, idx), "store": _Store(), "version": 0}
         slots = parent.copy()
         _, first = np.unique(parent, return_index=True)
         if first.size < parent.size:  # further copies of a parent get free slots
@@ -752,3 +757,11 @@ def _scatter(block: torch.Tensor, where: torch.Tensor, S: int) -> torch.Tensor:
         return block.new_zeros(S, 0)
     return block.new_zeros(S, block.shape[-1]).index_copy_(0, where, block)
 
+
+def _map_buffers(cache, fn):
+    """`cache` with `fn` applied to every buffer (attention caches are tuples)."""
+    if isinstance(cache, list):
+        return [_map_buffers(c, fn) for c in cache]
+    if isinstance(cache, tuple):
+        return tuple(fn(b) for b in cache)
+    return cache

@@ -217,6 +217,12 @@ def test_select_with_repeated_rows_matches_the_recomputation(decoder):
         _states_agree(cached, recomputed, sc, sr)
     # the duplicated particles' caches were copied, yet each copy drew its own noise
     assert not torch.allclose(sr["h"][2], sr["h"][3])
+    # more particles than the run started with (not an SMC step): the buffers are gathered
+    rows = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 0])
+    toks = torch.arange(9) % 8
+    sc = cached.advance(sc, rows, toks, None, torch.Generator().manual_seed(200))
+    sr = recomputed.advance(sr, rows, toks, None, torch.Generator().manual_seed(200))
+    _states_agree(cached, recomputed, sc, sr)
 
 
 def test_first_position_has_the_program_law(decoder):
