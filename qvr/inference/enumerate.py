@@ -22,6 +22,18 @@ computed by variable elimination in the order the program gives (program order),
   every assignment of the colours is one pass (a chain of states needs `K^2` passes,
   independent per-row sites `K`).  A chain `r_1 -> r_2 -> ... -> r_T` with emissions is
   then eliminated in program order: the forward algorithm, `O(T K^2)`.
+* **One wide pass.** Without global finite sites, the passes run as *one* run of the
+  program on `passes x B` rows (pass-major): the enumerated sites hold pass `p`'s value in
+  rows `p*B .. p*B+B-1`, every row-shaped value (the input, observations, host data and
+  the environment of the steps that depend on no enumerated site, whenever its leading
+  size is `B`) is tiled, and only the dependent steps run.  The factors are row-shaped,
+  so row block `p` of a factor's contribution is pass `p`'s.  A chain of `T` states then
+  costs one run of the program with `K^2` times as many rows instead of `K^2` runs (the
+  interpreter's per-step overhead dominates small models: 16x fewer steps for `K = 4`),
+  and the traced MCMC density stays small enough to compile.  Tiling by leading size is
+  a heuristic (a value whose leading size is `B` by coincidence would be tiled wrongly),
+  so the wide run is used only if it reproduces the one-by-one passes at the forward
+  run's values when the structure is built; otherwise the passes run one by one.
 * **Limits.** A plate-indexed finite site, a finite value of another shape, a factor over
   local sites that is not row-shaped, or an elimination whose intermediate table or number
   of passes would be exponential raises `EnumerationError` (a `ValueError`) naming the site
@@ -49,6 +61,8 @@ import torch
 MAX_PASSES = 4096
 #: largest table (entries per row) one elimination step may build
 MAX_TABLE = 1 << 16
+#: largest number of rows (passes x program rows) of one wide pass (see `_run_wide`)
+MAX_WIDE_ROWS = 1 << 16
 
 _FINITE_FAMILIES = ("Categorical", "Bernoulli")
 _INFINITE_DISCRETE = ("Poisson", "NegativeBinomial", "Geometric")
@@ -186,6 +200,12 @@ class Structure:
     B: int
     passes: list = field(default_factory=list)  # (global assignment, colour assignment)
     dependent: set = field(default_factory=set)  # steps rerun in every pass
+    #: all passes as one wide run (rows = passes x rows), checked against the passes one
+    #: by one when the structure is built (`_check_wide`)
+    wide: bool = False
+    #: per factor: for every cell of its table (row-major over its local scope), the pass
+    #: that fills it
+    cell_pass: list = field(default_factory=list)
 
     @property
     def local_sites(self) -> list:
@@ -321,7 +341,44 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
     drawn = {n: r.value for n, r in frame.records.items()
              if r.step in ("sample", "observe") and n not in enum_set and n not in observations}
     _check_rows(model, x, {**observations, **drawn}, st)
+    _check_wide(model, x, {**observations, **drawn}, st)
     return st
+
+
+def _cell_passes(st: Structure) -> list:
+    """Per factor, the pass filling each cell of its table (the first pass whose colour
+    assignment gives the cell's values, as the one-by-one passes take it)."""
+    out = []
+    for f in st.factors:
+        Ks = [st.sites[s].K for s in f.local]
+        first = {}
+        for i, (_, c) in enumerate(st.passes):
+            first.setdefault(tuple(c[st.sites[s].color] for s in f.local), i)
+        out.append([first[idx] for idx in itertools.product(*[range(k) for k in Ks])])
+    return out
+
+
+def _check_wide(model, x, values, st: Structure) -> None:
+    """Use one wide pass (`_run_wide`) for `st` if it can: no global finite site, not
+    too many rows, and the same tables as the passes one by one at `values`."""
+    st.wide = False
+    if st.global_sites or not st.factors or len(st.passes) < 2 or \
+            len(st.passes) * st.B > MAX_WIDE_ROWS:
+        return
+    try:
+        with torch.no_grad():
+            const_n, narrow = _tables(model, x, values, st)
+            st.cell_pass = _cell_passes(st)
+            st.wide = True
+            const_w, wide = _tables(model, x, values, st)
+    except Exception:  # the wide run is an optimisation: any failure keeps the passes
+        st.wide = False
+        return
+    same = (const_n is None) == (const_w is None) and \
+        (const_n is None or torch.allclose(const_n, const_w, rtol=1e-5, atol=1e-5))
+    for a, b in zip(narrow[()], wide[()]):
+        same = same and a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+    st.wide = bool(same)
 
 
 def _check_elimination(st: Structure) -> None:
@@ -398,9 +455,88 @@ def _run_pass(model, x, values, st: Structure, index: int, first=None):
     return frame
 
 
+def _tile(v, B: int, P: int):
+    """`v` repeated `P` times along its first axis when that axis has size `B` (a row-shaped
+    value, as far as its shape tells), else `v` itself."""
+    if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == B:
+        return v.repeat(P, *([1] * (v.dim() - 1)))
+    return v
+
+
+def _run_constant(model, x, values, st: Structure):
+    """The steps that depend on no enumerated site, once (the frame of the wide run)."""
+    from qvr.runtime.errors import QvrRuntimeError
+    from qvr.runtime.frame import Frame
+    frame = Frame(model, x, _pass_values(st, values, 0, x), score=True, require_all=True,
+                  record=True)
+    try:
+        model._bind_inputs(frame)
+        for si, step in enumerate(model.steps):
+            if si not in st.dependent:
+                model._run(step, frame)
+    except QvrRuntimeError as e:
+        raise e.add_context(program=model.label)
+    return frame
+
+
+def _wide_values(st: Structure, device) -> dict:
+    """The enumerated sites' values of the wide run, made once per structure and device.
+    They are made here, not inside the density: when the MCMC density is traced
+    (`make_fx`), tensors from outside are constants, so the runtime's range check of an
+    index value (`as_index`) reads them instead of failing on a traced tensor."""
+    cache = st.__dict__.setdefault("_wide_cache", {})
+    out = cache.get(device)
+    if out is None:
+        out = {}
+        P, B = len(st.passes), st.B
+        for s in st.local_sites:
+            per_pass = [s.lower + min(c[s.color], s.K - 1) for _, c in st.passes]
+            v = torch.tensor(per_pass, dtype=torch.long).repeat_interleave(B)
+            out[s.name] = v.reshape(P * B, *s.shape[1:]).to(device)
+        cache[device] = out
+    return out
+
+
+def _run_wide(model, x, values, st: Structure, first):
+    """All passes in one run of the dependent steps on `P * B` rows (module docstring)."""
+    from qvr.runtime.errors import QvrRuntimeError
+    from qvr.runtime.frame import Frame
+    P, B = len(st.passes), st.B
+    wide = {k: _tile(v, B, P) for k, v in values.items()}
+    wide.update(_wide_values(st, x.device))
+    frame = Frame(model, _tile(x, B, P), wide, score=True, require_all=True, record=True)
+    frame.env = {k: _tile(v, B, P) for k, v in first.env.items()}
+    try:
+        for si, step in enumerate(model.steps):
+            if si in st.dependent:
+                model._run(step, frame)
+    except QvrRuntimeError as e:
+        raise e.add_context(program=model.label)
+    return frame
+
+
+def _wide_tables(model, x, values, st: Structure):
+    first = _run_constant(model, x, values, st)
+    const = None
+    for key in st.constant:
+        lp = first.records[key].log_prob
+        const = lp if const is None else const + lp
+    ex = _run_wide(model, x, values, st, first)
+    P, B = len(st.passes), st.B
+    tabs = []
+    for f, cells in zip(st.factors, st.cell_pass):
+        lp = ex.records[f.key].log_prob.reshape(P, B)
+        idx = torch.tensor(cells, dtype=torch.long, device=lp.device)
+        t = torch.index_select(lp, 0, idx).transpose(0, 1)
+        tabs.append(t.reshape(B, *[st.sites[s].K for s in f.local]))
+    return const, {(): tabs}
+
+
 def _tables(model, x, values, st: Structure):
     """Run the passes; per global assignment: (constant shares (B,), {factor: table}) where
     a table is `(B, K_1, ..., K_m)` over the factor's local scope."""
+    if st.wide:
+        return _wide_tables(model, x, values, st)
     entries = {}  # (global assignment, factor index) -> {local idx tuple: (B,)}
     const = None
     first = None

@@ -31,6 +31,14 @@ def as_tensor(x, *, who: str = None) -> torch.Tensor:
                               expected="a tensor", actual=describe(x)) from e
 
 
+def _tracing() -> bool:
+    """Whether a `make_fx` trace is recording (the MCMC density is traced once, after two
+    eager evaluations at the same data: the range check below has run on those values,
+    and reading a traced value's range would fail the trace)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+    return get_proxy_mode() is not None
+
+
 def as_index(x, n: int, *, who: str = None, what: str = "index") -> torch.Tensor:
     """An int64 index tensor with values in `[0, n)`.
 
@@ -52,7 +60,7 @@ def as_index(x, n: int, *, who: str = None, what: str = "index") -> torch.Tensor
     else:
         raise InputDtypeError(f"{what} values must be integers", morphism=who,
                               expected=f"int64 values in [0, {n})", actual=describe(x))
-    if x.numel():
+    if x.numel() and not _tracing():
         lo, hi = (int(v) for v in torch.aminmax(x))
         if lo < 0 or hi >= n:
             raise IndexRangeError(f"{what} values out of range", morphism=who,

@@ -352,7 +352,9 @@ def _infer_scan(ctx: DeclContext, e: A.MScan) -> MInfo:
     dom, cod = inner.type.dom, inner.type.cod
     fs = factors(dom)
     if len(fs) < 2 or not is_continuous(dom) or not is_continuous(cod):
-        ctx.report(E.bad_scan_cell(e.kw, inner.type))
+        finite_state = not is_continuous(cod) or not is_continuous(fs[-1])
+        cell = e.arg.name.text if isinstance(e.arg, A.MName) else "step"
+        ctx.report(E.bad_scan_cell(e.kw, inner.type, finite_state, cell))
         return UNKNOWN_M
     if not compatible(fs[-1], cod):
         ctx.report(E.scan_state_mismatch(e.kw, fs[-1], cod))

@@ -205,9 +205,17 @@ def not_endomorphism(span: Span, comb: str, mt: MorType):
                                  f"argument has type `{spell_mor(mt)}`")
 
 
-def bad_scan_cell(span: Span, mt: MorType):
-    return error("QVR304", span, f"`scan` needs a cell of type `A * H -> H` over Real spaces, got "
-                                 f"`{spell_mor(mt)}`")
+def bad_scan_cell(span: Span, mt: MorType, finite_state: bool = False, cell: str = "step"):
+    msg = f"`scan` needs a cell of type `A * H -> H` over Real spaces, got `{spell_mor(mt)}`"
+    if finite_state:
+        # scan threads a Real state only (runtime spec 4.7: its states have no density);
+        # the finite-state recurrence is a chain of sample steps, which enumeration sums
+        # out by the forward algorithm (qvr.inference.enumerate), or repeat
+        msg += (f"; `scan` does not thread a finite state: write one `sample` step per time "
+                f"step (`sample h2 <- {cell}(x2, h1)`, `sample h3 <- {cell}(x3, h2)`, ...; "
+                f"inference sums the states out by the forward algorithm), or "
+                f"`repeat({cell}, n)` for a finite endomorphism")
+    return error("QVR304", span, msg)
 
 
 def scan_state_mismatch(span: Span, last: Ty, cod: Ty):
