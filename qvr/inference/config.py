@@ -180,7 +180,8 @@ class FitConfig:
 
     Common: ``method`` (``svi``, ``hmc``, ``nuts``, ``smc``), ``seed`` (`torch.manual_seed`
     before fitting; None leaves the RNG alone), ``device``, ``progress_interval``.
-    SVI: ``steps``, ``lr``, ``elbo_particles``.  HMC/NUTS: ``num_warmup``, ``num_samples``,
+    SVI, HMC and NUTS: ``data``, ``synthetic``, ``draws`` (Monte-Carlo draws of every
+    composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``.  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
     ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``.
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
@@ -208,6 +209,10 @@ class FitConfig:
                                     help="fit N rows drawn from the program's prior "
                                          "predictive instead of data (the drawn latents are "
                                          "kept as the ground truth)")
+    draws: Optional[int] = _opt(None, methods=FITTING, parse=parse_optional(parse_int),
+                                check=_int_or_none_at_least(1), metavar="N",
+                                help="Monte-Carlo draws of a composite's intermediate in "
+                                     "its density (runtime spec 4.1; default 100)")
     # ---- SVI
     steps: int = _opt(1000, methods=frozenset({"svi"}), parse=parse_int,
                       check=_int_at_least(1), metavar="N",

@@ -286,6 +286,17 @@ def _plain_stats(stats: dict) -> dict:
     return out
 
 
+def set_draws(model, n: int) -> None:
+    """Every composite of `model` estimates its density with `n` Monte-Carlo draws of its
+    intermediate (`Compose.n_intermediate`, runtime spec 4.1: 100 by default).  Fewer
+    draws make a step of a deep stochastic chain (a transformer's backbone) proportionally
+    cheaper, at the price of a noisier (more biased downward) log-density estimate."""
+    from qvr.runtime.combinators import Compose
+    for m in model.modules():
+        if isinstance(m, Compose):
+            m.n_intermediate = int(n)
+
+
 def _prepare(program, data, config, info, report, stop, writer, start_from, potential,
              vocab) -> FitContext:
     from qvr.inference.start import load_start
@@ -300,6 +311,8 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         if model is not None:
             start.apply_to_model(model)
     x, observations = None, {}
+    if model is not None and config.draws is not None:
+        set_draws(model, config.draws)
     if model is not None:
         model.to(device)
         fd: FitData = resolve_data(model, config, data, info.get("path"))
