@@ -270,10 +270,10 @@ morphism lm_head : Latent -> Token [role=kernel] ~ Categorical
 let block = residual(layer_norm(Latent) >> attn)
 let deep = tok >> stack(block, 3) >> noisy
 let tied = tok >> repeat(block, 2)
+let tied_lm = tied >> lm_head
 
 program lm : Token -> Token
-    sample h <- tied
-    observe next_token : Token <- lm_head(h)
+    observe next_token : Token <- tied_lm
     return next_token
 
 export deep

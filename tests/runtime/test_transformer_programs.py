@@ -1,7 +1,11 @@
 """Decoder-only transformer programs written in QVR (design E2-E4): token + position
 embedding, pre-norm residual attention and feed-forward blocks, a final norm and a
 Categorical head.  Shapes, densities, parameters, and causality through the compiled
-program's hidden values."""
+program's hidden values.
+
+The backbone ends in a norm (deterministic), so the program observes through the whole
+chain (`observe next_token : Token <- backbone >> lm_head`): `sample h <- backbone` is
+QVR316 (docs/extensions.md E4: a sampled value needs a density)."""
 import pytest
 import torch
 
@@ -26,8 +30,7 @@ let backbone = tok >> stack(block, 2) >> layer_norm(Latent)
 let model = backbone >> lm_head
 
 program lm : Token -> Token
-    sample h <- backbone
-    observe next_token : Token <- lm_head(h)
+    observe next_token : Token <- model
     return next_token
 
 export lm
@@ -74,15 +77,18 @@ def test_rsample_shapes(causal, shape):
     assert y.shape == shape and y.dtype == torch.int64
     assert int(y.min()) >= 0 and int(y.max()) < 12
     assert lm.rsample(x, torch.Size([2])).shape == (2, *shape)
-    assert lm._step_h.rsample(x).shape == (*shape, 8)
+    assert causal["backbone"].rsample(x).shape == (*shape, 8)
 
 
 def test_model_log_prob_is_finite_and_differentiable(causal):
     model = causal["model"]
+    assert causal.morphism._step_next_token is model
     x = torch.randint(0, 12, (3, 6))
     y = torch.randint(0, 12, (3, 6))
     lp = model.log_prob(x, y)
     assert lp.shape == (3, 6) and torch.isfinite(lp).all()
+    lj = causal.morphism.log_joint(x, {"next_token": y})
+    assert lj.shape == (3,) and torch.allclose(lj, lp.sum(-1), atol=1e-5)
     assert float(lp.detach().max()) <= 0.0  # a probability of a class
     lp.sum().backward()
     grads = {n: p.grad for n, p in model.named_parameters()}
@@ -96,14 +102,14 @@ def test_position_limit_of_the_program(causal):
     from qvr.runtime.errors import PositionLimitError
     with pytest.raises(PositionLimitError) as ei:
         causal.morphism.rsample(torch.zeros(1, 11, dtype=torch.long))
-    assert str(ei.value).startswith("program `lm`, step `h`, morphism `tok`: a sequence of 11 "
+    assert str(ei.value).startswith("program `lm`, step `next_token`, morphism `tok`: a sequence of 11 "
                                     "positions is longer than the 10 positions")
 
 
 def _hidden(prog, x, seed=7):
     torch.manual_seed(seed)  # common random numbers: the same noise for both inputs
     with torch.no_grad():
-        return prog.morphism._step_h.rsample(x)
+        return prog["backbone"].rsample(x)
 
 
 def test_a_later_token_changes_only_later_positions_when_causal(causal):
