@@ -25,12 +25,12 @@ EXAMPLES = ROOT / "examples"
 DATA = EXAMPLES / "data"
 RUNNABLE = sorted(p.stem for p in EXAMPLES.glob("*.qvr")
                   if p.read_text(encoding="utf-8").startswith("# runnable: yes"))
-TOKEN_PROGRAMS = {"transformer_lm": 32, "recurrent_lm": 64}   # declared vocabulary sizes
+TOKEN_PROGRAMS = {"transformer_lm": 32, "recurrent_lm": 64, "decoder_lm": 32}   # declared vocabulary sizes
 
 
 def test_the_runnable_examples_are_the_known_ones():
     assert RUNNABLE == [
-        "count_regression", "crop_yields", "expert_ensemble", "grouped_mixture", "hmm",
+        "count_regression", "crop_yields", "decoder_lm", "expert_ensemble", "grouped_mixture", "hmm",
         "humidity_bands", "icl_regression", "item_response", "knowledge_graph", "mixture_marginalize",
         "pcfg_deduction", "recurrent_lm", "regression_plates", "relational_authors",
         "sensor_tracking", "topic_model", "transformer_lm", "vae"]
@@ -106,6 +106,21 @@ def test_transformer_corpus_is_word_sentences_shifted_by_one():
     stream = [vocab[i] for i in np.concatenate([x.ravel(), y[-1, -1:]]).tolist()]
     sentences = " ".join(stream).split("<eos>")[1:-1]
     assert len(sentences) > 50
+    for s in sentences:
+        words = s.split()
+        assert words[-1] == "." and words[0] in ("the", "a", "every"), s
+
+
+def test_decoder_corpus_is_rows_of_sixteen_words_shifted_by_one():
+    vocab = load_vocab(DATA / "decoder_lm.vocab.json")
+    assert vocab == load_vocab(DATA / "transformer_lm.vocab.json")
+    data = load_data(DATA / "decoder_lm.json")
+    x, y = data["x"], data["next_token"]
+    assert x.shape == y.shape == (365, 16)
+    np.testing.assert_array_equal(x[:, 1:], y[:, :-1])
+    np.testing.assert_array_equal(x[1:, 0], y[:-1, -1])
+    sentences = " ".join(vocab[i] for i in x.ravel()).split("<eos>")[1:-1]
+    assert len(sentences) > 700
     for s in sentences:
         words = s.split()
         assert words[-1] == "." and words[0] in ("the", "a", "every"), s

@@ -14,7 +14,7 @@ text is copied from anywhere.  Outputs, all in this folder:
   sentences, about 40 rows: each row's density is a Monte-Carlo estimate over draws of the
   stochastic backbone, so a fit step costs in proportion to rows x length.)
 * ``decoder_lm.vocab.json`` — the same 32 words.  ``decoder_lm.json`` — ``x`` and
-  ``next_token`` as for ``transformer_lm`` from 240 further sentences, rows of 16 (the
+  ``next_token`` as for ``transformer_lm`` from 720 further sentences, rows of 16 (the
   attention model of ``decoder_lm.qvr`` reads every earlier position of its row).
 * ``recurrent_lm.vocab.json`` — 64 entries: ``<eos>`` (id 0), space, a-z, A-Z and ten
   punctuation marks.  ``recurrent_lm.json`` — ``x`` (windows of 8 characters, starting at
@@ -122,7 +122,7 @@ def word_lm(rng: random.Random, n_sentences: int = 60, length: int = 12) -> dict
     return {"x": x, "next_token": y}
 
 
-def decoder_corpus(rng: random.Random, n_sentences: int = 240, length: int = 16) -> dict:
+def decoder_corpus(rng: random.Random, n_sentences: int = 720, length: int = 16) -> dict:
     """Rows of `length` word ids cut from ``<eos> sentence <eos> sentence ...`` and the
     same rows shifted by one (`next_token` at every position: the attention model
     predicts every position of a row from the positions before it)."""

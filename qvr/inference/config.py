@@ -97,20 +97,28 @@ def _token_patterns(v) -> Optional[str]:
     if not isinstance(v, (list, tuple)):
         return f"must be a list of token patterns, got {v!r}"
     for p in v:
-        if not isinstance(p, (list, tuple)) or not p or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in p):
-            return f"each pattern must be a non-empty list of token ids >= 0, got {p!r}"
+        if not isinstance(p, (list, tuple)) or not p or not all(_is_token(t) for t in p):
+            return (f"each pattern must be a non-empty list of token ids >= 0 or words, "
+                    f"got {p!r}")
     return None
+
+
+def _is_token(t) -> bool:
+    """A token of a constraint: an id >= 0, or a word of the program's vocabulary
+    (resolved when the fit starts, `qvr.inference.methods.smc.resolve_tokens`)."""
+    if isinstance(t, str):
+        return bool(t)
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0
 
 
 def _requirements(v) -> Optional[str]:
     if not isinstance(v, (list, tuple)):
         return f"must be a list of [token, within] pairs, got {v!r}"
     for r in v:
-        if not (isinstance(r, (list, tuple)) and len(r) == 2 and all(
-                isinstance(t, int) and not isinstance(t, bool) for t in r)
-                and r[0] >= 0 and r[1] >= 1):
-            return f"each requirement must be [token id >= 0, within >= 1], got {r!r}"
+        if not (isinstance(r, (list, tuple)) and len(r) == 2 and _is_token(r[0])
+                and isinstance(r[1], int) and not isinstance(r[1], bool) and r[1] >= 1):
+            return (f"each requirement must be [token id >= 0 or word, within >= 1], "
+                    f"got {r!r}")
     return None
 
 
@@ -135,23 +143,32 @@ def parse_optional(inner: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-def parse_pattern(text: str) -> list[int]:
-    """``3`` or ``3,4,5`` (a run of token ids)."""
+def _parse_token(text: str):
+    """An id (``8``) or a word of the vocabulary (``dog``), kept as text until the fit
+    resolves it against the program's vocabulary."""
+    t = text.strip()
+    if t.lstrip("-").isdigit():
+        n = int(t)
+        if n < 0:
+            raise ValueError(f"token ids are >= 0, got {text!r}")
+        return n
+    return t
+
+
+def parse_pattern(text: str) -> list:
+    """``3``, ``dog``, or a run ``3,4,5`` / ``the,dog`` (token ids or vocabulary words)."""
     parts = [t for t in str(text).replace(" ", "").split(",") if t]
     if not parts:
-        raise ValueError(f"expected a token id or ID,ID,..., got {text!r}")
-    out = [parse_int(t) for t in parts]
-    if any(t < 0 for t in out):
-        raise ValueError(f"token ids are >= 0, got {text!r}")
-    return out
+        raise ValueError(f"expected a token (id or word) or a run TOKEN,TOKEN,..., got {text!r}")
+    return [_parse_token(t) for t in parts]
 
 
-def parse_requirement(text: str) -> list[int]:
-    """``TOKEN@N``: the token among the first N."""
-    tok, sep, within = str(text).partition("@")
-    if not sep:
+def parse_requirement(text: str) -> list:
+    """``TOKEN@N``: the token (id or vocabulary word) among the first N."""
+    tok, sep, within = str(text).rpartition("@")
+    if not sep or not tok.strip():
         raise ValueError(f"expected TOKEN@N, got {text!r}")
-    return [parse_int(tok), parse_int(within)]
+    return [_parse_token(tok), parse_int(within)]
 
 
 @dataclass(frozen=True)
@@ -279,10 +296,12 @@ class FitConfig:
                                    "token)")
     forbid: list = _opt([], methods=frozenset({"smc"}), parse=parse_pattern,
                         check=_token_patterns, metavar="ID[,ID...]", repeat=True,
-                        help="SMC: forbid a token, or a run of tokens ID,ID,...; repeatable")
+                        help="SMC: forbid a token (an id or a vocabulary word), or a run "
+                             "of tokens T,T,...; repeatable")
     require: list = _opt([], methods=frozenset({"smc"}), parse=parse_requirement,
                          check=_requirements, metavar="ID@N", repeat=True,
-                         help="SMC: require token ID among the first N; repeatable")
+                         help="SMC: require a token (id or word) among the first N; "
+                              "repeatable")
     min_len: Optional[int] = _opt(None, methods=frozenset({"smc"}),
                                   parse=parse_optional(parse_int),
                                   check=_int_or_none_at_least(1), metavar="L",

@@ -89,6 +89,7 @@ PROGRAMS = {
     ("count_regression", "rentals"): count_rentals,
     ("count_regression", "rentals_poisson"): count_poisson,
     ("crop_yields", "yields"): crop_yields,
+    ("decoder_lm", "decoder_lm"): tokens(32, (3, 10)),
     ("expert_ensemble", "house_price"): floats((4, 12)),
     ("grouped_mixture", "segments"): grouped_segments,
     ("hmm", "regime_hmm"): tokens(4, (6,)),

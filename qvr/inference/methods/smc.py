@@ -24,6 +24,29 @@ def eos_of(config, vocab) -> int:
                     "vocabulary file with an <eos> entry beside the program)")
 
 
+def resolve_tokens(config, vocab):
+    """`config` with the words of ``forbid`` and ``require`` replaced by their ids in
+    `vocab`; an unknown word, or a word without a vocabulary, is a `DataError` naming it."""
+    from dataclasses import replace
+
+    def tok(t, where):
+        if not isinstance(t, str):
+            return t
+        if not vocab:
+            raise DataError(f"--{where} {t}: words need a vocabulary file beside the program "
+                            f"(data/NAME.vocab.json); give token ids instead")
+        if t in vocab:
+            return vocab.index(t)
+        import difflib
+        near = difflib.get_close_matches(t, [w for w in vocab if isinstance(w, str)], n=1)
+        hint = f"; did you mean `{near[0]}`?" if near else ""
+        raise DataError(f"--{where} {t}: `{t}` is not in the program's vocabulary{hint}")
+
+    forbid = [[tok(t, "forbid") for t in p] for p in config.forbid]
+    require = [[tok(t, "require"), n] for t, n in config.require]
+    return replace(config, forbid=forbid, require=require)
+
+
 def build_potential(config, extra=None):
     """The product of the config's constraints and `extra`, or None for `G ≡ 1`."""
     from qvr.smc.potentials import (forbid_patterns, forbid_tokens, length_limits, product,
@@ -63,7 +86,7 @@ def run(ctx: FitContext) -> FitResult:
     from qvr.smc.steering import SMCSteering, _ess
     config, vocab = ctx.config, ctx.vocab
     eos = eos_of(config, vocab)
-    config = replace(config, eos=eos)
+    config = resolve_tokens(replace(config, eos=eos), vocab)
     bos = eos if config.bos is None else config.bos
     program = ctx.program
     try:
