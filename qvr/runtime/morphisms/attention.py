@@ -27,10 +27,17 @@ Decisions:
   float tolerance (max difference ~2e-7 in float32), and faster because it never returns
   the pattern (measured on CPU, one thread, forward + backward, minimum of 45 runs: equal
   at T = 16; 11.2 -> 7.8 ms at B=64, T=64, d=64, 4 heads; 11.1 -> 6.1 ms at B=8, T=128,
-  d=64, 8 heads); under `vmap` the explicit form (SDPA has no batching rule there and
-  falls back to a loop).  `attend`/`pattern` compute the weights explicitly because their
-  callers want them (circuits, KV caches);
-* causal masks are boolean buffers cached per `(Tq, Tk, offset, device)`.
+  d=64, 8 heads; at head_dim 8, the decoder example's 4 heads x 8, torch 2.13, one
+  thread, 65536 positions, explicit -> SDPA forward 50 -> 32 ms at T=8, 25 -> 17 at
+  T=16, 147 -> 29 at T=64, 300 -> 39 at T=128, forward + backward 206 -> 101, 121 -> 70,
+  287 -> 92, 646 -> 121 ms: never slower); under `vmap` the explicit form (SDPA has no
+  batching rule there and falls back to a loop).  `attend`/`pattern` compute the
+  weights explicitly because their callers want them (circuits, KV caches);
+* causal masks are additive (0 / -inf) tensors cached per `(Tq, Tk, offset, device,
+  dtype)`; `attend` scales q before the product and adds the mask (instead of scaling
+  the scores and `masked_fill`): measured under `vmap` (the ELBO's particles), one
+  thread, head_dim 8, forward + backward, 10-30% faster (294 -> 200 ms at K=4, B=64,
+  T=128; 28 -> 24 ms at K=4, B=256, T=16), the same numbers within 2e-7 (float32).
 """
 from __future__ import annotations
 
@@ -116,12 +123,13 @@ class Attention(ContinuousMorphism):
         qkv = qkv.unflatten(-1, (3, H, k)).movedim(-4, -2)  # (..., 3, H, T, k)
         return qkv.unbind(-4)
 
-    def _mask(self, tq: int, tk: int, offset: int, device):
-        """Boolean `(tq, tk)`: True where query i may NOT see key j (j > offset + i)."""
-        key = (tq, tk, offset, device)
+    def _mask(self, tq: int, tk: int, offset: int, device, dtype):
+        """Additive causal mask `(tq, tk)`: 0 where query i sees key j (`j <= offset + i`),
+        `-inf` where it may not."""
+        key = (tq, tk, offset, device, dtype)
         m = self._masks.get(key)
         if m is None:
-            m = torch.ones(tq, tk, dtype=torch.bool, device=device).triu(offset + 1)
+            m = torch.full((tq, tk), -math.inf, dtype=dtype, device=device).triu(offset + 1)
             if len(self._masks) >= 64:
                 self._masks.clear()
             self._masks[key] = m
@@ -133,10 +141,12 @@ class Attention(ContinuousMorphism):
         `offset` is the absolute position of the first query (KV caches: `k`, `v` hold the
         keys of positions `0 .. Tk-1`, the queries are positions `offset .. offset+Tq-1`);
         with `causal`, query i sees keys `j <= offset + i`."""
-        scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        # the scale on q (Tq x k numbers, not Tq x Tk) and the causal mask added: one pass
+        # over the scores fewer than scaling them and `masked_fill` (module docstring)
+        scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2))
         if causal:
-            scores = scores.masked_fill(self._mask(q.shape[-2], k.shape[-2], int(offset),
-                                                   scores.device), -math.inf)
+            scores = scores + self._mask(q.shape[-2], k.shape[-2], int(offset),
+                                         scores.device, scores.dtype)
         weights = torch.softmax(scores, dim=-1)
         return torch.matmul(weights, v), weights
 
