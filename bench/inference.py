@@ -22,7 +22,9 @@ funnel's, of its log-scale `v`, varies seven-fold between seeds on both sides: P
 seeds give 113, 25 and 17), so one seed says little.  `--repeats 1` is the quick
 look (about a third of the time).  SVI (AutoNormalGuide,
 ELBO with one particle, Adam) on the seed `transformer_lm` reports steps per second at
-batch 2 x 1 and 256 x 16.
+batch 2 x 1 and 256 x 16, and on the decoder transformer `decoder_lm` (issue 17: attention,
+positions, norms; 8 Monte-Carlo draws as its example is fitted) at 8 x 16 and 64 x 16
+against Pyro's SVI driving the same density modules (`svi_decoder_*`).
 
 When `pyro-ppl` is installed (the optional ``bench`` extra), the same workloads run in
 Pyro in the same invocation — the same priors and likelihoods written in Pyro's idiom,
@@ -614,6 +616,95 @@ def svi_pyro_modules(batch, seq):
     return _pyro_svi(pmodel, ctx, obs["next_token"])
 
 
+# ------------------------------------------------------------------ decoder_lm SVI
+
+DECODER_WORKLOADS = ("svi_decoder_8x16", "svi_decoder_64x16")
+DECODER_DRAWS = 8  # the draws `examples/decoder_lm.qvr` is fitted with (its header, README)
+
+
+def decoder(batch, seq):
+    """`examples/decoder_lm.qvr` (the issue-17 decoder transformer) with its composites at
+    `DECODER_DRAWS` draws, and `batch` rows of `seq` tokens of its shipped corpus."""
+    from qvr.datafiles import find_data, load_data
+    from qvr.inference.fitting import set_draws
+    torch.manual_seed(0)
+    path = ROOT / "examples" / "decoder_lm.qvr"
+    model = load(str(path)).morphism
+    set_draws(model, DECODER_DRAWS)
+    data = load_data(find_data(path))
+    ctx = torch.as_tensor(data["x"][:batch, :seq])
+    return model, ctx, {"next_token": torch.as_tensor(data["next_token"][:batch, :seq])}
+
+
+def svi_decoder_ours(batch, seq):
+    """Our SVI as `qvr run --method svi` builds it (empty guide: the decoder has no latent
+    site; fused Adam; fresh common random numbers per step)."""
+    from qvr.inference.svi import adam
+    model, ctx, obs = decoder(batch, seq)
+    guide = AutoNormalGuide(model, observed_names=set(obs))
+    svi = SVI(model, guide, adam(list(model.parameters()), 1e-2), ELBO(num_particles=1))
+    svi.step(ctx, obs)
+    return _timed(lambda: svi.step(ctx, obs))
+
+
+def svi_decoder_pyro(batch, seq):
+    """Pyro's SVI (Trace_ELBO, pyro.optim.Adam, an empty guide) driving the same density:
+    `next_token` observed under a distribution whose `log_prob` is the runtime's own
+    chain density (the same modules and parameters, registered with `pyro.module`)."""
+    import pyro
+    import pyro.distributions as dist
+    from torch.distributions import constraints
+
+    model, ctx, obs = decoder(batch, seq)
+    chain = model._step_next_token
+
+    class Decoder(dist.TorchDistribution):
+        arg_constraints = {}
+        support = constraints.integer_interval(0, 31)
+
+        def __init__(self, x):
+            self.x = x
+            super().__init__(torch.Size(x.shape), torch.Size(), validate_args=False)
+
+        def sample(self, sample_shape=torch.Size()):
+            return chain.sample(self.x, sample_shape)
+
+        def log_prob(self, value):
+            return chain.log_prob(self.x, value)
+
+    def pmodel(x, y):
+        pyro.module("decoder", model)
+        pyro.sample("next_token", Decoder(x).to_event(2), obs=y)
+
+    def pguide(x, y):
+        pass
+
+    pyro.clear_param_store()
+    svi = pyro.infer.SVI(pmodel, pguide, pyro.optim.Adam({"lr": 1e-2}), pyro.infer.Trace_ELBO())
+    y = obs["next_token"]
+    svi.step(ctx, y)
+    return _timed(lambda: svi.step(ctx, y))
+
+
+def bench_svi_decoder(key, args, have_pyro) -> dict:
+    batch, seq = {"svi_decoder_8x16": (8, 16), "svi_decoder_64x16": (64, 16)}[key]
+    runners = {"ours": svi_decoder_ours(batch, seq)}
+    if have_pyro:
+        runners["pyro"] = svi_decoder_pyro(batch, seq)
+    steps = max(5, args.svi_steps if batch <= 8 else args.svi_steps // 2)
+    out = timed_interleaved(runners, steps)
+    ours = out["ours"]
+    print(f"{key:<18} ours  {ours['steps_per_s']:9.2f} steps/s  (CPU time; wall "
+          f"{ours['wall_steps_per_s']:.2f})   [decoder_lm, {DECODER_DRAWS} draws]", flush=True)
+    if have_pyro:
+        p = out["pyro"]
+        out["ratio"] = ratio = ours["steps_per_s"] / p["steps_per_s"]
+        print(f"{'':<18} pyro  {p['steps_per_s']:9.2f} steps/s  (wall "
+              f"{p['wall_steps_per_s']:.2f})   ours/pyro = {ratio:.2f}x   [pyro driving the "
+              f"runtime's own decoder density]", flush=True)
+    return out
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -723,7 +814,7 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--only", nargs="*", help="run only these workloads (model names, "
-                    "svi_2x1, svi_256x16)")
+                    "svi_2x1, svi_256x16, svi_decoder_8x16, svi_decoder_64x16)")
     ap.add_argument("--no-pyro", action="store_true", help="skip the Pyro comparison")
     ap.add_argument("--pyro-sequential", action="store_true",
                     help="run Pyro's chains one after the other (default: parallel processes)")
@@ -756,13 +847,16 @@ def main(argv=None) -> int:
           "metric: min bulk ESS / total wall time")
     results = {}
     models = qvr_models()
-    order = list(args.only) if args.only else [*models, "svi_2x1", "svi_256x16"]
+    order = list(args.only) if args.only else [*models, "svi_2x1", "svi_256x16",
+                                               *DECODER_WORKLOADS]
     warm_up()
     for name in order:
         if name in models:
             results[name] = bench_nuts(name, args, have_pyro)
         elif name in ("svi_2x1", "svi_256x16"):
             results[name] = bench_svi(name, args, have_pyro)
+        elif name in DECODER_WORKLOADS:
+            results[name] = bench_svi_decoder(name, args, have_pyro)
         else:
             ap.error(f"unknown workload {name!r}")
     if args.json:
