@@ -210,7 +210,11 @@ class HandDecoder(nn.Module):
         H, k, T = self.heads, self.head_dim, a.shape[-2]
         q, kk, v = block["w_qkv"](a).unflatten(-1, (3, H, k)).movedim(-4, -2).unbind(-4)
         if self.attention == "sdpa":
-            o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+            # 4-D (draws and batch merged, a view): torch's fused CPU kernel takes 4-D only
+            lead = q.shape[:-3]
+            o = F.scaled_dot_product_attention(q.flatten(0, -4), kk.flatten(0, -4),
+                                               v.flatten(0, -4), is_causal=True)
+            o = o.unflatten(0, lead)
         else:
             s = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(k))
             s = s.masked_fill(self.mask[:T, :T], -math.inf)

@@ -31,8 +31,15 @@ Decisions:
   thread, 65536 positions, explicit -> SDPA forward 50 -> 32 ms at T=8, 25 -> 17 at
   T=16, 147 -> 29 at T=64, 300 -> 39 at T=128, forward + backward 206 -> 101, 121 -> 70,
   287 -> 92, 646 -> 121 ms: never slower); under `vmap` the explicit form (SDPA has no
-  batching rule there and falls back to a loop).  `attend`/`pattern` compute the
-  weights explicitly because their callers want them (circuits, KV caches);
+  batching rule there and falls back to a loop).  SDPA gets 4-D inputs `(N, H, T, k)`:
+  torch's fused CPU kernel takes nothing else and a 5-D input (the `n` joint
+  Monte-Carlo draws of a sequence estimator: `(n, B, H, T, k)`) silently runs the
+  unfused math path instead; the leading axes are merged (a view).  Measured at
+  n=8, B=64, T=128, 4 heads x 8, one thread: 273 -> 39 ms forward, 471 -> 122 ms
+  forward + backward; the decoder example's log-density (`--draws 8`, 64 x 128, one
+  thread) 656 -> 222 ms, forward + backward (an SVI step) 1291 -> 580 ms.
+  `attend`/`pattern` compute the weights explicitly because their callers want them
+  (circuits, KV caches);
 * causal masks are additive (0 / -inf) tensors cached per `(Tq, Tk, offset, device,
   dtype)`; `attend` scales q before the product and adds the mask (instead of scaling
   the scores and `masked_fill`): measured under `vmap` (the ELBO's particles), one
@@ -168,6 +175,15 @@ class Attention(ContinuousMorphism):
             # under `vmap` (the ELBO maps log_joint over particles) SDPA has no batching
             # rule and falls back to a loop: the explicit form is batched instead
             o, _ = self.attend(q, k, v, causal=self.causal)
+        elif q.dim() > 4:
+            # leading axes (Monte-Carlo draws, batch) merged into one: the fused CPU kernel
+            # takes 4-D inputs only, anything else runs the unfused math path (module
+            # docstring); the merge is a view of the projection's output
+            lead = q.shape[:-3]
+            o = F.scaled_dot_product_attention(q.flatten(0, -4), k.flatten(0, -4),
+                                               v.flatten(0, -4),
+                                               is_causal=self.causal and q.shape[-2] > 1)
+            o = o.unflatten(0, lead)
         else:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and q.shape[-2] > 1)
         return self.mix(o)
