@@ -81,11 +81,14 @@ async def test_setup_options_generated_from_fitconfig(tmp_path):
         assert setup.query_one("#opt-num_warmup").value == "40"  # kept across methods
         cfg, errors = setup.build_config()
         assert errors == {} and cfg.num_warmup == 40 and cfg.method == "nuts"
+        setup.set_value("num_warmup", "")  # an empty field is the default it shows
+        cfg, errors = setup.build_config()
+        assert errors == {} and cfg.num_warmup == FitConfig.default("num_warmup") == 500
         setup.preset("smc")
         await pilot.pause()
-        setup.set_value("forbid", "3 ; 4,5")
+        setup.set_value("forbid", "3 ; 4,5 ; dog")
         cfg, errors = setup.build_config()
-        assert errors == {} and cfg.forbid == [[3], [4, 5]]
+        assert errors == {} and cfg.forbid == [[3], [4, 5], ["dog"]]
 
 
 @pytest.mark.asyncio

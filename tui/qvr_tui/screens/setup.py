@@ -93,10 +93,13 @@ class OptionRow(Horizontal):
         return w.value
 
     def parse(self):
-        """The option's value, or raises ValueError with the message to show."""
+        """The option's value, or raises ValueError with the message to show.  An empty
+        field is the option's default (its placeholder says "default")."""
         raw = self.raw()
         if not isinstance(raw, str):
             return raw
+        if not raw.strip():
+            return FitConfig.default(self.opt_name)
         if self.opt.repeat:
             parts = [p.strip() for p in raw.split(LIST_SEPARATOR) if p.strip()]
             return [self.opt.parse(p) for p in parts]
