@@ -152,7 +152,20 @@ class PositionLimitError(QvrRuntimeError, ValueError):
                          limit=limit, length=length, **kw)
 
 
-class DeterministicError(QvrRuntimeError, ValueError):
+class NamedInMessage:
+    """Mixin for errors whose message itself starts with the morphism ("`ln` is
+    deterministic: ..."): the location prefix leaves the morphism out, so it is not
+    named twice."""
+
+    def location(self) -> str:
+        saved, self.morphism = self.morphism, None
+        try:
+            return super().location()
+        finally:
+            self.morphism = saved
+
+
+class DeterministicError(NamedInMessage, QvrRuntimeError, ValueError):
     """`log_prob` of a deterministic morphism (attention without a family, `layer_norm`,
     `rms_norm`, `residual` of a deterministic morphism, chains ending in one): it has no
     density (design E4).  The front end reports an observed deterministic target before
@@ -163,11 +176,3 @@ class DeterministicError(QvrRuntimeError, ValueError):
 
     def __init__(self, *, morphism: str, **kw):
         super().__init__(f"`{morphism}` is deterministic: {self.HINT}", morphism=morphism, **kw)
-
-    def location(self) -> str:
-        # the morphism is named in the message itself: "`ln` is deterministic: ..."
-        saved, self.morphism = self.morphism, None
-        try:
-            return super().location()
-        finally:
-            self.morphism = saved

@@ -69,7 +69,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from qvr.runtime.errors import QvrRuntimeError
+from qvr.runtime.errors import NamedInMessage, QvrRuntimeError
 
 from .model import take_rows
 
@@ -79,7 +79,7 @@ __all__ = ["KVPlan", "NotCausalError", "NotIncrementalError", "StaleStateError",
 EPS = 1e-7  # the scale floor of the runtime's Normal kernels and embeddings
 
 
-class NotCausalError(QvrRuntimeError, ValueError):
+class NotCausalError(NamedInMessage, QvrRuntimeError, ValueError):
     """An attention without ``causal`` in a program used as a next-token model."""
 
     def __init__(self, *, morphism: str, program: Optional[str] = None):
@@ -88,14 +88,6 @@ class NotCausalError(QvrRuntimeError, ValueError):
             f"(the value at a position may depend only on that position and earlier ones, "
             f"so that appending a token never changes a particle's past); declare the "
             f"attention with `causal`", morphism=morphism, program=program)
-
-    def location(self) -> str:
-        # the morphism is named in the message itself ("`attn` is not causal: ...")
-        saved, self.morphism = self.morphism, None
-        try:
-            return super().location()
-        finally:
-            self.morphism = saved
 
 
 class StaleStateError(RuntimeError):
