@@ -9,3 +9,22 @@ for sub in ("tui", "lsp", ""):  # the repo's packages, installed or not
 
 def pytest_addoption(parser):
     parser.addoption("--update-goldens", action="store_true", help="rewrite golden files")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One intra-op torch thread per test process: the suite runs two workers on two
+    cores (`-n 2`), and two torch threads per worker make every kernel wait on the other
+    worker (the decoder fit took 98 s instead of 14).  Only when torch is already loaded
+    (collection imports it for the tests that use it): torch-free tests stay torch-free."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
