@@ -178,7 +178,12 @@ class _Builder:
             self.levels[key] = ROW
             return SiteStep(key, observe, None, args, arg_discrete, plate, plate_name,
                             site_kind="local", via=via, text=text)
-        fam = FAMILIES[tname]
+        fam = FAMILIES.get(tname)
+        if fam is None:
+            # a declaration the checker accepted but this runtime could not compile (its
+            # QVR950 is already among the diagnostics): the program cannot be built either
+            from qvr.runtime.compile import Skip
+            raise Skip
         pairs = [self.arg(a, ctx) for a in s.target.args or ()]
         args = tuple(p[0] for p in pairs)
         level = max((p[1] for p in pairs), default=GLOBAL)

@@ -187,3 +187,23 @@ def test_dsl_module_path():
     import qvr.dsl as dsl
     assert dsl.load is qvr.runtime.load and dsl.CompileError is CompileError
     assert issubclass(dsl.ParseError, dsl.CompileError.__mro__[1])
+
+
+def test_a_step_whose_target_failed_to_compile_gives_the_compile_error_not_a_keyerror():
+    """A `let` over a morphism this runtime cannot build (QVR950) used as a step target:
+    the load fails with that diagnostic (it raised KeyError from the family table)."""
+    text = """\
+object Obs : Real 1
+object State : Real 3
+morphism cell : Obs * State -> State [role=kernel] ~ OneHotCategorical
+let filt = scan(cell)
+program p : Obs -> State
+    sample h <- filt
+    return h
+export p
+"""
+    from qvr.runtime.errors import CompileError
+    with pytest.raises(CompileError) as info:
+        qvr.loads(text)
+    assert [d.code for d in info.value.diagnostics] == ["QVR950"]
+    assert "family `OneHotCategorical` is not supported by this runtime" in str(info.value)
