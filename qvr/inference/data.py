@@ -168,7 +168,8 @@ def check_data(model, x, observations: dict) -> None:
     except (QvrRuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
         raise DataError(f"the data does not fit the program: {message_of(exc)}") from None
     except RuntimeError as exc:
-        raise DataError(f"the data does not fit the program: {exc}") from None
+        why = _shape_mismatch(model, x, observations) or str(exc)
+        raise DataError(f"the data does not fit the program: {why}") from None
     total = getattr(ex, "log_joint", None)
     if partial and isinstance(total, torch.Tensor) and bool(torch.isnan(total).any()):
         names = ", ".join(f"`{n}`" for n in partial)
@@ -176,6 +177,25 @@ def check_data(model, x, observations: dict) -> None:
                         f"the missing entries of {names}: a later step reads a value that "
                         f"has missing entries (only values nothing else reads can be "
                         f"partially observed)")
+
+
+def _shape_mismatch(model, x, observations: dict):
+    """On a torch error while scoring the data: the first observed value whose shape
+    differs from what the program draws for this input, said plainly (torch's broadcast
+    message names no site); None when the shapes agree or the draw fails too."""
+    try:
+        with torch.no_grad():
+            drawn = model.execute(x, {}, score=False).sites
+    except Exception:  # the draw fails too: keep torch's message
+        return None
+    for name, value in observations.items():
+        rec = drawn.get(name)
+        got = getattr(value, "shape", None)
+        want = getattr(getattr(rec, "value", None), "shape", None)
+        if got is not None and want is not None and tuple(got) != tuple(want):
+            return (f"`{name}` has shape {tuple(got)}, but the program draws it with shape "
+                    f"{tuple(want)} for the input `x` of shape {tuple(getattr(x, 'shape', ()))}")
+    return None
 
 
 def _first_missing_row(v: torch.Tensor, discrete: bool):

@@ -196,3 +196,20 @@ def test_missing_entries_only_in_observe_values_nothing_reads():
     # `b` partially observed is fine: nothing reads it
     check_data(reader, torch.zeros(3, 1), {"a": torch.zeros(3),
                                            "b": torch.tensor([0.0, NAN, 1.0])})
+
+
+def test_an_observed_value_of_the_wrong_shape_is_named_with_both_shapes():
+    """torch's broadcast error names no site: check_data says which value and both shapes."""
+    import qvr
+    from qvr.inference.data import DataError, check_data
+    from qvr.inference.fitting import model_of
+    from pathlib import Path
+    torch.manual_seed(0)
+    path = Path(__file__).resolve().parents[2] / "examples" / "transformer_lm.qvr"
+    model = model_of(qvr.load(str(path)))
+    x = torch.randint(0, 32, (4, 12))
+    with pytest.raises(DataError) as info:
+        check_data(model, x, {"next_token": torch.randint(0, 32, (4, 10))})
+    assert str(info.value) == ("the data does not fit the program: `next_token` has shape "
+                               "(4, 10), but the program draws it with shape (4, 12) for the "
+                               "input `x` of shape (4, 12)")
