@@ -18,6 +18,10 @@ Convention: the data of ``DIR/NAME.qvr`` is ``DIR/data/NAME.json`` (else
   missing) or a real value (where a -1 would silently be a number).
 * A vocabulary is a JSON list of strings: index = token id, value = the character or word
   it stands for (special tokens spelled ``<eos>``).
+* Fit options that suit the program, ``DIR/data/NAME.fit.json``: a JSON object of
+  `FitConfig` fields (e.g. ``{"steps": 150, "draws": 8}``) used as the defaults of
+  `qvr run` and of the dashboard's setup form; options of another method are ignored
+  there, and anything given explicitly overrides them.
 
 `load_data` also reads ``.pt`` files when torch is importable (torch is never imported
 at module import).  Every problem is a `DataFileError` whose message names the file, the
@@ -32,12 +36,14 @@ from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["DataFileError", "RELATION_PREFIX", "find_data", "find_vocab", "load_data",
+__all__ = ["DataFileError", "RELATION_PREFIX", "find_data", "find_fit_options", "find_vocab",
+           "load_fit_options", "load_data",
            "load_vocab", "split_relations"]
 
 DATA_DIR = "data"
 DATA_SUFFIXES = (".json", ".npz")  # searched in this order
 VOCAB_SUFFIX = ".vocab.json"
+FIT_SUFFIX = ".fit.json"
 RELATION_PREFIX = "from_data/"
 
 PathLike = Union[str, Path]
@@ -62,6 +68,23 @@ def find_vocab(program_path: PathLike) -> Optional[Path]:
     p = Path(program_path)
     candidate = p.parent / DATA_DIR / (p.stem + VOCAB_SUFFIX)
     return candidate if candidate.is_file() else None
+
+
+def find_fit_options(program_path: PathLike) -> Optional[Path]:
+    """``<program dir>/data/<stem>.fit.json`` if it exists, else None."""
+    p = Path(program_path)
+    candidate = p.parent / DATA_DIR / (p.stem + FIT_SUFFIX)
+    return candidate if candidate.is_file() else None
+
+
+def load_fit_options(path: PathLike) -> dict:
+    """The fit options shipped beside a program: a JSON object (names are checked by the
+    caller against `FitConfig`)."""
+    obj = _read_json(Path(path))
+    if not isinstance(obj, dict):
+        raise DataFileError(f"{path}: fit options must be a JSON object of option names, "
+                            f"found {_kind(obj)}")
+    return obj
 
 
 def load_vocab(path: PathLike) -> list[str]:

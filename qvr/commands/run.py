@@ -88,6 +88,16 @@ def config_from_args(args) -> FitConfig:
     """The `FitConfig` of the command line; options of other methods are usage errors."""
     method = args.method
     given = {}
+    file = getattr(args, "file", None)
+    if file and Path(file).is_file():
+        # the options shipped with the program (data/NAME.fit.json) are its defaults
+        from qvr.inference.config import shipped_options
+        try:
+            path, shipped = shipped_options(file, method)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        given.update(shipped)
+        args.shipped_options = (path, shipped)
     if getattr(args, "config_file", None):
         given.update(_config_file(args.config_file, method))
     for f, opt in FitConfig.options():
@@ -105,6 +115,15 @@ def config_from_args(args) -> FitConfig:
         flags = {f.name: flag_of(f, o) for f, o in FitConfig.options()}
         raise UsageError("; ".join(f"{flags.get(k, k)}: {v}" for k, v in errors.items()))
     return cfg
+
+
+def _say_shipped(args, config, tool) -> None:
+    """One line naming the shipped options this fit uses (those nothing overrode)."""
+    path, shipped = getattr(args, "shipped_options", (None, {}))
+    used = {k: v for k, v in shipped.items() if getattr(config, k, None) == v}
+    if path is not None and used:
+        text = ", ".join(f"{k} {v}" for k, v in used.items())
+        print(f"{tool}: options shipped with the program ({path}): {text}", file=sys.stderr)
 
 
 def _config_file(path: str, method: str) -> dict:
@@ -222,6 +241,7 @@ def run(args) -> int:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 1
     print(f"{tool}: run folder {folder}", file=sys.stderr)
+    _say_shipped(args, config, tool)
     args.internal_error_dir = folder  # a bug's traceback goes to the run folder
     return _fit(args, config, program, export, folder, tool)
 

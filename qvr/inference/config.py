@@ -387,3 +387,27 @@ def _plain(v):
     if isinstance(v, list):
         return [_plain(x) for x in v]
     return v
+
+
+def shipped_options(program_path, method: Optional[str] = None) -> tuple:
+    """``(path, options)``: the fit options shipped beside a program
+    (``data/NAME.fit.json``, `qvr.datafiles.find_fit_options`), the defaults of `qvr run`
+    and of the dashboard's setup form for that program — only those of `method` when it is
+    given.  ``(None, {})`` when there is no such file.  A file that is not a JSON object,
+    or names an option `FitConfig` does not have, is a `ValueError` naming the file."""
+    from qvr.datafiles import DataFileError, find_fit_options, load_fit_options
+    path = find_fit_options(program_path) if program_path else None
+    if path is None:
+        return None, {}
+    try:
+        data = load_fit_options(path)
+    except DataFileError as exc:
+        raise ValueError(str(exc)) from None
+    opts = dict(FitConfig.options())
+    fields = {f.name: f for f in opts}
+    unknown = sorted(set(data) - set(fields) - {"method"})
+    if unknown:
+        raise ValueError(f"{path}: unknown option {', '.join(unknown)}")
+    out = {k: v for k, v in data.items() if k != "method"
+           and (method is None or method in opts[fields[k]].methods)}
+    return path, out

@@ -182,3 +182,26 @@ async def test_the_run_key_pressed_before_the_tabs_are_wired_is_kept(tmp_path):
         assert app.runner.proc.poll() is None
         await pilot.press("ctrl+c")
         await wait_until(pilot, lambda: app.runner is None, "the stand-in worker to end")
+
+
+@pytest.mark.asyncio
+async def test_options_shipped_with_the_program_are_the_forms_defaults(tmp_path):
+    """`data/NAME.fit.json` beside the program fills the form (and `qvr run`'s defaults)."""
+    import shutil
+    prog = tmp_path / "decoder_lm.qvr"
+    shutil.copy(EXAMPLES / "decoder_lm.qvr", prog)
+    (tmp_path / "data").mkdir()
+    shutil.copy(EXAMPLES / "data" / "decoder_lm.json", tmp_path / "data")
+    (tmp_path / "data" / "decoder_lm.fit.json").write_text('{"steps": 150, "draws": 8}')
+    app = QvrDash(program=str(prog), runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.ready.wait()
+        setup = app.query_one(SetupPane)
+        setup.preset("svi")
+        await pilot.pause()
+        assert setup.query_one("#opt-steps").value == "150"
+        assert setup.query_one("#opt-draws").value == "8"
+        cfg, errors = setup.build_config()
+        assert errors == {} and (cfg.steps, cfg.draws) == (150, 8)
+        assert "defaults from data/decoder_lm.fit.json" in str(
+            setup.query_one("#setup-status").render())

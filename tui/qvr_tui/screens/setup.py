@@ -133,9 +133,23 @@ class SetupPane(VerticalScroll):
         self.errors: dict[str, str] = {}
         self.blocker: Optional[str] = None
         self.shipped = None
+        self.shipped_opts: dict = {}  # data/NAME.fit.json: the program's own defaults
+        self.shipped_note: Optional[str] = None
         if program_path:
             from qvr.datafiles import find_data
+            from qvr.inference.config import shipped_options
             self.shipped = find_data(program_path)
+            try:
+                path, self.shipped_opts = shipped_options(program_path)
+            except ValueError as exc:
+                self.shipped_note = f"{exc} (ignored)"
+            else:
+                if path is not None:
+                    self.shipped_note = f"defaults from {path.parent.name}/{path.name}"
+
+    def initial(self, name: str):
+        """An option's first value in the form: shipped with the program, else FitConfig's."""
+        return self.shipped_opts.get(name, FitConfig.default(name))
 
     # ------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -164,7 +178,7 @@ class SetupPane(VerticalScroll):
             yield Static("", id="data-error")
         yield Static("common", classes="section")
         for name in ("seed", "device"):
-            yield OptionRow(name, _opt_of(name), FitConfig.default(name), id=f"row-{name}")
+            yield OptionRow(name, _opt_of(name), self.initial(name), id=f"row-{name}")
         with Horizontal(classes="row"):
             yield Label("start from", classes="opt-name")
             yield Select(self._start_choices(), type_to_search=False, value=Select.NULL,
@@ -216,7 +230,7 @@ class SetupPane(VerticalScroll):
         (so values typed for one method stay when switching to another and back)."""
         box = self.query_one("#method-options", Vertical)
         if not box.children:
-            rows = [OptionRow(f.name, opt, FitConfig.default(f.name), id=f"row-{f.name}")
+            rows = [OptionRow(f.name, opt, self.initial(f.name), id=f"row-{f.name}")
                     for f, opt in FitConfig.options() if f.name not in COMMON]
             for row in rows:
                 row.display = self.method in row.opt.methods
@@ -269,8 +283,9 @@ class SetupPane(VerticalScroll):
         elif not self.program_path:
             st.update(Text("no program open: start with `qvr dash FILE`"))
         else:
+            note = f" · {self.shipped_note}" if self.shipped_note else ""
             st.update(Text(f"{Path(self.program_path).name}: r starts the fit "
-                           f"(ctrl+r from a text field)"))
+                           f"(ctrl+r from a text field){note}"))
         st.set_class(bool(self.blocker) or not self.program_path, "-blocked")
 
     # ------------------------------------------------------------ public
