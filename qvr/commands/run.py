@@ -171,6 +171,19 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _missing_relation(exc):
+    """`(relation, key)` when the load failed only for want of a `from_data("KEY")` table
+    (QVR951), else None."""
+    import re
+    diags = getattr(exc, "diagnostics", None) or []
+    for d in diags:
+        m = re.search(r'from_data\("([^"]*)"\)` of `([^`]+)`: no tensor under the key',
+                      getattr(d, "message", ""))
+        if getattr(d, "code", None) == "QVR951" and m:
+            return m.group(2), m.group(1)
+    return None
+
+
 def load_program(file: str, export, data_file=None):
     """`(program, export_name)` of a file, as `qvr run` and the dashboard's worker do.
 
@@ -186,18 +199,15 @@ def load_program(file: str, export, data_file=None):
     try:
         program = qvr.load(Path(file), data=relations or None)
     except QvrLoadError as exc:
+        missing = _missing_relation(exc)
+        if missing is not None:  # a from_data relation without its table (QVR951)
+            name, key = missing
+            raise ModelError(f"{file}: the observed relation `{name}` needs its table "
+                             f"`{key}`: give it in the data file under \"from_data/{key}\" "
+                             f"(--data FILE), as the shipped data files do") from None
         raise ModelError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{file}: cannot read file: {exc}") from None
-    except KeyError as exc:  # a from_data relation without its table
-        import re
-        name = str(exc).strip("'\"")
-        text = Path(file).read_text(encoding="utf-8", errors="replace")
-        m = re.search(rf"morphism\s+{re.escape(name)}\b[^\n]*from_data\(\"([^\"]*)\"\)", text)
-        key = m.group(1) if m else "KEY"
-        raise ModelError(f"{file}: the observed relation `{name}` needs its table "
-                         f"`{key}`: give it in the data file under \"from_data/{key}\" "
-                         f"(--data FILE), as the shipped data files do") from None
     if export is not None:
         if export not in program.exports:
             names = ", ".join(program.exports) or "none"
