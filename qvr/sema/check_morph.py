@@ -130,6 +130,19 @@ def infer_morph(ctx: DeclContext, e, allow_from_data=None) -> MInfo:
     return UNKNOWN_M
 
 
+def _object_arg(ctx: DeclContext, arg, not_an_object):
+    """The type of a builtin's object argument (`identity(A)`, `layer_norm(A)`), or None
+    after reporting `not_an_object(span)` for a non-name (an unknown name is reported by
+    `lookup_object`)."""
+    if not isinstance(arg, A.MName):
+        ctx.report(not_an_object(arg.span))
+        return None
+    obj = lookup_object(ctx, arg.name)
+    if obj is None:
+        return None
+    return Named(arg.name.text, obj.type)
+
+
 def _infer_call(ctx: DeclContext, e: A.MCall, allow_from_data) -> MInfo:
     callee = e.callee.text
     if callee == "identity":
@@ -138,13 +151,9 @@ def _infer_call(ctx: DeclContext, e: A.MCall, allow_from_data) -> MInfo:
             ctx.report(E.arity(e.callee.span, "identity", 1, "A", len(e.args)))
             return UNKNOWN_M
         arg = e.args[0]
-        if not isinstance(arg, A.MName):
-            ctx.report(E.identity_needs_object(arg.span))
+        t = _object_arg(ctx, arg, E.identity_needs_object)
+        if t is None:
             return UNKNOWN_M
-        obj = lookup_object(ctx, arg.name)
-        if obj is None:
-            return UNKNOWN_M
-        t = Named(arg.name.text, obj.type)
         if not is_discrete(t):
             ctx.report(E.identity_not_finite(arg.span, t))
             return UNKNOWN_M
@@ -211,13 +220,9 @@ def _infer_builtin(ctx: DeclContext, e: A.MCall) -> MInfo:
         ctx.report(E.arity(e.callee.span, callee, 1, "A", len(e.args)))
         return UNKNOWN_M
     arg = e.args[0]
-    if not isinstance(arg, A.MName):
-        ctx.report(E.builtin_needs_object(arg.span, callee))
+    t = _object_arg(ctx, arg, lambda span: E.builtin_needs_object(span, callee))
+    if t is None:
         return UNKNOWN_M
-    obj = lookup_object(ctx, arg.name)
-    if obj is None:
-        return UNKNOWN_M
-    t = Named(arg.name.text, obj.type)
     if not is_continuous(t):
         ctx.report(E.needs_real_object(arg.span, callee, t))
         return UNKNOWN_M
