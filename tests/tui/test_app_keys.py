@@ -203,5 +203,8 @@ async def test_options_shipped_with_the_program_are_the_forms_defaults(tmp_path)
         assert setup.query_one("#opt-draws").value == "8"
         cfg, errors = setup.build_config()
         assert errors == {} and (cfg.steps, cfg.draws) == (150, 8)
+        setup.set_value("steps", "")  # an emptied field is the shipped default, as in qvr run
+        cfg, errors = setup.build_config()
+        assert errors == {} and cfg.steps == 150
         assert "defaults from data/decoder_lm.fit.json" in str(
             setup.query_one("#setup-status").render())

@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from qvr.inference.diagnostics import e_bfmi  # noqa: F401 (numpy only; re-exported)
+from qvr.inference.diagnostics import e_bfmi
 from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
 
 __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "SequenceRow", "Results",
@@ -445,11 +445,11 @@ def mcmc_checks(res: Results, sampling_progress: dict, config: dict) -> tuple:
         bf = tuple(e_bfmi(np.asarray(ss["energy"])))
     else:
         bf = ()
-    if bf and all(math.isnan(b) for b in bf):  # too few draws to tell (a cut-short run)
-        bf = ()
-    if bf:
-        worst = min(bf)
-        checks.append(Check("e_bfmi", "E-BFMI", bool(all(b >= EBFMI_MIN for b in bf)),
+    # a chain with too few draws to tell (a cut-short run) is NaN: judge the others
+    told = [b for b in bf if not math.isnan(b)]
+    if told:
+        worst = min(told)
+        checks.append(Check("e_bfmi", "E-BFMI", bool(all(b >= EBFMI_MIN for b in told)),
                             f"{worst:.2f}", f"≥ {EBFMI_MIN}", bf,
                             "E-BFMI per chain: " + ", ".join(f"{b:.3f}" for b in bf)))
     else:
@@ -471,7 +471,6 @@ def _worst_label(sites, key: str, largest: bool) -> str:
             if best is None or (v > best if largest else v < best):
                 best, label = v, c.label
     return label
-
 
 
 def _load_svi(run, res: Results, events) -> None:

@@ -65,7 +65,7 @@ class OptionRow(Horizontal):
         super().__init__(**kw)
         self.opt_name = name
         self.opt = opt
-        self.value = value
+        self.value = value  # the first value: also what an emptied field means
 
     def compose(self) -> ComposeResult:
         yield Label(self.opt_name, classes="opt-name")
@@ -94,12 +94,13 @@ class OptionRow(Horizontal):
 
     def parse(self):
         """The option's value, or raises ValueError with the message to show.  An empty
-        field is the option's default (its placeholder says "default")."""
+        field is the row's default (its placeholder says "default"): the value shipped with
+        the program when there is one, else FitConfig's."""
         raw = self.raw()
         if not isinstance(raw, str):
             return raw
         if not raw.strip():
-            return FitConfig.default(self.opt_name)
+            return self.value
         if self.opt.repeat:
             parts = [p.strip() for p in raw.split(LIST_SEPARATOR) if p.strip()]
             return [self.opt.parse(p) for p in parts]

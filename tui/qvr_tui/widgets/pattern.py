@@ -57,12 +57,15 @@ class PatternMap(Widget):
         self.label_w = 0
         self.half = False  # two query rows per line
         self._layout_key = None
+        self._limit = 0.0
 
     def set_pattern(self, matrix, labels: Sequence[str] = (), title: str = "") -> None:
         m = np.asarray(matrix, dtype=float)
         if m.ndim != 2:
             raise ValueError(f"PatternMap needs a 2-D array, got shape {m.shape}")
         self.matrix = m
+        finite = m[np.isfinite(m)]
+        self._limit = float(finite.max()) if finite.size else 0.0
         n = max(m.shape)
         self.labels = tuple(labels) if len(labels) >= n else tuple(str(i) for i in range(n))
         self.title = title
@@ -71,7 +74,7 @@ class PatternMap(Widget):
         self.refresh(layout=True)
 
     def show_message(self, text: str) -> None:
-        self.matrix, self.message, self._layout_key = None, text, None
+        self.matrix, self.message, self._layout_key, self._limit = None, text, None, 0.0
         self.refresh(layout=True)
 
     # ------------------------------------------------------------ sizing
@@ -80,11 +83,9 @@ class PatternMap(Widget):
 
     @property
     def limit(self) -> float:
-        """The largest finite weight of the whole pattern (the dark end of the scale)."""
-        if self.matrix is None:
-            return 0.0
-        finite = self.matrix[np.isfinite(self.matrix)]
-        return float(finite.max()) if finite.size else 0.0
+        """The largest finite weight of the whole pattern (the dark end of the scale),
+        computed once per pattern (`set_pattern`), not per cell drawn."""
+        return self._limit
 
     def row_label(self, pos: int, half: bool = False) -> str:
         """``"3 cat"`` (position and token), or ``"3"`` when the token is the position;
