@@ -257,7 +257,8 @@ def _chain_facts(links) -> tuple:
     return facts
 
 
-def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True):
+def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True,
+                   observed=None):
     """`log p(z | x)` of the chain `links[0] >> ... >> links[-1]` (spec 4.1).
 
     A finite last intermediate is summed out exactly.  Otherwise the estimate is
@@ -294,16 +295,16 @@ def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True)
     under the draws of every position, so the positions' terms are no longer independent
     given the input and the per-row product would not estimate the joint.
 
-    Missing entries of `z` (design E5, `split_missing`: NaN for reals, -1 for indices)
-    are filled with a placeholder before the last link scores them and the rows that have
-    one contribute exactly 0 (masked before the Monte-Carlo average and after it).
+    Missing entries (design E5): an observe step passes `z` with its missing entries
+    filled and `observed`, the rows that are observed (`observed_log_prob`); the rows
+    that are not contribute exactly 0 (masked before the Monte-Carlo average and after
+    it).  Without `observed` nothing is masked: a NaN in a latent value stays a NaN.
 
     A prefix of deterministic links only (norms, attention without a family) is drawn
     once (`n = 1`): every draw would be the same value.
     """
     last = links[-1]
-    z, observed = split_missing(as_tensor(z) if not isinstance(z, torch.Tensor) else z,
-                                last.output_discrete, last.output_event_rank)
+    z = as_tensor(z)
     if len(links) == 1:
         return mask_missing(last.log_prob(x, z), observed)
     prefix = links[:-1]
@@ -313,6 +314,13 @@ def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True)
         return _sequence_log_prob(prefix, last, x, z, observed, n, seed)
     mid = prefix[-1]
     if mid.output_discrete and mid.codomain.is_discrete and mid.output_event_rank == 0:
+        if _has_positions(prefix) and _one_batch_axis(prefix[0].domain, x):
+            # the class axis put in front of the input below must not be read as a
+            # position axis by an embed with `positions` (design E1): sequences of length 1
+            ev = last.output_event_rank
+            obs = None if observed is None else observed.unsqueeze(-1)
+            return chain_log_prob(links, _with_position_axis(prefix[0].domain, x),
+                                  z.unsqueeze(z.dim() - ev), n, seed, dedup, obs).squeeze(-1)
         # exact: logsumexp over every value of the finite intermediate
         # every value y of the k-element intermediate, with the batch of z; the input is
         # repeated along a leading class axis so that nested Monte-Carlo prefixes broadcast
@@ -337,16 +345,29 @@ def chain_log_prob(links, x, z, n: int = 100, seed: int = 0, dedup: bool = True)
 
 def observed_log_prob(module, x, z):
     """`module.log_prob(x, z)` for an observed value that may have missing entries (design
-    E5): the rows with one contribute exactly 0.  A Monte-Carlo chain (`Compose`) masks
-    them itself before its average (`chain_log_prob`); any other morphism scores `z`
-    with its missing entries filled, and the rows are masked after."""
-    if isinstance(module, Compose):
+    E5): the rows with one contribute exactly 0.  `split_missing` runs once here (observe
+    steps only: latent values are never masked); a Monte-Carlo chain (`Compose`) masks the
+    rows itself before its average (`chain_log_prob`), any other morphism scores `z` with
+    its missing entries filled and the rows are masked after."""
+    last = module._links[-1] if isinstance(module, Compose) else module
+    z, observed = split_missing(as_tensor(z), last.output_discrete, last.output_event_rank)
+    if observed is None:
         return module.log_prob(x, z)
-    return chain_log_prob([module], x, z)
+    if isinstance(module, Compose):
+        return chain_log_prob(module._links, x, z, module.n_intermediate, module.mc_seed,
+                              module.dedup_inputs, observed=observed)
+    return mask_missing(module.log_prob(x, z), observed)
 
 
 def _mixes(links) -> bool:
     return any(getattr(link, "mixes_positions", False) for link in links)
+
+
+def _has_positions(links) -> bool:
+    """Any link that reads the position axis: an embed with `positions`, or a link that
+    mixes positions (design E1, E3)."""
+    return any(getattr(link, "positions", None) is not None
+               or getattr(link, "mixes_positions", False) for link in links)
 
 
 def _all_deterministic(links) -> bool:

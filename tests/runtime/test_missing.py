@@ -154,7 +154,7 @@ def test_row_wise_chain_masks_before_and_after_the_average():
     zm = z.clone()
     zm[0, 2, 1] = NAN
     zm[1, 0] = NAN
-    got = ek.log_prob(x, zm)
+    got = C.observed_log_prob(ek, x, zm)  # an observed value: missing rows masked
     full = ek.log_prob(x, z)
     observed = ~torch.isnan(zm).any(-1)
     assert got[~observed].tolist() == [0.0, 0.0]
@@ -177,7 +177,7 @@ def test_position_mixing_chain_telescopes_over_observed_positions_only():
     z = torch.randn(2, 4, 2)
     z[0, 1, 0] = NAN
     z[1, 3] = NAN
-    terms = chain.log_prob(x, z)
+    terms = C.observed_log_prob(chain, x, z)
     observed = ~torch.isnan(z).any(-1)
     assert terms[0, 1].item() == 0.0 and terms[1, 3].item() == 0.0
     with torch.no_grad(), torch.random.fork_rng():
@@ -207,7 +207,7 @@ export sb
     z = torch.randn(4, 2)
     zm = z.clone()
     zm[2, 0] = NAN
-    got = sb.log_prob(x, zm)
+    got = C.observed_log_prob(sb, x, zm)
     assert got[2].item() == 0.0
     assert torch.equal(got[[0, 1, 3]], sb.log_prob(x, z)[[0, 1, 3]])
     assert finite_grads(got.sum(), list(sb.parameters()))
@@ -234,8 +234,8 @@ def test_vmapped_latents_beside_missing_observations(vectorize):
     x = torch.tensor([[0, 3, 3, 1]])
     zs = torch.randn(3, 1, 4, 2)
     zs[:, 0, 2] = NAN
-    mapped = torch.func.vmap(lambda z: ek.log_prob(x, z), randomness="same")(zs)
-    loop = torch.stack([ek.log_prob(x, z) for z in zs])
+    mapped = torch.func.vmap(lambda z: C.observed_log_prob(ek, x, z), randomness="same")(zs)
+    loop = torch.stack([C.observed_log_prob(ek, x, z) for z in zs])
     assert torch.allclose(mapped, loop, atol=1e-6)
     assert (mapped[:, 0, 2] == 0).all()
 
@@ -267,3 +267,26 @@ def test_observe_inside_a_marginalize_block():
         torch.zeros(5, 1), {"weights": w, "centres": centres, "position": pos[keep]})
     assert torch.allclose(full, sub, atol=1e-5)
     assert finite_grads(full, [centres])
+
+
+def test_a_latent_value_through_a_chain_is_never_masked():
+    """Only observe steps mask missing entries: a NaN in a value scored by a chain's own
+    `log_prob` (a latent, a caller's value) stays NaN instead of contributing 0."""
+    import qvr
+    from qvr.runtime.combinators import observed_log_prob
+    text = """
+object X : Real 2
+morphism f : X -> X [role=kernel] ~ Normal
+morphism g : X -> X [role=kernel] ~ Normal
+let h = f >> g
+export h
+"""
+    torch.manual_seed(0)
+    m = qvr.loads(text).morphism
+    x, z = torch.randn(3, 2), torch.randn(3, 2)
+    z[1, 0] = float("nan")
+    lp = m.log_prob(x, z)
+    assert torch.isnan(lp[1]) and torch.isfinite(lp[[0, 2]]).all()
+    obs = observed_log_prob(m, x, z)
+    assert obs[1] == 0 and torch.isfinite(obs).all()
+    torch.testing.assert_close(obs[[0, 2]], lp[[0, 2]])

@@ -133,3 +133,28 @@ def test_chain_density_is_not_shared_between_positions_with_equal_tokens(prog):
         tok.pos.copy_(saved)
     assert torch.allclose(lp2[:, 0], lp[:, 0], atol=1e-6)
     assert not torch.allclose(lp2[:, 1], lp[:, 1], atol=1e-2)
+
+
+def test_an_embed_with_positions_before_a_finite_intermediate_reads_no_class_axis():
+    """The exact sum over a finite intermediate puts a class axis in front of the input;
+    an embed with `positions` must not read it as positions (it raised PositionLimitError
+    for 8 rows of a 4-position embed, and used wrong vectors for fewer)."""
+    import qvr
+    text = """
+object Tok : FinSet 5
+object H : Real 2
+object C : FinSet 3
+object Y : Real 1
+morphism e : Tok -> H [role=embed, positions=4]
+morphism k : H -> C [role=kernel] ~ Categorical
+morphism h : C -> Y [role=kernel] ~ Normal
+let chain = e >> k >> h
+export chain
+"""
+    torch.manual_seed(0)
+    m = qvr.loads(text).morphism
+    x, y = torch.arange(8) % 5, torch.randn(8, 1)
+    rows = m.log_prob(x, y)  # eight sequences of length 1
+    seqs = m.log_prob(x[:, None], y[:, None, :]).squeeze(-1)
+    assert rows.shape == (8,)
+    torch.testing.assert_close(rows, seqs)
