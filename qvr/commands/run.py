@@ -173,15 +173,12 @@ def register(sub) -> None:
 
 def _missing_relation(exc):
     """`(relation, key)` when the load failed only for want of a `from_data("KEY")` table
-    (QVR951), else None."""
-    import re
-    diags = getattr(exc, "diagnostics", None) or []
-    for d in diags:
-        m = re.search(r'from_data\("([^"]*)"\)` of `([^`]+)`: no tensor under the key',
-                      getattr(d, "message", ""))
-        if getattr(d, "code", None) == "QVR951" and m:
-            return m.group(2), m.group(1)
-    return None
+    (every error is a QVR951 carrying them), else None."""
+    errors = [d for d in getattr(exc, "diagnostics", None) or [] if d.is_error]
+    found = [dict(d.data) for d in errors if d.code == "QVR951" and dict(d.data).get("key")]
+    if not errors or len(found) != len(errors):
+        return None
+    return found[0]["relation"], found[0]["key"]
 
 
 def load_program(file: str, export, data_file=None):

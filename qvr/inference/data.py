@@ -261,12 +261,10 @@ def _check_missing(model, x, observations: dict) -> list:
 def _site_discrete(info) -> bool:
     if info.morphism is not None:
         return bool(getattr(info.morphism, "output_discrete", False))
-    return info.family in _DISCRETE_FAMILIES
-
-
-#: inline families whose values are integers (-1 marks a missing entry there)
-_DISCRETE_FAMILIES = frozenset({"Bernoulli", "Categorical", "Poisson", "NegativeBinomial",
-                                "Geometric"})
+    # an inline family whose one value is an integer (-1 marks a missing entry there)
+    from qvr.sema.families import FAMILIES
+    fam = FAMILIES.get(info.family)
+    return bool(fam is not None and fam.discrete and fam.event_rank == 0)
 
 
 def _site_readers(model, names: set) -> dict:

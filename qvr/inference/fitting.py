@@ -291,10 +291,9 @@ def set_draws(model, n: int) -> None:
     intermediate (`Compose.n_intermediate`, runtime spec 4.1: 100 by default).  Fewer
     draws make a step of a deep stochastic chain (a transformer's backbone) proportionally
     cheaper, at the price of a noisier (more biased downward) log-density estimate."""
-    from qvr.runtime.combinators import Compose
-    for m in model.modules():
-        if isinstance(m, Compose):
-            m.n_intermediate = int(n)
+    from qvr.runtime.combinators import composites
+    for m in composites(model):
+        m.n_intermediate = int(n)
 
 
 def _prepare(program, data, config, info, report, stop, writer, start_from, potential,

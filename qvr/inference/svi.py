@@ -192,10 +192,6 @@ class SVI:
 
     def _composites(self) -> list:
         if self._comps is None:
-            from qvr.runtime.combinators import Compose
-            mods = []
-            for owner in (self.model, self.guide):
-                if isinstance(owner, torch.nn.Module):
-                    mods += [m for m in owner.modules() if isinstance(m, Compose)]
-            self._comps = list({id(m): m for m in mods}.values())
+            from qvr.runtime.combinators import composites
+            self._comps = composites(self.model, self.guide)
         return self._comps

@@ -195,6 +195,18 @@ class Compose(ContinuousMorphism):
                               self.dedup_inputs)
 
 
+def composites(*modules) -> list:
+    """Every `Compose` inside `modules` (each once): the owners of a Monte-Carlo density's
+    draws (`n_intermediate`) and common random numbers (`mc_seed`)."""
+    found = {}
+    for owner in modules:
+        if isinstance(owner, nn.Module):
+            for m in owner.modules():
+                if isinstance(m, Compose):
+                    found[id(m)] = m
+    return list(found.values())
+
+
 def chain_rsample(links, x, sample_shape=torch.Size()):
     """Ancestral draw through `links`: `links[0].rsample(x, sample_shape)`, then every
     further link on the previous draw.

@@ -100,8 +100,8 @@ class ModuleCompiler:
         self.rule = "product_fuzzy"
 
     # ------------------------------------------------------------ diagnostics
-    def report(self, td, span: Span, code: str, message: str) -> None:
-        self.diagnostics.append(error(code, span.shift(td.start), message))
+    def report(self, td, span: Span, code: str, message: str, data: tuple = ()) -> None:
+        self.diagnostics.append(error(code, span.shift(td.start), message, data=data))
 
     def unsupported(self, td, span: Span, what: str) -> None:
         self.report(td, span, "QVR950", f"{what} is not supported by this runtime")
@@ -229,7 +229,8 @@ class ModuleCompiler:
                 self.report(td, e.span, "QVR951",
                             f"`from_data(\"{key}\")` of `{sym.name}`: no tensor under the key "
                             f"\"{key}\" in `data` (given keys: "
-                            f"{', '.join(repr(k) for k in sorted(self.data)) or 'none'})")
+                            f"{', '.join(repr(k) for k in sorted(self.data)) or 'none'})",
+                            data=(("relation", sym.name), ("key", key)))
                 raise Skip
             t = torch.as_tensor(self.data[key]).to(torch.get_default_dtype())
             need = dom.size * cod.size

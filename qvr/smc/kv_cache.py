@@ -69,7 +69,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from qvr.runtime.combinators import common_random_numbers
 from qvr.runtime.errors import NamedInMessage, QvrRuntimeError
+from qvr.runtime.morphisms.attention import Attention
+from qvr.runtime.morphisms.norms import Residual
 
 from .model import take_rows
 
@@ -146,12 +149,6 @@ def from_uniform(family: str, u: torch.Tensor) -> torch.Tensor:
     if family == "Gumbel":
         return -torch.log((-torch.log(u.clamp(min=finfo.tiny))).clamp(min=finfo.tiny))
     raise ValueError(f"no standard draw for {family}")  # pragma: no cover
-
-
-def seeded(seed: int, device):
-    """The global RNG (CPU, and `device`'s) seeded with `seed`, restored on exit."""
-    from qvr.runtime.combinators import common_random_numbers
-    return common_random_numbers(seed, device)
 
 
 class Noise:
@@ -438,7 +435,7 @@ class OpaqueLayer(Layer):
         self.slots = None  # set by KVPlan.extend for a cached step: particle -> slot
 
     def _draw(self, x, noise, device):
-        with seeded(noise.seeds[self.index], device):
+        with common_random_numbers(noise.seeds[self.index], device):
             return self.link.rsample(x)
 
     def step(self, x, t, cache, noise):
@@ -473,28 +470,12 @@ class Head:
         if self.categorical:
             probs = torch.softmax(self.link.params(h)[0], dim=-1)  # (M, V)
             return torch.multinomial(probs, n, replacement=True, generator=rng.gen)
-        with seeded(rng.seeds(1)[0], h.device):
+        with common_random_numbers(rng.seeds(1)[0], h.device):
             out = self.link.rsample(h.repeat_interleave(n, 0))
         return torch.as_tensor(out).long().reshape(h.shape[0], n)
 
 
 # ---------------------------------------------------------------------------- the plan
-def _residual_type():
-    try:
-        from qvr.runtime.morphisms.norms import Residual
-    except ImportError:  # pragma: no cover - older runtimes
-        return None
-    return Residual
-
-
-def _attention_type():
-    try:
-        from qvr.runtime.morphisms.attention import Attention
-    except ImportError:  # pragma: no cover - older runtimes
-        return None
-    return Attention
-
-
 def _flatten(links) -> list:
     out = []
     for link in links:
@@ -508,12 +489,11 @@ def _flatten(links) -> list:
 
 def _layers(links, layout: Layout, who: str, opaque: list) -> Chain:
     from qvr.runtime.morphisms.kernels import Embed, FamilyKernel
-    attention, residual = _attention_type(), _residual_type()
     layers = []
     for link in _flatten(links):
-        if attention is not None and isinstance(link, attention):
+        if isinstance(link, Attention):
             layers.append(AttentionLayer(link, layout))
-        elif residual is not None and isinstance(link, residual):
+        elif isinstance(link, Residual):
             layers.append(ResidualLayer(_layers([link.inner], layout, who, opaque)))
         elif type(link) is Embed:
             layers.append(EmbedLayer(link, layout))
@@ -571,9 +551,8 @@ def plan_for(morphism) -> Optional["KVPlan"]:
     if not mixes_positions(morphism):
         return None
     who = getattr(morphism, "label", None)
-    attention = _attention_type()
     for m in morphism.modules():
-        if attention is not None and isinstance(m, attention) and not m.causal:
+        if isinstance(m, Attention) and not m.causal:
             raise NotCausalError(morphism=m.label, program=who)
     links = _chain_links(morphism)
     if links is None or len(links) < 2:

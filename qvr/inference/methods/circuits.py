@@ -66,16 +66,12 @@ class CircuitRecord:
 def record_circuits(model, x, *, sequences: int = MAX_SEQUENCES,
                     draws: int = PATTERN_DRAWS) -> Optional[CircuitRecord]:
     """See the module docstring; None when `model` has no attention layer."""
-    from qvr.runtime import attention_layers
+    from qvr.runtime import attention_layers, circuits
     layers = attention_layers(model)
     if not layers:
         return None
-    circ = {}
-    with torch.no_grad():
-        for name, a in layers:
-            circ[f"qk/{name}"] = a.qk_circuits().detach().cpu().numpy()
-            circ[f"ov/{name}"] = a.ov_circuits().detach().cpu().numpy()
-    rec = CircuitRecord(circ)
+    rec = CircuitRecord({f"{kind}/{name}": t.cpu().numpy()
+                         for name, d in circuits(model).items() for kind, t in d.items()})
     if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[0] == 0:
         rec.note = "no attention patterns: the program's input is not a batch of sequences"
         return rec
