@@ -87,7 +87,7 @@ def symbol_lines(sym) -> tuple[str, str]:
                 facts += f" ~ {sym.family}"
             elif sym.lookup_table:
                 facts += " (lookup table)"
-            elif sym.role == "attention":
+            elif sym.deterministic:
                 facts += " (deterministic)"
         if sym.role == "attention" and sym.heads is not None:
             # design E2: `attention, 4 heads × 4, causal`, in the facts line's `·` style

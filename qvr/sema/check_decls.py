@@ -419,7 +419,9 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
                                                   init_text, scale, bins, (i, replicate, name), axis_names,
                                                   **ext),
                      d.name.span)
-        ctx.bind("value", name, GroupSym(name, members, mt), d.name.span)
+        ctx.bind("value", name, GroupSym(name, members, mt,
+                                         deterministic=bool(ext.get("deterministic"))),
+                 d.name.span)
     else:
         ctx.bind("value", name, MorphismSym(name, mt, role, fam_name, stratum, rule, lookup, init_text,
                                             scale, bins, None, axis_names, **ext), d.name.span)

@@ -85,7 +85,7 @@ def infer_name(ctx: DeclContext, name: A.Name, allow_group: bool = False):
     if isinstance(sym, GroupSym):
         if allow_group:
             ctx.use("value", name.text)
-            return MInfo(sym.type, "stochastic", None), sym
+            return MInfo(sym.type, "stochastic", None, sym.deterministic), sym
         ctx.report(E.group_misuse(name.span, name.text, sym.members))
         return UNKNOWN_M, sym
     if isinstance(sym, DeductionSym):
@@ -357,7 +357,11 @@ def _infer_scan(ctx: DeclContext, e: A.MScan) -> MInfo:
     dom, cod = inner.type.dom, inner.type.cod
     fs = factors(dom)
     if len(fs) < 2 or not is_continuous(dom) or not is_continuous(cod):
-        finite_state = not is_continuous(cod) or not is_continuous(fs[-1])
+        # advice only where it fits: a cell `A * H -> H` with a finite state H (steps), or
+        # a finite endomorphism `H -> H` (repeat)
+        finite_state = None
+        if not is_continuous(cod) and compatible(fs[-1], cod):
+            finite_state = "cell" if len(fs) >= 2 else "endomorphism"
         cell = e.arg.name.text if isinstance(e.arg, A.MName) else "step"
         ctx.report(E.bad_scan_cell(e.kw, inner.type, finite_state, cell))
         return UNKNOWN_M

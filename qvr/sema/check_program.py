@@ -379,8 +379,7 @@ class ProgramChecker(LetChecker):
             return self._template(t, sym, kind, indexed)
         if isinstance(sym, (MorphismSym, LetSym, ProgramSym)):
             ctx.use("value", name)
-            if kind in ("observe", "sample") and isinstance(sym, (MorphismSym, LetSym)) \
-                    and sym.deterministic:
+            if isinstance(sym, (MorphismSym, LetSym)) and sym.deterministic:
                 # E4: an observed or sampled value needs a density (a sampled one is a latent
                 # site that SVI guides and MCMC moves); the last link of this target has none.
                 # Decision: no "deterministic binding" reading of `sample` — a diagnostic.

@@ -205,16 +205,21 @@ def not_endomorphism(span: Span, comb: str, mt: MorType):
                                  f"argument has type `{spell_mor(mt)}`")
 
 
-def bad_scan_cell(span: Span, mt: MorType, finite_state: bool = False, cell: str = "step"):
+def bad_scan_cell(span: Span, mt: MorType, finite_state: Optional[str] = None,
+                  cell: str = "step"):
+    """`finite_state`: "cell" (`A * H -> H` with H finite) or "endomorphism" (`H -> H`
+    finite) adds what to write instead; None the plain message."""
     msg = f"`scan` needs a cell of type `A * H -> H` over Real spaces, got `{spell_mor(mt)}`"
-    if finite_state:
+    if finite_state == "cell":
         # scan threads a Real state only (runtime spec 4.7: its states have no density);
         # the finite-state recurrence is a chain of sample steps, which enumeration sums
-        # out by the forward algorithm (qvr.inference.enumerate), or repeat
+        # out by the forward algorithm (qvr.inference.enumerate)
         msg += (f"; `scan` does not thread a finite state: write one `sample` step per time "
                 f"step (`sample h2 <- {cell}(x2, h1)`, `sample h3 <- {cell}(x3, h2)`, ...; "
-                f"inference sums the states out by the forward algorithm), or "
-                f"`repeat({cell}, n)` for a finite endomorphism")
+                f"inference sums the states out by the forward algorithm)")
+    elif finite_state == "endomorphism":
+        msg += (f"; `scan` does not thread a finite state: `repeat({cell}, n)` applies a "
+                f"finite endomorphism n times")
     return error("QVR304", span, msg)
 
 
@@ -289,13 +294,14 @@ def observed_sizes(span: Span, which: str, got: int, want: int):
 # ---- extension (docs/extensions.md E2-E4): QVR316-QVR318
 
 def observe_deterministic(span: Span, name: str, whole: bool, kind: str = "observe"):
+    """`whole`: the target is itself an attention without a family (it can be given one)."""
     what = f"`{name}` is deterministic" if whole else f"`{name}` ends in a deterministic morphism"
+    fix = "give the attention a family (`~ Normal`)" if whole else "end it with a kernel"
     if kind == "sample":
-        return error("QVR316", span, f"{what}: a sampled value needs a density; end with a kernel, "
-                                     f"give the attention a family (`~ Normal`), or observe "
-                                     f"through it (`observe y <- {name} >> head`)")
-    return error("QVR316", span, f"{what}: an observed value needs a density; end with a kernel or "
-                                 f"give the attention a family (`~ Normal`)")
+        return error("QVR316", span, f"{what}: a sampled value needs a density; {fix}, or "
+                                     f"observe through it (`let f = {name} >> head`, then "
+                                     f"`observe y <- f`)")
+    return error("QVR316", span, f"{what}: an observed value needs a density; {fix}")
 
 
 def heads_divide(span: Span, heads: int, t: Ty, width: int):

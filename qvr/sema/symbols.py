@@ -50,6 +50,7 @@ class GroupSym:
     members: tuple[str, ...]
     type: MorType
     kind: str = "group"
+    deterministic: bool = False  # its members have no density (an attention without family)
 
 
 @dataclass(frozen=True, slots=True)

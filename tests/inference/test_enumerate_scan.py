@@ -27,28 +27,31 @@ from qvr.runtime.errors import CompileError
 
 HINT = ("; `scan` does not thread a finite state: write one `sample` step per time step "
         "(`sample h2 <- {c}(x2, h1)`, `sample h3 <- {c}(x3, h2)`, ...; inference sums the "
-        "states out by the forward algorithm), or `repeat({c}, n)` for a finite "
-        "endomorphism")
+        "states out by the forward algorithm)")
+ENDO_HINT = ("; `scan` does not thread a finite state: `repeat({c}, n)` applies a finite "
+             "endomorphism n times")
 
 
 def diagnostics(text):
     return [(d.code, d.message) for d in Document(text, "scan.qvr").diagnostics()]
 
 
-@pytest.mark.parametrize("sig,shown", [
+@pytest.mark.parametrize("sig,shown,hint", [
     # finite input and state (a lookup table)
-    ("Symbol * Regime -> Regime [role=kernel]", "Symbol * Regime -> Regime"),
+    ("Symbol * Regime -> Regime [role=kernel]", "Symbol * Regime -> Regime", HINT),
     # Real input, finite state (a Categorical kernel)
-    ("Level * Regime -> Regime [role=kernel] ~ Categorical", "Level * Regime -> Regime"),
-    # one factor, finite
-    ("Regime -> Regime [role=kernel]", "Regime -> Regime"),
+    ("Level * Regime -> Regime [role=kernel] ~ Categorical", "Level * Regime -> Regime", HINT),
+    # one factor, finite: a finite endomorphism, which `repeat` applies
+    ("Regime -> Regime [role=kernel]", "Regime -> Regime", ENDO_HINT),
+    # not a cell at all (the output is not the state): no advice
+    ("Symbol * Regime -> Symbol [role=kernel]", "Symbol * Regime -> Symbol", ""),
 ])
-def test_scan_over_a_finite_state_is_qvr304_saying_what_to_write(sig, shown):
+def test_scan_over_a_finite_state_is_qvr304_saying_what_to_write(sig, shown, hint):
     text = (f"object Regime : FinSet 4\nobject Symbol : FinSet 10\nobject Level : Real 1\n"
             f"morphism trans : {sig}\nlet run = scan(trans)\n")
     assert diagnostics(text) == [(
         "QVR304", f"`scan` needs a cell of type `A * H -> H` over Real spaces, got `{shown}`"
-        + HINT.format(c="trans"))]
+        + hint.format(c="trans"))]
 
 
 def test_scan_with_a_real_state_and_a_finite_input_keeps_the_plain_message():
@@ -68,7 +71,7 @@ def test_loading_a_finite_state_scan_is_a_compile_error_with_the_advice():
     with pytest.raises(CompileError) as ei:
         qvr.loads(text)
     assert "`scan` does not thread a finite state" in str(ei.value)
-    assert "`repeat(step, n)`" in str(ei.value)
+    assert "`sample h2 <- step(x2, h1)`" in str(ei.value)
 
 
 # ------------------------------------------------------------------ the chain form

@@ -224,10 +224,10 @@ program p : Token -> Token
     ("attn", []),
     ("ff", []),
     ("block", []),
-    ("det", [("QVR316", "det", "`det` is deterministic: an observed value needs a density; end with a kernel "
-                               "or give the attention a family (`~ Normal`)")]),
+    ("det", [("QVR316", "det", "`det` is deterministic: an observed value needs a density; give the "
+                               "attention a family (`~ Normal`)")]),
     ("ln_end", [("QVR316", "ln_end", "`ln_end` ends in a deterministic morphism: an observed value needs a "
-                                     "density; end with a kernel or give the attention a family (`~ Normal`)")]),
+                                     "density; end it with a kernel")]),
 ])
 def test_observe_needs_a_density(target, expected):
     assert diags(PROGRAM.format(target=target)) == expected
@@ -238,9 +238,9 @@ def test_sample_from_a_deterministic_morphism_needs_a_density_too():
     # decision: `sample` of a deterministic target is QVR316, not a deterministic binding
     text = PROGRAM.format(target="attn").replace("sample g <- attn(h)", "sample g <- ln_end(h)")
     assert diags(text) == [("QVR316", "ln_end", "`ln_end` ends in a deterministic morphism: a sampled "
-                                                "value needs a density; end with a kernel, give the "
-                                                "attention a family (`~ Normal`), or observe through it "
-                                                "(`observe y <- ln_end >> head`)")]
+                                                "value needs a density; end it with a kernel, or observe "
+                                                "through it (`let f = ln_end >> head`, then "
+                                                "`observe y <- f`)")]
 
 
 def test_observe_diagnostic_follows_an_edit_of_the_declaration():
@@ -287,3 +287,16 @@ def test_the_documented_examples_check_as_documented():
             assert [d.code for d in doc.diagnostics()] == expected, unit
             checked += 1
     assert checked >= 15
+
+
+def test_a_fan_of_replicated_deterministic_attention_is_deterministic():
+    # the group symbol of `replicate` carries the members' flag (fan(mixr) was missed)
+    src = """\
+morphism mixr : Latent -> Latent [role=attention, replicate=2]
+let g = fan(mixr)
+program p : Latent -> Latent * Latent
+    observe y <- g
+    return y
+"""
+    assert [c for c, _, _ in diags(src)] == ["QVR316"]
+    assert diags(src.replace("replicate=2]", "replicate=2] ~ Normal")) == []
