@@ -14,12 +14,13 @@ def pytest_addoption(parser):
 import pytest  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread():
     """One intra-op torch thread per test process: the suite runs two workers on two
     cores (`-n 2`), and two torch threads per worker make every kernel wait on the other
-    worker (the decoder fit took 98 s instead of 14).  Only when torch is already loaded
-    (collection imports it for the tests that use it): torch-free tests stay torch-free."""
+    worker (the decoder fit took 98 s instead of 14).  Session-scoped, so it holds for
+    module fixtures too.  Only when torch is already loaded (collection imports it for
+    the tests that use it): torch-free tests stay torch-free."""
     torch = sys.modules.get("torch")
     if torch is None:
         yield

@@ -193,7 +193,6 @@ def test_baselines_match_their_closed_forms():
 @pytest.fixture(scope="module")
 def small_study():
     """H = 1, 2 with d = 2 (L = 16), 400 SVI steps of 64 fresh tasks, seeds 0-2."""
-    torch.set_num_threads(1)
     return run_study.run((1, 2), (0, 1, 2), d=2, steps=400, lr=0.02, n_test=4000,
                          eta_tasks=20_000, log=None)
 

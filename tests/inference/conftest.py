@@ -3,14 +3,9 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread_and_seed():
-    """Inference tests are small: one intra-op thread avoids oversubscription under
-    pytest-xdist; every test starts from the same global seed."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _seed():
+    """Every test starts from the same global seed (one torch thread: tests/conftest.py)."""
     torch.manual_seed(0)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)
@@ -20,3 +15,4 @@ def _compile_whatever_the_machine_speed(monkeypatch):
     ran, so they compile regardless: no test depends on machine speed."""
     from qvr.inference.potential import ProgramTarget
     monkeypatch.setattr(ProgramTarget, "compile_below_s", float("inf"))
+    monkeypatch.setattr(ProgramTarget, "compile_enumerated_below_s", float("inf"))

@@ -251,7 +251,8 @@ def test_global_finite_site_is_summed_once_for_all_rows():
     w = torch.tensor(0.4)
     x = torch.zeros(10, 1)
     st = prepare(model, x, {"y": y, "w": w})
-    assert [s.kind for s in st.sites.values()] == ["global"]
+    # a global finite site keeps the passes one by one (no wide run over them)
+    assert [s.kind for s in st.sites.values()] == ["global"] and not st.wide
     total = enumerated_total(model, x, {"y": y, "w": w}).item()
     N = torch.distributions.Normal
     ref = torch.distributions.Beta(2.0, 2.0).log_prob(w) + torch.logsumexp(torch.stack([

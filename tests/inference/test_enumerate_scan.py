@@ -226,25 +226,6 @@ def test_one_wide_pass_equals_the_passes_one_by_one():
     torch.testing.assert_close(wide, narrow, rtol=1e-6, atol=1e-5)
 
 
-GLOBAL = """
-object Row : FinSet 6
-program g : Row -> Row
-    sample w <- Beta(2.0, 2.0)
-    sample z <- Bernoulli(w)
-    let loc = 3.0 * z
-    observe y : Row <- Normal(loc, 1.0)
-    return y
-export g
-"""
-
-
-def test_a_global_finite_site_keeps_the_passes_one_by_one():
-    model = qvr.loads(GLOBAL).morphism
-    y = torch.tensor([2.5, 3.1, 0.2, 2.9, 3.3, 2.2])
-    st = prepare(model, torch.zeros(6, 1), {"y": y, "w": torch.tensor(0.4)})
-    assert [s.kind for s in st.sites.values()] == ["global"] and not st.wide
-
-
 CONTINUOUS_HMM = """
 object Regime : FinSet 3
 object One : FinSet 1

@@ -30,9 +30,7 @@ def _run(compiler, seed=3, target=None, **kw):
     if target is None:
         model, x, obs, _ = normal_normal_case()
         target = make_target(model, x, obs)
-    # compile whatever one eager evaluation costs (on a busy machine it can pass the
-    # 50 ms CPU-time threshold and the density stay eager): no test depends on speed
-    target.compile_below_s = float("inf")
+    # (compiled whatever one eager evaluation costs: tests/inference/conftest.py)
     torch.manual_seed(seed)
     return MCMC(NUTSKernel(compiler=compiler, **kw), num_warmup=60, num_samples=40,
                 num_chains=3).run(None, target=target)
