@@ -22,6 +22,19 @@ program normal_normal : Obs -> Obs
 export normal_normal
 """
 
+def mu_sigma(n: int) -> str:
+    """`n` observations with an unknown mean and a positive scale (HalfNormal)."""
+    return f"""
+object Obs : FinSet {n}
+program nn : Obs -> Obs
+    sample mu <- Normal(0.0, 5.0)
+    sample sigma <- HalfNormal(2.0)
+    observe y : Obs <- Normal(mu, sigma)
+    return mu
+export nn
+"""
+
+
 BETA_BERNOULLI = """
 object Trial : FinSet 30
 program coin : Trial -> Trial

@@ -10,17 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import mu_sigma
+
 ROOT = Path(__file__).resolve().parents[2]
 
-PROGRAM = """
-object Obs : FinSet 20
-program nn : Obs -> Obs
-    sample mu <- Normal(0.0, 5.0)
-    sample sigma <- HalfNormal(2.0)
-    observe y : Obs <- Normal(mu, sigma)
-    return mu
-export nn
-"""
+PROGRAM = mu_sigma(20)
 
 
 class Out:

@@ -89,21 +89,14 @@ def test_svi_starts_from_mcmc_posterior_means_in_the_unconstrained_space(tmp_pat
     """A positive site's posterior mean starts the guide at its log (the site's transform),
     not at the constrained value."""
     from qvr import loads
-    src = """
-object Obs : FinSet 30
-program nn : Obs -> Obs
-    sample mu <- Normal(0.0, 5.0)
-    sample sigma <- HalfNormal(2.0)
-    observe y : Obs <- Normal(mu, sigma)
-    return mu
-export nn
-"""
+    from helpers import mu_sigma
+    src = mu_sigma(30)
     data = {"y": torch.linspace(-2.0, 6.0, 30)}
     fit(loads(src), data, FitConfig(method="nuts", num_warmup=100, num_samples=100,
                                     num_chains=2, seed=1), run_dir=tmp_path / "mc")
     with np.load(tmp_path / "mc" / "samples.npz") as f:
         mu_mean, sigma_mean = float(f["mu"].mean()), float(f["sigma"].mean())
-    res = fit(loads(src), data, FitConfig(method="svi", steps=0 + 1, lr=1e-9, seed=2),
+    res = fit(loads(src), data, FitConfig(method="svi", steps=1, lr=1e-9, seed=2),
               start_from=tmp_path / "mc")
     assert float(res.params["loc_mu"].reshape(-1)[0]) == pytest.approx(mu_mean, abs=1e-6)
     assert float(res.params["loc_sigma"].reshape(-1)[0]) == pytest.approx(
