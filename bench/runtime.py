@@ -405,6 +405,13 @@ def bench_decoder(args):
         for name, gc, gh in _decoder_grads(model, hand):
             worst = max(worst, float((gc - gh).abs().max() / gh.abs().max().clamp(min=1e-12)))
         checks[kind] += (worst,)
+    for kind, (same, diff, scale, grad) in checks.items():
+        # timing two different computations would compare nothing: stop here instead
+        if same < 1.0 or diff > 1e-3 * max(scale, 1.0) or grad > 1e-4:
+            raise SystemExit(f"bench/runtime.py: the hand-written decoder ({kind}) disagrees "
+                             f"with the compiled one: draws equal {100 * same:.1f}%, "
+                             f"log-density off by {diff:.3g} (of {scale:.3g}), gradients "
+                             f"off by {grad:.3g} (relative)")
 
     def fwd_bwd(f):
         def run():
