@@ -158,7 +158,7 @@ def test_circuits_of_the_paired_form_are_read_by_the_study():
     _set_paired_heads(attn, 5, 0.14, 3.18)
     c = qvr.runtime.circuits(program)["attn"]
     assert tuple(c["qk"].shape) == (2, 6, 6) and tuple(c["ov"].shape) == (2, 1, 6)
-    summary = run_study.circuit_summary(program, 5)["heads"]
+    summary = run_study.circuit_summary(program)["heads"]
     for hd, sign in zip(summary, (1.0, -1.0)):
         assert run_study.seed_w(hd["qk"], 5, 6) == pytest.approx(sign * 0.14, rel=1e-5)
         np.testing.assert_allclose(np.sort(hd["eig"].real),

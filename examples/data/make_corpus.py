@@ -122,13 +122,6 @@ def word_lm(rng: random.Random, n_sentences: int = 60, length: int = 12) -> dict
     return {"x": x, "next_token": y}
 
 
-def decoder_corpus(rng: random.Random, n_sentences: int = 720, length: int = 16) -> dict:
-    """Rows of `length` word ids cut from ``<eos> sentence <eos> sentence ...`` and the
-    same rows shifted by one (`next_token` at every position: the attention model
-    predicts every position of a row from the positions before it)."""
-    return word_lm(rng, n_sentences, length)
-
-
 def char_lm(rng: random.Random, n_sentences: int = 40, length: int = 8,
             stride: int = 4) -> dict:
     ids = {c: i for i, c in enumerate(CHAR_VOCAB)}
@@ -218,7 +211,8 @@ def main(out: Path = HERE) -> None:
     write_json(out, "transformer_lm.vocab.json", WORD_VOCAB, row_per_line=False)
     write_json(out, "transformer_lm.json", word_lm(random.Random(SEED)))
     write_json(out, "decoder_lm.vocab.json", WORD_VOCAB, row_per_line=False)
-    write_json(out, "decoder_lm.json", decoder_corpus(random.Random(SEED + 4)))
+    # rows of 16 from 720 further sentences: the attention model reads whole rows
+    write_json(out, "decoder_lm.json", word_lm(random.Random(SEED + 4), 720, 16))
     write_json(out, "recurrent_lm.vocab.json", CHAR_VOCAB, row_per_line=False)
     write_json(out, "recurrent_lm.json", char_lm(random.Random(SEED + 1)))
     write_json(out, "pcfg_deduction.json", pcfg_sentence(random.Random(SEED + 2)))

@@ -70,6 +70,7 @@ holds; "2 heads ~ one-step GD" by a small margin (difference 0.0309, tolerance 0
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
@@ -163,9 +164,17 @@ def kernel_limit_feature(z: np.ndarray, d: int) -> np.ndarray:
 def best_scale(feature, d: int, L: int, n: int, seed: int = ETA_SEED) -> float:
     """The factor c minimising the squared error of c * feature(z) at the query on `n`
     fresh training tasks (GD's step when feature = gd_feature)."""
-    z, y, _ = sample_tasks(np.random.default_rng(seed), n, d, L)
+    z, y = _training_tasks(d, L, n, seed)
     a, b = feature(z, d), y[:, -1, 0]
     return float(a @ b / (a @ a))
+
+
+@functools.lru_cache(maxsize=1)
+def _training_tasks(d: int, L: int, n: int, seed: int) -> tuple:
+    """The `n` training tasks the best scales are chosen on, drawn once (GD's step and the
+    paired-head limit both read them: 200,000 tasks by default)."""
+    z, y, _ = sample_tasks(np.random.default_rng(seed), n, d, L)
+    return z, y
 
 
 def eta_closed_form(d: int, L: int, noise_std: float = NOISE_STD) -> float:
@@ -229,7 +238,7 @@ def predict(attn, z: np.ndarray, chunk: int = 4096) -> np.ndarray:
 
 # ------------------------------------------------------------------ circuits
 
-def circuit_summary(program, d: int) -> dict:
+def circuit_summary(program) -> dict:
     """From `qvr.runtime.circuits`: per head, the QK eigenvalues (sorted by real part), the
     seed's w^h and the OV circuit's last row (mu^h its last entry)."""
     import qvr.runtime
@@ -318,7 +327,7 @@ def run(heads=(1, 2, 4), seeds=(0, 1, 2), *, d: int = 5, steps: int = 3000, batc
             e = m - yq
             models[H].append(float(np.mean(e ** 2)))
             distance[H].append(float(np.mean((m - gd) ** 2) / baselines["one-step GD"]))
-            circuits[H].append(circuit_summary(t.program, d))
+            circuits[H].append(circuit_summary(t.program))
             trained[H].append(t)
             errs[H].append(e)
             if log:

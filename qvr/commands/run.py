@@ -136,13 +136,11 @@ def _config_file(path: str, method: str) -> dict:
         raise UsageError(f"--config {path}: not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a JSON object of fit options")
-    names = {f.name for f, _ in FitConfig.options()}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise UsageError(f"--config {path}: unknown option {', '.join(unknown)}")
-    if data.get("method", method) != method:
-        raise UsageError(f"--config {path}: method {data['method']!r} differs from "
-                         f"--method {method}")
+    from qvr.inference.config import check_option_names
+    try:
+        check_option_names(data, f"--config {path}", method)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     data.pop("method", None)
     return data
 

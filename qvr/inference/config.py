@@ -403,11 +403,19 @@ def shipped_options(program_path, method: Optional[str] = None) -> tuple:
         data = load_fit_options(path)
     except DataFileError as exc:
         raise ValueError(str(exc)) from None
-    opts = dict(FitConfig.options())
-    fields = {f.name: f for f in opts}
-    unknown = sorted(set(data) - set(fields) - {"method"})
-    if unknown:
-        raise ValueError(f"{path}: unknown option {', '.join(unknown)}")
+    check_option_names(data, str(path), method)
+    opts = {f.name: opt for f, opt in FitConfig.options()}
     out = {k: v for k, v in data.items() if k != "method"
-           and (method is None or method in opts[fields[k]].methods)}
+           and (method is None or method in opts[k].methods)}
     return path, out
+
+
+def check_option_names(data: dict, where: str, method: Optional[str] = None) -> None:
+    """A `ValueError` naming `where` when `data` (fit options from a file) has a name
+    `FitConfig` does not know, or a ``method`` other than `method`."""
+    names = {f.name for f, _ in FitConfig.options()}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown option {', '.join(unknown)}")
+    if method is not None and data.get("method", method) != method:
+        raise ValueError(f"{where}: method {data['method']!r} differs from --method {method}")
