@@ -27,7 +27,7 @@ from qvr.runtime.families import is_discrete_dist
 from qvr.runtime.frame import SiteRecord
 from qvr.runtime.steps import LetStep, MarginalizeStep, SiteStep
 from qvr.runtime.values import (as_index, coerce_family_value, eval_value, mask_missing,
-                                missing_entries, observed_rows)
+                                observed_family_value)
 
 _MARGINAL_REDUCTIONS = {
     "logsumexp": lambda t, dim: torch.logsumexp(t, dim=dim),
@@ -209,15 +209,13 @@ def _run_body_step(program, s, sub):
                 module.log_prob(inp, value)
         else:
             dist = module.distribution(program._arg_values(s.args, sub))
-            missing = None
             if s.observe:  # missing entries (design E5): their rows contribute 0
-                value, missing = missing_entries(torch.as_tensor(value, device=sub.device),
-                                                 is_discrete_dist(dist))
-            value = coerce_family_value(dist, value, s, sub)
-            c = dist.log_prob(eval_value(dist, value, sub))
-            if missing is not None:
-                c = mask_missing(c, observed_rows(missing.reshape(value.shape),
-                                                  len(dist.event_shape)))
+                value, scored, observed = observed_family_value(dist, value, s, sub,
+                                                                is_discrete_dist(dist))
+                c = mask_missing(dist.log_prob(eval_value(dist, scored, sub)), observed)
+            else:
+                value = coerce_family_value(dist, value, s, sub)
+                c = dist.log_prob(eval_value(dist, value, sub))
         sub.env[s.name] = value
         via = None
         if s.via is not None:

@@ -36,8 +36,8 @@ from qvr.runtime.steps import AliasStep, FamilyStep, LetStep, MarginalizeStep, S
 from qvr.runtime.combinators import observed_log_prob
 from qvr.runtime.families import is_discrete_dist
 from qvr.runtime.values import (as_index, coerce_family_value, coerce_morph_value,
-                                ensure_batch, eval_value, mask_missing, missing_entries,
-                                observed_rows)
+                                ensure_batch, eval_value, mask_missing,
+                                observed_family_value)
 
 
 class MonadicProgram(ContinuousMorphism):
@@ -352,18 +352,11 @@ class MonadicProgram(ContinuousMorphism):
         dist = module.distribution(args)
         observed = None
         if given:
-            missing = None
-            if step.observe:
-                value, missing = missing_entries(
-                    torch.as_tensor(value, device=frame.device), is_discrete_dist(dist))
-            value = coerce_family_value(dist, value, step, frame)
-            if missing is not None:
-                missing = missing.reshape(value.shape)
-                observed = observed_rows(missing, len(dist.event_shape))
-                scored = value
-                value = torch.where(missing, torch.full((), math.nan if
-                                    value.is_floating_point() else -1, dtype=value.dtype,
-                                    device=value.device), value)
+            if step.observe:  # missing entries (design E5): their rows contribute 0
+                value, scored, observed = observed_family_value(dist, value, step, frame,
+                                                                is_discrete_dist(dist))
+            else:
+                value = coerce_family_value(dist, value, step, frame)
         else:
             value = self._draw(step, dist, frame)
         frame.env[step.name] = value

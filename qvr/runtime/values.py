@@ -281,6 +281,23 @@ def eval_value(dist, value, frame):
     return value
 
 
+def observed_family_value(dist, value, step: SiteStep, frame, discrete: bool) -> tuple:
+    """`(kept, scored, observed)` for the value of an inline-family observe step (design
+    E5): `scored` is coerced with its missing entries filled, `kept` is what later steps
+    and records see (the missing entries marked again: NaN, or -1 for integers) and
+    `observed` the rows without a missing entry (None when nothing is missing).  One
+    place for the sequence every executor runs (`monadic`, `marginal`)."""
+    value, missing = missing_entries(torch.as_tensor(value, device=frame.device), discrete)
+    value = coerce_family_value(dist, value, step, frame)
+    if missing is None:
+        return value, value, None
+    missing = missing.reshape(value.shape)
+    mark = torch.full((), math.nan if value.is_floating_point() else -1, dtype=value.dtype,
+                      device=value.device)
+    return torch.where(missing, mark, value), value, observed_rows(missing,
+                                                                    len(dist.event_shape))
+
+
 def coerce_family_value(dist, value, step: SiteStep, frame):
     value = torch.as_tensor(value, device=frame.device)
     if value.device != frame.device:
