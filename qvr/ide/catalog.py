@@ -7,9 +7,8 @@ at a document.
 """
 from __future__ import annotations
 
-from qvr.sema.families import COMPOSITION_LEVELS, COMPOSITION_RULES, SEMIRINGS
-
-ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let", "attention")
+from qvr.sema.families import (ATTENTION_FAMILIES, COMPOSITION_LEVELS, COMPOSITION_RULES,  # noqa: F401
+                               ROLES, SEMIRINGS)
 
 # (position, key) -> meaning; positions are those of `qvr.sema.options.read_options`.
 OPTION_DOCS: dict[str, dict[str, str]] = {
@@ -75,9 +74,6 @@ ROLE_KEYS = {
 
 # option keys written alone, without `=value` (bare flags)
 FLAG_KEYS = frozenset({"causal"})
-
-# the families an attention morphism may draw from (docs/extensions.md E2)
-ATTENTION_FAMILIES = ("Normal", "Laplace", "Cauchy")
 
 # known option values by key (None: names of a namespace, filled in by completion)
 OPTION_VALUES = {

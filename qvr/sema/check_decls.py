@@ -11,8 +11,8 @@ from qvr.sema import errors as E
 from qvr.sema.check_morph import (MORPHISM_BUILTINS, MInfo, family_lookup, infer_morph,
                                   value_lookup_error)
 from qvr.sema.context import DeclContext
-from qvr.sema.families import (COMPOSITION_LEVELS, COMPOSITION_RULES, FAMILIES,
-                               LOCATION_SCALE, OUTSIDE_CORE_FAMILIES)
+from qvr.sema.families import (ATTENTION_FAMILIES, COMPOSITION_LEVELS, COMPOSITION_RULES,
+                               FAMILIES, LOCATION_SCALE, OUTSIDE_CORE_FAMILIES, ROLES)
 from qvr.sema.options import expect_int, expect_name, expect_names, expect_number, read_options
 from qvr.sema.resolve import resolve_type, type_names
 from qvr.sema.suggest import suggest
@@ -23,12 +23,8 @@ from qvr.sema.types import (FinSet, MorType, Real, atoms, compatible, describe, 
 from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
-ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let", "attention")
 MORPHISM_KEYS = ("role", "replicate", "scale", "init", "hidden_dim", "n_layers", "rank",
                  "temperature", "bins", "over", "iid", "heads", "head_dim", "causal", "positions")
-# The families an attention layer may draw from (docs/extensions.md E2): location-scale
-# families whose loc is the attention output and whose scale is a learned vector.
-ATTENTION_FAMILIES = ("Normal", "Laplace", "Cauchy")
 ROLE_KEYS = {
     "latent": {"role", "replicate", "scale", "init", "over", "iid"},
     "observed": {"role", "replicate", "scale"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from qvr.diagnostics import Related, error, warning
+from qvr.sema.families import ROLES
 from qvr.sema.suggest import did_you_mean
 from qvr.sema.types import MorType, Ty, describe, describe_mor, spell_mor
 from qvr.text import Span
@@ -147,8 +148,8 @@ def from_data_shape(span: Span):
 
 
 def unknown_role(span: Span, value: str, s: Optional[str]):
-    return error("QVR204", span, f"unknown role `{value}`; expected one of latent, observed, kernel, "
-                                 f"embed, discretize, let, attention{did_you_mean(s)}", data=_sug(s))
+    return error("QVR204", span, f"unknown role `{value}`; expected one of {', '.join(ROLES)}"
+                                 f"{did_you_mean(s)}", data=_sug(s))
 
 
 def unknown_value(span: Span, what: str, value: str, expected: tuple, s: Optional[str]):

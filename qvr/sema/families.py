@@ -80,6 +80,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
 # Families of the reference dialect outside the core, with their parameter counts.
 OUTSIDE_CORE_FAMILIES = {"Binomial": 1, "VonMises": 2, "GeneralizedPareto": 3}
 
+# Morphism roles (5.2; `attention` from docs/extensions.md E2), in the order messages list them.
+ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let", "attention")
+# The families an attention layer may draw from (docs/extensions.md E2): location-scale
+# families whose loc is the attention output and whose scale is a learned vector.
+ATTENTION_FAMILIES = ("Normal", "Laplace", "Cauchy")
+
 LOCATION_SCALE = {"Normal", "LogitNormal", "Cauchy", "Laplace", "Gumbel", "StudentT", "LogNormal"}
 
 
