@@ -79,6 +79,7 @@ syn region qvrOptions matchgroup=qvrDelimiter start="\[" end="\]"
       \qvrBlockComment,qvrPragma,qvrString,qvrNumber,qvrFloat,qvrOperator,qvrFamily,qvrBuiltin,
       \qvrCombinator,qvrBuiltinType,qvrKeyword
 syn match qvrOptionKey "\<\h\w*\ze\s*=" contained
+syn match qvrOptionKey "\<causal\>\ze\s*[,\]]" contained
 syn match qvrRoleValue "\%(\<role\s*=\s*\)\@<=\%(latent\|observed\|kernel\|embed\|discretize\|let\|attention\)\>" contained
 syn match qvrOptionValue "\%(\<\%(reduction\|semiring\|init\)\s*=\s*\)\@<=\%(logsumexp\|sum\|mean\|LogProb\|Viterbi\|Boolean\|Counting\|auto\)\>" contained
 
