@@ -105,7 +105,7 @@ class FitContext:
     stop: Callable[[], bool]
     start: Any = None  # `qvr.inference.start.StartState` or None
     potential: Any = None  # SMC: a Python potential (multiplied with the config's)
-    vocab: Optional[list] = None  # SMC: token id -> text
+    vocab: Optional[list] = None  # token id -> text (SMC's text, attention patterns' axes)
 
 
 def _is_program(obj) -> bool:
@@ -327,7 +327,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         if start is not None:
             writer.meta["start_from"] = start.record()
         writer.write_json("run.json", writer.meta)
-    if config.method == "smc" and vocab is None:
+    if vocab is None:  # the record's text (SMC) and pattern axes (attention) use it
         vocab = _shipped_vocab(info.get("path"))
     return FitContext(program, model, x, observations, config, report, stop, start, potential,
                       vocab)

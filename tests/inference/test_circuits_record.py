@@ -151,3 +151,18 @@ def test_mcmc_records_circuits_only_when_started_from_a_run(tmp_path):
     for key in fitted:
         np.testing.assert_array_equal(warm[key], fitted[key])
     assert open_run(tmp_path / "warm").patterns()["pattern/attn"].shape == (8, 2, 6, 6)
+
+
+def test_patterns_carry_the_vocabulary_so_readers_need_no_program_files(tmp_path):
+    program = qvr.loads(TINY)
+    torch.manual_seed(0)
+    data = {"x": torch.randint(0, 8, (4, 6)), "next_token": torch.randint(0, 8, (4, 6))}
+    vocab = [f"w{i}" for i in range(8)]
+    fit(program, data=data, run_dir=tmp_path / "v", vocab=vocab,
+        config=FitConfig(method="svi", steps=2))
+    pats = open_run(tmp_path / "v").patterns()
+    assert pats["vocab"].tolist() == vocab
+    from qvr_tui.circuits_model import load_circuits  # the dashboard's reader
+    shown = load_circuits(open_run(tmp_path / "v"), program_path=None)
+    assert shown.vocab == vocab
+    assert shown.labels[0] == tuple(vocab[i] for i in data["x"][0].tolist())

@@ -17,7 +17,6 @@ still worth showing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -132,9 +131,9 @@ def load_circuits(run, program_path: Optional[str] = None) -> Optional[Circuits]
                    else 0)
     if out.inputs is not None:
         if tokens:
-            if program_path and not Path(program_path).is_absolute():
-                program_path = str(Path.cwd() / program_path)
-            out.vocab = _vocab_of(program_path)
+            # the vocabulary recorded with the patterns; else the one beside the program
+            out.vocab = ([str(t) for t in np.asarray(pats["vocab"]).tolist()]
+                         if "vocab" in pats else _vocab_of(program_path))
             out.labels = tuple(token_labels(seq, out.vocab) for seq in out.inputs)
         else:
             t = out.inputs.shape[1] if out.inputs.ndim >= 2 else 1

@@ -64,8 +64,10 @@ class CircuitRecord:
 
 
 def record_circuits(model, x, *, sequences: int = MAX_SEQUENCES,
-                    draws: int = PATTERN_DRAWS) -> Optional[CircuitRecord]:
-    """See the module docstring; None when `model` has no attention layer."""
+                    draws: int = PATTERN_DRAWS, vocab=None) -> Optional[CircuitRecord]:
+    """See the module docstring; None when `model` has no attention layer.  With a
+    `vocab` (token id -> text) the patterns carry it (`vocab`), so a reader labels the
+    token axes without finding the program's files."""
     from qvr.runtime import attention_layers, circuits
     layers = attention_layers(model)
     if not layers:
@@ -77,6 +79,8 @@ def record_circuits(model, x, *, sequences: int = MAX_SEQUENCES,
         return rec
     try:
         rec.patterns = _patterns(model, layers, x[:sequences], draws)
+        if vocab and not x.is_floating_point():
+            rec.patterns["vocab"] = np.array([str(t) for t in vocab])
     except Exception as exc:  # the circuits are worth keeping whatever the forward run does
         rec.note = f"no attention patterns: the forward run failed: {type(exc).__name__}: {exc}"
         rec.patterns = {}

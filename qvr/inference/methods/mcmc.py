@@ -45,7 +45,7 @@ def run(ctx: FitContext) -> FitResult:
     out.summary = res.summary()
     if ctx.start is not None:  # MCMC never moves the weights: fitted only when started
         from qvr.inference.methods.circuits import record_circuits
-        out.circuits = record_circuits(ctx.model, ctx.x)
+        out.circuits = record_circuits(ctx.model, ctx.x, vocab=ctx.vocab)
     depths = res.tree_depths.float()
     out.stats = {"mean_acceptance": res.mean_acceptance,
                  "total_divergences": res.total_divergences,

@@ -58,7 +58,7 @@ def run(ctx: FitContext) -> FitResult:
     if result.status != "failed":
         result.samples, result.summary = guide_summary(guide, x, observations)
         from qvr.inference.methods.circuits import record_circuits
-        result.circuits = record_circuits(model, x)
+        result.circuits = record_circuits(model, x, vocab=ctx.vocab)
     result.stats = {"final_loss": result.losses[-1] if result.losses else float("nan"),
                     "steps": len(result.losses), "elapsed": result.elapsed}
     if result.status == "failed":
