@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,9 @@ class Tmux:
 
 @pytest.fixture
 def tmux():
-    t = Tmux(f"qvr-dash-test-{os.getpid()}")
+    # a server of its own per test: a server just killed by the previous test may still be
+    # exiting when the next one starts on the same socket
+    t = Tmux(f"qvr-dash-test-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     yield t
     t("kill-server", check=False)
 
