@@ -6,7 +6,7 @@
  * the node unit tests check the exact command line for every method and awkward paths.
  */
 import * as path from 'path';
-import { locateExecutable } from './server';
+import { locateExecutable, venvExecutablePath } from './server';
 
 export const CLI_NAME = 'qvr';
 
@@ -102,9 +102,7 @@ export type CliLocation =
   | { found: false; message: string };
 
 export function venvCliPath(folder: string, platform: NodeJS.Platform = process.platform): string {
-  return platform === 'win32'
-    ? path.join(folder, '.venv', 'Scripts', `${CLI_NAME}.exe`)
-    : path.join(folder, '.venv', 'bin', CLI_NAME);
+  return venvExecutablePath(folder, CLI_NAME, platform);
 }
 
 /** The setting `qvr.cli.path`, else `.venv/bin/qvr` of a workspace folder, else `qvr` on PATH. */

@@ -54,10 +54,17 @@ export function expandPath(p: string, folder: string | undefined): string {
   return out;
 }
 
-export function venvServerPath(folder: string, platform: NodeJS.Platform = process.platform): string {
+/** `.venv/bin/NAME` of `folder` (`.venv\\Scripts\\NAME.exe` on Windows): the one place the
+ * virtual-environment layout is spelled out (the server and the dashboard's `qvr` use it). */
+export function venvExecutablePath(folder: string, name: string,
+  platform: NodeJS.Platform = process.platform): string {
   return platform === 'win32'
-    ? path.join(folder, '.venv', 'Scripts', `${SERVER_NAME}.exe`)
-    : path.join(folder, '.venv', 'bin', SERVER_NAME);
+    ? path.join(folder, '.venv', 'Scripts', `${name}.exe`)
+    : path.join(folder, '.venv', 'bin', name);
+}
+
+export function venvServerPath(folder: string, platform: NodeJS.Platform = process.platform): string {
+  return venvExecutablePath(folder, SERVER_NAME, platform);
 }
 
 export function findOnPath(
@@ -90,10 +97,7 @@ export interface ExecutableSpec {
 export function locateExecutable(spec: ExecutableSpec, lookup: ServerLookup): ServerLocation {
   const platform = lookup.platform ?? process.platform;
   const first = lookup.workspaceFolders[0];
-  const venv = (folder: string) =>
-    platform === 'win32'
-      ? path.join(folder, '.venv', 'Scripts', `${spec.name}.exe`)
-      : path.join(folder, '.venv', 'bin', spec.name);
+  const venv = (folder: string) => venvExecutablePath(folder, spec.name, platform);
   if (lookup.configuredPath.trim() !== '') {
     const configured = expandPath(lookup.configuredPath, first);
     if (isExecutableFile(configured, platform)) {
