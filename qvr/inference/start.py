@@ -72,10 +72,10 @@ class StartState:
             return " (the program's text has changed since that run)"
         return ""
 
-    def apply_to_guide(self, guide, model=None, x=None, observations=None) -> None:
+    def apply_to_guide(self, guide, x=None, observations=None) -> None:
         """Initialise an `AutoNormalGuide` from the run: an SVI run's guide as it was, or an
         MCMC run's posterior means mapped to the guide's unconstrained space (through the
-        sites' transforms, which need the program, its input and observations)."""
+        sites' transforms, which need the guide's program, its input and observations)."""
         own = dict(guide.named_parameters())
         with torch.no_grad():
             if self.guide_params:
@@ -89,12 +89,9 @@ class StartState:
                                          f"{tuple(p.shape)} here (different data size?)")
                     p.copy_(torch.as_tensor(value, dtype=p.dtype, device=p.device))
             elif self.posterior_means:
-                if model is None:
-                    raise StartError(f"{self._where()}: posterior means need the program to "
-                                     f"map them to the guide's unconstrained space")
                 from qvr.inference.sites import build_registry
                 obs = dict(observations or {})
-                reg = build_registry(model, x, obs, observed_names=set(obs))
+                reg = build_registry(guide.model[0], x, obs, observed_names=set(obs))
                 for site, mean in self.posterior_means.items():
                     p = own.get(f"loc_{site}")
                     spec = reg.by_name.get(site)
@@ -119,7 +116,7 @@ class StartState:
             return None
         from qvr.inference.guides import AutoNormalGuide
         guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
-        self.apply_to_guide(guide, model, x, observations)
+        self.apply_to_guide(guide, x, observations)
         if self.posterior_means and not self.guide_params:
             with torch.no_grad():
                 for name, p in guide.named_parameters():

@@ -21,7 +21,7 @@ def run(ctx: FitContext) -> FitResult:
     model, x, observations, config = ctx.model, ctx.x, ctx.observations, ctx.config
     guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
     if ctx.start is not None:
-        ctx.start.apply_to_guide(guide, model, x, observations)
+        ctx.start.apply_to_guide(guide, x, observations)
     params = list(model.parameters()) + list(guide.parameters())
     if not params:
         raise DataError("nothing to fit: the program has no parameters and no latent sites")
