@@ -438,6 +438,14 @@ def _run_pass(model, x, values, st: Structure, index: int, first=None):
     """One pass: the program at one joint assignment of the enumerated sites.  Given the
     `first` pass's frame, only the steps that depend on an enumerated site are rerun (the
     others' values are the same in every pass); returns the frame (records, env)."""
+    if first is None:
+        return _run_steps(model, x, values, st, index, lambda si: True)
+    return _run_steps(model, x, values, st, index, st.dependent.__contains__, first)
+
+
+def _run_steps(model, x, values, st: Structure, index: int, keep, first=None):
+    """The steps `keep(step_index)` selects, at pass `index`'s assignment, in a frame of
+    their own (inputs bound, or `first`'s environment carried over); the frame."""
     from qvr.runtime.errors import QvrRuntimeError
     from qvr.runtime.frame import Frame
     frame = Frame(model, x, _pass_values(st, values, index, x), score=True, require_all=True,
@@ -448,7 +456,7 @@ def _run_pass(model, x, values, st: Structure, index: int, first=None):
         else:
             frame.env = dict(first.env)
         for si, step in enumerate(model.steps):
-            if first is None or si in st.dependent:
+            if keep(si):
                 model._run(step, frame)
     except QvrRuntimeError as e:
         raise e.add_context(program=model.label)
@@ -465,18 +473,7 @@ def _tile(v, B: int, P: int):
 
 def _run_constant(model, x, values, st: Structure):
     """The steps that depend on no enumerated site, once (the frame of the wide run)."""
-    from qvr.runtime.errors import QvrRuntimeError
-    from qvr.runtime.frame import Frame
-    frame = Frame(model, x, _pass_values(st, values, 0, x), score=True, require_all=True,
-                  record=True)
-    try:
-        model._bind_inputs(frame)
-        for si, step in enumerate(model.steps):
-            if si not in st.dependent:
-                model._run(step, frame)
-    except QvrRuntimeError as e:
-        raise e.add_context(program=model.label)
-    return frame
+    return _run_steps(model, x, values, st, 0, lambda si: si not in st.dependent)
 
 
 def _wide_values(st: Structure, device) -> dict:
