@@ -61,7 +61,7 @@ class ChainTable(DataTable):
         else:
             for c, cells, bad in rows:
                 for col, v in zip(COLUMNS, self._styled(cells, bad)):
-                    self.update_cell(str(c), col, v)
+                    self.update_cell(str(c), col, v, update_width=True)
         self._rows = [cells for _, cells, _ in rows]
         self._bad = [bad for _, _, bad in rows]
 
