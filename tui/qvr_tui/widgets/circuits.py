@@ -197,7 +197,4 @@ class CircuitsView(Vertical, can_focus=True):
             return
         z = max(1, min(2, *(m.fit_zoom() for m in maps)))
         for m in maps:
-            if m.max_zoom != z:
-                m.max_zoom = z
-                m._layout_key = None
-                m.refresh()
+            m.set_max_zoom(z)

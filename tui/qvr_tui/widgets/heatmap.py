@@ -115,7 +115,7 @@ class Heatmap(Widget):
         self.grid = self.matrix  # what is drawn (block means when it does not fit); see _layout
         self.factors = (1, 1)
         self._labels = (0, False)  # row-label width, column-label line shown
-        self._layout_key = None  # (size, matrix identity) the grid was computed for
+        self._layout_key = None  # (size, matrix identity, max_zoom) the grid was computed for
         self._limits: tuple = (None, (0.0, 0.0))  # (matrix they belong to, (min, max))
 
     @staticmethod
@@ -148,31 +148,41 @@ class Heatmap(Widget):
             self._limits = (self.matrix, (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0))
         return self._limits[1]
 
+    def _frame(self) -> tuple[int, bool, int, int]:
+        """`(label_w, col_labels, pixel_rows, pixel_cols)` the widget's size leaves for the
+        matrix: row labels when at least 12 wide, a column-label line when at least 4 high,
+        two pixels per text line below the legend."""
+        w, h = self.size
+        label_w = len(str(self.matrix.shape[0] - 1)) + 1 if w >= 12 else 0
+        col_labels = h >= 4
+        body = max(h - 1 - int(col_labels), 1)
+        return label_w, col_labels, 2 * body, max(w - label_w, 1)
+
     def fit_zoom(self) -> int:
         """The largest zoom the widget's current size allows for the matrix (1 when it
         does not even fit at one pixel per entry), whatever `max_zoom` says."""
-        w, h = self.size
         rows, cols = self.matrix.shape
-        label_w = len(str(rows - 1)) + 1 if w >= 12 else 0
-        body = max(h - 1 - int(h >= 4), 1)
-        return max(1, min((2 * body) // rows, max(w - label_w, 1) // cols))
+        _, _, pr, pc = self._frame()
+        return max(1, min(pr // rows, pc // cols))
+
+    def set_max_zoom(self, zoom: int) -> None:
+        """Allow up to `zoom` pixels per entry (redrawn when it changes)."""
+        zoom = max(1, int(zoom))
+        if zoom != self.max_zoom:
+            self.max_zoom = zoom
+            self.refresh()
 
     def _layout(self) -> None:
-        key = (self.size, id(self.matrix))
+        key = (self.size, id(self.matrix), self.max_zoom)
         if key == self._layout_key:
             return
         self._layout_key = key
-        w, h = self.size
-        rows, cols = self.matrix.shape
-        label_w = len(str(rows - 1)) + 1 if w >= 12 else 0
-        col_labels = h >= 4
-        body = max(h - 1 - int(col_labels), 1)
-        self.grid, fr, fc = downsample(self.matrix, 2 * body, max(w - label_w, 1))
+        label_w, col_labels, pr, pc = self._frame()
+        self.grid, fr, fc = downsample(self.matrix, pr, pc)
         self.factors = (fr, fc)
         self.zoom = 1
         if fr == fc == 1 and self.max_zoom > 1:
-            self.zoom = max(1, min(self.max_zoom, (2 * body) // rows,
-                                   max(w - label_w, 1) // cols))
+            self.zoom = min(self.max_zoom, self.fit_zoom())
             if self.zoom > 1:
                 self.grid = np.repeat(np.repeat(self.matrix, self.zoom, 0), self.zoom, 1)
         self._labels = (label_w, col_labels)
