@@ -43,3 +43,21 @@ def test_the_safe_formatter_labels_a_degenerate_range(value):
     ticks, labels = SafeNumericFormatter().get_ticks_and_labels(value, value)
     assert len(set(ticks)) == len(ticks) >= 2 and min(ticks) <= value <= max(ticks)
     assert len(labels) == len(ticks)
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([5.0], (4.0, 6.0)),
+    ([2.0, 2.0, float("nan"), 2.0], (1.0, 3.0)),
+    ([198.28358459472656, 198.2835845947266], (197.28358459472656, 199.28358459472656)),
+    ([1.0, 2.0], None),
+    ([], None),
+    ([float("nan")], None),
+])
+def test_flat_limits_give_a_flat_series_a_unit_range(values, expected):
+    """One rule for the loss plot and the trace plots (a flat trace: a constant parameter)."""
+    from qvr_tui.widgets.axis import flat_limits
+    got = flat_limits(values)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected, rel=1e-12)

@@ -5,7 +5,19 @@ then raises `ValueError: math domain error` while rendering and the app stops.  
 formatter widens such a range to ±1 around its value (±1e-6 relative for large values)."""
 from __future__ import annotations
 
+import math
+from typing import Iterable, Optional
+
 from textual_plot.axis_formatter import NumericAxisFormatter
+
+
+def flat_limits(values: Iterable[float]) -> Optional[tuple[float, float]]:
+    """Axis limits `(v - 1, v + 1)` when the finite `values` are one point or a flat line
+    (then the plot picks no readable range of its own), else None (let the plot choose)."""
+    vs = [v for v in values if math.isfinite(v)]
+    if vs and max(vs) - min(vs) <= 1e-9 * max(1.0, abs(max(vs))):
+        return min(vs) - 1.0, max(vs) + 1.0
+    return None
 
 
 class SafeNumericFormatter(NumericAxisFormatter):

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from textual_plot import HiResMode, PlotWidget
 
-from qvr_tui.widgets.axis import SafeNumericFormatter
+from qvr_tui.widgets.axis import SafeNumericFormatter, flat_limits
 
 __all__ = ["LossPlot", "LogFormatter", "RAW_STYLE", "SMOOTH_STYLE"]
 
@@ -74,18 +74,10 @@ class LossPlot(PlotWidget):
         self.clear()
         self.set_ylabel(self.ylabel)
         self.set_xlabel("step")
-        ys = [v for v in ry + sy if math.isfinite(v)]
-        if ys and max(ys) - min(ys) <= 1e-9 * max(1.0, abs(max(ys))):
-            # one point, or a flat line: give the axis a range (textual-plot's tick labels
-            # fail on an empty one)
-            self.set_ylimits(min(ys) - 1.0, max(ys) + 1.0)
-        else:
-            self.set_ylimits(None, None)
-        xs = rx + sx
-        if xs and max(xs) == min(xs):
-            self.set_xlimits(min(xs) - 1.0, max(xs) + 1.0)
-        else:
-            self.set_xlimits(None, None)
+        # one point, or a flat line: give the axis a range (textual-plot's tick labels
+        # fail on an empty one)
+        self.set_ylimits(*(flat_limits(ry + sy) or (None, None)))
+        self.set_xlimits(*(flat_limits(rx + sx) or (None, None)))
         if rx:
             self.plot(rx, ry, line_style=RAW_STYLE, hires_mode=HiResMode.BRAILLE)
         if sx:

@@ -6,12 +6,11 @@ colour, plus vertical lines (the end of warmup, SMC resampling steps).
 """
 from __future__ import annotations
 
-import math
 from typing import Iterable, Mapping, Optional
 
 from textual_plot import HiResMode, PlotWidget
 
-from qvr_tui.widgets.axis import make_safe
+from qvr_tui.widgets.axis import flat_limits, make_safe
 
 __all__ = ["TracePlot", "PALETTE"]
 
@@ -36,10 +35,8 @@ class TracePlot(PlotWidget):
         self.title = title
         self.set_ylabel(title)
         self.set_xlabel(xlabel)
-        if ylimits is None:
-            ys = [v for s in series.values() for v in s.y if math.isfinite(v)]
-            if ys and max(ys) - min(ys) <= 1e-9 * max(1.0, abs(max(ys))):
-                ylimits = (min(ys) - 1.0, max(ys) + 1.0)  # a flat line: a readable axis
+        if ylimits is None:  # a flat line: a readable axis
+            ylimits = flat_limits(v for s in series.values() for v in s.y)
         self.set_ylimits(*(ylimits or (None, None)))
         self.plotted = {}
         for i, (label, s) in enumerate(series.items()):
