@@ -119,21 +119,43 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
 
 
 def split_data(model, data: Optional[dict], device="cpu") -> tuple:
-    """`(x, observations)` from a data dict (see the module docstring)."""
-    def tensor(v):
+    """`(x, observations)` from a data dict (see the module docstring).
+
+    Words (a string, or a list of them) stay as they are for host data a deduction parses;
+    the input `x` and observed sites need numbers, and a value that is neither (a string
+    for an observed site, ragged lists, an object) is a `DataError` naming it."""
+    numeric = {"x", *getattr(model, "site_names", [])}
+
+    def words(k, w):
+        if k in numeric:
+            shown = w if isinstance(w, str) else " ".join(map(str, w[:3]))
+            raise DataError(f"`{k}` needs numbers (it is "
+                            f"{'the program input' if k == 'x' else 'an observed value'}), "
+                            f"got the text {shown[:40]!r}")
+        return w
+
+    def tensor(k, v):
         if isinstance(v, torch.Tensor):
             return v.to(device)
         if isinstance(v, str) or (isinstance(v, (list, tuple)) and v and
                                   all(isinstance(w, str) for w in v)):
-            return v  # words: host data a deduction parses
-        a = np.asarray(v)
-        if a.dtype.kind in "USO":  # words given as an array
-            return [str(w) for w in a.tolist()] if a.ndim else str(a)
-        t = torch.as_tensor(a)
+            return words(k, v)  # words: host data a deduction parses
+        try:
+            a = np.asarray(v)
+            if a.dtype.kind in "USO":  # words given as an array
+                if a.dtype.kind == "O":
+                    raise TypeError(f"not an array of numbers ({type(v).__name__})")
+                return words(k, [str(w) for w in a.tolist()] if a.ndim else str(a))
+            t = torch.as_tensor(a)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            why = str(exc).split("\n")[0]
+            if "inhomogeneous" in why:
+                why = "its rows have different lengths"
+            raise DataError(f"`{k}` is not an array of numbers: {why}") from None
         if t.is_floating_point() and t.dtype != torch.get_default_dtype():
             t = t.to(torch.get_default_dtype())  # float64 files against float32 parameters
         return t.to(device)
-    data = {k: tensor(v) for k, v in (data or {}).items()}
+    data = {k: tensor(k, v) for k, v in (data or {}).items()}
     x = data.pop("x", None)
     if x is None:
         n = 1
@@ -166,6 +188,12 @@ def check_data(model, x, observations: dict) -> None:
                         f"file (--data FILE: arrays by observed-site and host-data name) or "
                         f"draw synthetic data (--synthetic N)") from None
     except (QvrRuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
+        words = [k for k, v in observations.items() if isinstance(v, str) or (
+            isinstance(v, (list, tuple)) and v and isinstance(v[0], str))]
+        if words and isinstance(exc, TypeError):  # torch given text where it needs numbers
+            names = ", ".join(f"`{k}`" for k in words)
+            raise DataError(f"the data does not fit the program: host data {names} holds "
+                            f"words, and the program uses it as numbers") from None
         raise DataError(f"the data does not fit the program: {message_of(exc)}") from None
     except RuntimeError as exc:
         why = _shape_mismatch(model, x, observations) or str(exc)
