@@ -198,13 +198,16 @@ class NUTSKernel(HMCBase):
         if tick.backend == "eager":  # the target's own evaluation: autograd as it likes
             return self._build(state, target, tick, K, z0, logp0, grad0, p0, h0, inv,
                                momentum)
+        # the public function form of `set_grad_enabled` (0.6 us a call here; the
+        # `torch.no_grad()` context 1.2 us; the private `torch._C` setter 0.25 us: once per
+        # iteration, the difference is below a thousandth of the smallest bench model's)
         grad_mode = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)  # torch.no_grad() without its per-call cost
+        torch.set_grad_enabled(False)
         try:
             return self._build(state, target, tick, K, z0, logp0, grad0, p0, h0, inv,
                                momentum)
         finally:
-            torch._C._set_grad_enabled(grad_mode)
+            torch.set_grad_enabled(grad_mode)
 
     def _build(self, state, target, tick, K, z0, logp0, grad0, p0, h0, inv, momentum):
         mass = state.mass
