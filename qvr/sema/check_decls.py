@@ -395,9 +395,12 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     # morphism inherits whether its expression ends in such a morphism
     if role == "attention":
         deterministic = init is None
-        ext = dict(deterministic=deterministic, heads=heads, head_dim=head_dim, causal=causal)
+        ext = dict(deterministic=deterministic, heads=heads, head_dim=head_dim, causal=causal,
+                   mixes=True)
     elif role == "let":
-        ext = dict(deterministic=bool(init_info and init_info.known and init_info.deterministic))
+        known = bool(init_info and init_info.known)
+        ext = dict(deterministic=known and init_info.deterministic,
+                   mixes=known and init_info.mixes)
     else:
         ext = dict(positions=positions) if role == "embed" else {}
     ctx.fact(d.name.span, "def", ("value", name))
@@ -416,7 +419,8 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
                                                   **ext),
                      d.name.span)
         ctx.bind("value", name, GroupSym(name, members, mt,
-                                         deterministic=bool(ext.get("deterministic"))),
+                                         deterministic=bool(ext.get("deterministic")),
+                                         mixes=bool(ext.get("mixes"))),
                  d.name.span)
     else:
         ctx.bind("value", name, MorphismSym(name, mt, role, fam_name, stratum, rule, lookup, init_text,
@@ -436,7 +440,7 @@ def check_let(ctx: DeclContext, d: A.LetDecl) -> None:
         return
     if info.known and d.where is None:
         sym = LetSym(d.name.text, info.type, info.stratum, info.rule, ctx.snippet(d.expr.span, 80),
-                     info.deterministic)
+                     info.deterministic, info.mixes)
     else:
         sym = UnknownSym(d.name.text)
     ctx.bind("value", d.name.text, sym, d.name.span)

@@ -33,6 +33,9 @@ class MInfo:
     # `layer_norm`/`rms_norm`, `residual` of such a morphism, and every expression that
     # ends in one.  Only the observe-step check (QVR316) reads it.
     deterministic: bool = False
+    # Some link mixes positions (docs/extensions.md E1: an attention, or an expression
+    # holding one).  Only the `scan` cell check (QVR715) reads it.
+    mixes: bool = False
 
     @property
     def known(self) -> bool:
@@ -50,7 +53,7 @@ def _record(ctx: DeclContext, node, info: MInfo) -> MInfo:
 
 def sym_info(sym) -> MInfo:
     if isinstance(sym, (MorphismSym, LetSym)):
-        return MInfo(sym.type, sym.stratum, sym.rule, sym.deterministic)
+        return MInfo(sym.type, sym.stratum, sym.rule, sym.deterministic, sym.mixes)
     if isinstance(sym, ProgramSym):
         return MInfo(sym.type, "stochastic", None)
     return UNKNOWN_M
@@ -85,7 +88,7 @@ def infer_name(ctx: DeclContext, name: A.Name, allow_group: bool = False):
     if isinstance(sym, GroupSym):
         if allow_group:
             ctx.use("value", name.text)
-            return MInfo(sym.type, "stochastic", None, sym.deterministic), sym
+            return MInfo(sym.type, "stochastic", None, sym.deterministic, sym.mixes), sym
         ctx.report(E.group_misuse(name.span, name.text, sym.members))
         return UNKNOWN_M, sym
     if isinstance(sym, DeductionSym):
@@ -214,7 +217,7 @@ def _infer_builtin(ctx: DeclContext, e: A.MCall) -> MInfo:
         if not compatible(inner.type.dom, inner.type.cod):
             ctx.report(E.not_endomorphism(e.callee.span, callee, inner.type))
             return UNKNOWN_M
-        return MInfo(inner.type, "stochastic", None, inner.deterministic)
+        return MInfo(inner.type, "stochastic", None, inner.deterministic, inner.mixes)
     # layer_norm(A), rms_norm(A)
     if len(e.args) != 1:
         ctx.report(E.arity(e.callee.span, callee, 1, "A", len(e.args)))
@@ -252,7 +255,7 @@ def _infer_compose(ctx: DeclContext, e: A.MCompose) -> MInfo:
         return UNKNOWN_M
     stratum = None if None in (left.stratum, right.stratum) else ("relational" if rel else "stochastic")
     info = MInfo(MorType(left.type.dom, right.type.cod), stratum, left.rule if rel else None,
-                 right.deterministic)
+                 right.deterministic, left.mixes or right.mixes)
     ctx.fact(e.op.span, "expr", (info.type, ctx.snippet(e.span, 80)))
     return info
 
@@ -275,7 +278,7 @@ def _infer_tensor(ctx: DeclContext, e: A.MTensor) -> MInfo:
     cod = Prod(tuple(_flat(left.type.cod, e.left)) + (right.type.cod,))
     stratum = None if None in (left.stratum, right.stratum) else ("relational" if rel else "stochastic")
     info = MInfo(MorType(dom, cod), stratum, left.rule if rel else None,
-                 left.deterministic or right.deterministic)
+                 left.deterministic or right.deterministic, left.mixes or right.mixes)
     ctx.fact(e.op, "expr", (info.type, ctx.snippet(e.span, 80)))
     return info
 
@@ -322,7 +325,8 @@ def _infer_fan(ctx: DeclContext, e: A.MFan) -> MInfo:
             return UNKNOWN_M
     cods = tuple(i.type.cod for i in infos)
     cod = cods[0] if len(cods) == 1 else Prod(cods)
-    return MInfo(MorType(dom, cod), "stochastic", None, any(i.deterministic for i in infos))
+    return MInfo(MorType(dom, cod), "stochastic", None, any(i.deterministic for i in infos),
+                 any(i.mixes for i in infos))
 
 
 def _infer_iterate(ctx: DeclContext, e) -> MInfo:
@@ -344,7 +348,7 @@ def _infer_iterate(ctx: DeclContext, e) -> MInfo:
     if e.count >= 2 and not compatible(inner.type.dom, inner.type.cod):
         ctx.report(E.not_endomorphism(e.kw, comb, inner.type))
         return UNKNOWN_M
-    return MInfo(inner.type, inner.stratum, inner.rule, inner.deterministic)
+    return MInfo(inner.type, inner.stratum, inner.rule, inner.deterministic, inner.mixes)
 
 
 def _infer_scan(ctx: DeclContext, e: A.MScan) -> MInfo:
@@ -368,8 +372,12 @@ def _infer_scan(ctx: DeclContext, e: A.MScan) -> MInfo:
     if not compatible(fs[-1], cod):
         ctx.report(E.scan_state_mismatch(e.kw, fs[-1], cod))
         return UNKNOWN_M
+    if inner.mixes:
+        # scan steps through the position axis one position at a time (runtime spec 4.7):
+        # an attention in the cell sees a sequence of length 1, itself (design E1)
+        ctx.report(E.attention_in_scan(e.kw))
     new_dom = fs[0] if len(fs) == 2 else Prod(tuple(fs[:-1]))
-    return MInfo(MorType(new_dom, cod), "stochastic", None, inner.deterministic)
+    return MInfo(MorType(new_dom, cod), "stochastic", None, inner.deterministic, inner.mixes)
 
 
 def family_lookup(ctx: DeclContext, name: A.Name, report_unknown=True):

@@ -513,6 +513,12 @@ def shadows_family(span: Span, name: str):
     return warning("QVR712", span, f"`{name}` shadows the distribution family of the same name")
 
 
+def attention_in_scan(span: Span):
+    return warning("QVR715", span, "the cell of this `scan` holds an attention, but `scan` feeds "
+                                   "its cell one position at a time: the attention sees only the "
+                                   "current position (a linear map); attend before or after the scan")
+
+
 def unused_let(span: Span, name: str):
     return warning("QVR713", span, f"`{name}` is bound but never used")
 

@@ -41,6 +41,9 @@ class MorphismSym:
     head_dim: Optional[int] = None
     causal: bool = False
     positions: Optional[int] = None
+    # the morphism mixes positions (docs/extensions.md E1): an attention, or a `role=let`
+    # morphism whose expression holds one (only the `scan` cell check reads it)
+    mixes: bool = False
     kind: str = "morphism"
 
 
@@ -51,6 +54,7 @@ class GroupSym:
     type: MorType
     kind: str = "group"
     deterministic: bool = False  # its members have no density (an attention without family)
+    mixes: bool = False  # its members are attentions (E1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,7 @@ class LetSym:
     rule: Optional[str]
     expr_text: str = ""
     deterministic: bool = False  # the expression's last link has no density (E4)
+    mixes: bool = False  # the expression holds an attention (E1)
     kind: str = "let"
 
 
