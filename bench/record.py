@@ -66,10 +66,16 @@ def paired(fn, n: int, rounds: int, tmp: Path) -> tuple[float, float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--svi-steps", type=int, default=300)
-    ap.add_argument("--nuts-samples", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--svi-steps", type=int, default=300, metavar="N",
+                    help="SVI steps per timed fit (default 300)")
+    ap.add_argument("--nuts-samples", type=int, default=300, metavar="N",
+                    help="NUTS warmup and sampling iterations per chain per timed fit "
+                         "(default 300)")
+    ap.add_argument("--rounds", type=int, default=5, metavar="K",
+                    help="paired rounds (with and without the record, alternating which "
+                         "goes first); the medians are compared (default 5)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="qvr-record-bench-"))

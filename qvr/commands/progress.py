@@ -115,6 +115,8 @@ class Progress:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text
+        if not self.method:  # before `FitStarted`: nothing is known to show
+            return Text("")
         t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
         mcmc = self.method in ("hmc", "nuts")
         cols = (["chain", "phase", "", "step", "draws/s", "accept", "step size", "diverg.",

@@ -5,7 +5,10 @@ running).  Torch-free: it reads the record with `qvr.runs`.
 The summary is grouped by site: one row per site with its shape, the range of its
 coordinates' posterior means, and its worst diagnostics (max R-hat, min bulk and tail ESS),
 worst R-hat first, at most `MAX_ROWS` rows; then one line saying where the full table
-(every coordinate) is.
+(every coordinate) is.  The site rows are those the fit folded from every coordinate
+(``summary.json`` ``"sites"``, `qvr.inference.diagnostics.site_row`); a record without
+them (written before they were) is grouped from its coordinate rows, which then may not
+cover every coordinate, and the closing line says so.
 """
 from __future__ import annotations
 
@@ -15,6 +18,27 @@ from typing import Optional
 
 MAX_ROWS = 20
 _LABEL = re.compile(r"^(?P<site>[^\[]+)(\[(?P<idx>[0-9,]+)\])?$")
+
+
+def _nan_last(groups: list[dict]) -> list[dict]:
+    groups.sort(key=lambda g: (math.isnan(g["r_hat"]), -g["r_hat"] if not math.isnan(g["r_hat"])
+                               else 0.0, g["site"]))
+    return groups
+
+
+def site_groups(sites: dict) -> list[dict]:
+    """The rows of ``summary.json`` ``"sites"`` in the form of `group_rows`, worst R-hat
+    first."""
+    out = []
+    for site, row in sites.items():
+        def get(k):
+            v = row.get(k)
+            return float("nan") if v is None else float(v)
+        out.append({"site": site, "shape": tuple(row.get("shape") or ()),
+                    "n": int(row.get("size", row.get("n", 1)) or 0),
+                    **{k: get(k) for k in ("mean_lo", "mean_hi", "sd", "q5", "q95",
+                                           "ess_bulk", "ess_tail", "r_hat")}})
+    return _nan_last(out)
 
 
 def group_rows(parameters: dict, shapes: Optional[dict] = None) -> list[dict]:
@@ -53,9 +77,7 @@ def group_rows(parameters: dict, shapes: Optional[dict] = None) -> list[dict]:
                     "q5": agg("q5", min), "q95": agg("q95", max),
                     "ess_bulk": agg("ess_bulk", min), "ess_tail": agg("ess_tail", min),
                     "r_hat": agg("r_hat", max)})
-    out.sort(key=lambda g: (math.isnan(g["r_hat"]), -g["r_hat"] if not math.isnan(g["r_hat"])
-                            else 0.0, g["site"]))
-    return out
+    return _nan_last(out)
 
 
 def _f(v, spec=".3g") -> str:
@@ -71,9 +93,10 @@ def _shape(shape) -> str:
 
 
 def summary_table(parameters: dict, shapes: Optional[dict] = None,
-                  max_rows: int = MAX_ROWS) -> tuple[str, int]:
-    """The grouped table as text, and the number of sites not shown."""
-    groups = group_rows(parameters, shapes)
+                  max_rows: int = MAX_ROWS, sites: Optional[dict] = None) -> tuple[str, int]:
+    """The grouped table as text, and the number of sites not shown: the `sites` rows
+    when given (``summary.json`` ``"sites"``), else `parameters` grouped by site."""
+    groups = site_groups(sites) if sites else group_rows(parameters, shapes)
     if not groups:
         return "(no latent sites)", 0
     has_diag = any(not math.isnan(g["r_hat"]) for g in groups)
@@ -113,7 +136,7 @@ def headline(run, summary: Optional[dict]) -> str:
     if method == "svi":
         return (f"svi: {stats.get('steps', '?')} steps, final loss "
                 f"{_f(stats.get('final_loss'), '.6g')}{state}")
-    if method == "smc":
+    if method == "smc" and "log_Z" in stats:
         return (f"smc: log Z = {_f(stats.get('log_Z'), '.6f')}, {stats.get('num_steps', '?')} "
                 f"steps, {stats.get('num_finished', '?')} finished, "
                 f"{stats.get('num_truncated', '?')} truncated{state}")
@@ -136,21 +159,42 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
     summary = run.summary
     out = [headline(run, summary)]
     status = run.status
-    if status == "failed" and summary and summary.get("message"):
-        out.append(f"failed: {summary['message']}")
+    if status == "failed":
+        out.append(f"failed: {failure_message(run, summary)}")
     if summary is None:
         out.append(_partial(run, status))
     elif run.method == "smc":
-        out.append(_sequences(run))
+        if run.sequences is not None:
+            out.append(_sequences(run))
+        elif status != "failed":  # a failed run said what happened above
+            out.append(f"no sequences were recorded ({status})")
     else:
         params = summary.get("parameters", {})
-        table, hidden = summary_table(params, _site_shapes(run), max_rows)
+        sites = summary.get("sites")
+        truncated = int(summary.get("truncated", 0) or 0)
+        table, hidden = summary_table(params, None if sites else _site_shapes(run), max_rows,
+                                      sites=sites)
         out.append(table)
-        n = len(params) + int(summary.get("truncated", 0) or 0)
+        n = len(params) + truncated
         more = f"{hidden} more sites; " if hidden else ""
-        if params:
+        if params and truncated:  # a record from before summaries were complete
+            out.append(f"({more}the first {len(params)} of {n} coordinates in "
+                       f"{run.path / 'summary.txt'}; the rows above cover those only)")
+        elif params:
             out.append(f"({more}every coordinate ({n}) in {run.path / 'summary.txt'})")
     return "\n".join(out)
+
+
+def failure_message(run, summary: Optional[dict] = None) -> str:
+    """Why a failed run failed, from the record: the summary's message, else the
+    `FitFailed` event's, else the last line of ``error.txt``."""
+    if summary and summary.get("message"):
+        return str(summary["message"])
+    for ev in reversed(run.events(load_draws=False)):
+        if type(ev).__name__ == "FitFailed" and ev.message:
+            return ev.message
+    lines = (run.error or "").strip().splitlines()
+    return lines[-1] if lines else "no message was recorded"
 
 
 def _partial(run, status: str) -> str:

@@ -145,6 +145,18 @@ def _config_file(path: str, method: str) -> dict:
     return data
 
 
+def _check_start_from(path) -> None:
+    """`--from RUN` must name a readable run record: a usage error (exit 2) found before
+    the new run's folder is created (torch-free: `qvr.runs` reads records without it)."""
+    from qvr.runs import RunRecordError, open_run
+    if not Path(path).is_dir():
+        raise UsageError(f"--from {path}: no such run folder")
+    try:
+        open_run(path)
+    except RunRecordError as exc:
+        raise UsageError(f"--from {exc}") from None
+
+
 def register(sub) -> None:
     p = sub.add_parser("run", help="run inference on a program (SVI, HMC, NUTS, SMC)",
                        description="Fit a QVR program with SVI, HMC or NUTS, or generate from "
@@ -224,8 +236,8 @@ def run(args) -> int:
         config = config_from_args(args)
         if not Path(args.file).is_file():
             raise UsageError(f"{args.file}: no such file")
-        if args.start_from is not None and not Path(args.start_from).is_dir():
-            raise UsageError(f"--from {args.start_from}: no such run folder")
+        if args.start_from is not None:
+            _check_start_from(args.start_from)
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
         program, export = load_program(args.file, args.export, config.data)

@@ -11,7 +11,8 @@ Draws are arrays of shape `(chains, draws, *param_shape)`.
   and `mcse_mean` for the mean.  These follow Vehtari et al. (2021) with Geyer's initial
   monotone sequence, as Stan and ArviZ do.
 * `summary(draws)` — a `Summary` table (mean, sd, 5/50/95% quantiles, MCSE, bulk and
-  tail ESS, R-hat) per scalar coordinate, printable.
+  tail ESS, R-hat) per scalar coordinate, printable, and one row per site folded from all
+  its coordinates (`Summary.sites`: shape, range of the means, worst ESS and R-hat).
 * `to_arviz(result)` — an ArviZ `InferenceData`/`DataTree` when ArviZ is installed.
 
 Why our own code rather than a library: ArviZ's statistics (`arviz-stats`) need scipy and,
@@ -125,19 +126,20 @@ def _ranks(a: np.ndarray) -> np.ndarray:
     P = a.shape[0]
     flat = a.reshape(P, -1)
     S = flat.shape[1]
-    order = np.argsort(flat, axis=1, kind="mergesort")
+    order = np.argsort(flat, axis=1)  # ties get their mean rank below: no stable sort needed
     sorted_vals = np.take_along_axis(flat, order, axis=1)
     ranks_sorted = np.broadcast_to(np.arange(1, S + 1, dtype=np.float64), (P, S)).copy()
-    # average ties: for runs of equal values, replace by the run's mean rank
+    # average ties: a run of equal values gets the run's mean rank.  Vectorised over the
+    # rows (runs numbered over the flattened rows, each row starting a new run): folded
+    # draws tie in nearly every row (the two draws either side of an even-sized median),
+    # and a loop over the rows cost seconds for a few thousand coordinates
     if S > 1:
-        eq = sorted_vals[:, 1:] == sorted_vals[:, :-1]
-        if eq.any():
-            for r in np.nonzero(eq.any(axis=1))[0]:
-                vals = sorted_vals[r]
-                _, start, counts = np.unique(vals, return_index=True, return_counts=True)
-                for s0, c in zip(start, counts):
-                    if c > 1:
-                        ranks_sorted[r, s0:s0 + c] = s0 + (c + 1) / 2.0
+        new = np.ones((P, S), dtype=bool)
+        new[:, 1:] = sorted_vals[:, 1:] != sorted_vals[:, :-1]
+        if not new.all():
+            run = np.cumsum(new.ravel()) - 1
+            mean_rank = np.bincount(run, weights=ranks_sorted.ravel()) / np.bincount(run)
+            ranks_sorted = mean_rank[run].reshape(P, S)
     ranks = np.empty_like(ranks_sorted)
     np.put_along_axis(ranks, order, ranks_sorted, axis=1)
     return ranks.reshape(a.shape)
@@ -283,20 +285,57 @@ def mcse_mean(draws) -> np.ndarray:
 COLUMNS = ("mean", "sd", "q5", "q50", "q95", "mcse_mean", "ess_bulk", "ess_tail", "r_hat")
 
 
+# how a site's coordinates are folded into its one row of `Summary.sites` (the grouped
+# table of `qvr run`/`qvr show`): the range of the means, the median sd, the widest
+# quantiles, the worst MCSE, ESS and R-hat.  NaN coordinates (a constant draw has no
+# R-hat) are left out; a site whose every coordinate is NaN gets NaN.
+SITE_AGGREGATES = (("mean_lo", "mean", "min"), ("mean_hi", "mean", "max"),
+                   ("sd", "sd", "median"), ("q5", "q5", "min"), ("q50", "q50", "median"),
+                   ("q95", "q95", "max"), ("mcse_mean", "mcse_mean", "max"),
+                   ("ess_bulk", "ess_bulk", "min"), ("ess_tail", "ess_tail", "min"),
+                   ("r_hat", "r_hat", "max"))
+
+
+def site_row(shape: tuple, stats: Mapping[str, np.ndarray], size: Optional[int] = None) \
+        -> dict:
+    """One site's row of `Summary.sites` from its per-coordinate statistics
+    (`{column: (n,)}`): ``shape`` (the site's shape, a list), ``size`` (its coordinates),
+    ``n`` (those summarised) and the aggregates of `SITE_AGGREGATES` for the columns
+    present."""
+    n = len(next(iter(stats.values()))) if stats else 0
+    out: dict = {"shape": [int(s) for s in shape],
+                 "size": int(size if size is not None else (np.prod(shape) if shape else 1)),
+                 "n": int(n)}
+    for key, col, how in SITE_AGGREGATES:
+        if col not in stats:
+            continue
+        v = np.asarray(stats[col], dtype=np.float64)
+        v = v[~np.isnan(v)]
+        out[key] = float(getattr(np, how)(v)) if v.size else float("nan")
+    return out
+
+
 @dataclass
 class Summary:
-    """Per-coordinate statistics: `rows[name] = {column: float}` in site order.
+    """Per-coordinate statistics: `rows[name] = {column: float}` in site order, and one
+    row per site (`sites[site]`, see `site_row`) folded from all its coordinates.
 
-    `str(summary)` renders a fixed-width table; `worst()` gives the minimum ESS and the
-    maximum R-hat over all coordinates.
+    `str(summary)` renders a fixed-width table of every row; `worst()` gives the minimum
+    ESS and the maximum R-hat over all coordinates.  `truncated` counts the coordinates
+    left out when `summary` was asked for fewer (a site cut short has ``n < size`` in
+    `sites`, and its aggregates cover its first ``n`` coordinates only).
     """
 
     rows: dict = field(default_factory=dict)
     truncated: int = 0
     columns: tuple = COLUMNS
+    sites: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {k: dict(v) for k, v in self.rows.items()}
+
+    def sites_dict(self) -> dict:
+        return {k: dict(v) for k, v in self.sites.items()}
 
     def worst(self) -> dict:
         def pick(col, f):
@@ -327,13 +366,16 @@ class Summary:
         return "\n".join(lines)
 
 
-def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200,
+def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = None,
             columns: tuple = COLUMNS) -> Summary:
-    """Statistics of every scalar coordinate of `samples` (`{name: (chains, draws, ...)}`).
+    """Statistics of every scalar coordinate of `samples` (`{name: (chains, draws, ...)}`),
+    and of every site as a whole (`Summary.sites`).
 
-    At most `max_coordinates` rows are computed (in site order); the count of the others
-    is kept in `Summary.truncated`.  `columns` selects the statistics (e.g. only the
-    moments and quantiles for independent draws from a fitted guide).
+    Every coordinate by default (what a fit records: the per-site figures and the full
+    table must cover the whole site); with `max_coordinates` at most that many rows are
+    computed (in site order), the count of the others is kept in `Summary.truncated`.
+    `columns` selects the statistics (e.g. only the moments and quantiles for independent
+    draws from a fitted guide).
     """
     out = Summary(columns=tuple(columns))
     budget = max_coordinates if max_coordinates is not None else float("inf")
@@ -361,13 +403,18 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = 200,
             "ess_tail": lambda: np.atleast_1d(ess_tail(flat)),
             "r_hat": lambda: np.atleast_1d(split_rhat(flat)),
         }
-        stats = {c: compute[c]() for c in out.columns}
-        for k in range(take):
-            if not shape or shape == (1,):  # scalar sites are recorded with shape (1,)
-                label = name
-            else:
-                label = f"{name}[{','.join(map(str, np.unravel_index(k, shape)))}]"
-            out.rows[label] = {c: float(stats[c][k]) for c in out.columns}
+        stats = {c: np.asarray(compute[c](), dtype=np.float64).reshape(take)
+                 for c in out.columns}
+        out.sites[name] = site_row(shape, stats, P)
+        table = {c: stats[c].tolist() for c in out.columns}  # Python floats, in one pass
+        scalar = not shape or shape == (1,)  # scalar sites are recorded with shape (1,)
+        if scalar:
+            labels = [name]
+        else:
+            idx = np.stack(np.unravel_index(np.arange(take), shape), axis=1).tolist()
+            labels = [f"{name}[{','.join(map(str, i))}]" for i in idx]
+        for k, label in enumerate(labels):
+            out.rows[label] = {c: table[c][k] for c in out.columns}
     return out
 
 

@@ -11,8 +11,9 @@ What a run gives the next fit:
   locations, or HMC/NUTS's initial positions.
 
 A program whose parameters no longer match the run's (a renamed morphism, a changed
-width) is a `StartError` naming the parameter, and saying when the program's text
-changed since the run.  The record of the new run names the run it started from and that
+width) is a `StartError` naming the QVR declaration the parameter belongs to (the
+morphism, and the parameter within it: `declaration_of`), and saying when the program's
+text changed since the run.  The record of the new run names the run it started from and that
 run's source hash (`StartState.record`).
 """
 from __future__ import annotations
@@ -51,16 +52,18 @@ class StartState:
         changed = self._changed_note()
         for name, value in self.model_params.items():
             if name not in own:
-                raise StartError(f"{self._where()}: the run has parameter `{name}`, which this "
-                                 f"program does not{changed}")
+                raise StartError(f"{self._where()}: the run has a parameter of "
+                                 f"{declaration_of(module, name)}, which this program does "
+                                 f"not{changed}")
             if tuple(own[name].shape) != tuple(value.shape):
-                raise StartError(f"{self._where()}: parameter `{name}` has shape "
+                raise StartError(f"{self._where()}: {declaration_of(module, name)} has shape "
                                  f"{tuple(value.shape)} in the run but "
                                  f"{tuple(own[name].shape)} in this program{changed}")
-        missing = sorted(set(own) - set(self.model_params))
+        missing = [n for n in own if n not in self.model_params]
         if missing:
-            raise StartError(f"{self._where()}: this program's parameter `{missing[0]}` is not "
-                             f"in the run{changed}")
+            raise StartError(f"{self._where()}: this program's "
+                             f"{declaration_of(module, missing[0])} is not in the run"
+                             f"{changed}")
         with torch.no_grad():
             for name, value in self.model_params.items():
                 p = own[name]
@@ -123,6 +126,41 @@ class StartState:
                     if name.startswith("log_scale_"):
                         p.fill_(-6.0)  # start at the means, barely jittered
         return guide
+
+
+def declaration_of(module, name: str) -> str:
+    """The QVR declaration a torch parameter path belongs to, for messages: "morphism
+    `ff` (parameter `param_source.net.4.weight`)" for
+    ``_step_h.right.left.right.param_source.net.4.weight``.
+
+    The declaration is the nearest module on the path that carries the name it was bound
+    to (`qvr.runtime.compile` marks it ``_qvr_named``: a declared morphism, a replicated
+    copy ``head_0``, a ``let``, the program); when several distinct modules carry that
+    name (the deep copies `stack` makes) the message says which copy, in order of
+    application.  A path that does not lead into `module` (a parameter of a run whose
+    program has since changed shape) is resolved as far as it goes, else given as is."""
+    from torch import nn
+    modules = dict(module.named_modules())
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, -1, -1):
+        path = ".".join(parts[:cut])
+        m = modules.get(path)
+        if m is None or not getattr(m, "_qvr_named", False) or not getattr(m, "label", None):
+            continue
+        rest = ".".join(parts[cut:])
+        kind = "program" if hasattr(m, "log_joint") else "morphism"
+        same = []
+        for other in module.modules():
+            if isinstance(other, nn.Module) and getattr(other, "_qvr_named", False) and \
+                    getattr(other, "label", None) == m.label and \
+                    all(o is not other for o in same):
+                same.append(other)
+        copy = ""
+        if len(same) > 1:
+            i = next(k for k, o in enumerate(same) if o is m)
+            copy = f"copy {i + 1} of {len(same)}, "
+        return f"{kind} `{m.label}` ({copy}parameter `{rest}`)"
+    return f"parameter `{name}`"
 
 
 def load_start(start_from, config=None) -> StartState:

@@ -10,13 +10,21 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
 * ``events.jsonl`` — every fit event as one JSON line (`qvr.inference.events.to_json`),
   flushed as it is written; a `DrawsChunk` line refers to its chunk file;
 * ``draws/c{chain}-{start:08d}.npz`` — one file per `DrawsChunk` (arrays by site, shape
-  ``(count, *site_shape)``), complete before the line that refers to it is written;
-* ``writer.lock`` — held (``flock``) by the live writer: a record without a terminal event
-  whose lock is free was left by a writer that died;
+  ``(count, *site_shape)``, a scalar site ``(count,)``; `Run.draws` gives them in the
+  shapes of ``samples.npz``), complete before the line that refers to it is written;
+* ``writer.lock`` — held (``flock``, exclusive) by the live writer: a record without a
+  terminal event whose lock is free was left by a writer that died (readers probe it with
+  a shared lock, so two readers never mistake each other for the writer);
 * final results, each written atomically (temp file + rename): ``summary.json``
-  (``status``, ``message``, ``stats``, ``parameters`` rows), ``samples.npz`` (MCMC draws and
-  sampler statistics), ``params.npz`` (fitted parameters), ``losses.npy`` (SVI),
-  ``sequences.json`` (SMC), ``synthetic_truth.npz`` (drawn ground truth), ``error.txt``;
+  (``status``, ``message``, ``method``, ``stats``; ``sites``: one row per latent site
+  folded from all its coordinates, ``{"shape", "size", "n", "mean_lo", "mean_hi", "sd",
+  "q5", "q50", "q95", "mcse_mean", "ess_bulk", "ess_tail", "r_hat"}`` as far as the method
+  computes them; ``parameters``: every coordinate's row ``{"site[i,j]": {column: value}}``;
+  ``truncated``: coordinates left out, 0 since every coordinate is kept), ``summary.txt``
+  (the table of every coordinate, for a person), ``samples.npz`` (MCMC draws and sampler
+  statistics; a scalar site is ``(chains, draws, 1)``), ``params.npz`` (fitted
+  parameters), ``losses.npy`` (SVI), ``sequences.json`` (SMC), ``synthetic_truth.npz``
+  (drawn ground truth), ``error.txt``;
 * for a fitted program with attention layers (`qvr.inference.methods.circuits`):
   ``circuits.npz`` — per attention layer L (its morphism label, ``label#i`` for the i-th
   copy a ``stack`` made), in program order: ``qk/L`` (H, dA, dA), the QK circuits
@@ -33,6 +41,7 @@ EVENTS = "events.jsonl"
 DRAWS_DIR = "draws"
 LOCK = "writer.lock"
 SUMMARY = "summary.json"
+SUMMARY_TEXT = "summary.txt"
 SAMPLES = "samples.npz"
 PARAMS = "params.npz"
 LOSSES = "losses.npy"

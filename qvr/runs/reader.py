@@ -137,7 +137,12 @@ class Run:
         return self.meta.get("started", "")
 
     def writer_alive(self) -> bool:
-        """Whether a live process holds this record's writer lock."""
+        """Whether a live process holds this record's writer lock.
+
+        The writer holds ``writer.lock`` exclusively (``LOCK_EX``) for its life; a reader
+        probes with a *shared* lock (``LOCK_SH | LOCK_NB``), which only an exclusive holder
+        refuses.  (An exclusive probe would also be refused by another reader's probe at
+        the same instant, and a dead run would read as ``running``.)"""
         lock = self.path / layout.LOCK
         if not lock.exists():
             return False
@@ -146,13 +151,13 @@ class Run:
         except ImportError:  # pragma: no cover - not POSIX: fall back on the pid
             return _pid_alive(self.meta.get("pid"))
         try:
-            fh = open(lock, "a+")
+            fh = open(lock, "rb")  # a reader never writes the record, not even the lock
         except OSError:
             return False
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
-            return True  # someone holds it
+            return True  # the writer holds it
         else:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
             return False
@@ -202,7 +207,11 @@ class Run:
 
     # ------------------------------------------------------------ arrays and results
     def draws(self) -> dict[str, Any]:
-        """Posterior draws from the chunk files, ``{site: (chains, draws, *shape)}``.
+        """Posterior draws from the chunk files, ``{site: (chains, draws, *shape)}``, the
+        shapes of ``samples.npz``: a scalar site is ``(chains, draws, 1)`` there (the
+        `MCMCResult` convention), so it is here too, although a chunk holds it as
+        ``(count,)`` (the sampler's draw of a scalar, as the live `DrawsChunk` events carry
+        it).
 
         Chains are cut to the draws every chain has (a live or interrupted run may have
         chains of different lengths); `draws_per_chain()` gives each chain's own count.
@@ -219,7 +228,8 @@ class Run:
             for name in parts[0].draws:
                 a = np.concatenate([np.asarray(c.draws[name]) for c in parts], axis=0)[:n]
                 out.setdefault(name, []).append(a)
-        return {k: np.stack(v) for k, v in out.items()}
+        stacked = {k: np.stack(v) for k, v in out.items()}
+        return {k: v[..., None] if v.ndim == 2 else v for k, v in stacked.items()}
 
     def draws_per_chain(self) -> dict[int, int]:
         return {c: sum(ch.count for ch in chunks) for c, chunks in self._chunks().items()}

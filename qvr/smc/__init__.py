@@ -4,11 +4,11 @@ Sequential Monte Carlo over strings drawn from a next-token model (`LogitsLM`,
 `ProgramLM`) and reweighted by potentials, per Algorithm 3 of the user's design document
 001 (Lew et al. 2023, arXiv:2306.03081).  Submodules: `resample` (the `c*` threshold and
 the deterministic / stratified split), `model` (next-token protocol, `LogitsLM`),
-`program_lm` (`ProgramLM`), `potentials`, `steering` (`SMCSteering`, `SMCResult`), `cli`
-(``qvr run --method smc``).
+`program_lm` (`ProgramLM`), `potentials`, `steering` (`SMCSteering`, `SMCResult`).
+Generation from a program goes through `qvr.inference.fit` (``method="smc"``,
+`qvr.inference.methods.smc`); ``qvr run --method smc`` is that fit's command line.
 
-Names are imported lazily, so ``import qvr.smc.cli`` (done by ``qvr`` at start-up) does
-not import torch.
+Names are imported lazily, so ``import qvr.smc`` does not import torch.
 """
 from __future__ import annotations
 

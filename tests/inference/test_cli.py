@@ -76,7 +76,7 @@ def test_nuts_run_prints_a_summary_and_fills_the_run_folder(program, qvr_run, tm
     with np.load(folder / "samples.npz") as f:
         assert f["mu"].shape == (2, 30, 1) and f["sigma"].shape == (2, 30, 1)
         assert f["sample_stats.diverging"].shape == (2, 30)
-    assert run.draws()["mu"].shape == (2, 30)
+    assert run.draws()["mu"].shape == (2, 30, 1)  # as in samples.npz
     summary = run.summary
     assert summary["status"] == "finished" and "mu" in summary["parameters"]
     assert (folder / "summary.txt").exists()

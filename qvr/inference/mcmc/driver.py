@@ -115,13 +115,18 @@ class MCMCResult:
     def total_time(self) -> float:
         return self.warmup_time + self.sampling_time
 
-    def summary(self, max_coordinates: Optional[int] = 200):
+    def summary(self, max_coordinates: Optional[int] = None):
         """Mean, sd, quantiles, MCSE, bulk/tail ESS and rank-normalised R-hat per
-        coordinate (`qvr.inference.diagnostics.Summary`)."""
+        coordinate, and per site over all its coordinates
+        (`qvr.inference.diagnostics.Summary`); every coordinate unless `max_coordinates`
+        caps the rows (what a fit records is complete: a site's worst R-hat must be
+        taken over the whole site)."""
         from qvr.inference.diagnostics import summary
         return summary(self.samples, max_coordinates)
 
     def print_summary(self, max_coordinates: Optional[int] = 200) -> None:
+        """Print the first `max_coordinates` rows (a terminal's worth), then the
+        acceptance, divergences and step sizes."""
         print(self.summary(max_coordinates))
         print(f"acceptance {self.mean_acceptance:.3f}, divergences {self.total_divergences}, "
               f"step sizes {[round(float(s), 4) for s in self.step_sizes]}")

@@ -81,4 +81,4 @@ def guide_summary(guide, x, observations, n: int = 1000):
     with torch.no_grad():
         draws = guide.rsample(x, observations, sample_shape=(n,))
     samples = {k: v.detach().cpu().numpy()[None] for k, v in draws.items()}
-    return samples, summary(samples, max_coordinates=200, columns=columns)
+    return samples, summary(samples, columns=columns)  # every coordinate (qvr show's table)
