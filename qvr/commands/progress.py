@@ -39,7 +39,9 @@ class _Chain:
         if ev.phase != self.phase:
             if self.phase == "warmup":
                 self.warmup_rate = self.rate
-            self.phase, self.phase_t0, self.phase_step0 = ev.phase, ev.elapsed, 0
+            # the phase's rate is measured from its first report on (the steps before it
+            # took an unknown part of the time since the previous phase's last report)
+            self.phase, self.phase_t0, self.phase_step0 = ev.phase, ev.elapsed, ev.step
             self.rate = None
         self.step, self.total, self.metrics = ev.step, ev.total, dict(ev.metrics)
         dt = ev.elapsed - (self.phase_t0 or 0.0)

@@ -1,0 +1,72 @@
+"""The live display of `qvr run` (`qvr.commands.progress`, rich), rendered to text: one row
+per chain with its phase, bar, step, rate, acceptance, step size, divergences and ETA;
+nothing before the fit has said which method it runs."""
+import io
+
+from rich.console import Console
+
+from qvr.commands.progress import Progress
+from qvr.inference.events import FitProgress, FitStarted
+
+
+def text_of(progress: Progress) -> str:
+    console = Console(record=True, width=110, file=io.StringIO())
+    console.print(progress._render())
+    return console.export_text()
+
+
+def rows(text: str) -> dict:
+    """`{first cell: cells}` of the rendered table without its bar characters."""
+    out = {}
+    for line in text.splitlines()[1:]:
+        cells = [c for c in line.split() if not set(c) <= set("━╸╺ ")]
+        out[cells[0]] = cells
+    return out
+
+
+def nuts_progress() -> Progress:
+    p = Progress(io.StringIO(), force=False)
+    p.update(FitStarted("nuts", 200, 2, {"num_warmup": 100, "num_samples": 100}))
+
+    def report(chain, phase, step, t, acc, div, eps=0.25):
+        p.update(FitProgress("nuts", phase, step, 100, chain,
+                             {"accept_prob": acc, "step_size": eps, "divergences": div}, t))
+    report(0, "warmup", 10, 1.0, 0.70, 0)
+    report(0, "warmup", 60, 2.0, 0.85, 0)  # 50 steps/s in warmup
+    report(1, "warmup", 100, 1.0, 0.80, 0)
+    report(1, "sampling", 20, 3.0, 0.90, 1)
+    report(1, "sampling", 70, 4.0, 0.91, 3, eps=0.125)  # 50 draws/s in sampling
+    return p
+
+
+def test_nothing_is_drawn_before_the_fit_starts():
+    p = Progress(io.StringIO(), force=False)
+    assert text_of(p).strip() == ""
+
+
+def test_mcmc_rows_show_phase_acceptance_divergences_and_eta_per_chain():
+    text = text_of(nuts_progress())
+    assert text.splitlines()[0].split() == ["chain", "phase", "step", "draws/s", "accept",
+                                           "step", "size", "diverg.", "ETA"]
+    got = rows(text)
+    # chain 0: 40 warmup steps left at 50/s, then 100 draws bounded by the warmup rate
+    assert got["0"] == ["0", "warmup", "60/100", "50.0", "0.85", "0.25", "0", "00:03"]
+    # chain 1: sampling, 30 draws left at 50/s; its three divergences
+    assert got["1"] == ["1", "sampling", "70/100", "50.0", "0.91", "0.125", "3", "00:01"]
+
+
+def test_svi_and_smc_rows():
+    p = Progress(io.StringIO(), force=False)
+    p.update(FitStarted("svi", 1000, 1, {"steps": 1000}))
+    p.update(FitProgress("svi", "optimization", 100, 1000, 0, {"loss": 12.5}, 1.0))
+    p.update(FitProgress("svi", "optimization", 300, 1000, 0, {"loss": 10.25}, 2.0))
+    text = text_of(p)
+    assert text.splitlines()[0].split() == ["step", "steps/s", "loss", "ETA"]
+    assert rows(text)["svi"] == ["svi", "300/1000", "200.0", "10.25", "00:04"]
+    p = Progress(io.StringIO(), force=False)
+    p.update(FitStarted("smc", 20, 1, {"max_len": 20}))
+    p.update(FitProgress("smc", "generation", 4, 20, 0,
+                         {"ess": 7.5, "num_finished": 2.0, "log_Z": -3.25}, 0.5))
+    text = text_of(p)
+    assert text.splitlines()[0].split() == ["step", "ESS", "finished", "log", "Z", "ETA"]
+    assert rows(text)["smc"] == ["smc", "4/20", "7.5", "2", "-3.2500", "--:--"]
