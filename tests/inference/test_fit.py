@@ -168,3 +168,83 @@ def test_smc_through_fit_reports_one_start_and_one_end(tmp_path):
     assert len(snaps) == len(steps)
     assert all(5 not in p["tokens"] for p in res.sequences["particles"])
     assert events[-1].summary["log_Z"] == pytest.approx(res.smc.log_Z)
+
+
+def test_nuts_progress_steps_increase_per_chain_and_phase():
+    model, data = model_and_data()
+    events, on_event = collect()
+    fit(model, data, FitConfig(method="nuts", num_warmup=20, num_samples=15, num_chains=3,
+                               progress_interval=0.0), on_event=on_event)
+    progress = [e for e in events if isinstance(e, FitProgress)]
+    for chain in (0, 1, 2):
+        mine = [(0 if e.phase == "warmup" else 1, e.step) for e in progress
+                if e.chain == chain]
+        # every iteration reported (interval 0), warmup then sampling, strictly increasing
+        assert mine == [(0, s) for s in range(1, 21)] + [(1, s) for s in range(1, 16)]
+        assert {e.total for e in progress if e.chain == chain and e.phase == "warmup"} == {20}
+
+
+def _x_obs(model, data):
+    from qvr.inference.data import check_data, split_data
+    x, obs = split_data(model, data)
+    check_data(model, x, obs)  # as `fit` does
+    return x, obs
+
+
+def test_hmc_through_fit_gives_the_draws_of_the_driver_called_directly():
+    from qvr.inference.fitting import model_of
+    from qvr.inference.mcmc.driver import MCMC
+    from qvr.inference.mcmc.hmc import HMCKernel
+    model, data = model_and_data()
+    events, on_event = collect()
+    res = fit(model, data, FitConfig(method="hmc", num_warmup=15, num_samples=10,
+                                     num_chains=2, num_steps=5, seed=11,
+                                     progress_interval=0.0), on_event=on_event)
+    torch.manual_seed(11)
+    prog = model_of(model)
+    x, obs = _x_obs(prog, data)
+    direct = MCMC(HMCKernel(num_steps=5), num_warmup=15, num_samples=10,
+                  num_chains=2).run(prog, x, obs)
+    np.testing.assert_array_equal(res.samples["mu"], direct.samples["mu"].numpy())
+    np.testing.assert_array_equal(res.mcmc.step_sizes.numpy(), direct.step_sizes.numpy())
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[0] == "FitStarted" and kinds[-1] == "FitFinished"
+    assert kinds.count("FitStarted") == kinds.count("FitFinished") == 1
+
+
+def test_svi_through_fit_gives_the_losses_and_guide_of_the_loop_run_directly():
+    from qvr.inference.elbo import ELBO
+    from qvr.inference.fitting import model_of
+    from qvr.inference.guides import AutoNormalGuide
+    from qvr.inference.svi import SVI, adam
+    _, data = model_and_data()
+    res = fit(loads(NORMAL_NORMAL).morphism, data,
+              FitConfig(method="svi", steps=25, lr=0.05, elbo_particles=2, seed=4))
+    torch.manual_seed(4)
+    prog = model_of(loads(NORMAL_NORMAL).morphism)
+    x, obs = _x_obs(prog, data)
+    guide = AutoNormalGuide(prog, observed_names=set(obs))
+    optim = adam(list(prog.parameters()) + list(guide.parameters()), 0.05)
+    svi = SVI(prog, guide, optim, ELBO(num_particles=2))
+    losses = [svi.step(x, obs) for _ in range(25)]
+    assert res.losses == losses
+    for name, p in guide.named_parameters():
+        np.testing.assert_array_equal(res.params[name], p.detach().numpy())
+
+
+def test_smc_through_fit_gives_the_particles_of_the_steering_run_directly():
+    from qvr import load
+    from qvr.smc.potentials import forbid_tokens
+    from qvr.smc.program_lm import ProgramLM
+    from qvr.smc.steering import SMCSteering
+    prog = load("examples/transformer_lm.qvr")
+    res = fit(prog, config=FitConfig(method="smc", particles=8, expansion=2, max_len=6,
+                                     eos=1, bos=0, forbid=[[5]], seed=3))
+    torch.manual_seed(3)
+    direct = SMCSteering(ProgramLM(prog, bos=0, eos=1), potential=forbid_tokens(5),
+                         num_particles=8, expansion=2, max_len=6,
+                         generator=torch.Generator().manual_seed(3)).run()
+    assert [tuple(p["tokens"]) for p in res.sequences["particles"]] == \
+        [tuple(s) for s in direct.sequences]
+    assert res.smc.log_Z == direct.log_Z
+    np.testing.assert_array_equal(res.smc.log_weights.numpy(), direct.log_weights.numpy())

@@ -104,3 +104,32 @@ def test_svi_starts_from_mcmc_posterior_means_in_the_unconstrained_space(tmp_pat
     assert float(res.params["loc_sigma"].reshape(-1)[0]) == pytest.approx(
         np.log(sigma_mean), abs=1e-6)
     assert sigma_mean > 1.5  # the data's spread: log and value differ clearly
+
+
+def test_a_mismatch_in_a_stacked_layer_names_the_morphism_and_the_copy(tmp_path):
+    """transformer_lm stacks two copies of `layer`: the message names the declared
+    morphism (`ff_up`), which copy, and the parameter within it — not the torch path
+    ``_step_h.right.left.left.left.left.right.param_source.net.4.weight``."""
+    prog = tmp_path / "tlm.qvr"
+    text = (ROOT / "examples" / "transformer_lm.qvr").read_text()
+    prog.write_text(text)
+    cfg = FitConfig(method="smc", particles=2, max_len=2, eos=1, bos=0)
+    fit(load(prog), config=cfg, run_dir=tmp_path / "r")
+    prog.write_text(text.replace("object FFHidden : Real 32", "object FFHidden : Real 24"))
+    with pytest.raises(StartError) as info:
+        fit(load(prog), config=cfg, start_from=tmp_path / "r")
+    assert str(info.value) == (
+        f"start from {tmp_path / 'r'}: morphism `ff_up` (copy 1 of 2, parameter "
+        f"`param_source.net.4.weight`) has shape (64, 64) in the run but (48, 64) in this "
+        f"program (the program's text has changed since that run)")
+
+
+def test_declaration_of_names_program_steps_and_unknown_paths():
+    from qvr.inference.start import declaration_of
+    model = load(LM).morphism
+    assert declaration_of(model, "_step_next_char.param_source.net.0.bias") == \
+        "morphism `readout` (parameter `param_source.net.0.bias`)"
+    assert declaration_of(model, "_step_hidden.left.left.weight") == \
+        "morphism `char_embed` (parameter `weight`)"
+    assert declaration_of(model, "_step_gone.weight") == \
+        "program `char_rnn` (parameter `_step_gone.weight`)"

@@ -115,16 +115,17 @@ def test_program_source_hash_is_recorded(tmp_path):
     assert prog["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("method", ["svi", "nuts", "smc"])
+@pytest.mark.parametrize("method", ["svi", "hmc", "nuts", "smc"])
 def test_cancelled_runs_are_recorded_as_cancelled_with_what_they_had(tmp_path, method):
     token = StopToken()
     seen = []
 
     def on_event(e):
         seen.append(e)
-        if isinstance(e, FitProgress) and e.step >= 3:
-            token.cancel()
+        if isinstance(e, FitProgress) and e.step >= 3 and e.phase != "warmup":
+            token.cancel()  # MCMC: a few draws into sampling
     big = {"svi": dict(steps=10_000), "nuts": dict(num_warmup=5, num_samples=10_000),
+           "hmc": dict(num_warmup=5, num_samples=10_000, num_steps=3),
            "smc": dict(max_len=10_000)}[method]
     pot = (lambda p, c, t: 1.0 if c[-1] != 1 else 1e-9) if method == "smc" else None
     prog = load(ROOT / "examples" / "transformer_lm.qvr") if method == "smc" else loads(NORMAL)
@@ -137,6 +138,11 @@ def test_cancelled_runs_are_recorded_as_cancelled_with_what_they_had(tmp_path, m
     assert run.status == "cancelled" and run.events() == seen
     assert isinstance(seen[-1], FitCancelled)
     assert run.summary["status"] == "cancelled"
+    if method in ("hmc", "nuts"):  # the draws made before the stop, in the record
+        chunks = [e for e in seen if isinstance(e, DrawsChunk)]
+        assert chunks and run.draws_per_chain() == \
+            {c: sum(e.count for e in chunks if e.chain == c) for c in (0, 1)}
+        assert run.samples()["mu"].shape == res.samples["mu"].shape
 
 
 def test_failed_fits_are_recorded_with_the_message(tmp_path):
