@@ -234,6 +234,11 @@ class CompiledLeaf:
         out = self.fn(*_leaf_reads(s), u)
         return TickState(*out[:_NUM_LEAF_WRITES], *s[_NUM_LEAF_WRITES:]), out[-2], out[-1]
 
+    def writes(self, s: TickState, u) -> tuple:
+        """`(*written fields, v, div)` as the compiled function returns them: `LeafTick`
+        builds the next record once from these (not once here and once there)."""
+        return self.fn(*_leaf_reads(s), u)
+
 
 def positional_tick(tick: Callable) -> Callable:
     """`tick` (`folded_function`) as `flat(*s, u, store, check) -> carried fields`."""
@@ -258,13 +263,21 @@ class LeafTick:
         self.num_ops = num_ops  # operations in the leaf's graph (0 if unknown)
         #: the eager leaf counts its density evaluations through the target
         self.counts_itself = backend == "eager"
+        # a compiled leaf's raw outputs (`CompiledLeaf.writes`): one record built per tick
+        self._writes = getattr(leaf, "writes", None)
 
     @staticmethod
     def checkpoints(K: int, z0: torch.Tensor) -> tuple:
         return [None] * K, [None] * K
 
     def __call__(self, s: TickState, u, n: int) -> TickState:
-        s, v, div = self.leaf(s, u)
+        if self._writes is not None:
+            out = self._writes(s, u)
+            head, v, div = out[:_NUM_LEAF_WRITES], out[-2], out[-1]
+            z, p = out[0], out[1]
+        else:
+            leaf_s, v, div = self.leaf(s, u)
+            head, z, p = leaf_s[:_NUM_LEAF_WRITES], leaf_s.z, leaf_s.p
         lo, hi = checkpoint_range(n)
         stop = div
         psum, ck_a, ck_v = s.psum, s.ck_a, s.ck_v
@@ -273,16 +286,17 @@ class LeafTick:
             # sub-subtree from checkpoint k to leaf n sums to psum - ck_a[k]
             if n % 2 == 0:
                 ck_a[hi], ck_v[hi] = psum, v
-            psum = psum + s.p
+            psum = psum + p
             for k in range(lo, hi + 1):
                 stop = stop | ops.fused.turning_rho(v, psum - ck_a[k], ck_v[k])
         else:
             if n % 2 == 0:
-                ck_a[hi], ck_v[hi] = s.z, v
+                ck_a[hi], ck_v[hi] = z, v
             for k in range(lo, hi + 1):
-                stop = stop | ops.fused.turning(s.z, v, ck_a[k], ck_v[k], s.direction)
-        # s._replace(psum=psum, running=...), spelled out: ~2 us less per tick
-        return TickState(*s[:12], psum, ck_a, ck_v, s.running & ~stop, *s[NUM_CARRIED:])
+                stop = stop | ops.fused.turning(z, v, ck_a[k], ck_v[k], s.direction)
+        # the leaf's writes, then the U-turn fields (`running` and what follows the
+        # carried fields are not written by the leaf): one record per tick, spelled out
+        return TickState(*head, psum, ck_a, ck_v, s.running & ~stop, *s[NUM_CARRIED:])
 
 
 class InductorTick:
