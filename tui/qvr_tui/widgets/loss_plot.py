@@ -13,7 +13,7 @@ from typing import Sequence
 
 from textual_plot import HiResMode, PlotWidget
 
-from qvr_tui.widgets.axis import SafeNumericFormatter, flat_limits
+from qvr_tui.widgets.axis import SafeNumericFormatter, flat_limits, set_axis_labels
 
 __all__ = ["LossPlot", "LogFormatter", "RAW_STYLE", "SMOOTH_STYLE"]
 
@@ -72,8 +72,7 @@ class LossPlot(PlotWidget):
             self.set_y_formatter(SafeNumericFormatter())
             self.ylabel = "loss"
         self.clear()
-        self.set_ylabel(self.ylabel)
-        self.set_xlabel("step")
+        set_axis_labels(self, self.ylabel, "step")
         # one point, or a flat line: give the axis a range (textual-plot's tick labels
         # fail on an empty one)
         self.set_ylimits(*(flat_limits(ry + sy) or (None, None)))

@@ -10,7 +10,7 @@ from typing import Iterable, Mapping, Optional
 
 from textual_plot import HiResMode, PlotWidget
 
-from qvr_tui.widgets.axis import flat_limits, make_safe
+from qvr_tui.widgets.axis import flat_limits, make_safe, set_axis_labels
 
 __all__ = ["TracePlot", "PALETTE"]
 
@@ -33,8 +33,7 @@ class TracePlot(PlotWidget):
         n = max(20, 2 * (self.size.width or 60))
         self.clear()
         self.title = title
-        self.set_ylabel(title)
-        self.set_xlabel(xlabel)
+        set_axis_labels(self, title, xlabel)
         if ylimits is None:  # a flat line: a readable axis
             ylimits = flat_limits(v for s in series.values() for v in s.y)
         self.set_ylimits(*(ylimits or (None, None)))
