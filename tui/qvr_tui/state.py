@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
                                   FitProgress, FitStarted, FitWarning, ParticlesSnapshot)
 
-__all__ = ["RunState", "ChainRow", "Series", "ParticleRow", "decimate", "tokens_text",
+__all__ = ["RunState", "NO_FIT_YET", "ChainRow", "Series", "ParticleRow", "decimate", "tokens_text",
            "EMA_BETA", "PLATEAU_MIN_STEPS", "MIN_DRAWS_FOR_DIAGNOSTICS"]
 
 EMA_BETA = 0.9
@@ -169,6 +169,9 @@ class WorstRow:
     r_hat: float
     ess_bulk: float
     ess_tail: float
+
+
+NO_FIT_YET = "no fit yet: set one up (2) and press r"
 
 
 class RunState:
@@ -519,6 +522,10 @@ class RunState:
     def status_line(self) -> str:
         """One line: method, status, step, rate and ETA (what the live header shows)."""
         if self.status == "waiting":
+            # a started fit has its run folder from the start; without one nothing was
+            # started (the dashboard just opened, or `--run` named no run)
+            if self.run_dir is None:
+                return NO_FIT_YET
             return "waiting for the worker to start the fit"
         m = (self.method or "?").upper()
         parts = [f"{m} {self.status}"]

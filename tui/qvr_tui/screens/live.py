@@ -22,7 +22,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Static
 
-from qvr_tui.state import RunState, format_seconds
+from qvr_tui.state import NO_FIT_YET, RunState, format_seconds
 from qvr_tui.widgets.chain_table import ChainTable
 from qvr_tui.widgets.loss_plot import LossPlot
 from qvr_tui.widgets.particles import ParticlesTable
@@ -60,7 +60,7 @@ class LivePane(Vertical):
         self.stale_note = ""
 
     def compose(self) -> ComposeResult:
-        yield Static(Text("no fit yet: set one up (2) and press r"), id="live-header")
+        yield Static(Text(NO_FIT_YET), id="live-header")
         yield Static("", id="live-problem")
         with ContentSwitcher(initial="live-empty", id="live-body"):
             yield Static("Nothing is running. Press 2 for the fit setup, r to start, "
