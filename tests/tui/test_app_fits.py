@@ -106,6 +106,12 @@ async def test_nuts_rows_match_the_record(tmp_path):
         rows = app.query_one(ChainTable).rows_text()
         assert [r.split(" | ")[:3] for r in rows] == [["0", "sampling", "30/30"],
                                                       ["1", "sampling", "30/30"]]
+        # every column is as wide as its longest cell (widened as the values grew)
+        table = app.query_one(ChainTable)
+        widths = [col.content_width for col in table.columns.values()]
+        for r in rows:
+            assert all(w >= len(v) for w, v in zip(widths, r.split(" | "))), (widths, r)
+        assert " sampling " in table.render_line(1).text
         stats = open_run(run_dir).summary["stats"]
         assert [app.state.chains[c].divergences for c in (0, 1)] == \
             [int(v) for v in stats["divergence_counts"]]

@@ -45,3 +45,25 @@ async def test_columns_widen_when_an_updated_cell_is_longer():
         row = [str(v) for v in table.get_row("0")]
         assert row[1] == "sampling" and row[3] == "550.2" and row[8] == "3 @17"
         assert not math.isnan(later[0].accept)
+
+
+def drawn_colours(table, y) -> set:
+    """The foreground colour names of the text drawn on line `y` of the table."""
+    return {seg.style.color.name for seg in table.render_line(y)
+            if seg.text.strip() and seg.style and seg.style.color}
+
+
+@pytest.mark.asyncio
+async def test_a_divergent_chain_on_the_first_row_is_drawn_red():
+    """Regression: the row cursor (row 0) painted its highlight over the red."""
+    app = TableApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ChainTable)
+        rows = [ChainRow(chain=c, phase="sampling", step=10, total=30,
+                         divergences=1 if c == 0 else 0,
+                         first_divergence=3 if c == 0 else None) for c in range(2)]
+        table.show(state_with(rows))
+        await pilot.pause()
+        assert table.red_rows() == [0]
+        assert drawn_colours(table, 1) == {"red"}  # line 0 is the header
+        assert "red" not in drawn_colours(table, 2)

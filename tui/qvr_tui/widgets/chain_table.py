@@ -2,7 +2,9 @@
 tree depth, max-depth hits, divergences, ETA); a chain's row turns red at its first
 divergence in sampling.
 
-`show(state)` updates the rows in place (the cursor stays where it is).  `rows_text()`
+`show(state)` updates the rows in place; an updated cell that is longer than its column
+widens the column (`update_width=True`), so `sampling` and `550.2` are never cut.  The
+table has no cursor (see `__init__`).  `rows_text()`
 gives the rows as plain strings (tests, the tmux reader).
 """
 from __future__ import annotations
@@ -30,7 +32,9 @@ class ChainTable(DataTable):
     DEFAULT_CSS = "ChainTable { height: auto; max-height: 10; }"
 
     def __init__(self, **kw) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kw)
+        # No cursor: nothing selects a chain, and a row cursor's highlight painted over
+        # the red of a divergent chain on its row (row 0 by default).
+        super().__init__(cursor_type="none", zebra_stripes=False, **kw)
         self._rows: list[tuple] = []
 
     def on_mount(self) -> None:
