@@ -5,9 +5,13 @@ status, so a cancelled or failed fit keeps what it had.
 
 The summary is complete: ``summary.json`` holds every coordinate's row and one row per
 site folded from all of its coordinates (``"sites"``), ``summary.txt`` the table of every
-coordinate.  Measured (2 shared cores): transformer_lm SVI (7,296 coordinates) and a
-NUTS run of 4 chains x 500 draws over 3,000 coordinates; see the report of issue 14 for
-the figures, kept in `bench/record.py`'s docstring."""
+coordinate.  Why complete: a site's row must fold all its coordinates (its shape, its
+worst R-hat), and the files are small beside the draws.  Measured (one torch thread, two
+shared cores): transformer_lm SVI on its shipped data, 7,296 coordinates of 1,000 guide
+draws: the summary 0.32 s (0.02 s for the first 200), writing ``summary.json`` (1.2 MB,
+one line per row) and ``summary.txt`` (0.46 MB) 0.05 s; NUTS, 4 chains x 500 draws of
+3,001 coordinates: the summary 2.6 s (0.10 s for 200; the ESS autocovariance FFTs are most
+of it), writing 0.04 s (0.85 MB)."""
 from __future__ import annotations
 
 import json
