@@ -112,6 +112,7 @@ class QvrDash(App):
         self.ready = asyncio.Event()  # every tab mounted and wired
         self._start_asked = False  # `r` pressed before `ready`: start when it is set
         self.initial_tab = "live" if self.run_path else "program"
+        self._bindings_method: Optional[str] = None  # the method the footer keys were for
 
     @staticmethod
     def _program_of_run(path: Path) -> Optional[str]:
@@ -222,6 +223,9 @@ class QvrDash(App):
                 self.follow = None
         if self.state.is_mcmc and not self.state.finished:
             self.state.update_diagnostics()
+        if self.state.method != self._bindings_method:  # `l`/`v` apply to this method
+            self._bindings_method = self.state.method
+            self.refresh_bindings()
         try:
             live = self.live
             live.show(self.state)
@@ -317,11 +321,25 @@ class QvrDash(App):
 
     # ------------------------------------------------------------ actions
     def check_action(self, action: str, parameters) -> Optional[bool]:
+        """A pane's keys are shown (and work) while its tab is shown and they apply to
+        what it shows: ``l`` for an SVI run, ``v`` for HMC/NUTS, ``c`` for a run with
+        circuits (asked of the Results pane).  False hides a key from the footer;
+        `tick` and the Results pane call `refresh_bindings` when that changes."""
         if action in ("live", "results"):  # a pane's keys, shown while it is the tab
             try:
-                return self.query_one(TabbedContent).active == action
+                if self.query_one(TabbedContent).active != action:
+                    return False
             except Exception:
                 return False
+            name = parameters[0] if parameters else ""
+            if action == "live":
+                return {"toggle_log": self.state.method == "svi",
+                        "next_trace": self.state.is_mcmc}.get(name, True)
+            try:
+                pane = self.query_one("#results-pane")
+            except NoMatches:
+                return False
+            return pane.check_action(name, ()) is not False
         return True
 
     def on_tabbed_content_tab_activated(self, event) -> None:

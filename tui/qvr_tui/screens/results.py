@@ -100,6 +100,26 @@ def status_text(res: Results) -> Text:
     return t
 
 
+def _dims(shape) -> str:
+    return "×".join(map(str, shape)) or "scalar"
+
+
+def guide_shape_text(g) -> str:
+    """The shape column of the SVI guide table: the site's shape, and the guide's own in
+    ``(u …)`` when its unconstrained coordinates have another shape (a 3×4 simplex plate:
+    ``3×4 (u 3×3)``).  Length-1 axes are not a difference: a site of shape 1 whose guide
+    holds one number reads ``scalar`` (it read ``1 (u scalar)``), an 8-vector with an
+    8×1 guide reads ``8``."""
+    mine = tuple(g.shape)
+    if g.site_shape is None:
+        return "scalar" if g.loc.size == 1 else _dims(mine)
+    own = tuple(g.site_shape)
+    squeeze = lambda t: tuple(d for d in t if d != 1)  # noqa: E731
+    if squeeze(own) == squeeze(mine):
+        return _dims(squeeze(own))
+    return f"{_dims(own)} (u {_dims(mine)})"
+
+
 class ResultsPane(Vertical):
     """See the module docstring."""
 
@@ -118,8 +138,8 @@ class ResultsPane(Vertical):
     ResultsPane #detail { height: 1fr; min-height: 6; }
     ResultsPane #param-heatmap, ResultsPane #svi-heatmap { height: 1fr; }
     ResultsPane #svi-top { height: 1fr; }
-    ResultsPane #svi-loss { width: 1fr; border: round $border; }
-    ResultsPane #guide-table { width: 1fr; }
+    ResultsPane #svi-loss { width: 1fr; min-width: 24; border: round $border; }
+    ResultsPane #guide-table { width: auto; max-width: 70%; }
     ResultsPane #svi-detail { height: 1fr; }
     ResultsPane #smc-table { height: 1fr; }
     ResultsPane #results-footer { height: 1; padding: 0 1; color: $text-muted; background: $panel; }
@@ -270,7 +290,26 @@ class ResultsPane(Vertical):
         if res is not None and res.status == "running":
             # a fit still writing this record: read it again shortly (newest read wins)
             self.set_timer(self.RUNNING_REFRESH, lambda: self._reload_running(gen))
+        self.refresh_bindings()  # the keys shown depend on the run (check_action)
+        self.app.refresh_bindings()  # the app's `c` too
         self.post_message(self.Loaded(self, res))
+
+    # ------------------------------------------------------------------ keys shown
+    def check_action(self, action: str, parameters) -> Optional[bool]:
+        """Hide (and disable) the keys that do nothing for the run shown: filter, sort
+        and the ArviZ export are MCMC keys, the heatmap needs a matrix site (MCMC: any
+        site, checked on the row; SVI: a matrix guide site), ``c`` needs circuits.
+        `_apply` calls `refresh_bindings` when another run is shown."""
+        res = self.results
+        if action in ("filter", "cycle_sort", "export"):
+            return res is not None and res.is_mcmc
+        if action == "toggle_heatmap":
+            return res is not None and (res.is_mcmc or any(g.is_matrix for g in res.guide))
+        if action == "toggle_stat":
+            return res is not None and (res.is_mcmc or res.method == "svi")
+        if action == "toggle_circuits":
+            return res is not None and res.circuits is not None
+        return True
 
     def _reload_running(self, gen: int) -> None:
         if gen == self._generation and self.results is not None \
@@ -554,12 +593,8 @@ class ResultsPane(Vertical):
                 if a is None or not a.size:
                     return ""
                 return fmt(float(a[0])) if a.size == 1 else f"{fmt(float(a.min()), 3)}..{fmt(float(a.max()), 3)}"
-            shape = "scalar" if g.loc.size == 1 else "×".join(map(str, g.shape))
-            if g.unconstrained:
-                own = "×".join(map(str, g.site_shape)) or "scalar"
-                shape = f"{own} (u {shape})"
-            table.add_row(("▦ " if g.is_matrix else "  ") + g.site, shape, rng(loc), rng(sc),
-                          key=g.site)
+            table.add_row(("▦ " if g.is_matrix else "  ") + g.site, guide_shape_text(g),
+                          rng(loc), rng(sc), key=g.site)
         self._update_svi_heatmap()
 
     @on(DataTable.RowHighlighted, "#guide-table")

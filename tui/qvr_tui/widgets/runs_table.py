@@ -8,6 +8,8 @@ order they were marked.
 """
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -16,11 +18,38 @@ from textual.widgets import DataTable
 
 from qvr_tui.results_model import RunRow
 
-__all__ = ["RunsTable", "STATUS_STYLE"]
+__all__ = ["RunsTable", "STATUS_STYLE", "short_folder", "short_started"]
 
 STATUS_STYLE = {"finished": "green", "failed": "bold red", "cancelled": "yellow",
                 "interrupted": "yellow", "running": "bold cyan", "unreadable": "red"}
 COLUMNS = ("", "status", "method", "started (UTC)", "result", "", "folder")
+
+
+FOLDER_WIDTH = 16  # the folder column at most: with the others it fits 80 columns
+
+
+def short_folder(name: str, width: int = FOLDER_WIDTH) -> str:
+    """A run folder's name in at most `width` characters, keeping what tells runs apart:
+    of ``NAME-YYYYmmdd-HHMMSS[-N]`` (`qvr.runs.new_run_dir`) the time (the date is in the
+    started column), with NAME shortened (``transformer_lm-20261124-204145`` ->
+    ``transfor…-204145``); another long name keeps its start and end.  (Cut at the
+    right, same-day runs all read ``transformer_lm-20261124``.)  The full path is the
+    line under the table."""
+    if len(name) <= width:
+        return name
+    m = re.match(r"^(.*?)-\d{8}(-\d{6}(?:-\d+)?)$", name)
+    if m and len(m.group(2)) < width - 1:
+        head, stamp = m.groups()
+        return head[:width - len(stamp) - 1] + "…" + stamp
+    half = (width - 1) // 2
+    return name[:half] + "…" + name[-(width - 1 - half):]
+
+
+def short_started(started: str, year: Optional[str] = None) -> str:
+    """``2026-11-24 13:45:01`` without the year when it is this year (room at 80
+    columns)."""
+    year = year or time.strftime("%Y", time.gmtime())
+    return started[5:] if started.startswith(year + "-") else started
 
 
 class RunsTable(DataTable):
@@ -55,8 +84,9 @@ class RunsTable(DataTable):
     def cells(self, r: RunRow) -> list:
         mark = "●" if r.path in self.marked else " "
         return [mark, Text(r.status, style=STATUS_STYLE.get(r.status, "")), r.method,
-                r.started, r.key_text, Text("stale", style="yellow") if r.stale else "",
-                r.name]
+                short_started(r.started), r.key_text,
+                Text("stale", style="yellow") if r.stale else "",
+                short_folder(r.name)]
 
     def run_at_cursor(self) -> Optional[RunRow]:
         if not self.runs or not (0 <= self.cursor_row < len(self.runs)):
