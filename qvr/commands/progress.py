@@ -3,7 +3,10 @@
 On a terminal: one row per chain for HMC/NUTS (phase, a bar, draws/s, acceptance, step
 size, divergences — red from the first — and an ETA from the phase's own rate, warmup
 being slower than sampling), one row for SVI (loss, steps/s, ETA) or SMC (ESS, finished,
-log Ẑ).  Elsewhere (a pipe, CI) nothing is drawn; the run record has every event.
+log Ẑ).  Elsewhere (a pipe, CI, the dashboard's worker) one plain line every
+`PLAIN_EVERY_S` seconds of fit time (`PLAIN_PREFIX`, then the method, the slowest chain's
+phase and step, the rate, the loss / acceptance and divergences / ESS, and the ETA), so a
+long headless fit is seen to progress; the run record has every event.
 """
 from __future__ import annotations
 
@@ -11,6 +14,12 @@ import time
 from typing import Optional
 
 from qvr.inference.events import FitEvent, FitProgress, FitStarted, FitWarning
+
+#: the start of every plain progress line (the dashboard leaves such lines out of the
+#: worker's stderr it shows as a failure's cause)
+PLAIN_PREFIX = "qvr run: progress: "
+#: seconds of fit time (the events' `elapsed`) between two plain progress lines
+PLAIN_EVERY_S = 10.0
 
 
 def _eta(seconds: Optional[float]) -> str:
@@ -73,6 +82,7 @@ class Progress:
         self.warnings: list[str] = []
         self._live = None
         self._last = 0.0
+        self._next_plain = PLAIN_EVERY_S  # fit time of the next plain line (no terminal)
 
     def __enter__(self):
         if self.live_ok:
@@ -111,6 +121,39 @@ class Progress:
             if now - self._last >= 0.1:
                 self._last = now
                 self._live.update(self._render())
+        elif not self.live_ok and isinstance(event, FitProgress) and \
+                event.elapsed >= self._next_plain:
+            self._next_plain = (event.elapsed // PLAIN_EVERY_S + 1) * PLAIN_EVERY_S
+            self.stream.write(self.plain_line() + "\n")
+            self.stream.flush()
+
+    def plain_line(self) -> str:
+        """One line of where the fit is (for a stream that is not a terminal): the chain
+        furthest behind (warmup before sampling, then the fewest steps) stands for all."""
+        if not self.chains:
+            return f"{PLAIN_PREFIX}{self.method or 'fit'} starting"
+        order = {"warmup": 0, "sampling": 1}
+        cid, ch = min(self.chains.items(),
+                      key=lambda kv: (order.get(kv[1].phase, 0), kv[1].step))
+        m = ch.metrics
+        rate = f"{ch.rate:.1f}" if ch.rate else "-"
+        mcmc = self.method in ("hmc", "nuts")
+        phase = f"{ch.phase} " if mcmc and ch.phase else ("step " if not mcmc else "")
+        parts = [f"{self.method} {phase}{ch.step}/{ch.total}"]
+        if mcmc:
+            div = sum(int(c.metrics.get("divergences", 0)) for c in self.chains.values())
+            etas = [c.eta() for c in self.chains.values()]
+            eta = None if any(e is None for e in etas) else max(etas)
+            parts += [f"{rate} draws/s (chain {cid})",
+                      f"accept {m.get('accept_prob', float('nan')):.2f}",
+                      f"divergences {div}", f"ETA {_eta(eta)}"]
+        elif self.method == "svi":
+            parts += [f"{rate} steps/s", f"loss {m.get('loss', float('nan')):.5g}",
+                      f"ETA {_eta(ch.eta())}"]
+        else:
+            parts += [f"ESS {m.get('ess', float('nan')):.1f}",
+                      f"finished {int(m.get('num_finished', 0))}", f"ETA {_eta(ch.eta())}"]
+        return PLAIN_PREFIX + ", ".join(parts)
 
     # ------------------------------------------------------------ rendering
     def _render(self):

@@ -70,3 +70,39 @@ def test_svi_and_smc_rows():
     text = text_of(p)
     assert text.splitlines()[0].split() == ["step", "ESS", "finished", "log", "Z", "ETA"]
     assert rows(text)["smc"] == ["smc", "4/20", "7.5", "2", "-3.2500", "--:--"]
+
+
+def test_without_a_terminal_a_plain_line_every_ten_seconds_of_fit_time():
+    """A pipe (CI, the README command piped) sees the fit progress: one line per 10 s of
+    fit time (the events' own clock, so this does not depend on the machine's speed)."""
+    from qvr.commands.progress import PLAIN_PREFIX
+    out = io.StringIO()
+    p = Progress(out, force=False)
+    p.update(FitStarted("svi", 1000, 1, {}))
+    for step, t, loss in [(10, 2.0, 90.0), (50, 9.9, 60.0), (60, 10.0, 55.0), (70, 12.0, 50.0),
+                          (150, 31.5, 20.0)]:
+        p.update(FitProgress("svi", "optimization", step, 1000, 0, {"loss": loss}, t))
+    lines = out.getvalue().splitlines()
+    assert all(line.startswith(PLAIN_PREFIX) for line in lines)
+    assert [line[len(PLAIN_PREFIX):].split(",")[0] for line in lines] == \
+        ["svi step 60/1000", "svi step 150/1000"]
+    # the rate counts from the phase's first report: (150 - 10) / (31.5 - 2)
+    assert lines[1] == f"{PLAIN_PREFIX}svi step 150/1000, 4.7 steps/s, loss 20, ETA 02:59"
+
+
+def test_a_plain_mcmc_line_follows_the_chain_furthest_behind():
+    from qvr.commands.progress import PLAIN_PREFIX
+    p = nuts_progress()  # chain 0 still in warmup at 60/100, chain 1 sampling
+    p.update(FitProgress("nuts", "warmup", 70, 100, 0,
+                         {"accept_prob": 0.8, "step_size": 0.25, "divergences": 0}, 10.0))
+    text = p.stream.getvalue()
+    assert text == (f"{PLAIN_PREFIX}nuts warmup 70/100, 6.7 draws/s (chain 0), accept 0.80, "
+                    f"divergences 3, ETA 00:20\n")
+
+
+def test_on_a_terminal_no_plain_lines():
+    out = io.StringIO()
+    p = Progress(out, force=True)
+    p.update(FitStarted("svi", 10, 1, {}))
+    p.update(FitProgress("svi", "optimization", 5, 10, 0, {"loss": 1.0}, 50.0))
+    assert out.getvalue() == ""

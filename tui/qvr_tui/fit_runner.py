@@ -171,7 +171,8 @@ class FitRunner:
         for line in data.replace("\r", "\n").splitlines():
             line = line.strip()
             if not line or line.startswith("qvr run: run folder") or \
-                    line.startswith("qvr run: results in") or "stopping after this step" in line:
+                    line.startswith("qvr run: results in") or \
+                    line.startswith("qvr run: progress: ") or "stopping after this step" in line:
                 continue
             keep.append(line)
         return "\n".join(keep[-lines:])

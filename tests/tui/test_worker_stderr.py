@@ -1,0 +1,17 @@
+"""What the dashboard shows of a dead worker's stderr: its last meaningful lines, without
+the run-folder notes and the plain progress lines `qvr run` prints when its stderr is not
+a terminal (as in the worker)."""
+from qvr.commands.progress import PLAIN_PREFIX
+from qvr_tui.fit_runner import FitRunner
+
+
+def test_progress_lines_are_not_a_failure_cause(tmp_path):
+    runner = FitRunner.__new__(FitRunner)  # no worker: only the stderr file is read
+    runner.stderr_path = tmp_path / "worker.err"
+    runner.stderr_path.write_text(
+        "qvr run: run folder runs/x-1\n"
+        f"{PLAIN_PREFIX}svi step 60/1000, 4.7 steps/s, loss 20, ETA 02:59\n"
+        "qvr run: examples/x.qvr: the loss is NaN at step 61\n"
+        f"{PLAIN_PREFIX}svi step 61/1000, 4.7 steps/s, loss nan, ETA 02:59\n"
+        "qvr run: results in runs/x-1\n", encoding="utf-8")
+    assert runner.stderr_tail() == "qvr run: examples/x.qvr: the loss is NaN at step 61"
