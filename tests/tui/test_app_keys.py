@@ -126,6 +126,13 @@ async def test_worker_stderr_is_shown_when_it_fails_to_start(tmp_path):
         await pilot.press("r")
         await wait_until(pilot, lambda: app.runner is None, "the worker to exit")
         assert app.state.problem() == "failed: qvr run: --data x.json: no such file"
+        # the header names the method and that nothing was recorded (it read "? failed"),
+        # the note says the folder holds no record (it read "record: runs/…")
+        await pilot.pause()
+        header = str(app.query_one("#live-header").render())
+        assert header == "SVI failed to start: no record was written"
+        note = str(app.query_one("#live-note").render())
+        assert note.endswith("holds no record (left empty)") and "record: " not in note
 
 
 @pytest.mark.asyncio

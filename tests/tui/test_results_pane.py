@@ -248,3 +248,20 @@ async def test_running_record_is_read_again_until_it_ends(runs):
             assert "interrupted" in text_of(pane.query_one("#results-header", Static))
     finally:
         lock.close()
+
+
+async def test_a_new_run_clears_and_hides_the_filter_box(runs):
+    """The filter is reset when another run is shown, and so is its box (it kept the old
+    text, shown, although the table was no longer filtered)."""
+    runs_dir, program = runs
+    app, pane = await open_pane(runs_dir / "nuts", program)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.loaded.get()
+        pane.query_one("#summary", SummaryTable).focus()
+        await pilot.press("slash", "p", "r")
+        box = pane.query_one("#results-filter")
+        assert box.value == "pr" and box.has_class("-shown")
+        pane.show_run(runs_dir / "nuts")
+        await app.loaded.get()
+        assert box.value == "" and not box.has_class("-shown") and not box.display
+        assert pane.query_text == "" and keys_shown(pane) == ["mu", "sigma", "probs"]

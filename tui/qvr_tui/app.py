@@ -236,10 +236,12 @@ class QvrDash(App):
         self.runner = None
         self.last_runner = r
         if r.outcome in ("interrupted",) or (r.outcome == "failed" and r.tail is None):
-            if r.tail is None:
-                self.state.status = "failed"
-                self.state.message = r.message
-                self.state.version += 1
+            if r.tail is None:  # no record: say why, and that the folder holds none
+                try:
+                    held = sorted(p.name for p in Path(r.run_dir).iterdir())
+                except OSError:
+                    held = []
+                self.state.start_failed(r.message, held)
             else:
                 self.state.mark_interrupted(r.message)
         self.state.update_diagnostics(force=True)
@@ -416,6 +418,7 @@ class QvrDash(App):
     def begin(self, request: FitRequest) -> FitRunner:
         vocab = _load_vocab(self.program) if request.config.method == "smc" else None
         self.state = RunState(vocab=vocab)
+        self.state.requested = request.config.method
         self.state.run_dir = _shown_path(request.run_dir)
         self.live.stale_note = ""
         self.follow = None

@@ -184,6 +184,9 @@ class RunState:
         self.clock = clock
         self.diagnostics_interval = diagnostics_interval
         self.method: Optional[str] = None
+        self.requested: Optional[str] = None  # the method asked for (before FitStarted)
+        self.no_record = False  # the worker ended before writing a record (`start_failed`)
+        self.folder_contents: list[str] = []  # what its run folder holds then
         self.config: dict = {}
         self.total_steps = 0
         self.num_chains = 1
@@ -527,7 +530,9 @@ class RunState:
             if self.run_dir is None:
                 return NO_FIT_YET
             return "waiting for the worker to start the fit"
-        m = (self.method or "?").upper()
+        m = (self.method or self.requested or "fit").upper()
+        if self.no_record:
+            return f"{m} failed to start: no record was written"
         parts = [f"{m} {self.status}"]
         if self.method == "svi":
             parts.append(f"step {self.step}/{self.total_steps}")
@@ -550,6 +555,16 @@ class RunState:
             parts.append(f"ETA {format_seconds(self.eta)}")
         parts.append(f"{format_seconds(self.elapsed)} elapsed")
         return " · ".join(parts)
+
+    def start_failed(self, message: str, folder_contents: Sequence[str] = ()) -> None:
+        """The worker ended before it wrote a record: `message` says why (its stderr or
+        exit status); `folder_contents` is what the run folder holds (it is usually left
+        empty: the note says so instead of pointing at a record)."""
+        self.status = "failed"
+        self.no_record = True
+        self.message = message
+        self.folder_contents = list(folder_contents)
+        self.version += 1
 
     def problem(self) -> Optional[str]:
         """The cause of a failed or interrupted run, naming the step, or None."""

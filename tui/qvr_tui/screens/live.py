@@ -123,7 +123,11 @@ class LivePane(Vertical):
                          f"resampled at {len(s.resampled_steps)} steps")
         if s.warnings:
             parts.append(f"warning: {s.warnings[-1]}")
-        if s.finished and s.status != "interrupted" and s.run_dir:
+        if s.no_record and s.run_dir:
+            held = s.folder_contents
+            parts.append(f"{s.run_dir} holds no record" + (
+                f" (only {', '.join(held[:3])})" if held else " (left empty)"))
+        elif s.finished and s.status != "interrupted" and s.run_dir:
             parts.append(f"record: {s.run_dir}")
         if self.stale_note:
             parts.append(self.stale_note)

@@ -231,6 +231,10 @@ class ResultsPane(Vertical):
         self.sort, self.query_text, self.expanded = "order", "", set()
         self.heatmap_on, self.stat, self.selected = False, "mean", None
         self.circuits_on = False
+        box = self.query_one("#results-filter", Input)  # the filter was reset: so is its box
+        with box.prevent(Input.Changed):
+            box.value = ""
+        box.remove_class("-shown")
         self._load()
 
     def _load(self) -> None:
