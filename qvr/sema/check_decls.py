@@ -206,12 +206,20 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     heads = expect_int(ctx, opts["heads"], 1) if ok("heads") else None
     head_dim = expect_int(ctx, opts["head_dim"], 1) if ok("head_dim") else None
     positions = expect_int(ctx, opts["positions"], 1) if ok("positions") else None
-    causal = False
+    # `causal` (position i sees keys j <= i) or `causal=strict` (j < i: no position sees
+    # itself, seed 003's query); any other value is QVR203 (not a name) or QVR204 (another
+    # name), and the attention is then read as not causal (docs/extensions.md E2)
+    causal = causal_strict = False
     if ok("causal"):
-        if opts["causal"].value is not None:
-            ctx.report(E.flag_with_value(opts["causal"].key.span, "causal"))
-        else:
+        v = opts["causal"].value
+        if v is None:
             causal = True
+        elif isinstance(v, A.OVName) and v.text == "strict":
+            causal = causal_strict = True
+        elif isinstance(v, A.OVName):
+            ctx.report(E.unknown_causal_value(v.span, v.text, suggest(v.text, ("strict",))))
+        else:
+            ctx.report(E.causal_shape(opts["causal"].key.span))
 
     # ---- initializer by role (5.4)
     init = d.init
@@ -396,7 +404,7 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     if role == "attention":
         deterministic = init is None
         ext = dict(deterministic=deterministic, heads=heads, head_dim=head_dim, causal=causal,
-                   mixes=True)
+                   causal_strict=causal_strict, mixes=True)
     elif role == "let":
         known = bool(init_info and init_info.known)
         ext = dict(deterministic=known and init_info.deterministic,

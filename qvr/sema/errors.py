@@ -139,8 +139,16 @@ def option_shape(span: Span, key: str, expects: str):
     return error("QVR203", span, f"option `{key}` expects {expects}")
 
 
-def flag_with_value(span: Span, key: str):
-    return error("QVR203", span, f"option `{key}` is a flag and takes no value; write `{key}` alone")
+def causal_shape(span: Span):
+    """`causal=1`, `causal="x"`: the option is a bare flag or `strict` (docs/extensions.md E2)."""
+    return error("QVR203", span, "option `causal` is written alone (keys j <= i) or as "
+                                 "`causal=strict` (keys j < i)")
+
+
+def unknown_causal_value(span: Span, value: str, s: Optional[str]):
+    """`causal=yes`: the one value `causal` takes is `strict`."""
+    return error("QVR204", span, f"unknown `causal` value `{value}`; expected strict (keys j < i), "
+                                 f"or `causal` alone (keys j <= i){did_you_mean(s)}", data=_sug(s))
 
 
 def from_data_shape(span: Span):

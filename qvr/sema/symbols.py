@@ -40,6 +40,10 @@ class MorphismSym:
     heads: Optional[int] = None
     head_dim: Optional[int] = None
     causal: bool = False
+    # `causal=strict` (E2): position i sees keys j < i only; `causal` is True as well, so a
+    # reader that asks "does position i see only the past?" (SMC's next-token check) needs
+    # nothing new; position 0 then sees no key and its attended value is 0
+    causal_strict: bool = False
     positions: Optional[int] = None
     # the morphism mixes positions (docs/extensions.md E1): an attention, or a `role=let`
     # morphism whose expression holds one (only the `scan` cell check reads it)

@@ -54,6 +54,20 @@ def test_width_of_a_product_domain_is_its_total_width():
     assert (s.heads, s.head_dim) == (8, 4)
 
 
+def test_causal_strict_is_causal_and_strict_and_the_bare_flag_is_not_strict():
+    strict = sym("morphism attn : Latent -> Latent [role=attention, heads=4, causal=strict] ~ Normal\n",
+                 "attn")
+    assert (strict.causal, strict.causal_strict, strict.heads, strict.family) == (True, True, 4, "Normal")
+    bare = sym("morphism attn : Latent -> Latent [role=attention, heads=4, causal] ~ Normal\n", "attn")
+    assert (bare.causal, bare.causal_strict) == (True, False)
+    none = sym("morphism attn : Latent -> Latent [role=attention, heads=4] ~ Normal\n", "attn")
+    assert (none.causal, none.causal_strict) == (False, False)
+    rep = typed_module(HEAD + "morphism a : Latent -> Latent [role=attention, causal=strict, "
+                              "replicate=2]\n")
+    assert [(rep.symbol("value", m).causal, rep.symbol("value", m).causal_strict)
+            for m in ("a_0", "a_1")] == [(True, True), (True, True)]
+
+
 def test_option_values_reads_the_bare_flag_as_true():
     tm = typed_module(HEAD + "morphism attn : Latent -> Latent [role=attention, heads=2, causal]\n")
     d = next(td.decl for td in tm.decls if getattr(getattr(td.decl, "name", None), "text", "") == "attn")
@@ -179,7 +193,19 @@ def test_builtin_diagnostics(src, expected):
      [("QVR311", "~ Normal(0.0, 1.0)", "an `attention` morphism takes a family (`~ Normal`, `~ Laplace`, "
                                        "`~ Cauchy`) or no initializer")]),
     ("morphism a : Latent -> Latent [role=attention, causal=yes] ~ Normal\n",
-     [("QVR203", "causal", "option `causal` is a flag and takes no value; write `causal` alone")]),
+     [("QVR204", "yes", "unknown `causal` value `yes`; expected strict (keys j < i), or `causal` "
+                        "alone (keys j <= i)")]),
+    ("morphism a : Latent -> Latent [role=attention, causal=Strict] ~ Normal\n",
+     [("QVR204", "Strict", "unknown `causal` value `Strict`; expected strict (keys j < i), or "
+                           "`causal` alone (keys j <= i); did you mean `strict`?")]),
+    ("morphism a : Latent -> Latent [role=attention, causal=1] ~ Normal\n",
+     [("QVR203", "causal", "option `causal` is written alone (keys j <= i) or as `causal=strict` "
+                           "(keys j < i)")]),
+    ("morphism a : Latent -> Latent [role=attention, causal=\"strict\"] ~ Normal\n",
+     [("QVR203", "causal", "option `causal` is written alone (keys j <= i) or as `causal=strict` "
+                           "(keys j < i)")]),
+    ("morphism a : Latent -> Latent [role=kernel, causal=strict] ~ Normal\n",
+     [("QVR201", "causal", "option `causal` does not apply to a `kernel` morphism")]),
     ("morphism a : Latent -> Latent [role=attention, heads=2.5] ~ Normal\n",
      [("QVR203", "heads", "option `heads` expects an integer")]),
     ("morphism a : Latent -> Latent [role=attention, head_dim=0] ~ Normal\n",
