@@ -33,7 +33,8 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "heads": "attention: number of heads (default 1)",
         "head_dim": "attention: width of one head's queries, keys and values (default: the domain's "
                     "width divided by `heads`)",
-        "causal": "attention: position i attends only to positions j <= i (a bare flag)",
+        "causal": "attention: position i attends only to positions j <= i (a bare flag); "
+                  "`causal=strict`: only to j < i (position 0 attends to nothing: 0)",
         "positions": "embed: a learned vector per position index, added to the embedding; the "
                      "longest sequence it accepts",
     },
@@ -79,6 +80,7 @@ FLAG_KEYS = frozenset({"causal"})
 OPTION_VALUES = {
     "role": ROLES,
     "init": ("auto",),
+    "causal": ("strict",),  # `causal` alone is j <= i; `causal=strict` j < i (E2)
     "reduction": ("logsumexp", "sum", "mean"),
     "semiring": SEMIRINGS,
 }

@@ -94,8 +94,8 @@ def symbol_lines(sym) -> tuple[str, str]:
             facts += f" · {_plural(sym.heads, 'head')}"
             if sym.head_dim is not None:
                 facts += f" × {sym.head_dim}"
-            if sym.causal:
-                facts += ", causal"
+            if sym.causal:  # `causal=strict` (keys j < i) reads "strictly causal"
+                facts += ", strictly causal" if getattr(sym, "causal_strict", False) else ", causal"
         if sym.positions is not None:
             facts += f" · {_plural(sym.positions, 'position')}"
         if sym.deterministic and sym.role == "let":

@@ -17,6 +17,7 @@ object Latent : Real 16
 morphism tok : Token -> Latent [role=embed, positions=16]
 morphism attn : Latent -> Latent [role=attention, heads=4, causal, scale=0.05] ~ Normal
 morphism mix : Latent -> Latent [role=attention, heads=2, head_dim=3]
+morphism icl : Latent -> Latent [role=attention, heads=2, causal=strict] ~ Normal
 morphism ff : Latent -> Latent [role=kernel] ~ Normal
 morphism head : Latent -> Token [role=kernel] ~ Categorical
 let block = residual(layer_norm(Latent) >> attn)
@@ -48,7 +49,10 @@ def h(sig, facts="", doc=""):
      h("rms_norm(A)", "morphism constructor",
        "deterministic A -> A over a Real space: x / sqrt(mean(x^2) + 1e-5) * gain + bias, gain and bias learned")),
     ("caus$0al,", "causal",
-     h("causal", "option of a morphism · attention: position i attends only to positions j <= i (a bare flag)")),
+     h("causal", "option of a morphism · attention: position i attends only to positions j <= i (a bare "
+                 "flag); `causal=strict`: only to j < i (position 0 attends to nothing: 0)")),
+    ("morphism i$0cl", "icl",
+     h("icl : Latent -> Latent", "morphism · role attention ~ Normal · 2 heads × 8, strictly causal")),
     ("posi$0tions", "positions",
      h("positions", "option of a morphism · embed: a learned vector per position index, added to the "
                     "embedding; the longest sequence it accepts")),
@@ -87,6 +91,13 @@ def test_completion_offers_attention_keys_with_causal_as_a_flag():
     # keys already written, the bare flag included, are not offered again
     assert labels(SRC + "morphism z : Latent -> Latent [role=attention, causal, heads=2, $0") == [
         ("head_dim", "head_dim="), ("replicate", "replicate="), ("scale", "scale=")]
+
+
+def test_completion_offers_strict_as_the_value_of_causal():
+    assert labels(SRC + "morphism z : Latent -> Latent [role=attention, causal=$0") == [("strict", "")]
+    # `causal=strict` counts as written: the key is not offered again
+    assert ("causal", "causal") not in labels(SRC + "morphism z : Latent -> Latent "
+                                                    "[role=attention, causal=strict, $0")
 
 
 def test_completion_offers_positions_only_on_embed():
