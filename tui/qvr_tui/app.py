@@ -416,7 +416,8 @@ class QvrDash(App):
         self.begin(request)
 
     def begin(self, request: FitRequest) -> FitRunner:
-        vocab = _load_vocab(self.program) if request.config.method == "smc" else None
+        vocab = (request.vocab or _load_vocab(self.program)) \
+            if request.config.method == "smc" else None
         self.state = RunState(vocab=vocab)
         self.state.requested = request.config.method
         self.state.run_dir = _shown_path(request.run_dir)

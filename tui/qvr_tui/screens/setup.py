@@ -11,6 +11,16 @@ with `qvr.datafiles.find_data`) when there is some, a data file, or N synthetic 
 from the prior predictive.  "Start from" lists this program's finished runs (newest
 first): fit a language model with SVI, then pick SMC and start from it (`preset`).
 
+Every field is checked when it changes (the same parse and `FitConfig` checks as the run
+key): its error shows beside it at once and goes when the value is valid again; an error
+on another field is cleared when that field became valid (a cross-field check), never
+added: a field not touched yet is judged when the run key is pressed.
+
+SMC's vocabulary (token id -> text for the live particles): a path, or empty for the one
+found next to the program (``data/NAME.vocab.json``); a file that does not load is an
+error in place.  (It reaches the Live view through `FitRequest.vocab`; the worker,
+``qvr run``, has no option for it, so the record keeps the shipped vocabulary.)
+
 The pane does not start fits: `build_request(run_dir)` returns a `FitRequest` (or None,
 after showing the errors); the app's run key calls it.
 """
@@ -185,6 +195,10 @@ class SetupPane(VerticalScroll):
             yield Select(self._start_choices(), type_to_search=False, value=Select.NULL,
                          allow_blank=True,
                          prompt="nothing (fresh parameters)", compact=True, id="start-from")
+        with Horizontal(classes="row", id="vocab-row"):
+            yield Label("vocabulary", classes="opt-name")
+            yield Input("", placeholder=self._vocab_placeholder(), compact=True, id="vocab")
+            yield Static("", id="vocab-error")
         yield Static("", classes="section", id="method-title")
         yield Vertical(id="method-options")
 
@@ -197,6 +211,8 @@ class SetupPane(VerticalScroll):
     SetupPane #data-error { color: $text-muted; padding: 0 1; width: 1fr; }
     SetupPane #data-error.-error { color: $text-error; }
     SetupPane #start-from { width: 1fr; }
+    SetupPane #vocab-row > Input { width: 1fr; }
+    SetupPane #vocab-error { color: $text-error; padding: 0 1; width: auto; max-width: 50%; }
     """
 
     def on_mount(self) -> None:
@@ -243,6 +259,7 @@ class SetupPane(VerticalScroll):
         fitting = self.method != "smc"
         self.query_one("#data-row").display = fitting
         self.query_one("#data-title").display = fitting
+        self.query_one("#vocab-row").display = not fitting
 
     def _show_method_rows(self) -> None:
         for row in self.query("#method-options OptionRow"):
@@ -253,14 +270,65 @@ class SetupPane(VerticalScroll):
         return [r for r in self.query("#method-options OptionRow")
                 if self.method in r.opt.methods]
 
+    def _vocab_placeholder(self) -> str:
+        if not self.program_path:
+            return "path/to/vocab.json"
+        from qvr.datafiles import find_vocab
+        found = find_vocab(self.program_path)
+        return f"empty: {found.parent.name}/{found.name}" if found is not None else \
+            "path/to/vocab.json (none next to the program)"
+
+    def vocab(self) -> tuple[Optional[list], Optional[str]]:
+        """(the vocabulary given in the field, or None for the one found next to the
+        program; an error message or None)."""
+        text = self.query_one("#vocab", Input).value.strip()
+        if not text:
+            return None, None
+        from qvr.datafiles import DataFileError, load_vocab
+        if not Path(text).is_file():
+            return None, f"{text}: no such file"
+        try:
+            return load_vocab(text), None
+        except (DataFileError, OSError, ValueError) as exc:
+            return None, str(exc)
+
+    def _show_vocab_error(self, message: Optional[str]) -> None:
+        self.query_one("#vocab-error", Static).update(Text(message or ""))
+
     # ------------------------------------------------------------ events
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "method" and event.value != self.method and \
                 event.value is not Select.NULL:
             self.method = str(event.value)
             self._mount_options()
+            self.validate()
         elif event.select.id == "data-kind":
             self._update_data_row()
+        elif (event.select.id or "").startswith("opt-"):
+            self.validate(event.select.id[4:])
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        wid = event.input.id or ""
+        if wid.startswith("opt-"):
+            self.validate(wid[4:])
+        elif wid == "data-value":
+            self.validate("data")
+        elif wid == "vocab":
+            self._show_vocab_error(self.vocab()[1])
+
+    def validate(self, changed: Optional[str] = None) -> None:
+        """Check the form after field `changed` changed (None: the method): that field's
+        error is shown or cleared, the others' errors only cleared when they are valid
+        now (see the module docstring)."""
+        if not self.is_mounted:
+            return
+        cfg, errors, data_error, rows = self._check()
+        self.errors = errors
+        for name, row in rows.items():
+            if name == changed or not errors.get(name):
+                row.set_error(errors.get(name))
+        if changed == "data" or not data_error:
+            self._show_data_error(data_error)
 
     def _update_data_row(self) -> None:
         kind = self.query_one("#data-kind", Select).value
@@ -316,7 +384,31 @@ class SetupPane(VerticalScroll):
         w.value = text
 
     def build_config(self) -> tuple[Optional[FitConfig], dict[str, str]]:
-        """The options as a `FitConfig` and the errors by field (shown in place)."""
+        """The options as a `FitConfig` and the errors by field (every one shown in
+        place)."""
+        cfg, errors, data_error, rows = self._check()
+        for name, row in rows.items():
+            row.set_error(errors.get(name))
+        self._show_data_error(data_error)
+        if self.method == "smc":
+            vocab_error = self.vocab()[1]
+            self._show_vocab_error(vocab_error)
+            if vocab_error:
+                errors["vocab"] = vocab_error
+        self.errors = errors
+        return (None if errors else cfg), errors
+
+    def _show_data_error(self, data_error: Optional[str]) -> None:
+        de = self.query_one("#data-error", Static)
+        if data_error:
+            de.update(Text(data_error))
+        else:
+            self._update_data_row()
+        de.set_class(bool(data_error), "-error")
+
+    def _check(self):
+        """(config or None, errors by field, the data row's error, the option rows shown):
+        the form parsed and checked by `FitConfig`, nothing shown."""
         values: dict[str, object] = {"method": self.method}
         errors: dict[str, str] = {}
         rows = {r.opt_name: r for r in self.query(OptionRow)
@@ -348,19 +440,10 @@ class SetupPane(VerticalScroll):
             errors.update({k: v for k, v in cfg.errors().items() if k not in errors})
         except TypeError as exc:  # pragma: no cover - a field the form does not know
             errors["method"] = str(exc)
-        for name, row in rows.items():
-            row.set_error(errors.get(name))
         if data_error or "data" in errors or "synthetic" in errors:
             data_error = data_error or errors.get("data") or errors.get("synthetic")
             errors["data"] = data_error
-        de = self.query_one("#data-error", Static)
-        if data_error:
-            de.update(Text(data_error))
-        else:
-            self._update_data_row()
-        de.set_class(bool(data_error), "-error")
-        self.errors = errors
-        return (None if errors else cfg), errors
+        return (None if errors else cfg), errors, data_error, rows
 
     def build_request(self, run_dir: str) -> Optional[FitRequest]:
         cfg, errors = self.build_config()
@@ -370,4 +453,5 @@ class SetupPane(VerticalScroll):
         start = self.query_one("#start-from", Select).value
         return FitRequest(program=self.program_path, config=cfg, run_dir=run_dir,
                           export=export if isinstance(export, str) and export else None,
-                          start_from=None if start is Select.NULL else str(start))
+                          start_from=None if start is Select.NULL else str(start),
+                          vocab=self.vocab()[0] if self.method == "smc" else None)

@@ -1,0 +1,96 @@
+"""Setup checks a field when it changes (not only when `r` is pressed): an invalid value
+is shown in place at once, and its error goes as soon as the value is valid again (an old
+error stayed beside a corrected value until the next `r`).  SMC's vocabulary can be given
+as a file (it could only be found next to the program): it is checked in place and reaches
+the fit request and the Live state."""
+import json
+
+import pytest
+from textual.widgets import Input
+
+from qvr_tui.app import QvrDash
+from qvr_tui.screens.setup import SetupPane
+
+from conftest import EXAMPLES
+
+pytestmark = pytest.mark.asyncio
+
+
+def err(setup, name) -> str:
+    return str(setup.query_one(f"#row-{name} .opt-error").render())
+
+
+async def type_into(pilot, setup, name, text):
+    field = setup.query_one(f"#opt-{name}", Input)
+    field.focus()
+    field.value = ""
+    await pilot.press(*text)
+    await pilot.pause()
+
+
+async def test_a_field_is_checked_as_it_changes(tmp_path):
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
+                  runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await app.ready.wait()
+        await pilot.press("2")
+        setup = app.query_one(SetupPane)
+        setup.preset("nuts")
+        await pilot.pause()
+        await type_into(pilot, setup, "num_chains", "0")
+        assert err(setup, "num_chains") == "must be an integer >= 1, got 0"  # no `r`
+        await type_into(pilot, setup, "step_size", "fast")
+        assert err(setup, "step_size").startswith("expected a number")
+        assert err(setup, "num_chains") == "must be an integer >= 1, got 0"  # still wrong
+        await type_into(pilot, setup, "num_chains", "2")
+        assert err(setup, "num_chains") == ""  # valid again: the error is gone
+        assert err(setup, "step_size").startswith("expected a number")
+        # an error shown by the run key also goes when the value is corrected
+        await pilot.press("ctrl+r")
+        assert app.runner is None and err(setup, "step_size")
+        await type_into(pilot, setup, "step_size", "0.1")
+        assert err(setup, "step_size") == ""
+        assert setup.build_config()[1] == {}
+
+
+async def test_a_vocabulary_file_for_smc(tmp_path):
+    vocab = tmp_path / "words.json"
+    words = [f"w{i}" for i in range(40)]
+    vocab.write_text(json.dumps(words))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"not": "a list"}))
+    exe = tmp_path / "fake-python"  # a worker that exits at once
+    exe.write_text("#!/bin/sh\nexit 3\n")
+    exe.chmod(0o755)
+    app = QvrDash(program=str(EXAMPLES / "recurrent_lm.qvr"),
+                  runs_dir=tmp_path / "runs", watch=False, python=str(exe))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await app.ready.wait()
+        await pilot.press("2")
+        setup = app.query_one(SetupPane)
+        row = setup.query_one("#vocab-row")
+        assert not row.display  # SVI: no vocabulary
+        setup.preset("smc")
+        await pilot.pause()
+        assert row.display
+        field = setup.query_one("#vocab", Input)
+        assert field.placeholder == "empty: data/recurrent_lm.vocab.json"
+        shown = lambda: str(setup.query_one("#vocab-error").render())  # noqa: E731
+        field.value = str(tmp_path / "missing.json")
+        await pilot.pause()
+        assert shown() == f"{tmp_path / 'missing.json'}: no such file"
+        assert "vocab" in setup.build_config()[1]
+        field.value = str(bad)
+        await pilot.pause()
+        assert shown().startswith(f"{bad}: a vocabulary must be a JSON list of strings")
+        field.value = str(vocab)
+        await pilot.pause()
+        assert shown() == ""
+        req = setup.build_request(str(tmp_path / "runs" / "x"))
+        assert req is not None and req.vocab == words
+        app.begin(req)  # the stand-in worker exits at once: only the Live state matters
+        assert app.state.vocab == words
+        await pilot.pause()
+        field.value = ""  # empty: the one next to the program (the app loads it)
+        await pilot.pause()
+        assert setup.build_request(str(tmp_path / "runs" / "x")).vocab is None
