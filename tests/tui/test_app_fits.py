@@ -15,6 +15,8 @@ import pytest
 
 from qvr.runs import open_run
 from qvr_tui.app import QvrDash
+from qvr_tui.program_model import source_sha256
+from qvr_tui.screens.program import ProgramPane
 from qvr_tui.screens.setup import SetupPane
 from qvr_tui.widgets.chain_table import ChainTable
 from qvr_tui.widgets.loss_plot import LossPlot
@@ -280,3 +282,36 @@ async def test_fit_a_language_model_then_generate_in_two_keystrokes(tmp_path):
         start = rec.meta["start_from"]
         assert start is not None and svi_dir.name in json.dumps(start)
         assert len(app.state.particles) == 8
+
+
+@pytest.mark.asyncio
+async def test_editing_the_program_while_a_fit_runs(tmp_path):
+    """Saving the program during a fit re-checks it (the file watcher), does not disturb
+    the fit (it finishes, its record is complete) and marks its results as made from an
+    older text.  Waits on conditions only."""
+    prog = tmp_path / "regression_plates.qvr"
+    text = (EXAMPLES / "regression_plates.qvr").read_text()
+    prog.write_text(text)
+    app = QvrDash(program=str(prog), runs_dir=tmp_path / "runs", watch=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        steps = 2000  # seconds of fitting: the re-check (< 300 ms) lands while it runs
+        await configure(pilot, "svi", steps=steps, synthetic=8)
+        await pilot.press("r")
+        run_dir = app.runner.run_dir
+        await wait_until(pilot, lambda: app.state.step >= 1, "the first SVI steps")
+        assert app.runner is not None  # the fit is running while the file is saved
+        pane = app.query_one(ProgramPane)
+        prog.write_text(text + "\n# edited while the fit runs\n")
+        await wait_until(pilot, lambda: "edited while" in pane.model.text,
+                         "the watcher to re-check the program")
+        assert app.runner is not None and app.state.status == "running"
+        await wait_until(pilot, lambda: ended(app), "the SVI fit to end")
+        assert app.state.status == "finished", app.state.problem()
+        run = open_run(run_dir)
+        assert run.status == "finished" and len(run.losses()) == steps
+        assert run.source_sha256 != source_sha256(prog.read_text())
+        assert "made from an older text of the program" in text_of(app, "#live-note")
+        results = app.query_one("#results-pane")
+        await wait_until(pilot, lambda: results.results is not None
+                         and results.results.path == run.path, "the results of the fit")
+        assert results.stale.startswith("made from an older text of regression_plates.qvr")
