@@ -198,7 +198,8 @@ class ModuleCompiler:
             elif role == "attention":
                 scale = getattr(sym, "scale", None)
                 m = Attention(dom, cod, heads=sym.heads or 1, head_dim=sym.head_dim,
-                              causal=bool(sym.causal), family=sym.family,
+                              causal="strict" if getattr(sym, "causal_strict", False) else bool(sym.causal),
+                              family=sym.family,
                               scale=0.1 if scale is None else float(scale), label=sym.name)
             elif role == "discretize":
                 m = Discretize(dom, cod, int(opts["bins"]), label=sym.name)

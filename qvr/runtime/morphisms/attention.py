@@ -1,14 +1,14 @@
 """`role=attention`: multi-head dot-product self-attention over the position axis (design E2).
 
 `morphism attn : A -> B [role=attention, heads=H, head_dim=k, causal, scale=s] ~ Family`
-compiles to `Attention`.  Parameters (no biases):
+compiles to `Attention` (`causal=True`; `causal=strict` to `causal="strict"`).  Parameters (no biases):
 
 * `w_q`, `w_k`, `w_v` — `(H, k, width(A))`: per head, `q = x W_Q[h]^T` (and k, v alike);
 * `w_o` — `(width(B), H*k)`: the heads' outputs concatenated head-major, then mapped;
 * `log_scale` — `(width(B),)`, only with a family, initialised to `log(s)`.
 
-Per head, `s_ij = q_i . k_j / sqrt(k)`; with `causal` position `i` sees only `j <= i`;
-`o_i = sum_j softmax_j(s_ij) v_j`; `m_i = W_O concat_h o_i`.  Without a family the
+Per head, `s_ij = q_i . k_j / sqrt(k)`; with `causal` position `i` sees only `j <= i`,
+with `causal=strict` only `j < i`; `o_i = sum_j softmax_j(s_ij) v_j`; `m_i = W_O concat_h o_i`.  Without a family the
 morphism is deterministic (`y = m`); with one, `y_i ~ Family(m_i, exp(log_scale))` per
 coordinate (Normal, Laplace or Cauchy).
 
@@ -40,8 +40,19 @@ Decisions:
   thread) 656 -> 222 ms, forward + backward (an SVI step) 1291 -> 580 ms.
   `attend`/`pattern` compute the weights explicitly because their callers want them
   (circuits, KV caches);
-* causal masks are additive (0 / -inf) tensors cached per `(Tq, Tk, offset, device,
-  dtype)`; `attend` scales q before the product and adds the mask (instead of scaling
+* strict causality (`causal=strict`, seed 003's "z_q does not attend to itself"): query i
+  sees keys `j < offset + i`.  Decision — a query with no visible key (position 0, and
+  every position of a rank-2 input, sequences of length 1) attends to nothing: its heads'
+  outputs `o_i` are 0, so `m_i = W_O 0 = 0` (no bias), never NaN.  A softmax over an
+  empty set is undefined (all `-inf`: NaN in the values and, through the softmax's
+  backward, in every gradient), so such a row's mask is 0 (a finite softmax over all
+  keys) and its weights (`attend`) or its output (`_mean_seq`, SDPA) are multiplied by
+  a 0/1 `(Tq, 1)` keep-vector: the value is exactly 0 and the row's gradient exactly 0.
+  SDPA's `is_causal` only expresses `j <= i`; strict goes through `attn_mask` (the
+  additive mask); the bare `causal` keeps `is_causal`, so its numbers are bit-identical
+  to what they were;
+* causal masks are additive (0 / -inf) tensors cached per `(Tq, Tk, offset, strict,
+  device, dtype)`; `attend` scales q before the product and adds the mask (instead of scaling
   the scores and `masked_fill`): measured under `vmap` (the ELBO's particles), one
   thread, head_dim 8, forward + backward, 10-30% faster (294 -> 200 ms at K=4, B=64,
   T=128; 28 -> 24 ms at K=4, B=256, T=16), the same numbers within 2e-7 (float32).
@@ -73,9 +84,12 @@ class Attention(ContinuousMorphism):
     mixes_positions = True
 
     def __init__(self, domain, codomain, *, heads: int = 1, head_dim: int = None,
-                 causal: bool = False, family: str = None, scale: float = 0.1,
+                 causal=False, family: str = None, scale: float = 0.1,
                  label: str = None):
+        """`causal`: False, True (keys j <= i) or "strict" (keys j < i)."""
         super().__init__(domain, codomain, label)
+        if causal not in (False, True, "strict"):
+            raise ValueError(f"`{label}`: causal is False, True or \"strict\", got {causal!r}")
         d_a, d_b = domain.width, codomain.width
         heads = int(heads)
         if head_dim is None:
@@ -87,7 +101,10 @@ class Attention(ContinuousMorphism):
         if family is not None and family not in FAMILIES:
             raise ValueError(f"`{self.label}`: attention draws from a location-scale family "
                              f"(Normal, Laplace or Cauchy), not {family}")
+        # `causal` stays a bool (True for both kinds: every position sees only the past, what
+        # SMC's next-token check asks); `strict` says the diagonal is excluded too
         self.heads, self.head_dim, self.causal = heads, head_dim, bool(causal)
+        self.strict = causal == "strict"
         self.family_name = family
         self.d_in, self.d_out = d_a, d_b
         bound_in, bound_out = 1 / math.sqrt(d_a), 1 / math.sqrt(heads * head_dim)
@@ -112,6 +129,11 @@ class Attention(ContinuousMorphism):
         return self.family_name is None
 
     @property
+    def causal_mode(self):
+        """What `attend` takes: False, True or "strict"."""
+        return "strict" if self.strict else self.causal
+
+    @property
     def support(self):
         return constraints.real
 
@@ -130,31 +152,56 @@ class Attention(ContinuousMorphism):
         qkv = qkv.unflatten(-1, (3, H, k)).movedim(-4, -2)  # (..., 3, H, T, k)
         return qkv.unbind(-4)
 
-    def _mask(self, tq: int, tk: int, offset: int, device, dtype):
-        """Additive causal mask `(tq, tk)`: 0 where query i sees key j (`j <= offset + i`),
-        `-inf` where it may not."""
-        key = (tq, tk, offset, device, dtype)
+    def _mask(self, tq: int, tk: int, offset: int, device, dtype, strict: bool = False):
+        """Additive causal mask `(tq, tk)`: 0 where query i sees key j (`j <= offset + i`;
+        strict: `j < offset + i`), `-inf` where it may not.  A strict row with no visible
+        key (`offset + i == 0`) is all 0 instead, a finite softmax that `_keep` zeroes."""
+        key = (tq, tk, offset, strict, device, dtype)
         m = self._masks.get(key)
         if m is None:
-            m = torch.full((tq, tk), -math.inf, dtype=dtype, device=device).triu(offset + 1)
+            m = torch.full((tq, tk), -math.inf, dtype=dtype, device=device)
+            m = m.triu(offset) if strict else m.triu(offset + 1)
+            if strict and offset == 0 and tq:
+                m[0] = 0.0
             if len(self._masks) >= 64:
                 self._masks.clear()
             self._masks[key] = m
         return m
 
-    def attend(self, q, k, v, *, causal: bool, offset: int = 0):
+    def _keep(self, tq: int, offset: int, device, dtype):
+        """Strict causality: `(tq, 1)`, 0 for a query that sees no key (`offset + i == 0`)
+        and 1 elsewhere; None when every query sees one (module docstring)."""
+        if offset > 0 or tq == 0:
+            return None
+        key = ("keep", tq, device, dtype)
+        m = self._masks.get(key)
+        if m is None:
+            m = torch.ones((tq, 1), dtype=dtype, device=device)
+            m[0] = 0.0
+            if len(self._masks) >= 64:
+                self._masks.clear()
+            self._masks[key] = m
+        return m
+
+    def attend(self, q, k, v, *, causal, offset: int = 0):
         """`(o, weights)`: `o (..., H, Tq, k)`, `weights (..., H, Tq, Tk)`.
 
         `offset` is the absolute position of the first query (KV caches: `k`, `v` hold the
         keys of positions `0 .. Tk-1`, the queries are positions `offset .. offset+Tq-1`);
-        with `causal`, query i sees keys `j <= offset + i`."""
+        with `causal` (True), query i sees keys `j <= offset + i`; with `causal="strict"`,
+        keys `j < offset + i`, and a query that sees none has weights 0 and `o` 0."""
         # the scale on q (Tq x k numbers, not Tq x Tk) and the causal mask added: one pass
         # over the scores fewer than scaling them and `masked_fill` (module docstring)
         scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2))
+        strict = causal == "strict"
         if causal:
             scores = scores + self._mask(q.shape[-2], k.shape[-2], int(offset),
-                                         scores.device, scores.dtype)
+                                         scores.device, scores.dtype, strict)
         weights = torch.softmax(scores, dim=-1)
+        if strict:
+            keep = self._keep(q.shape[-2], int(offset), weights.device, weights.dtype)
+            if keep is not None:
+                weights = weights * keep
         return torch.matmul(weights, v), weights
 
     def mix(self, o):
@@ -174,7 +221,16 @@ class Attention(ContinuousMorphism):
         if _is_wrapped(q):
             # under `vmap` (the ELBO maps log_joint over particles) SDPA has no batching
             # rule and falls back to a loop: the explicit form is batched instead
-            o, _ = self.attend(q, k, v, causal=self.causal)
+            o, _ = self.attend(q, k, v, causal=self.causal_mode)
+        elif self.strict:
+            # SDPA's `is_causal` is `j <= i`: the strict mask is passed as `attn_mask`, and a
+            # query with no visible key gets o = 0 through the keep-vector (module docstring)
+            tq = q.shape[-2]
+            mask = self._mask(tq, k.shape[-2], 0, q.device, q.dtype, True)
+            lead = q.shape[:-3]
+            o = F.scaled_dot_product_attention(q.flatten(0, -4), k.flatten(0, -4),
+                                               v.flatten(0, -4), attn_mask=mask)
+            o = o.unflatten(0, lead) * self._keep(tq, 0, q.device, q.dtype)
         elif q.dim() > 4:
             # leading axes (Monte-Carlo draws, batch) merged into one: the fused CPU kernel
             # takes 4-D inputs only, anything else runs the unfused math path (module
@@ -197,10 +253,11 @@ class Attention(ContinuousMorphism):
 
     def pattern(self, x):
         """Attention weights `(..., H, T, T)` of features `(..., T, dA)` (rows sum to 1;
-        zero above the diagonal when causal)."""
+        zero above the diagonal when causal; strictly causal: zero on the diagonal too, and
+        the first row, which sees no key, all zero)."""
         x, _ = self._sequences(x)
         q, k, v = self.project(x)
-        return self.attend(q, k, v, causal=self.causal)[1]
+        return self.attend(q, k, v, causal=self.causal_mode)[1]
 
     # ------------------------------------------------------------ circuits (design E7)
     def qk_circuits(self):
@@ -247,7 +304,7 @@ class Attention(ContinuousMorphism):
     def extra_repr(self) -> str:
         fam = f" ~ {self.family_name}" if self.family_name else ""
         return (f"{super().extra_repr()}, {self.heads} heads x {self.head_dim}"
-                f"{', causal' if self.causal else ''}{fam}")
+                f"{', strictly causal' if self.strict else ', causal' if self.causal else ''}{fam}")
 
 
 # ---------------------------------------------------------------- layers of a model (design E7)
