@@ -331,12 +331,18 @@ class AttentionLayer(Layer):
     positions ``<= t`` the causal mask lets it see, so no mask is applied — then the head
     mix and the family noise ``m + scale * eps``: `Attention.project`, `attend` and `mix`
     on one position, with the projection weights concatenated once per run.  The
-    recomputation is the layer's own ``mean`` over the whole prefix."""
+    recomputation is the layer's own ``mean`` over the whole prefix.
+
+    ``causal=strict`` (`Attention.strict`): the new position's key and value are cached
+    for later positions but its query sees only the ``t`` earlier keys; at ``t = 0``
+    there are none and the heads' output is 0 (the rule of `Attention`: a query with no
+    visible key attends to nothing), so ``m = 0`` before the noise."""
 
     START = 32
 
     def __init__(self, link, layout: Layout):
         self.link = link
+        self.strict = bool(getattr(link, "strict", False))
         self.draws = None if link.family_name is None else \
             _Draws(layout, link.family_name, link.codomain.width)
 
@@ -361,10 +367,14 @@ class AttentionLayer(Layer):
             kb = torch.cat([kb, torch.zeros_like(kb)], 2)
             vb = torch.cat([vb, torch.zeros_like(vb)], 2)
         q, kb[:, :, t], vb[:, :, t] = F.linear(x, self.w_qkv).view(S, 3, H, k).unbind(1)
-        keys, values = kb[:, :, :t + 1], vb[:, :, :t + 1]  # (S, H, t+1, k)
-        scores = torch.matmul(keys, q.unsqueeze(-1)).squeeze(-1)  # (S, H, t+1), scaled
-        o = torch.matmul(torch.softmax(scores, -1).unsqueeze(-2), values)  # (S, H, 1, k)
-        m = F.linear(o.view(S, H * k), self.w_o)
+        n = t if self.strict else t + 1  # the keys the new position sees
+        if n == 0:  # strict, first position: no key, the heads' output is 0
+            o = q.new_zeros((S, H, 1, k))
+        else:
+            keys, values = kb[:, :, :n], vb[:, :, :n]  # (S, H, n, k)
+            scores = torch.matmul(keys, q.unsqueeze(-1)).squeeze(-1)  # (S, H, n), scaled
+            o = torch.matmul(torch.softmax(scores, -1).unsqueeze(-2), values)  # (S, H, 1, k)
+        m = F.linear(o.reshape(S, H * k), self.w_o)
         if self.draws is None:
             return m, (kb, vb)
         return m.addcmul_(self.scale, self.draws(noise)), (kb, vb)

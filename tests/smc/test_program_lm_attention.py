@@ -80,6 +80,8 @@ PROGRAMS = {
     "fan": decoder_source(
         ff="ff_up >> ff_down >> fan(half)",
         extra="morphism half : Latent -> Half [role=kernel, replicate=2, scale=0.1] ~ Normal"),
+    # `causal=strict`: a position's query sees the earlier keys only, the first none (0)
+    "strict": decoder_source(attention="causal=strict, scale=0.1] ~ Normal"),
 }
 
 
@@ -223,6 +225,62 @@ def test_select_with_repeated_rows_matches_the_recomputation(decoder):
     sc = cached.advance(sc, rows, toks, None, torch.Generator().manual_seed(200))
     sr = recomputed.advance(sr, rows, toks, None, torch.Generator().manual_seed(200))
     _states_agree(cached, recomputed, sc, sr)
+
+
+def test_strict_cache_matches_the_recomputation_and_the_whole_sequence_forward():
+    """`causal=strict` under the cache: a new position's query sees only the earlier cached
+    keys (the first position none: the attention adds 0 before its noise).  The cached
+    hidden values equal the recomputation's (the layers' whole-sequence `mean`, SDPA with
+    the strict mask) through copies and shrinking populations; with the noise floored,
+    the cached next-token law equals the program's whole-sequence forward, and differs
+    from the same weights read with the bare `causal` (the diagonal matters)."""
+    program = load(PROGRAMS["strict"])
+    attn = [m for m in program.morphism.modules() if type(m).__name__ == "Attention"]
+    assert len(attn) == 2 and all(a.strict and a.causal for a in attn)
+    cached = ProgramLM(program, BOS, EOS)
+    recomputed = ProgramLM(program, BOS, EOS, cache=False)
+    sc = cached.start(6, torch.Generator().manual_seed(4))
+    sr = recomputed.start(6, torch.Generator().manual_seed(4))
+    _states_agree(cached, recomputed, sc, sr)
+    g = torch.Generator().manual_seed(5)
+    for i, rows in enumerate([[3, 3, 0, 3, 1, 5], [0, 1, 1, 2, 2, 2], [5, 4, 3], [0, 0, 2]]):
+        rows = torch.tensor(rows)
+        toks = torch.randint(2, 8, (len(rows),), generator=g)
+        sc = cached.advance(sc, rows, toks, None, torch.Generator().manual_seed(100 + i))
+        sr = recomputed.advance(sr, rows, toks, None, torch.Generator().manual_seed(100 + i))
+        _states_agree(cached, recomputed, sc, sr)
+
+
+def test_strict_cached_law_is_the_whole_sequence_forward():
+    program = load(TINY.replace("heads=2, causal]", "heads=2, causal=strict]"), seed=3)
+    links = program.morphism._step_next_token.links()
+    with torch.no_grad():
+        links[0].log_sigma.fill_(-40.0)
+        links[0].centers.mul_(4.0)
+        attn = next(x for x in program.morphism.modules() if type(x).__name__ == "Attention")
+        assert attn.strict
+        for w in (attn.w_q, attn.w_k, attn.w_v, attn.w_o):
+            w.mul_(3.0)
+        links[-1].param_source.net[4].weight.mul_(4.0)
+    lm = ProgramLM(program, T_BOS, T_EOS)
+    prefixes = [(1, 1, 2), (0, 0, 2), (3, 0, 2)]
+    # the first position ([bos] alone): the attention sees nothing and adds 0
+    state = lm.start(3)
+    h0 = state["h"].index_select(0, torch.from_numpy(state["slots"]))
+    first = torch.log_softmax(lm.kv.head.link.params(h0)[0].double(), -1)
+    assert torch.allclose(first, exact_logits(program, ()).expand(3, 4), atol=1e-5)
+    for i in range(3):
+        state = lm.advance(state, torch.arange(3), torch.tensor([p[i] for p in prefixes]),
+                           None)
+    h = state["h"].index_select(0, torch.from_numpy(state["slots"]))
+    cached = torch.log_softmax(lm.kv.head.link.params(h)[0].double(), -1)
+    exact = torch.stack([exact_logits(program, p) for p in prefixes])
+    assert torch.allclose(cached, exact, atol=1e-5)
+    # the same weights with the bare `causal` (the last position sees itself) differ
+    attn.strict = False
+    inclusive = torch.stack([exact_logits(program, p) for p in prefixes])
+    attn.strict = True
+    assert float((inclusive - exact).abs().max()) > 1e-2
 
 
 def test_first_position_has_the_program_law(decoder):
