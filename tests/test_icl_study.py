@@ -4,8 +4,8 @@
 (x, y); its loss is the Normal log-density at the query only (the context's y is missing).
 `examples/icl/make_data.py` draws the tasks and writes the shipped file byte for byte;
 `examples/icl/run_study.py` trains H heads by SVI on fresh tasks and compares them with
-least squares and one-step gradient descent.  The study here is small (d = 2, a few
-hundred steps) so that it runs in seconds; its orderings are the seed's.
+least squares and one-step gradient descent.  The study here is small (d = 2, 600 steps)
+so that it runs in seconds; its orderings are the seed's.
 """
 from __future__ import annotations
 
@@ -77,9 +77,11 @@ def test_sample_tasks_follows_the_seed_setting():
 def test_program_text_substitutes_heads_and_d():
     text = run_study.program_text(4, 3)
     assert "object Z : Real 4\n" in text
-    assert "[role=attention, heads=4, head_dim=4, scale=1.0] ~ Normal" in text
+    assert "[role=attention, heads=4, head_dim=4, causal=strict, scale=1.0] ~ Normal" in text
     program, attn = run_study.load(4, 3)
-    assert (attn.heads, attn.head_dim, attn.causal, attn.family_name) == (4, 4, False, "Normal")
+    # strictly causal: the query, last, sees the context and not itself (seed 003)
+    assert (attn.heads, attn.head_dim, attn.causal, attn.strict, attn.family_name) == \
+        (4, 4, True, True, "Normal")
     assert tuple(attn.w_q.shape) == (4, 4, 4) and tuple(attn.w_o.shape) == (1, 16)
     assert float(attn.log_scale.detach().exp()) == pytest.approx(1.0)
 
@@ -125,17 +127,19 @@ def _set_paired_heads(attn, d: int, w: float, mu: float):
 
 def test_paired_heads_are_the_kernel_estimator_and_near_gd_when_qk_is_small():
     """Seed 003's closed form: with QK circuits +-w diag(I_d, 0) and OV reading y, the
-    attention is sum_h mu^h sum_i y_i softmax_i(w^h x_q . x_i) (over the 41 tokens, the
-    query's y being 0); as w -> 0 it is a centred one-step GD estimator."""
+    attention is sum_h mu^h sum_i y_i softmax_i(w^h x_q . x_i) over the 40 context tokens
+    (strictly causal: the query does not see itself); as w -> 0 it is a centred one-step GD
+    estimator."""
     d, L = 5, 40
     program, attn = run_study.load(2, d)
     z, y, _ = make_data.sample_tasks(np.random.default_rng(7), 4000, d, L)
     yq = y[:, -1, 0]
     # the kernel estimator at the seed's trained values (w = 0.14, mu = 3.18)
     _set_paired_heads(attn, d, 0.14, 3.18)
-    s = np.einsum("ntd,nd->nt", z[..., :d], z[:, -1, :d])
+    ctx = z[:, :-1]
+    s = np.einsum("ntd,nd->nt", ctx[..., :d], z[:, -1, :d])
     kernel = sum(mu * np.einsum("nt,nt->n", np.exp(w * s) / np.exp(w * s).sum(1, keepdims=True),
-                                z[..., d]) for w, mu in ((0.14, 3.18), (-0.14, -3.18)))
+                                ctx[..., d]) for w, mu in ((0.14, 3.18), (-0.14, -3.18)))
     np.testing.assert_allclose(run_study.predict(attn, z), kernel, rtol=1e-4, atol=1e-4)
     # small w: k(w) - k(-w) ~ 2 w x the limit feature, so mu = c / (2 w) gives c x it
     c = run_study.best_scale(run_study.kernel_limit_feature, d, L, 20_000)
@@ -146,8 +150,8 @@ def test_paired_heads_are_the_kernel_estimator_and_near_gd_when_qk_is_small():
     np.testing.assert_allclose(m, limit, atol=2e-2 * np.abs(limit).max())
     gd = run_study.best_step(d, L, 20_000) * run_study.gd_feature(z, d)
     mse_m, mse_gd = np.mean((m - yq) ** 2), np.mean((gd - yq) ** 2)
-    # near GD: the centred scores cost ~2 % of MSE (measured 0.668 against 0.653 on 20000
-    # tasks); the two estimators' predictions differ by ~3 % of GD's MSE
+    # near GD: the centred scores cost ~2.5 % of MSE (measured 0.652 against 0.636 on these
+    # 4000 tasks); the two estimators' predictions differ by ~2 % of GD's MSE
     assert abs(mse_m - mse_gd) < 0.05 * mse_gd, (mse_m, mse_gd)
     assert np.mean((m - gd) ** 2) < 0.1 * mse_gd
 
@@ -192,8 +196,8 @@ def test_baselines_match_their_closed_forms():
 
 @pytest.fixture(scope="module")
 def small_study():
-    """H = 1, 2 with d = 2 (L = 16), 400 SVI steps of 64 fresh tasks, seeds 0-2."""
-    return run_study.run((1, 2), (0, 1, 2), d=2, steps=400, lr=0.02, n_test=4000,
+    """H = 1, 2 with d = 2 (L = 16), 600 SVI steps of 64 fresh tasks, seeds 0-2."""
+    return run_study.run((1, 2), (0, 1, 2), d=2, steps=600, lr=0.02, n_test=4000,
                          eta_tasks=20_000, log=None)
 
 
@@ -207,10 +211,21 @@ def test_small_study_orders_least_squares_gd_and_the_zero_predictor(small_study)
 
 
 def test_small_study_two_heads_beat_one(small_study):
-    """At this scale every seed's 1-head model sits near 0.86-1.32 and the 2-head models
-    near 0.39-0.54 (measured on fixed seeds); the mean gap is ~0.7, 3 SE ~ 0.45."""
+    """Measured on these fixed seeds (strictly causal, as the seed): the 1-head models at
+    1.313, 0.600, 0.641, the 2-head models at 0.376, 0.336, 0.337, one-step GD 0.351.
+
+    At d = 2 one head has two optima (MSE ~0.6 and ~1.3-1.4: seeds 0-4 at 400 steps gave
+    1.32, 0.60, 0.64, 1.39, 1.40), so the between-seed sd of the 1-head MSE is ~0.4 and the
+    study's 3-seed verdict "2 heads beat 1" (3 SE ~ 0.70 against a mean gap of ~0.50)
+    cannot resolve what every seed shows; the full study (d = 5) resolves it (3 SE 0.05).
+    Asserted instead, per seed: the 2-head model is below the 1-head model of the same
+    seed by more than 0.15 (the smallest gap measured is 0.26) and below the best 1-head
+    model; the mean gap exceeds 0.3 (measured 0.50); and 2 heads ~ one-step GD by the
+    study's own rule (difference 0.002, tolerance 0.075)."""
     one, two = small_study.models[1], small_study.models[2]
     assert np.mean(two) < np.mean(one) - 0.3, (one, two)
-    assert run_study.report(small_study, log=lambda *a: None)["2 heads beat 1"][0]
+    assert all(b < a - 0.15 for a, b in zip(one, two)), (one, two)
+    assert max(two) < min(one), (one, two)
+    assert run_study.report(small_study, log=lambda *a: None)["2 heads ~ one-step GD"][0]
     # training went somewhere: every model is well below the zero predictor (MSE 2)
     assert max(one + two) < 1.6
