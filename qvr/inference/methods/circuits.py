@@ -17,8 +17,9 @@ spread, an attention's family).  The program is run forward on the S sequences
 the input each layer receives is caught (a wrapper around its `mean`, the one call every
 path of `Attention` makes), and `Attention.pattern` of it is averaged over
 ``PATTERN_DRAWS`` such runs done as one batch: the expected pattern given the tokens.
-Rows still sum to 1 and causal zeros stay zero.  A layer applied several times in one run
-(`repeat` shares one module) keeps the pattern of its first application.  The runs use
+Rows still sum to 1 (0 for a strictly causal layer's first row) and causal zeros stay
+zero.  A layer applied several times in one run (`repeat` shares one module) keeps the
+pattern of its first application.  The runs use
 their own seeded random stream (`torch.random.fork_rng`), so recording never changes the
 draws a caller makes after the fit, and the same fitted model gives the same patterns.
 
