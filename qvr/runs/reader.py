@@ -49,12 +49,15 @@ class Tail:
         self.bad_lines = 0
         self.terminal: Optional[FitEvent] = None
 
-    def poll(self) -> list[FitEvent]:
+    def poll(self, max_bytes: Optional[int] = None) -> list[FitEvent]:
+        """`max_bytes`: read at most this much of the file (a long record folded in
+        bounded pieces: the dashboard keeps its memory flat); a line cut at the end waits
+        in the buffer for the next call, as a line still being written does."""
         path = self.run.path / layout.EVENTS
         try:
             with open(path, "rb") as fh:
                 fh.seek(self.offset)
-                data = fh.read()
+                data = fh.read(max_bytes) if max_bytes else fh.read()
         except FileNotFoundError:
             return []
         if not data:
@@ -194,7 +197,11 @@ class Run:
     def status(self) -> str:
         alive = self.writer_alive()
         t = self.tail(load_draws=False)
-        t.poll()
+        while True:  # a megabyte at a time: a long record is not all in memory at once
+            before = t.offset
+            t.poll(max_bytes=1 << 20)
+            if t.offset == before:
+                break
         if t.terminal is not None:
             return _STATUS_OF[type(t.terminal)]
         return "running" if alive else "interrupted"

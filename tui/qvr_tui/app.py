@@ -28,7 +28,7 @@ from qvr_tui.fit_runner import FitRequest, FitRunner
 from qvr_tui.screens.confirm import Confirm
 from qvr_tui.screens.live import LivePane
 from qvr_tui.screens.setup import SetupPane
-from qvr_tui.state import RunState
+from qvr_tui.state import RunState, fold_record
 
 __all__ = ["QvrDash", "TABS"]
 
@@ -285,7 +285,7 @@ class QvrDash(App):
         state = RunState(vocab=_load_vocab(self.program, run))
         tail = run.tail()
         alive = run.writer_alive()
-        state.apply(tail.poll())
+        fold_record(state, tail)  # in pieces: memory flat however long the record
         state.run_dir = _shown_path(run.path)
         if tail.terminal is None and not alive:
             state.mark_interrupted("the writer stopped without finishing the record "

@@ -246,7 +246,7 @@ def _nanmax(v: np.ndarray) -> float:
 def load_results(run) -> Results:
     """The `Results` of a `qvr.runs.Run` (any status; a partial record gives what it can)."""
     summary = run.summary
-    events = run.events(load_draws=False)
+    events = _events_kept(run)
     status = run.status
     message = ""
     if summary is not None:
@@ -273,6 +273,30 @@ def load_results(run) -> Results:
     from qvr_tui.circuits_model import load_circuits
     res.circuits = load_circuits(run, res.program_path)
     return res
+
+
+def _events_kept(run, chunk_bytes: int = 1 << 20) -> list:
+    """The record's events that `load_results` reads, parsed a megabyte at a time: every
+    event but progress, of which only the last per (phase, chain, metric names) is kept
+    (what the loaders read of it), except an SVI record without ``losses.npy`` (its loss
+    curve is its progress events).  A record of
+    100,000 progress events parsed at once left the UI process ~90 MB larger for good
+    (fragmented by the objects); see `qvr_tui.state.fold_record`."""
+    keep_progress = run.method == "svi" and run.losses() is None
+    tail = run.tail(load_draws=False)
+    kept: list = []
+    last: dict = {}  # (phase, chain, metric names) -> index in kept of its last progress
+    while True:
+        before = tail.offset
+        for e in tail.poll(max_bytes=chunk_bytes):
+            if isinstance(e, FitProgress) and not keep_progress:
+                key = (e.phase, e.chain, tuple(sorted(e.metrics)))
+                if key in last:
+                    kept[last[key]] = None
+                last[key] = len(kept)
+            kept.append(e)
+        if tail.offset == before:
+            return [e for e in kept if e is not None]
 
 
 def _partial_note(res: Results) -> str:
