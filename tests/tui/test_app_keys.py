@@ -100,6 +100,9 @@ async def test_quit_asks_while_a_fit_runs_and_ctrl_c_cancels(tmp_path):
         await pilot.press("r")
         runner = app.runner
         assert runner is not None and runner.proc.poll() is None
+        shown = {b.binding.description for b in app.screen.active_bindings.values()
+                 if b.binding.show}
+        assert "Cancel" in shown  # `x` is in the footer while the fit runs
         await pilot.press("q")
         assert isinstance(app.screen, Confirm)
         await pilot.press("n")

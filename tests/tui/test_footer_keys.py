@@ -1,7 +1,8 @@
 """The footer shows only the keys that do something where they are pressed (Textual's
 `check_action`): ``l`` Log scale for an SVI run and ``v`` Trace for HMC/NUTS on Live,
 neither for SMC; on Results the ArviZ export, filter and sort for MCMC only, ``c``
-Circuits only for a run that has circuits.  Regression: ``e ArviZ`` showed on SVI
+Circuits only for a run that has circuits; ``x`` Cancel while a fit runs, ``g`` SMC from
+run for a finished SVI/HMC/NUTS run.  Regression: ``e ArviZ`` showed on SVI
 Results, ``l``/``v`` on SMC Live."""
 import asyncio
 import shutil
@@ -32,9 +33,9 @@ async def opened(pilot, name_of_tab="live"):
 
 
 @pytest.mark.parametrize("run, live_keys, absent", [
-    ("svi_attention", {"Log scale"}, {"Trace"}),
-    ("nuts_regression", {"Trace"}, {"Log scale"}),
-    ("smc_recurrent", set(), {"Log scale", "Trace"}),
+    ("svi_attention", {"Log scale", "SMC from run"}, {"Trace", "Cancel"}),
+    ("nuts_regression", {"Trace", "SMC from run"}, {"Log scale", "Cancel"}),
+    ("smc_recurrent", set(), {"Log scale", "Trace", "SMC from run", "Cancel"}),
 ])
 async def test_live_keys_follow_the_method(tmp_path, run, live_keys, absent):
     path = tmp_path / run

@@ -76,7 +76,7 @@ class QvrDash(App):
         Binding("r", "start_fit", "Run"),
         Binding("ctrl+r", "start_fit", "Run", show=False, priority=True),
         Binding("x", "cancel_fit", "Cancel"),
-        Binding("ctrl+c", "cancel_fit", "Cancel fit", show=False, priority=True),
+        Binding("ctrl+c", "cancel_key", "Cancel fit", show=False, priority=True),
         Binding("g", "generate", "SMC from run"),
         Binding("l", "live('toggle_log')", "Log scale"),
         Binding("v", "live('next_trace')", "Trace"),
@@ -112,7 +112,7 @@ class QvrDash(App):
         self.ready = asyncio.Event()  # every tab mounted and wired
         self._start_asked = False  # `r` pressed before `ready`: start when it is set
         self.initial_tab = "live" if self.run_path else "program"
-        self._bindings_method: Optional[str] = None  # the method the footer keys were for
+        self._bindings_for: tuple = ()  # (method, status, idle) the footer keys were for
 
     @staticmethod
     def _program_of_run(path: Path) -> Optional[str]:
@@ -223,8 +223,9 @@ class QvrDash(App):
                 self.follow = None
         if self.state.is_mcmc and not self.state.finished:
             self.state.update_diagnostics()
-        if self.state.method != self._bindings_method:  # `l`/`v` apply to this method
-            self._bindings_method = self.state.method
+        shown = (self.state.method, self.state.status, self.runner is None)
+        if shown != self._bindings_for:  # the keys that apply changed (check_action)
+            self._bindings_for = shown
             self.refresh_bindings()
         try:
             live = self.live
@@ -342,7 +343,15 @@ class QvrDash(App):
             except NoMatches:
                 return False
             return pane.check_action(name, ()) is not False
+        if action == "cancel_fit":  # `x`: shown while a fit runs (Ctrl-C always works)
+            return self.runner is not None
+        if action == "generate":  # `g`: from a finished SVI/HMC/NUTS run
+            return self._can_generate()
         return True
+
+    def _can_generate(self) -> bool:
+        return self.shown_run is not None and self.state.status == "finished" and \
+            self.state.method in ("svi", "hmc", "nuts")
 
     def on_tabbed_content_tab_activated(self, event) -> None:
         self.refresh_bindings()
@@ -429,6 +438,10 @@ class QvrDash(App):
         self.action_tab("live")
         return self.runner
 
+    def action_cancel_key(self) -> None:
+        """Ctrl-C: cancels a running fit, else says that nothing runs (never quits)."""
+        self.action_cancel_fit()
+
     def action_cancel_fit(self) -> None:
         r = self.runner
         if r is None or not r.cancel():
@@ -445,8 +458,7 @@ class QvrDash(App):
         if not self.ready.is_set():
             return
         run_dir = self.shown_run
-        if run_dir is None or self.state.status != "finished" or \
-                self.state.method not in ("svi", "hmc", "nuts"):
+        if run_dir is None or not self._can_generate():
             self.notify("g needs a finished SVI/HMC/NUTS run on Live", severity="warning")
             return
         self.setup_pane.preset("smc", start_from=str(run_dir))
