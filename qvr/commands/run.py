@@ -177,6 +177,10 @@ def register(sub) -> None:
     p.add_argument("--from", dest="start_from", metavar="RUN",
                    help="start from a saved run's fitted parameters (e.g. SMC generation "
                         "from an SVI-fitted language model)")
+    p.add_argument("--vocab", metavar="FILE",
+                   help="a vocabulary (JSON list of strings, index = token id) for SMC's "
+                        "text, --forbid/--require words and attention patterns (default: "
+                        "data/NAME.vocab.json beside the program)")
     add_fit_options(p)
     p.set_defaults(func=run)
 
@@ -238,6 +242,7 @@ def run(args) -> int:
             raise UsageError(f"{args.file}: no such file")
         if args.start_from is not None:
             _check_start_from(args.start_from)
+        args.vocab_tokens = _vocab(args.vocab)
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
         program, export = load_program(args.file, args.export, config.data)
@@ -261,6 +266,20 @@ def run(args) -> int:
     _say_shipped(args, config, tool)
     args.internal_error_dir = folder  # a bug's traceback goes to the run folder
     return _fit(args, config, program, export, folder, tool)
+
+
+def _vocab(path):
+    """The tokens of `--vocab FILE` (None without it); a file that does not load is a usage
+    error, found before a run folder is made."""
+    if path is None:
+        return None
+    from qvr.datafiles import DataFileError, load_vocab
+    if not Path(path).is_file():
+        raise UsageError(f"--vocab {path}: no such file")
+    try:
+        return load_vocab(path)
+    except (DataFileError, OSError, ValueError) as exc:
+        raise UsageError(f"--vocab {exc}") from None
 
 
 def _fit(args, config, program, export, folder, tool) -> int:
@@ -291,7 +310,7 @@ def _fit(args, config, program, export, folder, tool) -> int:
         with progress:
             fit(program, config=config, on_event=progress.update, should_stop=stop,
                 run_dir=folder, start_from=args.start_from, program_path=args.file,
-                export=export)
+                export=export, vocab=getattr(args, "vocab_tokens", None))
     except KeyboardInterrupt:
         print(f"{tool}: interrupted; what was reported is in {folder}", file=sys.stderr)
         return 130

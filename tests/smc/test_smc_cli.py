@@ -161,3 +161,32 @@ def test_the_end_token_comes_from_the_shipped_vocabulary_or_a_clear_message(tmp_
     top = run.sequences["top"][0]
     expected = "".join(vocab[t] for t in top["tokens"] if t != 1)
     assert top["text"] == expected
+
+
+def test_a_vocabulary_given_with_vocab_names_the_tokens(tmp_path, qvr_run):
+    """`--vocab FILE` replaces the shipped vocabulary: the record's sequences and the
+    `--forbid` words use it; a file that does not load is a usage error before any run
+    folder is made."""
+    import json
+    from qvr.runs import open_run
+    words = [f"t{i}" for i in range(64)]
+    vocab = tmp_path / "words.json"
+    vocab.write_text(json.dumps(words))
+    runs = tmp_path / "runs"
+    out = qvr_run(TRANSFORMER, "--method", "smc", "--particles", "8", "--max-len", "6",
+                  "--eos", "1", "--bos", "0", "--forbid", "t5", "--vocab", str(vocab),
+                  runs=runs)
+    assert out.returncode == 0, out.stderr
+    run = open_run(only_folder(runs))
+    assert run.sequences["vocab"][:64] == words
+    assert run.config["forbid"] == [["t5"]]  # as given; resolved through the vocabulary
+    for p in run.sequences["particles"]:
+        assert 5 not in p["tokens"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"not": "a list"}))
+    for path, message in [(tmp_path / "none.json", "no such file"),
+                          (bad, "a vocabulary must be a JSON list of strings")]:
+        out = qvr_run(TRANSFORMER, "--method", "smc", "--vocab", str(path),
+                      runs=tmp_path / "runs2")
+        assert out.returncode == 2 and message in out.stderr
+        assert out.stderr.count("\n") == 1 and not (tmp_path / "runs2").exists()

@@ -88,9 +88,15 @@ async def test_a_vocabulary_file_for_smc(tmp_path):
         assert shown() == ""
         req = setup.build_request(str(tmp_path / "runs" / "x"))
         assert req is not None and req.vocab == words
+        assert req.vocab_path == str(vocab.resolve())  # the worker gets the file
+        from qvr_tui.fit_runner import worker_command
+        cmd = worker_command(req, "cfg.json", "python")
+        assert cmd[cmd.index("--vocab") + 1] == str(vocab.resolve())
         app.begin(req)  # the stand-in worker exits at once: only the Live state matters
         assert app.state.vocab == words
         await pilot.pause()
         field.value = ""  # empty: the one next to the program (the app loads it)
         await pilot.pause()
-        assert setup.build_request(str(tmp_path / "runs" / "x")).vocab is None
+        empty = setup.build_request(str(tmp_path / "runs" / "x"))
+        assert empty.vocab is None and empty.vocab_path is None
+        assert "--vocab" not in worker_command(empty, "cfg.json", "python")

@@ -50,6 +50,7 @@ class FitRequest:
     export: Optional[str] = None
     start_from: Optional[str] = None
     vocab: Optional[list] = field(default=None, repr=False)
+    vocab_path: Optional[str] = None  # the file `vocab` came from (given to the worker)
 
 
 def worker_command(req: FitRequest, config_path: str, python: str = sys.executable) -> list[str]:
@@ -59,6 +60,8 @@ def worker_command(req: FitRequest, config_path: str, python: str = sys.executab
         cmd += ["--from", str(req.start_from)]
     if req.export:
         cmd += ["--export", req.export]
+    if req.vocab_path:
+        cmd += ["--vocab", str(req.vocab_path)]
     return cmd
 
 

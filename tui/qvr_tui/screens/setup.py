@@ -18,8 +18,8 @@ added: a field not touched yet is judged when the run key is pressed.
 
 SMC's vocabulary (token id -> text for the live particles): a path, or empty for the one
 found next to the program (``data/NAME.vocab.json``); a file that does not load is an
-error in place.  (It reaches the Live view through `FitRequest.vocab`; the worker,
-``qvr run``, has no option for it, so the record keeps the shipped vocabulary.)
+error in place.  It reaches the Live view through `FitRequest.vocab` and the worker
+(``qvr run --vocab``) through `FitRequest.vocab_path`, so the record holds it too.
 
 The pane does not start fits: `build_request(run_dir)` returns a `FitRequest` (or None,
 after showing the errors); the app's run key calls it.
@@ -292,6 +292,11 @@ class SetupPane(VerticalScroll):
         except (DataFileError, OSError, ValueError) as exc:
             return None, str(exc)
 
+    def _vocab_path(self) -> Optional[str]:
+        """The vocabulary file given in the field (None: the one beside the program)."""
+        text = self.query_one("#vocab", Input).value.strip()
+        return str(Path(text).resolve()) if text else None
+
     def _show_vocab_error(self, message: Optional[str]) -> None:
         self.query_one("#vocab-error", Static).update(Text(message or ""))
 
@@ -454,4 +459,5 @@ class SetupPane(VerticalScroll):
         return FitRequest(program=self.program_path, config=cfg, run_dir=run_dir,
                           export=export if isinstance(export, str) and export else None,
                           start_from=None if start is Select.NULL else str(start),
-                          vocab=self.vocab()[0] if self.method == "smc" else None)
+                          vocab=self.vocab()[0] if self.method == "smc" else None,
+                          vocab_path=self._vocab_path() if self.method == "smc" else None)
