@@ -513,8 +513,8 @@ def _load_svi(run, res: Results, events) -> None:
     res.sites = _group(dict(summary.get("parameters") or {}), {})
     shapes = {s.site: s.shape for s in res.sites}
     params = run.params()
-    # the summary keeps at most 200 coordinates: an unconstrained site's full shape is its
-    # guide location's
+    # records written before summaries were complete kept only their first 200
+    # coordinates: an unconstrained site's full shape is its guide location's
     for k, v in params.items():
         name = k[4:] if k.startswith("loc_") else None
         if name and (name not in shapes or
