@@ -269,12 +269,7 @@ def test_strict_cached_law_is_the_whole_sequence_forward():
     h0 = state["h"].index_select(0, torch.from_numpy(state["slots"]))
     first = torch.log_softmax(lm.kv.head.link.params(h0)[0].double(), -1)
     assert torch.allclose(first, exact_logits(program, ()).expand(3, 4), atol=1e-5)
-    for i in range(3):
-        state = lm.advance(state, torch.arange(3), torch.tensor([p[i] for p in prefixes]),
-                           None)
-    h = state["h"].index_select(0, torch.from_numpy(state["slots"]))
-    cached = torch.log_softmax(lm.kv.head.link.params(h)[0].double(), -1)
-    exact = torch.stack([exact_logits(program, p) for p in prefixes])
+    cached, exact = cached_and_exact(lm, program, prefixes, state)
     assert torch.allclose(cached, exact, atol=1e-5)
     # the same weights with the bare `causal` (the last position sees itself) differ
     attn.strict = False
@@ -350,6 +345,17 @@ def exact_logits(program, prefix):
         return torch.log_softmax(links[-1].params(h)[0][0, -1].double(), -1)
 
 
+
+def cached_and_exact(lm, program, prefixes, state):
+    """Next-token log-probabilities after `prefixes` (one per particle), from the KV cache
+    advanced token by token from `state`, and from the whole-sequence forward."""
+    for i in range(len(prefixes[0])):
+        state = lm.advance(state, torch.arange(len(prefixes)),
+                           torch.tensor([p[i] for p in prefixes]), None)
+    h = state["h"].index_select(0, torch.from_numpy(state["slots"]))
+    cached = torch.log_softmax(lm.kv.head.link.params(h)[0].double(), -1)
+    return cached, torch.stack([exact_logits(program, p) for p in prefixes])
+
 def enumerate_z(program, log_g):
     z = 0.0
 
@@ -393,13 +399,7 @@ def test_tiny_program_depends_on_more_than_the_last_token(tiny):
     it depends on earlier tokens (a last-token model would not pass the Z test)."""
     lm = ProgramLM(tiny, T_BOS, T_EOS)
     prefixes = [(1, 1, 2), (0, 0, 2), (3, 0, 2)]
-    state = lm.start(3)
-    for i in range(3):
-        state = lm.advance(state, torch.arange(3), torch.tensor([p[i] for p in prefixes]),
-                           None)
-    h = state["h"].index_select(0, torch.from_numpy(state["slots"]))
-    cached = torch.log_softmax(lm.kv.head.link.params(h)[0].double(), -1)
-    exact = torch.stack([exact_logits(tiny, p) for p in prefixes])
+    cached, exact = cached_and_exact(lm, tiny, prefixes, lm.start(3))
     assert torch.allclose(cached, exact, atol=1e-5)
     assert float((exact[0].exp() - exact[1].exp()).abs().max()) > 0.05  # same last token
 
