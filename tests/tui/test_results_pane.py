@@ -265,3 +265,20 @@ async def test_a_new_run_clears_and_hides_the_filter_box(runs):
         await app.loaded.get()
         assert box.value == "" and not box.has_class("-shown") and not box.display
         assert pane.query_text == "" and keys_shown(pane) == ["mu", "sigma", "probs"]
+
+
+async def test_an_mcmc_run_with_nothing_to_sample_gives_its_log_marginal_likelihood(tmp_path):
+    """NUTS on a program whose latents are all finite (examples/hmm.qvr: summed out) runs
+    no chain; Results says so with the log marginal likelihood, not "partial: no summary
+    was written" (seen in tmux)."""
+    import shutil
+    from pathlib import Path
+    run = tmp_path / "hmm-nuts"
+    shutil.copytree(Path(__file__).parent / "recorded" / "nuts_nothing_to_sample", run)
+    app, pane = await open_pane(run)
+    async with app.run_test(size=(80, 24)):
+        res = await app.loaded.get()
+        assert not res.partial and res.num_chains == 0
+        notes = text_of(pane.query_one("#results-notes", Static))
+        assert notes == ("ⓘ nothing to sample (no continuous latent site): log marginal "
+                         "likelihood -184.85")

@@ -195,3 +195,19 @@ def test_ndtri_matches_the_normal_quantile():
 def test_format_seconds():
     assert [format_seconds(s) for s in (3.25, 42, 125, 7322)] == ["3.2s", "42s", "2m05s",
                                                                    "2h02m"]
+
+
+def test_an_mcmc_fit_with_nothing_to_sample_says_so_and_shows_no_chain():
+    """NUTS on a program whose latents are all finite (summed out): no chain runs, and the
+    header gives the log marginal likelihood instead of 'finished · 0%' over rows stuck
+    at 0/500 (seen in tmux on examples/hmm.qvr)."""
+    from qvr.inference.events import FitStarted, FitWarning
+    s = RunState()
+    s.run_dir = Path("runs/hmm-1")
+    s.apply([FitStarted("nuts", 1000, 4, {"num_warmup": 500, "num_samples": 500}),
+             FitWarning("no continuous latent site to sample"),
+             FitFinished({"log_marginal_likelihood": -184.8496856689453, "num_chains": 0,
+                          "num_samples": 0, "note": "no continuous latent site"}, 0.03)])
+    assert s.nothing_sampled and s.chains == {}
+    assert s.status_line().startswith(
+        "NUTS finished · no continuous latent · log marginal likelihood -184.85 · ")

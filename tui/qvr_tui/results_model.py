@@ -195,6 +195,7 @@ class Results:
     message: str = ""
     partial: bool = False      # built from draws chunks / events: no summary or samples
     partial_note: str = ""
+    note: str = ""             # what the run did instead (e.g. nothing to sample)
     source_sha256: Optional[str] = None
     program_path: Optional[str] = None
     stats: dict = field(default_factory=dict)
@@ -325,6 +326,13 @@ def _progress_last(events, phase: str) -> dict[int, dict]:
 
 
 def _load_mcmc(run, res: Results, summary: Optional[dict], events) -> None:
+    lml = res.stats.get("log_marginal_likelihood")
+    if lml is not None and not res.stats.get("num_chains"):
+        # no continuous latent site (finite ones summed out): no chain ran, no draw, no
+        # check applies; the run's result is the log marginal likelihood
+        res.note = (f"nothing to sample (no continuous latent site): log marginal "
+                    f"likelihood {float(lml):.6g}")
+        return
     samples = run.samples()
     draws = {k: v for k, v in samples.items() if not k.startswith("sample_stats.")}
     res.sample_stats = {k.split(".", 1)[1]: v for k, v in samples.items()

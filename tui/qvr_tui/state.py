@@ -327,6 +327,8 @@ class RunState:
             self.status = "finished"
             self.summary = dict(ev.summary)
             self.elapsed = max(self.elapsed, ev.elapsed)
+            if self.nothing_sampled:
+                self.chains.clear()  # no chain ran: rows stuck at 0/500 would say otherwise
         elif isinstance(ev, FitFailed):
             self.status = "failed"
             self.message = ev.message
@@ -546,6 +548,13 @@ class RunState:
         self.particles_step = ev.step
 
     # ------------------------------------------------------------ text
+    @property
+    def nothing_sampled(self) -> bool:
+        """An MCMC fit of a program with no continuous latent site: it reports the log
+        marginal likelihood (finite latents summed out) and runs no chain."""
+        return self.is_mcmc and "log_marginal_likelihood" in self.summary and \
+            not self.summary.get("num_chains")
+
     def status_line(self) -> str:
         """One line: method, status, step, rate and ETA (what the live header shows)."""
         if self.status == "waiting":
@@ -564,6 +573,9 @@ class RunState:
                 parts.append(f"{self.rate:,.0f} steps/s")
             if self.smooth.last is not None:
                 parts.append(f"smoothed loss {self.smooth.last:.4g}")
+        elif self.is_mcmc and self.nothing_sampled:
+            lml = self.summary["log_marginal_likelihood"]
+            parts.append(f"no continuous latent · log marginal likelihood {lml:.6g}")
         elif self.is_mcmc:
             done = sum(r.step + (self.num_warmup if r.phase == "sampling" else 0)
                        for r in self.chains.values())

@@ -341,6 +341,8 @@ class ResultsPane(Vertical):
             lines.append(f"⚠ stale: {self.stale}")
         if res.partial:
             lines.append(f"◐ {res.partial_note}")
+        if res.note:
+            lines.append(f"ⓘ {res.note}")
         notes.update("\n".join(lines))
         notes.set_class(not lines, "-empty")
         keys = "  e: export draws to ArviZ" if res.is_mcmc else ""
