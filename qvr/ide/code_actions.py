@@ -6,7 +6,9 @@
 * QVR101: declare the missing object; QVR102: declare a morphism stub whose type is read
   off the neighbouring operands of `>>` when they have one;
 * QVR104 (duplicate declaration or rule), QVR202 (duplicate option key), QVR710
-  (duplicate export or atom): remove the duplicate.
+  (duplicate export or atom): remove the duplicate;
+* QVR316 on an attention without a family (the observed or sampled target itself): give
+  its declaration the family `~ Normal` (docs/extensions.md E2).
 
 New declarations go just before the statement that needs them (above its doc comments),
 so they are declared before use.  Fixes are plain text edits in document offsets; the
@@ -59,7 +61,25 @@ def fixes_for(doc, d: Diagnostic) -> list[CodeAction]:
         edit = _remove_duplicate(doc, d)
         if edit is not None:
             out.append(CodeAction(f"Remove duplicate `{name}`", (edit,), d))
+    elif d.code == "QVR316":
+        target = dict(d.data).get("family_for") if d.data else None
+        at = _declaration_end(doc, target) if target else None
+        if at is not None:
+            out.append(CodeAction(f"Give `{target}` a family (`~ Normal`)",
+                                  (TextEdit(Span(at, at), " ~ Normal"),), d, preferred=True))
     return out
+
+
+def _declaration_end(doc, name: str) -> Optional[int]:
+    """The document offset just after the header of morphism `name`'s declaration (its
+    options block, or its codomain), when it is declared once, without an initializer."""
+    found = []
+    for slot, base in zip(doc.state.slots, doc.state.starts):
+        decl = slot.parsed.decl if slot.parsed is not None else None
+        if isinstance(decl, A.MorphismDecl) and decl.name.text == name and decl.init is None:
+            end = decl.options.span.end if decl.options is not None else decl.cod.span.end
+            found.append(base + end)
+    return found[0] if len(found) == 1 else None
 
 
 # ---------------------------------------------------------------- helpers

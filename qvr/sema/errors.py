@@ -306,11 +306,13 @@ def observe_deterministic(span: Span, name: str, whole: bool, kind: str = "obser
     """`whole`: the target is itself an attention without a family (it can be given one)."""
     what = f"`{name}` is deterministic" if whole else f"`{name}` ends in a deterministic morphism"
     fix = "give the attention a family (`~ Normal`)" if whole else "end it with a kernel"
+    # the quick fix (`qvr.ide.code_actions`) gives the attention `name` a family
+    data = (("family_for", name),) if whole else ()
     if kind == "sample":
         return error("QVR316", span, f"{what}: a sampled value needs a density; {fix}, or "
                                      f"observe through it (`let f = {name} >> head`, then "
-                                     f"`observe y <- f`)")
-    return error("QVR316", span, f"{what}: an observed value needs a density; {fix}")
+                                     f"`observe y <- f`)", data=data)
+    return error("QVR316", span, f"{what}: an observed value needs a density; {fix}", data=data)
 
 
 def heads_divide(span: Span, heads: int, t: Ty, width: int):

@@ -58,3 +58,26 @@ def test_actions_only_for_diagnostics_in_the_range():
     at = src.index("sigm)")
     assert [a.title for a in code_actions(doc, Span(at, at))] == ["Change `sigm` to `sigma`"]
     assert code_actions(doc, Span(0, 5)) == []
+
+
+@pytest.mark.parametrize("options", ["[role=attention, heads=2, causal]", "[role=attention]"])
+@pytest.mark.parametrize("step", ["observe y", "sample h"])
+def test_qvr316_gives_the_attention_a_family(options, step):
+    """An observed or sampled attention without a family (QVR316): the fix appends
+    `~ Normal` to its declaration, and the program then checks clean."""
+    decl = f"morphism attn : Latent -> Latent {options}"
+    src = ("object Latent : Real 4\n" + decl + "  # mixes positions\n"
+           "program p : Latent -> Latent\n"
+           f"    {step} <- attn\n"
+           f"    return {step.split()[1]}\n")
+    ((title, code, out),) = fixes(src)
+    assert (title, code) == ("Give `attn` a family (`~ Normal`)", "QVR316")
+    assert out == src.replace(decl, decl + " ~ Normal")
+    assert [d.code for d in Document(out).diagnostics()] == []
+
+
+def test_qvr316_through_a_let_has_no_family_fix():
+    src = ("object Latent : Real 4\nmorphism ff : Latent -> Latent [role=kernel] ~ Normal\n"
+           "let f = ff >> layer_norm(Latent)\n"
+           "program p : Latent -> Latent\n    observe y <- f\n    return y\n")
+    assert fixes(src) == []
