@@ -10,7 +10,9 @@ record (`qvr.commands.report`, the same text as ``qvr show RUN``).
 
 Data: ``--data FILE`` or ``--synthetic N``; without either, the data shipped beside the
 program (``data/NAME.json``) is used when there is one.  ``--from RUN`` starts from a saved
-run's fitted parameters (SMC generation from a fitted language model).
+run's fitted parameters (SMC generation from a fitted language model); from an HMC/NUTS
+run, ``--start-at means|draws`` chooses its posterior means (default) or its draws, and
+one line on stderr says what the fit takes from the run.
 
 Ctrl-C once asks the fit to stop after the current step (everything so far is saved and
 the command exits 130); a second Ctrl-C interrupts at once (the record then says
@@ -145,16 +147,28 @@ def _config_file(path: str, method: str) -> dict:
     return data
 
 
-def _check_start_from(path) -> None:
-    """`--from RUN` must name a readable run record: a usage error (exit 2) found before
-    the new run's folder is created (torch-free: `qvr.runs` reads records without it)."""
+def _check_start_from(path, config):
+    """`--from RUN` must name a readable run record, of a kind `--start-at` can start from
+    (`start_at_error`): usage errors (exit 2) found before the new run's folder is created
+    (torch-free: `qvr.runs` reads records without it).  The run, or None without --from."""
+    from qvr.inference.config import FITTING, start_at_error
     from qvr.runs import RunRecordError, open_run
+    at = config.start_at if config.method in FITTING else None
+    if path is None:
+        problem = start_at_error(at, has_run=False) if at is not None else None
+        if problem:
+            raise UsageError(f"--start-at {problem}")
+        return None
     if not Path(path).is_dir():
         raise UsageError(f"--from {path}: no such run folder")
     try:
-        open_run(path)
+        run = open_run(path)
     except RunRecordError as exc:
         raise UsageError(f"--from {exc}") from None
+    problem = start_at_error(at, run.method) if at is not None else None
+    if problem:
+        raise UsageError(f"--start-at {problem}")
+    return run
 
 
 def register(sub) -> None:
@@ -176,7 +190,8 @@ def register(sub) -> None:
                         "options override it); the dashboard starts fits this way")
     p.add_argument("--from", dest="start_from", metavar="RUN",
                    help="start from a saved run's fitted parameters (e.g. SMC generation "
-                        "from an SVI-fitted language model)")
+                        "from an SVI-fitted language model); from an HMC/NUTS run, "
+                        "--start-at chooses its means or its draws")
     p.add_argument("--vocab", metavar="FILE",
                    help="a vocabulary (JSON list of strings, index = token id) for SMC's "
                         "text, --forbid/--require words and attention patterns (default: "
@@ -240,8 +255,7 @@ def run(args) -> int:
         config = config_from_args(args)
         if not Path(args.file).is_file():
             raise UsageError(f"{args.file}: no such file")
-        if args.start_from is not None:
-            _check_start_from(args.start_from)
+        start_run = _check_start_from(args.start_from, config)
         args.vocab_tokens = _vocab(args.vocab)
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
@@ -263,6 +277,12 @@ def run(args) -> int:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 1
     print(f"{tool}: run folder {folder}", file=sys.stderr)
+    if start_run is not None:
+        from qvr.inference.config import FITTING
+        from qvr.inference.start import describe
+        at = config.start_at if config.method in FITTING else None
+        print(f"{tool}: starting from {args.start_from} ({start_run.method}): "
+              f"{describe(config.method, start_run.method, at)}", file=sys.stderr)
     _say_shipped(args, config, tool)
     args.internal_error_dir = folder  # a bug's traceback goes to the run folder
     return _fit(args, config, program, export, folder, tool)

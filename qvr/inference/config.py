@@ -38,6 +38,7 @@ METHODS = ("svi", "hmc", "nuts", "smc")
 MCMC = frozenset({"hmc", "nuts"})
 ALL = frozenset(METHODS)
 FITTING = frozenset({"svi", "hmc", "nuts"})
+START_AT = ("means", "draws")
 
 
 class ConfigError(ValueError):
@@ -200,7 +201,8 @@ class FitConfig:
     SVI, HMC and NUTS: ``data``, ``synthetic``, ``draws`` (Monte-Carlo draws of every
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``.  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
-    ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``.
+    ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``.  SVI, HMC and
+    NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
     ``require``, ``min_len``, ``cache``, ``top``.
     """
@@ -230,6 +232,13 @@ class FitConfig:
                                 check=_int_or_none_at_least(1), metavar="N",
                                 help="Monte-Carlo draws of a composite's intermediate in "
                                      "its density (runtime spec 4.1; default 100)")
+    # ---- the start (SVI, HMC, NUTS started from a run)
+    start_at: str = _opt("means", methods=FITTING, choices=START_AT,
+                         check=_choice(*START_AT),
+                         help="with --from an HMC/NUTS run: start from its posterior means, "
+                              "or from its draws (HMC/NUTS: each chain at the last draw of "
+                              "a chain of the run; SVI: the guide moment-matched to the "
+                              "draws)")
     # ---- SVI
     steps: int = _opt(1000, methods=frozenset({"svi"}), parse=parse_int,
                       check=_int_at_least(1), metavar="N",
@@ -387,6 +396,29 @@ def _plain(v):
     if isinstance(v, list):
         return [_plain(x) for x in v]
     return v
+
+
+def start_at_error(start_at: str, run_method: Optional[str] = None,
+                   has_run: bool = True) -> Optional[str]:
+    """Why ``start_at`` cannot be used with the run a fit starts from (None when it can).
+
+    ``"draws"`` needs a run to start from (``start_from``, ``qvr run --from``) and that run
+    must be an HMC or NUTS run (its draws); ``"means"`` goes with any run, or none.  This
+    is a check across `FitConfig` and the run, which `FitConfig` does not hold, so it is
+    made where the run is known: `qvr run` before it creates the run folder (a usage
+    error), `qvr.inference.start.load_start` when the run is opened (a `StartError`), and
+    the SVI and MCMC loops when no run was given (a `ConfigError`).  Torch-free, so the
+    dashboard's form can use it too."""
+    if start_at != "draws":
+        return None
+    if not has_run:
+        return ("draws needs a run to start from (--from RUN, fit(start_from=RUN)): an HMC "
+                "or NUTS run whose draws start the fit")
+    if run_method not in MCMC:
+        return (f"draws needs an HMC or NUTS run to start from, and that run's method is "
+                f"{run_method} (start_at means, the default, starts from its fitted "
+                f"parameters)")
+    return None
 
 
 def shipped_options(program_path, method: Optional[str] = None) -> tuple:

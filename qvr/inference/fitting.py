@@ -305,7 +305,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         raise DataError("device cuda: no CUDA device is available")
     start = None
     if start_from is not None:
-        start = load_start(start_from)
+        start = load_start(start_from, config)
         start.current_sha256 = info.get("sha256")
         if model is not None:
             start.apply_to_model(model)

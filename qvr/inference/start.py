@@ -8,7 +8,23 @@ What a run gives the next fit:
 * an **SVI run's guide** (``loc_*``, ``log_scale_*``) initialises the next SVI guide (to
   continue fitting) or the initial positions of HMC/NUTS (one guide draw per chain);
 * an **MCMC run's posterior means** (``samples.npz``) initialise the next guide's
-  locations, or HMC/NUTS's initial positions.
+  locations, or HMC/NUTS's initial positions (``start_at="means"``, the default);
+* or an **MCMC run's draws** (``start_at="draws"``, `FitConfig.start_at`): HMC/NUTS chain
+  c starts at the last draw of the run's chain ``c mod C_run`` (`initial_positions`), so
+  the chains start dispersed where the earlier run left them (continuing that run); SVI's
+  guide is moment-matched to the draws in the unconstrained space (`apply_to_guide`).
+  The draws are ``samples.npz``'s, else (a run killed or cancelled before it saved them)
+  those of its draw chunks (`qvr.runs.Run.draws`, cut to the draws every chain has).
+
+Why the last draw, and not draws spread over the run: the last draw of a chain is where
+that chain stands — a sample of the posterior after warmup, with the chains as dispersed
+as the posterior is — so the new chains continue the old ones (R-hat across the two runs
+stays meaningful); a random draw of the pooled chains would do as well statistically but
+would not continue anything.  Why moment matching for SVI: the mean-field Normal guide
+closest to the draws in the unconstrained space (its mean and per-coordinate variance;
+the population sd, ddof 0) is the best start the guide's family allows; the sd is floored
+at ``SD_FLOOR`` (1e-3) so that a coordinate the draws never moved (a single draw, a stuck
+chain) does not start at a degenerate scale whose log is -inf or whose gradient explodes.
 
 A program whose parameters no longer match the run's (a renamed morphism, a changed
 width) is a `StartError` naming the QVR declaration the parameter belongs to (the
@@ -24,6 +40,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+SD_FLOOR = 1e-3  # the smallest guide scale a start from draws gives (module docstring)
+
 
 class StartError(ValueError):
     """The run to start from cannot be used (unreadable, or its parameters do not match)."""
@@ -36,10 +54,16 @@ class StartState:
     guide_params: dict = field(default_factory=dict)
     posterior_means: dict = field(default_factory=dict)
     current_sha256: Optional[str] = None  # the hash of the program being fitted now
+    # start_at="draws": the run's draws by site, (chains, draws, *shape) as samples.npz
+    draws: dict = field(default_factory=dict)
+    at: Optional[str] = None  # `FitConfig.start_at` of an SVI/HMC/NUTS fit, None for SMC
 
     def record(self) -> dict:
-        return {"run": str(self.run.path.resolve()), "run_id": self.run.run_id,
-                "method": self.run.method, "sha256": self.run.source_sha256}
+        out = {"run": str(self.run.path.resolve()), "run_id": self.run.run_id,
+               "method": self.run.method, "sha256": self.run.source_sha256}
+        if self.at is not None:
+            out["at"] = self.at
+        return out
 
     def _where(self) -> str:
         return f"start from {self.run.path}"
@@ -76,12 +100,15 @@ class StartState:
         return ""
 
     def apply_to_guide(self, guide, x=None, observations=None) -> None:
-        """Initialise an `AutoNormalGuide` from the run: an SVI run's guide as it was, or an
+        """Initialise an `AutoNormalGuide` from the run: an SVI run's guide as it was, an
         MCMC run's posterior means mapped to the guide's unconstrained space (through the
-        sites' transforms, which need the guide's program, its input and observations)."""
+        sites' transforms, which need the guide's program, its input and observations),
+        or (``start_at="draws"``) the guide moment-matched to the MCMC run's draws."""
         own = dict(guide.named_parameters())
         with torch.no_grad():
-            if self.guide_params:
+            if self.draws:
+                self._match_draws(guide, own, x, observations)
+            elif self.guide_params:
                 for name, value in self.guide_params.items():
                     p = own.get(name)
                     if p is None:
@@ -112,6 +139,73 @@ class StartState:
                                          f"{value.numel()} values in the run but {p.numel()} "
                                          f"here (different data size?)")
                     p.copy_(value.reshape(p.shape))
+
+    def _match_draws(self, guide, own, x, observations) -> None:
+        """``loc = mean``, ``log_scale = log(max(sd, SD_FLOOR))`` of the run's draws mapped
+        to the unconstrained space, per coordinate (ddof 0), in float64.  A local site's
+        guide has one ``(u,)`` pair shared by every row and position, so its moments pool
+        the draws of all rows and positions."""
+        from qvr.inference.sites import build_registry
+        obs = dict(observations or {})
+        reg = build_registry(guide.model[0], x, obs, observed_names=set(obs))
+        for site in guide.latent_names:
+            loc, log_scale = own.get(f"loc_{site}"), own.get(f"log_scale_{site}")
+            spec = reg.by_name.get(site)
+            if loc is None or log_scale is None or spec is None:
+                continue
+            z = self._unconstrained_draws(spec)  # (N, *batch, u)
+            if z.shape[-1] != loc.shape[-1] or z.numel() % loc.numel():
+                raise StartError(f"{self._where()}: site `{site}` has {z[0].numel()} "
+                                 f"unconstrained values per draw in the run but "
+                                 f"{loc.numel()} in this guide (different data size?)")
+            z = z.reshape(-1, *loc.shape)
+            mean = z.mean(dim=0)
+            sd = z.std(dim=0, unbiased=False).clamp(min=SD_FLOOR)
+            loc.copy_(mean.to(loc.dtype))
+            log_scale.copy_(torch.log(sd).to(log_scale.dtype))
+
+    def _unconstrained_draws(self, spec, last: bool = False) -> torch.Tensor:
+        """The run's draws of a site (`last`: only each chain's last one) mapped to the
+        unconstrained space in float64: ``(N, *batch_shape, u)``, N the draws taken
+        (chain-major).  A site the run lacks, of another size, or whose draws do not map
+        to finite values is a `StartError` naming it."""
+        if spec.name not in self.draws:
+            raise StartError(f"{self._where()}: this program's latent site `{spec.name}` "
+                             f"has no draws in the run{self._changed_note()}")
+        a = np.asarray(self.draws[spec.name])  # (chains, draws, *shape)
+        if last:
+            a = a[:, -1:]
+        per = int(torch.Size(spec.batch_shape).numel()) * spec.d
+        n = a.shape[0] * a.shape[1]
+        if a.size != n * per:
+            raise StartError(f"{self._where()}: site `{spec.name}` has {a.size // max(n, 1)} "
+                             f"values per draw in the run but {per} here (different data "
+                             f"size?){self._changed_note()}")
+        v = torch.as_tensor(a, dtype=torch.float64).reshape(n, *spec.batch_shape, spec.d)
+        z = spec.transform.inv(v)
+        if not bool(torch.isfinite(z).all()):
+            raise StartError(f"{self._where()}: a draw of site `{spec.name}` lies on the "
+                             f"boundary of its support (its unconstrained value is not "
+                             f"finite); start_at means avoids it")
+        return z
+
+    def initial_positions(self, target, num_chains: int) -> torch.Tensor:
+        """HMC/NUTS initial positions ``(num_chains, D)`` from the run's draws: chain c at
+        the last draw of the run's chain ``c mod C_run``, mapped to the unconstrained space
+        through each site's transform (``target.registry``'s order and blocks), in the
+        default dtype on the CPU (the driver moves them: `MCMC.run(initial=...)`)."""
+        reg = getattr(target, "registry", None)
+        if reg is None:
+            raise StartError(f"{self._where()}: start_at draws needs a program's sites "
+                             f"to map the draws to (this target has none)")
+        dtype = torch.get_default_dtype()
+        blocks = [self._unconstrained_draws(s, last=True).reshape(-1, s.size)
+                  for s in reg.sites]
+        if not blocks:
+            return torch.zeros(num_chains, 0, dtype=dtype)
+        last = torch.cat(blocks, dim=1)  # (C_run, D): each chain's last draw
+        rows = [last[c % last.shape[0]] for c in range(num_chains)]
+        return torch.stack(rows).to(dtype)
 
     def init_guide(self, model, x, observations):
         """A guide to draw HMC/NUTS initial positions from (None: nothing to start from)."""
@@ -163,8 +257,35 @@ def declaration_of(module, name: str) -> str:
     return f"parameter `{name}`"
 
 
+def describe(method: str, run_method: Optional[str], at: Optional[str]) -> str:
+    """What a fit of `method` takes from a run of `run_method` (``qvr run``'s start line)."""
+    if method == "smc":
+        return "its model parameters"
+    if run_method == "svi":
+        return "its guide and model parameters"
+    if run_method in ("hmc", "nuts"):
+        if at == "draws":
+            return "its chains' last draws" if method in ("hmc", "nuts") else \
+                "its draws (the guide moment-matched to them)"
+        return "its posterior means"
+    return "its model parameters"
+
+
+def require_start(config, start) -> None:
+    """`ConfigError` (naming ``start_at``) when ``start_at="draws"`` has no run to start
+    from (`qvr.inference.config.start_at_error`; the run's own kind is checked by
+    `load_start`)."""
+    from qvr.inference.config import ConfigError, start_at_error
+    if start is None:
+        msg = start_at_error(getattr(config, "start_at", "means"), has_run=False)
+        if msg:
+            raise ConfigError({"start_at": msg})
+
+
 def load_start(start_from, config=None) -> StartState:
-    """The `StartState` of a run folder (or `qvr.runs.Run`)."""
+    """The `StartState` of a run folder (or `qvr.runs.Run`), for a fit of `config`
+    (``start_at``: the run's means or its draws; None: means)."""
+    from qvr.inference.config import FITTING, start_at_error
     from qvr.runs import Run, RunRecordError, open_run
     try:
         run = start_from if isinstance(start_from, Run) else open_run(start_from)
@@ -178,13 +299,38 @@ def load_start(start_from, config=None) -> StartState:
         samples = run.samples()
     except RunRecordError as exc:
         raise StartError(f"cannot start from {run.path}: {exc}") from None
+    at = config.start_at if config is not None and config.method in FITTING else None
+    problem = start_at_error(at, run.method) if at is not None else None
+    if problem:
+        raise StartError(f"start from {run.path}: start_at {problem}")
     model = {k[len("model."):]: v for k, v in params.items() if k.startswith("model.")}
     guide = {k: v for k, v in params.items() if k.startswith(("loc_", "log_scale_"))}
-    means = {}
-    if run.method in ("hmc", "nuts"):
+    means, draws = {}, {}
+    if at == "draws":
+        draws = _site_draws(samples)
+        if not draws:  # killed or cancelled before samples.npz: its draw chunks
+            try:
+                draws = _site_draws(run.draws())
+            except RunRecordError as exc:
+                raise StartError(f"cannot start from {run.path}: {exc}") from None
+        if not draws:
+            raise StartError(f"start from {run.path}: start_at draws: the run recorded no "
+                             f"draws (status {status})")
+        guide = {}
+    elif run.method in ("hmc", "nuts"):
         means = {k: np.asarray(v).mean(axis=(0, 1)) for k, v in samples.items()
                  if not k.startswith("sample_stats.") and np.asarray(v).ndim >= 2}
-    if not (model or guide or means):
+    if not (model or guide or means or draws):
         raise StartError(f"cannot start from {run.path}: the run saved no parameters or "
                          f"draws (status {status})")
-    return StartState(run, model, guide, means)
+    return StartState(run, model, guide, means, draws=draws, at=at)
+
+
+def _site_draws(samples: dict) -> dict:
+    """The sites' draws of a ``samples.npz`` mapping (no sampler statistics), when every
+    chain has at least one."""
+    out = {k: np.asarray(v) for k, v in samples.items()
+           if not k.startswith("sample_stats.") and np.asarray(v).ndim >= 2}
+    if not out or any(v.shape[1] == 0 for v in out.values()):
+        return {}
+    return out

@@ -14,8 +14,11 @@ describes; ``"parallel"`` splits them over processes, each batch vectorised
 
 Initial positions (spec 6.6.2): ``"prior"`` -> `0.1 N(0, I)` from a private generator
 seeded with the chain index (the global RNG is untouched); ``"zero"``; ``"guide"`` ->
-`T^-1` of one `guide.rsample` draw.  Everything else (momenta, acceptance, directions)
-uses the global torch RNG, so `torch.manual_seed` makes a run reproducible.
+`T^-1` of one `guide.rsample` draw.  `run(..., initial=z0)` gives the positions
+themselves (`(num_chains, D)`, unconstrained, in the target's registry order), replacing
+the strategy: a fit started from an MCMC run's draws continues its chains that way
+(`qvr.inference.start.StartState.initial_positions`).  Everything else (momenta,
+acceptance, directions) uses the global torch RNG, so `torch.manual_seed` makes a run reproducible.
 
 Events (`qvr.inference.events`): throttled `FitProgress` per chain with ``accept_prob``
 (running mean of the acceptance statistic in the phase), ``step_size``, ``tree_depth``,
@@ -202,23 +205,35 @@ class MCMC:
     def run(self, model, x=None, observations=None, guide=None, *,
             on_event: Optional[EventCallback] = None,
             should_stop: Optional[Callable[[], bool]] = None,
-            target: Optional[Target] = None) -> MCMCResult:
+            target: Optional[Target] = None,
+            initial: Optional[torch.Tensor] = None) -> MCMCResult:
         """Sample the posterior of `model`'s latent sites given `observations`.
 
         `target` may replace the program (a `potential.Target`, e.g. a plain log-density);
-        then `model` may be None.
+        then `model` may be None.  `initial`: the chains' initial positions, a
+        `(num_chains, D)` tensor in the unconstrained space (the target's coordinates);
+        given, it replaces `init_strategy` (which is then not used).
         """
         emit = Emitter(on_event if on_event is not None else self.on_event)
         stop = should_stop or self.should_stop or never
         if target is None:
             target = make_target(model, x, observations)
-        z0 = self._initial_positions(target, model, x, observations, guide)
+        z0 = self._initial_positions(target, model, x, observations, guide, initial)
         return _Run(self, target, emit, stop).loop(z0)
 
-    def _initial_positions(self, target, model, x, observations, guide) -> torch.Tensor:
+    def _initial_positions(self, target, model, x, observations, guide,
+                           initial: Optional[torch.Tensor] = None) -> torch.Tensor:
         C, D = self.num_chains, target.dim
         dtype = torch.get_default_dtype()
         device = x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+        if initial is not None:
+            initial = torch.as_tensor(initial)
+            if tuple(initial.shape) != (C, D):
+                raise ValueError(f"initial positions must have shape (num_chains, D) = "
+                                 f"({C}, {D}), got {tuple(initial.shape)}")
+            if not bool(torch.isfinite(initial).all()):
+                raise ValueError("initial positions must be finite")
+            return initial.detach().to(device=device, dtype=dtype).clone()
         if self.init_strategy == "zero":
             return torch.zeros(C, D, dtype=dtype, device=device)
         if self.init_strategy == "guide":

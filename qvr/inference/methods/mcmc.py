@@ -1,6 +1,8 @@
 """HMC and NUTS behind `fit`: the `MCMC` driver with an `HMCKernel` or a `NUTSKernel` built
-from the config; a `start_from` run gives the initial positions (its posterior means, or
-an SVI run's guide locations)."""
+from the config; a `start_from` run gives the initial positions: its posterior means, an
+SVI run's guide locations, or (``start_at="draws"``) the last draws of its chains, chain c
+at the run's chain ``c mod C_run`` (`qvr.inference.start`), passed to the driver as
+`MCMC.run(initial=...)`."""
 from __future__ import annotations
 
 from qvr.inference.fitting import FitContext, FitResult
@@ -22,12 +24,16 @@ def kernel_of(config):
 def run(ctx: FitContext) -> FitResult:
     from qvr.inference.mcmc.driver import MCMC
     from qvr.inference.potential import make_target
+    from qvr.inference.start import require_start
     config = ctx.config
+    require_start(config, ctx.start)
     target = make_target(ctx.model, ctx.x, ctx.observations)
     if target.dim == 0:
         return _nothing_to_sample(ctx, target)
-    init, guide = config.init_strategy, None
-    if ctx.start is not None:
+    init, guide, initial = config.init_strategy, None, None
+    if ctx.start is not None and ctx.start.draws:
+        initial = ctx.start.initial_positions(target, config.num_chains)
+    elif ctx.start is not None:
         guide = ctx.start.init_guide(ctx.model, ctx.x, ctx.observations)
         if guide is not None:
             init = "guide"
@@ -36,7 +42,7 @@ def run(ctx: FitContext) -> FitResult:
               init_strategy=init, chain_method=config.chain_method,
               progress_interval=config.progress_interval)
     res = mc.run(ctx.model, ctx.x, ctx.observations, guide, on_event=ctx.report,
-                 should_stop=ctx.stop, target=target)
+                 should_stop=ctx.stop, target=target, initial=initial)
     out = FitResult(config.method, status="cancelled" if res.cancelled else "finished",
                     mcmc=res, elapsed=res.total_time, step=config.num_warmup + res.num_samples)
     out.samples = {k: v.detach().cpu().numpy() for k, v in res.samples.items()}

@@ -1,5 +1,7 @@
 """SVI behind `fit`: `AutoNormalGuide` + `ELBO(elbo_particles)` + Adam on the model's and
-guide's parameters.  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
+guide's parameters (a `start_from` run initialises them: an SVI run's guide, an MCMC
+run's posterior means, or with ``start_at="draws"`` the moments of its draws,
+`qvr.inference.start`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
 the steps since the previous report) is throttled; a non-finite loss stops the fit with
 status ``"failed"`` and a message naming the step."""
 from __future__ import annotations
@@ -18,7 +20,9 @@ def run(ctx: FitContext) -> FitResult:
     from qvr.inference.elbo import ELBO
     from qvr.inference.guides import AutoNormalGuide
     from qvr.inference.svi import SVI, adam
+    from qvr.inference.start import require_start
     model, x, observations, config = ctx.model, ctx.x, ctx.observations, ctx.config
+    require_start(config, ctx.start)
     guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
     if ctx.start is not None:
         ctx.start.apply_to_guide(guide, x, observations)
