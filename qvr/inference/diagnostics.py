@@ -146,8 +146,14 @@ def _ranks(a: np.ndarray) -> np.ndarray:
 
 
 def _rank_normalize(a: np.ndarray) -> np.ndarray:
+    """`ndtri((rank - 3/8) / (S + 1/4))` of each draw (Vehtari et al. 2021).  An average
+    rank over ties is always a whole or half number (the mean of consecutive integers), so
+    `ndtri` is evaluated once per possible rank (2S - 1 values) and looked up: the same
+    numbers, without evaluating it for every draw of every coordinate (most of the cost
+    of a summary of thousands of coordinates)."""
     S = a.shape[-1] * a.shape[-2]
-    return _ndtri((_ranks(a) - 3.0 / 8.0) / (S + 0.25))
+    table = _ndtri((np.arange(2, 2 * S + 1) / 2.0 - 3.0 / 8.0) / (S + 0.25))
+    return table[np.rint(2.0 * _ranks(a)).astype(np.intp) - 2]
 
 
 def _rhat_core(a: np.ndarray) -> np.ndarray:
@@ -240,26 +246,41 @@ def ess_basic(draws) -> np.ndarray:
 # ---------------------------------------------------------------- rank-normalised
 
 
-def split_rhat(draws) -> np.ndarray:
-    """Rank-normalised split-R-hat: `max(bulk R-hat, folded (tail) R-hat)`."""
+def split_rhat(draws, _bulk_z: Optional[np.ndarray] = None) -> np.ndarray:
+    """Rank-normalised split-R-hat: `max(bulk R-hat, folded (tail) R-hat)`.
+    (`_bulk_z`: the rank-normalised split chains, when the caller has them already.)"""
     a = _split(_as_chains(draws))
     if a.shape[-1] < 2:
         return _reshape(np.full(a.shape[0], np.nan), _param_shape(draws))
-    bulk = _rhat_core(_rank_normalize(a))
+    bulk = _rhat_core(_rank_normalize(a) if _bulk_z is None else _bulk_z)
     folded = np.abs(a - np.median(a.reshape(a.shape[0], -1), axis=1)[:, None, None])
     tail = _rhat_core(_rank_normalize(folded))
     return _reshape(np.fmax(bulk, tail), _param_shape(draws))
 
 
-def ess_bulk(draws) -> np.ndarray:
-    """Bulk ESS: ESS of the rank-normalised split chains."""
+def ess_bulk(draws, _bulk_z: Optional[np.ndarray] = None) -> np.ndarray:
+    """Bulk ESS: ESS of the rank-normalised split chains (`_bulk_z`, as in `split_rhat`)."""
     a = _split(_as_chains(draws))
-    return _reshape(_ess_core(_rank_normalize(a)), _param_shape(draws))
+    if a.shape[-1] < 2:
+        return _reshape(np.full(a.shape[0], np.nan), _param_shape(draws))
+    return _reshape(_ess_core(_rank_normalize(a) if _bulk_z is None else _bulk_z),
+                    _param_shape(draws))
+
+
+def _bulk_z(draws) -> Optional[np.ndarray]:
+    """The rank-normalised split chains that bulk R-hat and bulk ESS share (None when the
+    split chains are too short for either)."""
+    a = _split(_as_chains(draws))
+    return _rank_normalize(a) if a.shape[-1] >= 2 else None
 
 
 def ess_tail(draws, prob: float = 0.05) -> np.ndarray:
-    """Tail ESS: the smaller ESS of the indicators `x <= q_prob` and `x <= q_(1-prob)`."""
+    """Tail ESS: the smaller ESS of the indicators `x <= q_prob` and `x <= q_(1-prob)`
+    (NaN when the split chains are shorter than 2 draws: a run cancelled at its first
+    sampling draw)."""
     a = _split(_as_chains(draws))
+    if a.shape[-1] < 2:
+        return _reshape(np.full(a.shape[0], np.nan), _param_shape(draws))
     flat = a.reshape(a.shape[0], -1)
     lo = np.quantile(flat, prob, axis=1)[:, None, None]
     hi = np.quantile(flat, 1 - prob, axis=1)[:, None, None]
@@ -391,17 +412,23 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = None,
         if take == 0:
             continue
         flat = a.reshape(a.shape[0], a.shape[1], -1)[..., :take]
+        cols = set(out.columns)
+        # shared work: the three quantiles in one sort, the bulk rank normalisation once
+        # for bulk ESS and R-hat
+        qs = np.quantile(flat, (0.05, 0.5, 0.95), axis=(0, 1)) \
+            if cols & {"q5", "q50", "q95"} else None
+        z = _bulk_z(flat) if cols & {"ess_bulk", "r_hat"} else None
         compute = {
             "mean": lambda: flat.mean(axis=(0, 1)),
             "sd": lambda: flat.reshape(-1, take).std(axis=0, ddof=1)
             if flat.shape[0] * flat.shape[1] > 1 else np.full(take, np.nan),
-            "q5": lambda: np.quantile(flat, 0.05, axis=(0, 1)),
-            "q50": lambda: np.quantile(flat, 0.5, axis=(0, 1)),
-            "q95": lambda: np.quantile(flat, 0.95, axis=(0, 1)),
+            "q5": lambda: qs[0],
+            "q50": lambda: qs[1],
+            "q95": lambda: qs[2],
             "mcse_mean": lambda: np.atleast_1d(mcse_mean(flat)),
-            "ess_bulk": lambda: np.atleast_1d(ess_bulk(flat)),
+            "ess_bulk": lambda: np.atleast_1d(ess_bulk(flat, z)),
             "ess_tail": lambda: np.atleast_1d(ess_tail(flat)),
-            "r_hat": lambda: np.atleast_1d(split_rhat(flat)),
+            "r_hat": lambda: np.atleast_1d(split_rhat(flat, z)),
         }
         stats = {c: np.asarray(compute[c](), dtype=np.float64).reshape(take)
                  for c in out.columns}

@@ -276,3 +276,22 @@ def test_nuts_defaults_are_stan_style_and_spec_variant_available():
     assert spec.config()["transition"] == "uniform" and spec.config()["uturn"] == "position"
     with pytest.raises(ValueError, match="uturn"):
         NUTSKernel(uturn="angle")
+
+
+def test_rank_normalisation_looks_up_the_exact_values_with_ties():
+    """The table of `ndtri` over whole and half ranks gives exactly the normal scores of
+    the average ranks, ties included."""
+    rng = np.random.default_rng(3)
+    a = np.round(rng.standard_normal((6, 4, 25)), 1)  # (coordinates, chains, draws): ties
+    S = a.shape[1] * a.shape[2]
+    direct = dg._ndtri((dg._ranks(a) - 3.0 / 8.0) / (S + 0.25))
+    assert np.array_equal(dg._rank_normalize(a), direct)
+
+
+def test_one_draw_per_chain_gives_nan_statistics_not_an_error():
+    """A fit cancelled at its first sampling draw: split chains of length 0."""
+    x = np.random.default_rng(0).standard_normal((2, 1, 3))
+    for f in (dg.ess_bulk, dg.ess_tail, dg.split_rhat):
+        assert np.isnan(f(x)).all()
+    row = dg.summary({"a": x}).rows["a[0]"]
+    assert row["mean"] == float(x[:, 0, 0].mean()) and np.isnan(row["ess_tail"])

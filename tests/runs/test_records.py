@@ -2,6 +2,7 @@
 reported (all four methods, cancelled runs too), a killed writer reads as interrupted, a
 second process follows a live record, torn lines are ignored."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -143,6 +144,28 @@ def test_cancelled_runs_are_recorded_as_cancelled_with_what_they_had(tmp_path, m
         assert chunks and run.draws_per_chain() == \
             {c: sum(e.count for e in chunks if e.chain == c) for c in (0, 1)}
         assert run.samples()["mu"].shape == res.samples["mu"].shape
+
+
+@pytest.mark.parametrize("method", ["hmc", "nuts"])
+def test_a_fit_cancelled_at_its_first_sampling_draw_is_cancelled_not_failed(tmp_path, method):
+    """One draw per chain: the split chains are empty, so the tail ESS had nothing to take
+    a quantile of (an IndexError turned the cancel into a failed run with an internal
+    message).  The statistics that need two draws are NaN; the run is `cancelled`."""
+    token = StopToken()
+
+    def on_event(e):
+        if isinstance(e, FitProgress) and e.phase == "sampling":
+            token.cancel()
+    extra = {"num_steps": 3} if method == "hmc" else {}
+    cfg = FitConfig(method=method, num_chains=2, num_warmup=3, num_samples=1000,
+                    progress_interval=0.0, **extra)
+    res = fit(loads(NORMAL), data(), cfg, on_event=on_event, should_stop=token,
+              run_dir=tmp_path / "r")
+    run = open_run(tmp_path / "r")
+    assert res.status == "cancelled" and run.status == "cancelled"
+    assert run.summary["status"] == "cancelled" and run.summary["message"] == ""
+    row = run.summary["parameters"]["mu"]
+    assert math.isfinite(row["mean"]) and math.isnan(row["ess_tail"])
 
 
 def test_failed_fits_are_recorded_with_the_message(tmp_path):
