@@ -232,3 +232,17 @@ def test_the_recorded_patterns_show_the_strict_mask():
     assert torch.allclose(w.sum(-1)[..., 1:], torch.ones(3, 2, 4, dtype=w.dtype), atol=1e-5)
     wb = torch.as_tensor(rec.patterns["pattern/bare_attn"])
     assert bool((wb.triu(1) == 0).all()) and bool((torch.diagonal(wb, dim1=-2, dim2=-1) > 0).all())
+
+
+def test_an_empty_sequence_and_an_unbatched_one():
+    """Shapes the bare `causal` path takes: an empty sequence gives an empty output, a
+    single unbatched sequence `(T, dA)` read as positions attends strictly too."""
+    torch.manual_seed(7)
+    a = make(heads=2, head_dim=3, causal="strict")
+    with torch.no_grad():
+        assert a.mean(torch.randn(2, 0, 8)).shape == (2, 0, 6)
+        x = torch.randn(5, 8)
+        m = a.mean(x, _seq=True)
+        assert m.shape == (5, 6)
+        assert torch.allclose(m.double(), loop(a, x.unsqueeze(0))[0][0], **TOL)
+        assert float(m[0].abs().max()) == 0.0  # the first position sees no key

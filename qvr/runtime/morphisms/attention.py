@@ -227,10 +227,16 @@ class Attention(ContinuousMorphism):
             # query with no visible key gets o = 0 through the keep-vector (module docstring)
             tq = q.shape[-2]
             mask = self._mask(tq, k.shape[-2], 0, q.device, q.dtype, True)
-            lead = q.shape[:-3]
-            o = F.scaled_dot_product_attention(q.flatten(0, -4), k.flatten(0, -4),
-                                               v.flatten(0, -4), attn_mask=mask)
-            o = o.unflatten(0, lead) * self._keep(tq, 0, q.device, q.dtype)
+            if q.dim() > 4:  # leading axes merged into one, as below (a view)
+                lead = q.shape[:-3]
+                o = F.scaled_dot_product_attention(q.flatten(0, -4), k.flatten(0, -4),
+                                                   v.flatten(0, -4), attn_mask=mask)
+                o = o.unflatten(0, lead)
+            else:
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            keep = self._keep(tq, 0, q.device, q.dtype)
+            if keep is not None:  # None for an empty sequence: nothing to zero
+                o = o * keep
         elif q.dim() > 4:
             # leading axes (Monte-Carlo draws, batch) merged into one: the fused CPU kernel
             # takes 4-D inputs only, anything else runs the unfused math path (module
