@@ -525,8 +525,9 @@ def shadows_family(span: Span, name: str):
 
 def attention_in_scan(span: Span):
     return warning("QVR715", span, "the cell of this `scan` holds an attention, but `scan` feeds "
-                                   "its cell one position at a time: the attention sees only the "
-                                   "current position (a linear map); attend before or after the scan")
+                                   "its cell one position at a time: the attention sees a sequence "
+                                   "of length 1 (the current position; none at all if strictly "
+                                   "causal); attend before or after the scan")
 
 
 def unused_let(span: Span, name: str):
