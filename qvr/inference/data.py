@@ -143,8 +143,9 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
         try:
             a = np.asarray(v)
             if a.dtype.kind in "USO":  # words given as an array
-                if a.dtype.kind == "O":
-                    raise TypeError(f"not an array of numbers ({type(v).__name__})")
+                if a.dtype.kind == "O":  # a null, an object or mixed entries
+                    raise TypeError("it holds entries that are not numbers (None, an "
+                                    "object, or a mix; a missing entry is NaN)")
                 return words(k, [str(w) for w in a.tolist()] if a.ndim else str(a))
             t = torch.as_tensor(a)
         except (TypeError, ValueError, RuntimeError) as exc:

@@ -108,7 +108,7 @@ class RunWriter:
     def write_json(self, name: str, obj) -> Path:
         target = self.path / name
         tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=2, allow_nan=True, default=_json_default) + "\n",
+        tmp.write_text(json.dumps(obj, indent=2, allow_nan=True, default=json_default) + "\n",
                        encoding="utf-8")
         os.replace(tmp, target)
         return target
@@ -162,7 +162,9 @@ class RunWriter:
         self.close()
 
 
-def _json_default(v):
+def json_default(v):
+    """`json.dumps(..., default=json_default)`: arrays and tensors as lists, sets and tuples
+    as lists, paths as text, anything else by its repr (what every record file uses)."""
     if hasattr(v, "tolist"):
         return v.tolist()
     if isinstance(v, (set, frozenset, tuple)):

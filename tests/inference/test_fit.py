@@ -1,6 +1,7 @@
 """`fit()`: the event protocol, cancellation from another thread, non-finite losses and bad
 data (the dashboard's contract)."""
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from qvr.inference.events import (DrawsChunk, FitCancelled, FitFailed, FitFinish
 from qvr.inference.data import DataError
 
 from helpers import NORMAL_NORMAL
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def model_and_data():
@@ -153,7 +156,7 @@ def test_same_seed_same_results_as_the_drivers_called_directly():
 def test_smc_through_fit_reports_one_start_and_one_end(tmp_path):
     from qvr import load
     from qvr.inference.events import ParticlesSnapshot
-    prog = load("examples/transformer_lm.qvr")
+    prog = load(str(ROOT / "examples" / "transformer_lm.qvr"))
     events, on_event = collect()
     res = fit(prog, config=FitConfig(method="smc", particles=8, expansion=2, max_len=6, eos=1,
                                      bos=0, forbid=[[5]], progress_interval=0.0),
@@ -237,7 +240,7 @@ def test_smc_through_fit_gives_the_particles_of_the_steering_run_directly():
     from qvr.smc.potentials import forbid_tokens
     from qvr.smc.program_lm import ProgramLM
     from qvr.smc.steering import SMCSteering
-    prog = load("examples/transformer_lm.qvr")
+    prog = load(str(ROOT / "examples" / "transformer_lm.qvr"))
     res = fit(prog, config=FitConfig(method="smc", particles=8, expansion=2, max_len=6,
                                      eos=1, bos=0, forbid=[[5]], seed=3))
     torch.manual_seed(3)

@@ -22,7 +22,7 @@ import json
 import numpy as np
 
 from qvr.runs import layout
-from qvr.runs.writer import _json_default as json_default
+from qvr.runs.writer import json_default
 
 
 def summary_rows(summary) -> dict:
