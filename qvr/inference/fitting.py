@@ -197,7 +197,8 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
         (`qvr.inference.events`).
       run_dir: write the run record there (`qvr.runs`); `FitStarted.run_dir` names it.
       start_from: a run folder (or `qvr.runs.Run`) whose fitted parameters this fit starts
-        from (`qvr.inference.start`).
+        from (`qvr.inference.start`); from an HMC/NUTS run, `config.start_at` says whether
+        from its posterior means (default) or its draws.
       potential: SMC only: a Python potential (`qvr.smc.potentials`), multiplied with the
         constraints of the config.
       source, program_path, export: the program's text, file and export name for the

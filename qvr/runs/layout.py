@@ -5,7 +5,8 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
 * ``run.json`` — written once at the start: ``format``, ``run_id``, ``program`` (``path``,
   ``sha256`` of the exact source text run, ``export``), ``method``, ``config`` (every
   `FitConfig` option), ``seed``, ``data`` (where the data came from), ``start_from``
-  (the run a fit started from, with its source hash, or null), ``versions`` (qvr, torch,
+  (the run a fit started from, with its source hash and, for SVI/HMC/NUTS, ``at``:
+  ``means`` or ``draws``, the `FitConfig.start_at` used; or null), ``versions`` (qvr, torch,
   numpy, python), ``started`` (ISO 8601, UTC), ``host`` and ``pid`` of the writer;
 * ``events.jsonl`` — every fit event as one JSON line (`qvr.inference.events.to_json`),
   flushed as it is written; a `DrawsChunk` line refers to its chunk file;
