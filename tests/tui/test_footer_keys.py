@@ -72,3 +72,29 @@ async def test_results_keys_follow_the_run(tmp_path):
         keys = footer_keys(app)
         assert {"ArviZ", "Filter", "Sort", "Heatmap"} <= keys, keys
         assert "Circuits" not in keys  # no circuits in a NUTS run of regression_plates
+
+
+async def test_a_run_with_nothing_to_sample_offers_no_trace_generation_or_table_keys(tmp_path):
+    """NUTS on examples/hmm.qvr (every latent finite, summed out) has no chain and no
+    draw: Live offered ``v Trace`` and ``g SMC from run`` (g preset SMC from a run with no
+    draws), Results with the table focused ArviZ/Filter/Heatmap/Mean-sd/Sort (``e``
+    answered "the run has no draws to export")."""
+    run = tmp_path / "hmm-nuts"
+    shutil.copytree(RECORDED / "nuts_nothing_to_sample", run)
+    app = QvrDash(run=str(run), runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await opened(pilot)
+        assert app.state.nothing_sampled
+        keys = footer_keys(app)
+        assert not ({"Trace", "SMC from run"} & keys), keys
+        await pilot.press("g")  # disabled: Setup is not preset to SMC
+        assert app.query_one("#tabs").active == "live"
+        assert app.setup_pane.method == "svi"
+        await pilot.press("4")
+        app.query_one("#summary", SummaryTable).focus()
+        await pilot.pause()
+        keys = footer_keys(app)
+        assert not ({"ArviZ", "Filter", "Sort", "Heatmap", "Mean/sd"} & keys), keys
+        pane = app.query_one("#results-pane")
+        await pilot.press("e")
+        assert pane.last_export == ""  # the key does nothing (it said "no draws")

@@ -181,3 +181,24 @@ def test_the_ui_process_never_imports_torch(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "HEAVY []" in out.stdout, out.stdout
+
+
+@pytest.mark.asyncio
+async def test_nuts_with_nothing_to_sample_shows_one_line_not_an_empty_chain_view(recorded):
+    """examples/hmm.qvr under NUTS: no chain runs.  Live showed an empty chain-table
+    header, an empty acceptance plot and "R-hat / ESS: after 20 draws per chain (now 0)";
+    now one line says why, with the log marginal likelihood, and the note offers no
+    ``v: trace``."""
+    run = recorded("nuts_nothing_to_sample")
+    app = QvrDash(program=str(EXAMPLES / "hmm.qvr"), run=str(run), watch=False)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await settle(pilot)
+        assert app.query_one("#live-body").current == "body-nothing"
+        assert not app.query_one(ChainTable).region.area
+        assert not app.query_one("#mcmc-trace", TracePlot).region.area
+        assert not app.query_one(WorstParams).region.area
+        assert text_of(app, "#body-nothing") == (
+            "Nothing to sample: the program has no continuous latent site (its finite "
+            "latents are summed out exactly), so no chain ran and there are no draws, "
+            "traces or R-hat/ESS. Log marginal likelihood: -184.85.")
+        assert "v: trace" not in text_of(app, "#live-note")

@@ -302,3 +302,14 @@ def test_e_bfmi_of_a_run_without_draws_is_unknown_not_red(tmp_path):
     from qvr_tui.results_model import load_results
     check = next(c for c in load_results(open_run(run_dir)).checks if c.key == "e_bfmi")
     assert check.ok is None and check.value == "n/a"
+
+
+def test_the_runs_table_gives_a_run_with_nothing_to_sample_its_log_marginal_likelihood():
+    """NUTS with no continuous latent site has no R-hat: the Runs table's result column
+    was empty; it gives the log marginal likelihood the run reported."""
+    from pathlib import Path
+    run = open_run(Path(__file__).parent / "recorded" / "nuts_nothing_to_sample")
+    label, value = rm.run_key_number(run)
+    assert label == "log ML" and value == pytest.approx(-184.8496856689453, abs=1e-9)
+    row = rm.RunRow(run.path, "x", "finished", "nuts", "", label, value, False)
+    assert row.key_text == "log ML -184.8"

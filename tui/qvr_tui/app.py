@@ -326,7 +326,8 @@ class QvrDash(App):
     def check_action(self, action: str, parameters) -> Optional[bool]:
         """A pane's keys are shown (and work) while its tab is shown and they apply to
         what it shows: ``l`` for an SVI run, ``v`` for HMC/NUTS, ``c`` for a run with
-        circuits (asked of the Results pane).  False hides a key from the footer;
+        circuits (asked of the Results pane); neither ``v`` nor ``g`` for an MCMC fit
+        with nothing to sample (no chain, no draw).  False hides a key from the footer;
         `tick` and the Results pane call `refresh_bindings` when that changes."""
         if action in ("live", "results"):  # a pane's keys, shown while it is the tab
             try:
@@ -337,7 +338,8 @@ class QvrDash(App):
             name = parameters[0] if parameters else ""
             if action == "live":
                 return {"toggle_log": self.state.method == "svi",
-                        "next_trace": self.state.is_mcmc}.get(name, True)
+                        "next_trace": self.state.is_mcmc and not self.state.nothing_sampled
+                        }.get(name, True)
             try:
                 pane = self.query_one("#results-pane")
             except NoMatches:
@@ -345,13 +347,13 @@ class QvrDash(App):
             return pane.check_action(name, ()) is not False
         if action == "cancel_fit":  # `x`: shown while a fit runs (Ctrl-C always works)
             return self.runner is not None
-        if action == "generate":  # `g`: from a finished SVI/HMC/NUTS run
+        if action == "generate":  # `g`: from a finished SVI/HMC/NUTS run that has draws
             return self._can_generate()
         return True
 
     def _can_generate(self) -> bool:
         return self.shown_run is not None and self.state.status == "finished" and \
-            self.state.method in ("svi", "hmc", "nuts")
+            self.state.method in ("svi", "hmc", "nuts") and not self.state.nothing_sampled
 
     def on_tabbed_content_tab_activated(self, event) -> None:
         self.refresh_bindings()

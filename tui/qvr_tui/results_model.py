@@ -718,8 +718,9 @@ def site_matrix(res: Results, site: str, stat: str = "mean") -> Optional[np.ndar
 # ---------------------------------------------------------------- runs table and overlays
 
 def run_key_number(run) -> tuple[str, Optional[float]]:
-    """The Runs table's number: ("loss", final loss) for SVI, ("R-hat", max) for MCMC,
-    ("log Z", value) for SMC; the value is None when the record does not have it yet."""
+    """The Runs table's number: ("loss", final loss) for SVI, ("R-hat", max) for MCMC
+    (("log ML", log marginal likelihood) for one with nothing to sample), ("log Z", value)
+    for SMC; the value is None when the record does not have it yet."""
     method = run.method
     stats = ((run.summary or {}).get("stats") or {}) if _safe_summary(run) else {}
     if method == "svi":
@@ -733,6 +734,9 @@ def run_key_number(run) -> tuple[str, Optional[float]]:
         return "loss", None if v is None else float(v)
     if method in MCMC:
         v = stats.get("max_r_hat")
+        lml = stats.get("log_marginal_likelihood")
+        if v is None and lml is not None and not stats.get("num_chains"):
+            return "log ML", float(lml)  # nothing to sample: its result, no R-hat
         return "R-hat", None if v is None else float(v)
     if method == "smc":
         v = stats.get("log_Z")

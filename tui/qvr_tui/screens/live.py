@@ -10,7 +10,11 @@ kind of method, switched by `ContentSwitcher`:
   of per-chain acceptance / step size / log density / tree depth (`v` cycles them; a
   vertical line marks the end of warmup) and `WorstParams` (running R-hat and ESS);
 * SMC — `TracePlot`s of ESS and log Ẑ per step (resampling steps marked) and the
-  `ParticlesTable`.
+  `ParticlesTable`;
+* an HMC/NUTS fit with nothing to sample (every latent finite, summed out:
+  `RunState.nothing_sampled`) — one line saying so with the log marginal likelihood, in
+  place of the chain table, trace and running diagnostics (no chain ran: an empty table,
+  an empty plot and "R-hat / ESS: after 20 draws" would suggest one was still to come).
 
 A header line gives method, status, progress, rate and ETA; a problem line names the cause
 and the step of a failure, a non-finite loss or a worker that died.
@@ -29,10 +33,19 @@ from qvr_tui.widgets.particles import ParticlesTable
 from qvr_tui.widgets.trace_plot import TracePlot
 from qvr_tui.widgets.worst_params import WorstParams
 
-__all__ = ["LivePane", "TRACES"]
+__all__ = ["LivePane", "TRACES", "nothing_sampled_text"]
 
 TRACES = (("accept", "acceptance"), ("step_size", "step size"),
           ("log_density", "log density"), ("tree_depth", "tree depth"))
+
+
+def nothing_sampled_text(state: RunState) -> str:
+    """The line Live shows for an MCMC fit with nothing to sample."""
+    lml = state.summary.get("log_marginal_likelihood")
+    value = f"{float(lml):.6g}" if lml is not None else "n/a"
+    return (f"Nothing to sample: the program has no continuous latent site (its finite "
+            f"latents are summed out exactly), so no chain ran and there are no draws, "
+            f"traces or R-hat/ESS. Log marginal likelihood: {value}.")
 
 
 class LivePane(Vertical):
@@ -50,6 +63,7 @@ class LivePane(Vertical):
     LivePane #body-smc #smc-plots { height: 45%; min-height: 7; }
     LivePane #body-smc TracePlot { width: 1fr; }
     LivePane #live-empty { padding: 1 2; color: $text-muted; }
+    LivePane #body-nothing { padding: 1 2; }
     """
 
     def __init__(self, **kw) -> None:
@@ -72,6 +86,7 @@ class LivePane(Vertical):
                 with Horizontal(id="mcmc-lower"):
                     yield TracePlot(id="mcmc-trace")
                     yield WorstParams(id="worst")
+            yield Static("", id="body-nothing")
             with Vertical(id="body-smc"):
                 with Horizontal(id="smc-plots"):
                     yield TracePlot(id="smc-ess")
@@ -94,6 +109,8 @@ class LivePane(Vertical):
         switcher = self.query_one(ContentSwitcher)
         body = {"svi": "body-svi", "hmc": "body-mcmc", "nuts": "body-mcmc",
                 "smc": "body-smc"}.get(state.method or "", "live-empty")
+        if body == "body-mcmc" and state.nothing_sampled:
+            body = "body-nothing"
         if switcher.current != body:
             switcher.current = body
         if body == "body-svi":
@@ -102,6 +119,8 @@ class LivePane(Vertical):
             self._show_mcmc(state)
         elif body == "body-smc":
             self._show_smc(state)
+        elif body == "body-nothing":
+            self.query_one("#body-nothing", Static).update(Text(nothing_sampled_text(state)))
         self.query_one("#live-note", Static).update(Text(self.note_text()))
 
     def note_text(self) -> str:
@@ -116,7 +135,7 @@ class LivePane(Vertical):
                 parts.append("the loss has stopped falling (last 20% of steps ≈ the 20% "
                              "before)")
             parts.append("l: log scale " + ("on" if self.query_one(LossPlot).log_scale else "off"))
-        elif s.is_mcmc:
+        elif s.is_mcmc and not s.nothing_sampled:
             parts.append(f"v: trace ({TRACES[self.trace_index][1]})")
         elif s.method == "smc":
             parts.append(f"finished {s.num_finished}, dead {s.num_dead}, "

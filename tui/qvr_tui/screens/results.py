@@ -302,15 +302,18 @@ class ResultsPane(Vertical):
     def check_action(self, action: str, parameters) -> Optional[bool]:
         """Hide (and disable) the keys that do nothing for the run shown: filter, sort
         and the ArviZ export are MCMC keys, the heatmap needs a matrix site (MCMC: any
-        site, checked on the row; SVI: a matrix guide site), ``c`` needs circuits.
+        site, checked on the row; SVI: a matrix guide site), ``c`` needs circuits.  An
+        MCMC run without chains (nothing to sample: `Results.note`) has none of the MCMC
+        keys: there is nothing to filter, sort, export or draw.
         `_apply` calls `refresh_bindings` when another run is shown."""
         res = self.results
+        chains = res is not None and res.is_mcmc and res.num_chains > 0
         if action in ("filter", "cycle_sort", "export"):
-            return res is not None and res.is_mcmc
+            return chains
         if action == "toggle_heatmap":
-            return res is not None and (res.is_mcmc or any(g.is_matrix for g in res.guide))
+            return chains or (res is not None and any(g.is_matrix for g in res.guide))
         if action == "toggle_stat":
-            return res is not None and (res.is_mcmc or res.method == "svi")
+            return chains or (res is not None and res.method == "svi")
         if action == "toggle_circuits":
             return res is not None and res.circuits is not None
         return True
@@ -367,6 +370,8 @@ class ResultsPane(Vertical):
         n_coords = sum(len(s.coords) for s in res.sites)
         bar = (f"{len(res.sites)} sites, {n_coords} coordinates, {res.num_chains} chains × "
                f"{res.num_draws} draws · sort: {SORT_KEYS[self.sort][0]} (s)")
+        if not res.num_chains and res.note:
+            bar = "no chain ran: nothing to summarise"  # the note above says why
         if self.query_text:
             bar += f" · filter “{self.query_text}”: {sum(1 for r in rows if r.depth == 0)} sites"
         if res.truncated:
