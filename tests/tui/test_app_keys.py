@@ -110,13 +110,53 @@ async def test_quit_asks_while_a_fit_runs_and_ctrl_c_cancels(tmp_path):
         await pilot.press("ctrl+c")  # cancels the fit (SIGINT to the worker), not the app
         assert app.is_running and runner.cancel_requests == 1
         await wait_until(pilot, lambda: app.runner is None, "the stand-in worker to end")
-        # it died of the SIGINT without writing a record: named, the app keeps going
-        assert app.state.status == "failed"
-        # (killed by the signal, or exited on it, depending on when it arrived)
-        assert app.state.message.startswith("the worker stopped before writing a record (")
-        assert str(app.query_one("#live-problem").render()).startswith("failed: the worker")
+        # it died of the SIGINT without writing a record: cancelled (not "failed to
+        # start"), said so, and the app keeps going
+        assert app.state.status == "cancelled"
+        assert app.state.message == "cancelled before the worker wrote a record"
+        assert app.state.problem() is None
         await pilot.press("q")
     assert not app.is_running
+
+
+@pytest.mark.asyncio
+async def test_cancelling_before_the_record_exists_is_a_cancel_not_a_failure(tmp_path):
+    """`r` then `x` before the worker wrote run.json (~0.3 s on a real fit): the header
+    said "SVI failed to start: no record was written", the problem line "failed: qvr:
+    interrupted", and an error was notified.  The worker stands in: it exits on SIGINT
+    as `qvr run` does, saying "qvr: interrupted", without writing a record."""
+    exe = tmp_path / "fake-python"
+    exe.write_text(f"#!{sys.executable}\n"
+                   "import signal, sys\n"
+                   "try:\n"
+                   "    signal.pause()\n"
+                   "except KeyboardInterrupt:\n"
+                   "    sys.stderr.write('qvr: interrupted\\n')\n"
+                   "    sys.exit(130)\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
+                  runs_dir=tmp_path / "runs", python=str(exe), watch=False)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await app.ready.wait()
+        await pilot.press("r")
+        runner = app.runner
+        assert runner is not None
+        await pilot.press("x")
+        assert runner.cancel_requests == 1
+        assert runner.wait(timeout=60) is not None  # the process ended (no sleep)
+        app.tick()
+        assert app.runner is None and runner.tail is None  # no record was written
+        assert app.state.status == "cancelled"
+        assert app.state.problem() is None
+        await pilot.pause()
+        assert str(app.query_one("#live-header").render()) == \
+            "SVI cancelled before the worker wrote a record"
+        assert not app.query_one("#live-problem").has_class("-shown")
+        note = str(app.query_one("#live-note").render())
+        assert note.endswith("holds no record (left empty)"), note
+        last = list(app._notifications)[-1]
+        assert (last.message, last.severity) == (
+            "fit cancelled before the worker wrote a record: nothing was saved", "warning")
 
 
 @pytest.mark.asyncio

@@ -28,7 +28,7 @@ from qvr_tui.fit_runner import FitRequest, FitRunner
 from qvr_tui.screens.confirm import Confirm
 from qvr_tui.screens.live import LivePane
 from qvr_tui.screens.setup import SetupPane
-from qvr_tui.state import RunState, fold_record
+from qvr_tui.state import CANCELLED_BEFORE_RECORD, RunState, fold_record
 
 __all__ = ["QvrDash", "TABS"]
 
@@ -236,20 +236,29 @@ class QvrDash(App):
     def _fit_ended(self, r: FitRunner) -> None:
         self.runner = None
         self.last_runner = r
-        if r.outcome in ("interrupted",) or (r.outcome == "failed" and r.tail is None):
+        outcome = r.outcome
+        if outcome in ("interrupted",) or (outcome == "failed" and r.tail is None):
             if r.tail is None:  # no record: say why, and that the folder holds none
                 try:
                     held = sorted(p.name for p in Path(r.run_dir).iterdir())
                 except OSError:
                     held = []
-                self.state.start_failed(r.message, held)
+                if r.cancel_requests > 0:
+                    # `x` came before the worker wrote run.json: its exit ("qvr:
+                    # interrupted") is the cancel, not a failure to start
+                    outcome = "cancelled_early"
+                    self.state.cancelled_before_record(held)
+                else:
+                    self.state.start_failed(r.message, held)
             else:
                 self.state.mark_interrupted(r.message)
         self.state.update_diagnostics(force=True)
-        severity = {"finished": "information", "cancelled": "warning"}.get(r.outcome, "error")
+        severity = {"finished": "information", "cancelled": "warning",
+                    "cancelled_early": "warning"}.get(outcome, "error")
         text = {"finished": f"fit finished: {r.run_dir}",
-                "cancelled": f"fit cancelled; everything so far is saved in {r.run_dir}"}.get(
-            r.outcome, self.state.problem() or r.message)
+                "cancelled": f"fit cancelled; everything so far is saved in {r.run_dir}",
+                "cancelled_early": f"fit {CANCELLED_BEFORE_RECORD}: nothing was saved"}.get(
+            outcome, self.state.problem() or r.message)
         self.notify(text, severity=severity, timeout=8)
         if r.tail is not None:
             self._show_results(r.run_dir)

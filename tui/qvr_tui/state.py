@@ -30,7 +30,8 @@ What is kept, by method:
 
 `status` is ``waiting`` until `FitStarted`, ``running`` until a terminal event, then
 ``finished`` / ``failed`` / ``cancelled``; `mark_interrupted(message)` records a worker
-that died without one.  Series are decimated for plotting with `decimate` (min/max per
+that died without one, `start_failed` one that ended before writing a record, and
+`cancelled_before_record` a fit cancelled before its worker wrote one.  Series are decimated for plotting with `decimate` (min/max per
 bucket, so spikes survive).
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
                                   FitProgress, FitStarted, FitWarning, ParticlesSnapshot)
 
-__all__ = ["RunState", "NO_FIT_YET", "fold_record", "ChainRow", "Series", "ParticleRow", "decimate", "tokens_text",
+__all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "ChainRow", "Series", "ParticleRow", "decimate", "tokens_text",
            "EMA_BETA", "PLATEAU_MIN_STEPS", "MIN_DRAWS_FOR_DIAGNOSTICS"]
 
 EMA_BETA = 0.9
@@ -172,6 +173,7 @@ class WorstRow:
 
 
 NO_FIT_YET = "no fit yet: set one up (2) and press r"
+CANCELLED_BEFORE_RECORD = "cancelled before the worker wrote a record"
 FOLD_CHUNK_BYTES = 1 << 20
 
 
@@ -565,6 +567,8 @@ class RunState:
             return "waiting for the worker to start the fit"
         m = (self.method or self.requested or "fit").upper()
         if self.no_record:
+            if self.status == "cancelled":
+                return f"{m} {self.message}"
             return f"{m} failed to start: no record was written"
         parts = [f"{m} {self.status}"]
         if self.method == "svi":
@@ -599,6 +603,15 @@ class RunState:
         self.status = "failed"
         self.no_record = True
         self.message = message
+        self.folder_contents = list(folder_contents)
+        self.version += 1
+
+    def cancelled_before_record(self, folder_contents: Sequence[str] = ()) -> None:
+        """The fit was cancelled (``x``) before the worker wrote its record: not a failure
+        (the worker's "interrupted" exit is the cancel itself), and nothing was saved."""
+        self.status = "cancelled"
+        self.no_record = True
+        self.message = CANCELLED_BEFORE_RECORD
         self.folder_contents = list(folder_contents)
         self.version += 1
 
