@@ -100,3 +100,29 @@ async def test_a_vocabulary_file_for_smc(tmp_path):
         empty = setup.build_request(str(tmp_path / "runs" / "x"))
         assert empty.vocab is None and empty.vocab_path is None
         assert "--vocab" not in worker_command(empty, "cfg.json", "python")
+
+
+async def test_switching_the_data_kind_drops_the_old_kinds_error(tmp_path):
+    """Kind `file` with `nope.json` shows an error; switching to `shipped` left it in
+    `errors` and drew the shipped hint in the error colour until another field
+    changed."""
+    from textual.widgets import Select
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
+                  runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await app.ready.wait()
+        await pilot.press("2")
+        setup = app.query_one(SetupPane)
+        kind = setup.query_one("#data-kind", Select)
+        shown = setup.query_one("#data-error")
+        kind.value = "file"
+        await pilot.pause()
+        setup.query_one("#data-value", Input).value = "nope.json"
+        await pilot.pause()
+        assert str(shown.render()) == "nope.json: no such file"
+        assert shown.has_class("-error") and setup.errors["data"] == "nope.json: no such file"
+        kind.value = "shipped"
+        await pilot.pause()
+        assert str(shown.render()) == "data/regression_plates.json"
+        assert not shown.has_class("-error")
+        assert "data" not in setup.errors

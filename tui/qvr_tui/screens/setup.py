@@ -309,6 +309,7 @@ class SetupPane(VerticalScroll):
             self.validate()
         elif event.select.id == "data-kind":
             self._update_data_row()
+            self.validate("data")  # the old kind's error (a missing file) no longer applies
         elif (event.select.id or "").startswith("opt-"):
             self.validate(event.select.id[4:])
 
