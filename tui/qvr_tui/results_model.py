@@ -39,7 +39,7 @@ import numpy as np
 from qvr.inference.diagnostics import e_bfmi
 from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
 
-__all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "SequenceRow", "Results",
+__all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "squeeze_shape", "SequenceRow", "Results",
            "load_results", "table_rows", "SORT_KEYS", "param_series", "site_matrix",
            "run_key_number", "curve", "export_arviz", "ArvizMissing", "RHAT_MAX",
            "ESS_PER_CHAIN", "EBFMI_MIN", "TREE_DEPTH_SHARE_MAX", "MCMC", "STAT_COLUMNS",
@@ -148,12 +148,23 @@ class ParamSeries:
     divergent: tuple         # per chain: int array of divergent draw indices
 
 
+def squeeze_shape(shape) -> tuple:
+    """`shape` without its length-1 axes: the one rule by which a guide's shape is
+    compared with its site's (an 8-vector site with an 8×1 guide location has the same
+    coordinates; a scalar site with a one-number guide too)."""
+    return tuple(int(d) for d in shape if d != 1)
+
+
 @dataclass(frozen=True)
 class GuideSite:
     """An SVI guide site: location and scale (scale = exp(log_scale)) of the fitted normal
     guide.  They live in the site's unconstrained space: for a constrained site (a
     simplex, a positive scale) `loc` may have another shape than the site's value
-    (`site_shape`, from the summary; a 3×4 Dirichlet plate has a 3×3 `loc`)."""
+    (`site_shape`, from the summary; a 3×4 Dirichlet plate has a 3×3 `loc`).
+
+    Shapes are compared without their length-1 axes (`squeeze_shape`): `unconstrained`
+    (the guide's coordinates are not the site's), `is_matrix` (two axes longer than 1:
+    a heatmap) and the Results table's shape column (`guide_shape_text`) all follow it."""
 
     site: str
     loc: np.ndarray
@@ -165,17 +176,30 @@ class GuideSite:
         return tuple(self.loc.shape)
 
     @property
+    def squeezed(self) -> tuple:
+        """The guide's shape without length-1 axes."""
+        return squeeze_shape(self.shape)
+
+    @property
     def unconstrained(self) -> bool:
-        """Whether `loc` is not in the site's own coordinates (its shape differs)."""
+        """Whether `loc` is not in the site's own coordinates (its squeezed shape differs
+        from the site's)."""
         if self.site_shape is None:
             return False
-        own = tuple(s for s in self.site_shape)
-        mine = tuple(s for s in self.shape if s != 1) if self.loc.size == 1 else self.shape
-        return own != mine and not (self.loc.size == 1 and own == ())
+        return squeeze_shape(self.site_shape) != self.squeezed
 
     @property
     def is_matrix(self) -> bool:
-        return self.loc.ndim == 2
+        """Two axes longer than 1 (an 8×1 location is a vector, not a matrix)."""
+        return len(self.squeezed) == 2
+
+    def matrix(self, which: str = "loc") -> Optional[np.ndarray]:
+        """The location (or ``"scale"``) as a 2-D array when `is_matrix` (a 1×3×3
+        location as 3×3), else None."""
+        m = self.loc if which == "loc" else self.scale
+        if m is None or not self.is_matrix:
+            return None
+        return np.asarray(m, dtype=float).reshape(self.squeezed)
 
 
 @dataclass(frozen=True)
@@ -697,8 +721,7 @@ def site_matrix(res: Results, site: str, stat: str = "mean") -> Optional[np.ndar
         g = next((g for g in res.guide if g.site == site), None)
         if g is None:
             return None
-        m = g.loc if stat == "mean" else g.scale
-        return None if m is None or m.ndim != 2 else np.asarray(m, dtype=float)
+        return g.matrix("loc" if stat == "mean" else "scale")
     a = res.draws.get(site)
     if a is not None and np.asarray(a).ndim == 4:
         a = np.asarray(a, dtype=float)

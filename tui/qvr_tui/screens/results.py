@@ -54,7 +54,8 @@ from textual_plot import HiResMode, PlotWidget
 from qvr.runs import RunRecordError, open_run
 from qvr_tui.program_model import read_program, source_sha256
 from qvr_tui.results_model import (ArvizMissing, Results, SORT_KEYS, export_arviz,
-                                   load_results, param_series, site_matrix, table_rows)
+                                   load_results, param_series, site_matrix, squeeze_shape,
+                                   table_rows)
 from qvr_tui.widgets.checks import ChecksRow
 from qvr_tui.widgets.circuits import CircuitsView
 from qvr_tui.widgets.heatmap import Heatmap
@@ -106,18 +107,15 @@ def _dims(shape) -> str:
 
 def guide_shape_text(g) -> str:
     """The shape column of the SVI guide table: the site's shape, and the guide's own in
-    ``(u …)`` when its unconstrained coordinates have another shape (a 3×4 simplex plate:
-    ``3×4 (u 3×3)``).  Length-1 axes are not a difference: a site of shape 1 whose guide
-    holds one number reads ``scalar`` (it read ``1 (u scalar)``), an 8-vector with an
-    8×1 guide reads ``8``."""
-    mine = tuple(g.shape)
+    ``(u …)`` when its coordinates are unconstrained (`GuideSite.unconstrained`: a 3×4
+    simplex plate reads ``3×4 (u 3×3)``).  Length-1 axes are not a difference (the rule
+    is `GuideSite`'s): a site of shape 1 whose guide holds one number reads ``scalar``
+    (it read ``1 (u scalar)``), an 8-vector with an 8×1 guide reads ``8``."""
     if g.site_shape is None:
-        return "scalar" if g.loc.size == 1 else _dims(mine)
-    own = tuple(g.site_shape)
-    squeeze = lambda t: tuple(d for d in t if d != 1)  # noqa: E731
-    if squeeze(own) == squeeze(mine):
-        return _dims(squeeze(own))
-    return f"{_dims(own)} (u {_dims(mine)})"
+        return _dims(g.squeezed)
+    if g.unconstrained:
+        return f"{_dims(tuple(g.site_shape))} (u {_dims(g.shape)})"
+    return _dims(squeeze_shape(g.site_shape))
 
 
 class ResultsPane(Vertical):
@@ -628,7 +626,10 @@ class ResultsPane(Vertical):
             return
         hm.display = True
         which = "loc" if self.stat == "mean" else "scale"
-        m = g.loc if which == "loc" else g.scale
+        m = g.matrix(which)
+        if m is None:  # a guide without a scale
+            hm.display = False
+            return
         hm.diverging = which == "loc"
         space = " unconstrained" if g.unconstrained else ""
         hm.set_matrix(m, f"{g.site} guide {which}{space} (m: loc/scale)")
