@@ -271,7 +271,8 @@ def _nanmax(v: np.ndarray) -> float:
 def load_results(run) -> Results:
     """The `Results` of a `qvr.runs.Run` (any status; a partial record gives what it can)."""
     summary = run.summary
-    events = _events_kept(run)
+    losses = run.losses() if run.method == "svi" else None  # read once: both need it
+    events = _events_kept(run, keep_progress=run.method == "svi" and losses is None)
     status = run.status
     message = ""
     if summary is not None:
@@ -290,7 +291,7 @@ def load_results(run) -> Results:
     if res.is_mcmc:
         _load_mcmc(run, res, summary, events)
     elif res.method == "svi":
-        _load_svi(run, res, events)
+        _load_svi(run, res, events, losses)
     elif res.method == "smc":
         _load_smc(run, res, events)
     if res.partial and not res.partial_note:
@@ -300,14 +301,16 @@ def load_results(run) -> Results:
     return res
 
 
-def _events_kept(run, chunk_bytes: int = 1 << 20) -> list:
+def _events_kept(run, chunk_bytes: int = 1 << 20,
+                 keep_progress: Optional[bool] = None) -> list:
     """The record's events that `load_results` reads, parsed a megabyte at a time: every
     event but progress, of which only the last per (phase, chain, metric names) is kept
     (what the loaders read of it), except an SVI record without ``losses.npy`` (its loss
-    curve is its progress events).  A record of
+    curve is its progress events: `keep_progress`, found out here when None).  A record of
     100,000 progress events parsed at once left the UI process ~90 MB larger for good
     (fragmented by the objects); see `qvr_tui.state.fold_record`."""
-    keep_progress = run.method == "svi" and run.losses() is None
+    if keep_progress is None:
+        keep_progress = run.method == "svi" and run.losses() is None
     tail = run.tail(load_draws=False)
     kept: list = []
     last: dict = {}  # (phase, chain, metric names) -> index in kept of its last progress
@@ -529,8 +532,8 @@ def _worst_label(sites, key: str, largest: bool) -> str:
     return label
 
 
-def _load_svi(run, res: Results, events) -> None:
-    losses = run.losses()
+def _load_svi(run, res: Results, events, losses) -> None:
+    """`losses`: the record's ``losses.npy`` (`Run.losses()`, read by the caller)."""
     if losses is None:
         vals = [e.metrics.get("loss") for e in events
                 if isinstance(e, FitProgress) and e.phase == "optimization"]
