@@ -74,7 +74,8 @@ async def test_a_vocabulary_file_for_smc(tmp_path):
         await pilot.pause()
         assert row.display
         field = setup.query_one("#vocab", Input)
-        assert field.placeholder == "empty: data/recurrent_lm.vocab.json"
+        assert field.placeholder == ("empty: data/recurrent_lm.vocab.json (relative: from "
+                                     "the program's folder, else the working folder)")
         shown = lambda: str(setup.query_one("#vocab-error").render())  # noqa: E731
         field.value = str(tmp_path / "missing.json")
         await pilot.pause()
@@ -126,3 +127,45 @@ async def test_switching_the_data_kind_drops_the_old_kinds_error(tmp_path):
         assert str(shown.render()) == "data/regression_plates.json"
         assert not shown.has_class("-error")
         assert "data" not in setup.errors
+
+
+async def test_a_relative_vocabulary_path_and_one_load_per_file(tmp_path, monkeypatch):
+    """A relative vocabulary path is looked up in the program's folder, then in the
+    working folder (it was the working folder only, while the placeholder pointed at the
+    program's); the file is loaded once per distinct path (it was loaded at every
+    keystroke, and again by `build_request` after `build_config`)."""
+    import qvr.datafiles as datafiles
+    loads = []
+    real = datafiles.load_vocab
+    monkeypatch.setattr(datafiles, "load_vocab", lambda p: loads.append(str(p)) or real(p))
+    monkeypatch.chdir(tmp_path)  # no data/ here: only the program's folder has it
+    app = QvrDash(program=str(EXAMPLES / "recurrent_lm.qvr"),
+                  runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await app.ready.wait()
+        await pilot.press("2")
+        setup = app.query_one(SetupPane)
+        setup.preset("smc")
+        await pilot.pause()
+        field = setup.query_one("#vocab", Input)
+        shown = lambda: str(setup.query_one("#vocab-error").render())  # noqa: E731
+        field.focus()
+        await pilot.press(*"data/recurrent_lm.vocab.json")
+        await pilot.pause()
+        assert shown() == ""
+        want = EXAMPLES / "data" / "recurrent_lm.vocab.json"
+        assert loads == [str(want)]  # the keystrokes before named no file
+        await pilot.press("space")  # the same path (stripped): not read again
+        await pilot.pause()
+        req = setup.build_request(str(tmp_path / "runs" / "x"))
+        assert req is not None and req.vocab_path == str(want.resolve())
+        assert req.vocab == real(want) and len(loads) == 1
+        # a file in the working folder only is found there
+        (tmp_path / "words.json").write_text(json.dumps(["a", "b"]))
+        field.value = "words.json"
+        await pilot.pause()
+        assert shown() == "" and setup.build_request("x").vocab == ["a", "b"]
+        field.value = "nowhere.json"
+        await pilot.pause()
+        assert shown() == ("nowhere.json: no such file (looked in the program's folder "
+                           "and the working folder)")

@@ -17,8 +17,10 @@ on another field is cleared when that field became valid (a cross-field check), 
 added: a field not touched yet is judged when the run key is pressed.
 
 SMC's vocabulary (token id -> text for the live particles): a path, or empty for the one
-found next to the program (``data/NAME.vocab.json``); a file that does not load is an
-error in place.  It reaches the Live view through `FitRequest.vocab` and the worker
+found next to the program (``data/NAME.vocab.json``); a relative path is looked up in the
+program's folder first, then in the working folder (the placeholder says so); a file that
+does not load is an error in place.  A file is loaded once per distinct path (and
+modification time), not at every keystroke nor again for the request.  It reaches the Live view through `FitRequest.vocab` and the worker
 (``qvr run --vocab``) through `FitRequest.vocab_path`, so the record holds it too.
 
 The pane does not start fits: `build_request(run_dir)` returns a `FitRequest` (or None,
@@ -146,6 +148,8 @@ class SetupPane(VerticalScroll):
         self.shipped = None
         self.shipped_opts: dict = {}  # data/NAME.fit.json: the program's own defaults
         self.shipped_note: Optional[str] = None
+        self._vocab_loaded = None  # ((path, mtime, size), (words, error)): the last file read
+        self._vocab_checked: tuple = (None, None)  # what `build_config` found in the field
         if program_path:
             from qvr.datafiles import find_data
             from qvr.inference.config import shipped_options
@@ -275,27 +279,51 @@ class SetupPane(VerticalScroll):
             return "path/to/vocab.json"
         from qvr.datafiles import find_vocab
         found = find_vocab(self.program_path)
-        return f"empty: {found.parent.name}/{found.name}" if found is not None else \
-            "path/to/vocab.json (none next to the program)"
+        where = " (relative: from the program's folder, else the working folder)"
+        return (f"empty: {found.parent.name}/{found.name}" if found is not None else
+                "path/to/vocab.json (none next to the program)") + where
+
+    def _vocab_file(self, text: str) -> Path:
+        """The file a vocabulary path names: absolute as given; relative, in the
+        program's folder when it is there, else in the working folder."""
+        p = Path(text).expanduser()
+        if not p.is_absolute() and self.program_path:
+            beside = Path(self.program_path).parent / p
+            if beside.is_file():
+                return beside
+        return p
 
     def vocab(self) -> tuple[Optional[list], Optional[str]]:
         """(the vocabulary given in the field, or None for the one found next to the
-        program; an error message or None)."""
+        program; an error message or None).  Loaded once per distinct file (path and
+        modification time): the field calls this at every keystroke."""
         text = self.query_one("#vocab", Input).value.strip()
         if not text:
             return None, None
         from qvr.datafiles import DataFileError, load_vocab
-        if not Path(text).is_file():
-            return None, f"{text}: no such file"
+        path = self._vocab_file(text)
         try:
-            return load_vocab(text), None
+            st = path.stat()
+        except OSError:
+            st = None
+        if st is None or not path.is_file():
+            where = "" if Path(text).is_absolute() or not self.program_path else \
+                " (looked in the program's folder and the working folder)"
+            return None, f"{text}: no such file{where}"
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+        if self._vocab_loaded is not None and self._vocab_loaded[0] == key:
+            return self._vocab_loaded[1]
+        try:
+            got = (load_vocab(path), None)
         except (DataFileError, OSError, ValueError) as exc:
-            return None, str(exc)
+            got = (None, str(exc))
+        self._vocab_loaded = (key, got)
+        return got
 
     def _vocab_path(self) -> Optional[str]:
         """The vocabulary file given in the field (None: the one beside the program)."""
         text = self.query_one("#vocab", Input).value.strip()
-        return str(Path(text).resolve()) if text else None
+        return str(self._vocab_file(text).resolve()) if text else None
 
     def _show_vocab_error(self, message: Optional[str]) -> None:
         self.query_one("#vocab-error", Static).update(Text(message or ""))
@@ -397,7 +425,8 @@ class SetupPane(VerticalScroll):
             row.set_error(errors.get(name))
         self._show_data_error(data_error)
         if self.method == "smc":
-            vocab_error = self.vocab()[1]
+            self._vocab_checked = self.vocab()
+            vocab_error = self._vocab_checked[1]
             self._show_vocab_error(vocab_error)
             if vocab_error:
                 errors["vocab"] = vocab_error
@@ -460,5 +489,5 @@ class SetupPane(VerticalScroll):
         return FitRequest(program=self.program_path, config=cfg, run_dir=run_dir,
                           export=export if isinstance(export, str) and export else None,
                           start_from=None if start is Select.NULL else str(start),
-                          vocab=self.vocab()[0] if self.method == "smc" else None,
+                          vocab=self._vocab_checked[0] if self.method == "smc" else None,
                           vocab_path=self._vocab_path() if self.method == "smc" else None)
