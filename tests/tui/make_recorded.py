@@ -20,6 +20,14 @@ seed, small enough to keep in the repository:
   here first: 12 rows of 12 tokens of "the cat sat on the mat <eos>" sentences); the
   record holds ``circuits.npz`` and ``patterns.npz`` for the Circuits view.
 
+Made by hand, not by this script:
+
+* ``svi_cancelled_at_start`` — ``qvr run examples/regression_plates.qvr --method svi``
+  sent SIGINT as soon as its events.jsonl appeared: cancelled before its first step (a
+  summary with ``final_loss`` NaN and ``steps`` 0, no ``losses.npy``); then
+  `_relativise`d, and the data path and run folder in run.json/events.jsonl made
+  relative by hand.
+
 The program paths inside run.json are rewritten relative to the repository root
 (``examples/NAME.qvr``) so the folders do not depend on where they were made; the tests
 copy them to a temporary folder before opening them.

@@ -313,3 +313,11 @@ def test_the_runs_table_gives_a_run_with_nothing_to_sample_its_log_marginal_like
     assert label == "log ML" and value == pytest.approx(-184.8496856689453, abs=1e-9)
     row = rm.RunRow(run.path, "x", "finished", "nuts", "", label, value, False)
     assert row.key_text == "log ML -184.8"
+
+
+def test_the_partial_note_of_a_cancelled_run():
+    from pathlib import Path
+    from qvr_tui.results_model import Results, _partial_note
+    res = Results(path=Path("r"), method="svi", status="cancelled", partial=True,
+                  losses=np.array([3.0, 2.0]))
+    assert _partial_note(res) == "partial: the fit was cancelled; losses from 2 progress events"

@@ -282,3 +282,20 @@ async def test_an_mcmc_run_with_nothing_to_sample_gives_its_log_marginal_likelih
         notes = text_of(pane.query_one("#results-notes", Static))
         assert notes == ("ⓘ nothing to sample (no continuous latent site): log marginal "
                          "likelihood -184.85")
+
+
+async def test_an_svi_run_cancelled_before_its_first_step(tmp_path):
+    """`qvr run` cancelled at step 0 writes a summary (final loss NaN) and no losses:
+    Results said "partial: no summary was written" over "final loss nan · ELBO nan"."""
+    import shutil
+    from pathlib import Path
+    run = tmp_path / "cancelled"
+    shutil.copytree(Path(__file__).parent / "recorded" / "svi_cancelled_at_start", run)
+    app, pane = await open_pane(run)
+    async with app.run_test(size=(100, 30)) as pilot:
+        res = await app.loaded.get()
+        await pilot.pause()
+        assert res.status == "cancelled" and not res.partial and res.final_loss is None
+        assert pane.query_one("#results-notes").has_class("-empty")
+        assert pane.query_one("#svi-loss").border_title == "no step was taken: no loss"
+

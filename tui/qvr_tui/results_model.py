@@ -330,6 +330,7 @@ def _events_kept(run, chunk_bytes: int = 1 << 20,
 def _partial_note(res: Results) -> str:
     what = {"interrupted": "the worker stopped without finishing",
             "running": "the fit is still running",
+            "cancelled": "the fit was cancelled",
             "failed": "the fit failed"}.get(res.status, "no summary was written")
     if res.status == "failed" and not (res.draws or (res.losses is not None and len(res.losses))
                                        or res.sequences):
@@ -535,14 +536,19 @@ def _worst_label(sites, key: str, largest: bool) -> str:
 def _load_svi(run, res: Results, events, losses) -> None:
     """`losses`: the record's ``losses.npy`` (`Run.losses()`, read by the caller)."""
     if losses is None:
+        # no losses.npy: the curve is the progress events'.  Partial only without a
+        # summary: a run cancelled before its first step has a summary and no loss.
         vals = [e.metrics.get("loss") for e in events
                 if isinstance(e, FitProgress) and e.phase == "optimization"]
         losses = np.array([v for v in vals if v is not None], dtype=float) if vals else None
-        res.partial = True
+        if run.summary is None:
+            res.partial = True
     res.losses = None if losses is None else np.asarray(losses, dtype=float)
     fl = res.stats.get("final_loss")
     if fl is None and res.losses is not None and len(res.losses):
         fl = float(res.losses[-1])
+    if fl is not None and math.isnan(float(fl)) and (res.losses is None or not len(res.losses)):
+        fl = None  # no step was taken: there is no loss (the summary says NaN)
     res.final_loss = None if fl is None else float(fl)
     summary = run.summary or {}
     res.sites = _group(dict(summary.get("parameters") or {}), {})

@@ -586,7 +586,10 @@ class ResultsPane(Vertical):
             x, y = decimate(np.arange(1, len(y) + 1, dtype=float), y, points_for(loss))
             loss.plot(x, y, line_style="#1f77b4", hires_mode=HiResMode.BRAILLE, label="loss")
         title = "loss"
-        if res.final_loss is not None:
+        if res.final_loss is None and (res.losses is None or not len(res.losses)) and \
+                res.status != "running":
+            title = "no step was taken: no loss"
+        elif res.final_loss is not None:
             title = f"final loss {fmt(res.final_loss, 6)} · ELBO {fmt(res.final_elbo, 6)}"
             if res.losses is not None:
                 title += f" · {len(res.losses)} steps"
