@@ -43,3 +43,17 @@ def test_a_started_fit_waits_for_its_worker():
     s = RunState()
     s.run_dir = "runs/hmm-20260101-000000"
     assert s.status_line() == "waiting for the worker to start the fit"
+
+
+def test_a_folder_without_a_record_lists_three_entries_and_says_there_are_more():
+    """"(only a, b, c)" read as if the folder held just those three."""
+    from qvr_tui.screens.live import LivePane
+    from qvr_tui.state import RunState
+    pane = LivePane()
+    s = RunState()
+    s.requested, s.run_dir = "svi", "runs/x-1"
+    s.start_failed("exit status 2", ["a", "b", "c", "d"])
+    pane.state = s
+    assert pane.note_text() == "runs/x-1 holds no record (only a, b, c, …)"
+    s.start_failed("exit status 2", ["a", "b", "c"])
+    assert pane.note_text() == "runs/x-1 holds no record (only a, b, c)"

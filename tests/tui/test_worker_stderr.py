@@ -15,3 +15,11 @@ def test_progress_lines_are_not_a_failure_cause(tmp_path):
         f"{PLAIN_PREFIX}svi step 61/1000, 4.7 steps/s, loss nan, ETA 02:59\n"
         "qvr run: results in runs/x-1\n", encoding="utf-8")
     assert runner.stderr_tail() == "qvr run: examples/x.qvr: the loss is NaN at step 61"
+
+
+def test_the_prefix_is_qvr_runs_own():
+    """The prefix is imported from `qvr run`'s progress module (it was spelled out
+    again here: a change there would have let progress lines through as the cause)."""
+    from qvr.commands import progress
+    from qvr_tui import fit_runner
+    assert fit_runner.PLAIN_PREFIX is progress.PLAIN_PREFIX

@@ -18,7 +18,9 @@ at once).  When the worker has exited and the record has no terminal event, the 
 (a worker that could not start — a bad data file, an unwritable run folder — leaves no
 record at all, only its message).
 
-Torch-free: imports `qvr.runs` and `qvr.inference.config` only.
+Torch-free: imports `qvr.runs`, `qvr.inference.config` and the prefix of `qvr run`'s
+plain progress lines (`qvr.commands.progress.PLAIN_PREFIX`, torch-free: left out of
+the stderr shown as a failure's cause).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from qvr.commands.progress import PLAIN_PREFIX
 from qvr.inference.config import FitConfig
 from qvr.inference.events import FitEvent
 
@@ -175,7 +178,7 @@ class FitRunner:
             line = line.strip()
             if not line or line.startswith("qvr run: run folder") or \
                     line.startswith("qvr run: results in") or \
-                    line.startswith("qvr run: progress: ") or "stopping after this step" in line:
+                    line.startswith(PLAIN_PREFIX) or "stopping after this step" in line:
                 continue
             keep.append(line)
         return "\n".join(keep[-lines:])

@@ -144,8 +144,9 @@ class LivePane(Vertical):
             parts.append(f"warning: {s.warnings[-1]}")
         if s.no_record and s.run_dir:
             held = s.folder_contents
+            more = ", …" if len(held) > 3 else ""
             parts.append(f"{s.run_dir} holds no record" + (
-                f" (only {', '.join(held[:3])})" if held else " (left empty)"))
+                f" (only {', '.join(held[:3])}{more})" if held else " (left empty)"))
         elif s.finished and s.status != "interrupted" and s.run_dir:
             parts.append(f"record: {s.run_dir}")
         if self.stale_note:
