@@ -299,3 +299,21 @@ async def test_an_svi_run_cancelled_before_its_first_step(tmp_path):
         assert pane.query_one("#results-notes").has_class("-empty")
         assert pane.query_one("#svi-loss").border_title == "no step was taken: no loss"
 
+
+
+async def test_an_mcmc_run_with_nothing_to_sample_shows_no_empty_checks_table_or_plots(tmp_path):
+    """Beside the note, Results showed empty checks, an empty summary table, empty
+    trace/rank/histogram plots and "e: export draws to ArviZ" (seen in tmux)."""
+    import shutil
+    from pathlib import Path
+    run = tmp_path / "hmm-nuts"
+    shutil.copytree(Path(__file__).parent / "recorded" / "nuts_nothing_to_sample", run)
+    app, pane = await open_pane(run)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.loaded.get()
+        await pilot.pause()
+        for wid in ("#checks", "#summary", "#detail"):
+            assert not pane.query_one(wid).display, wid
+        assert text_of(pane.query_one("#summary-bar", Static)) == \
+            "no chain ran: nothing to summarise"
+        assert "ArviZ" not in text_of(pane.query_one("#results-footer", Static))

@@ -346,7 +346,7 @@ class ResultsPane(Vertical):
             lines.append(f"ⓘ {res.note}")
         notes.update("\n".join(lines))
         notes.set_class(not lines, "-empty")
-        keys = "  e: export draws to ArviZ" if res.is_mcmc else ""
+        keys = "  e: export draws to ArviZ" if res.is_mcmc and res.num_chains else ""
         if res.circuits is not None:
             keys += "  c: circuits"
         footer.update(Text(f"run folder: {display_path(res.path)}{keys}", overflow="ellipsis",
@@ -355,6 +355,9 @@ class ResultsPane(Vertical):
     # ------------------------------------------------------------------ MCMC
     def _fill_mcmc(self) -> None:
         res = self.results
+        chains = bool(res.num_chains)  # none: nothing was sampled (the note says why)
+        for wid in ("#checks", "#summary", "#detail"):
+            self.query_one(wid).display = chains
         checks = self.query_one("#checks", ChecksRow)
         self.run_worker(checks.set_checks(res.checks), exclusive=True, group="checks")
         self._refresh_table()
