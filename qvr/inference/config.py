@@ -235,10 +235,9 @@ class FitConfig:
     # ---- the start (SVI, HMC, NUTS started from a run)
     start_at: str = _opt("means", methods=FITTING, choices=START_AT,
                          check=_choice(*START_AT),
-                         help="with --from an HMC/NUTS run: start from its posterior means, "
-                              "or from its draws (HMC/NUTS: each chain at the last draw of "
-                              "a chain of the run; SVI: the guide moment-matched to the "
-                              "draws)")
+                         help="from an HMC/NUTS run (--from): its posterior means, or its "
+                              "draws (chains continue from their last draws; SVI's guide "
+                              "matches them)")
     # ---- SVI
     steps: int = _opt(1000, methods=frozenset({"svi"}), parse=parse_int,
                       check=_int_at_least(1), metavar="N",

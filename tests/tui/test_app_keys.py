@@ -66,9 +66,17 @@ async def test_setup_options_generated_from_fitconfig(tmp_path):
             setup.preset(method)
             await pilot.pause()
             shown = [r.opt_name for r in setup.query("#method-options OptionRow") if r.display]
-            assert shown == [r.opt_name for r in setup.method_rows()]
+            # `start_at` only with a run to start from (below)
+            assert shown == [r.opt_name for r in setup.method_rows() if r.opt_name != "start_at"]
             assert shown == [f.name for f, _ in FitConfig.options(method)
-                             if f.name not in COMMON]
+                             if f.name not in COMMON and f.name != "start_at"]
+        setup.preset("nuts", start_from=str(tmp_path / "runs" / "hmm-1"))
+        await pilot.pause()
+        shown = [r.opt_name for r in setup.query("#method-options OptionRow") if r.display]
+        assert shown == [f.name for f, _ in FitConfig.options("nuts") if f.name not in COMMON]
+        setup.query_one("#start-from", Select).clear()
+        await pilot.pause()
+        assert not setup.query_one("#row-start_at").display
         setup.preset("nuts")
         await pilot.pause()
         assert setup.query_one("#opt-num_warmup").value == "500"

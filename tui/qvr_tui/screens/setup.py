@@ -254,7 +254,7 @@ class SetupPane(VerticalScroll):
             rows = [OptionRow(f.name, opt, self.initial(f.name), id=f"row-{f.name}")
                     for f, opt in FitConfig.options() if f.name not in COMMON]
             for row in rows:
-                row.display = self.method in row.opt.methods
+                row.display = self._row_shown(row)
             box.mount_all(rows)
         else:
             self._show_method_rows()
@@ -267,7 +267,19 @@ class SetupPane(VerticalScroll):
 
     def _show_method_rows(self) -> None:
         for row in self.query("#method-options OptionRow"):
-            row.display = self.method in row.opt.methods
+            row.display = self._row_shown(row)
+
+    def _row_shown(self, row) -> bool:
+        """A row of the current method's options; `start_at` only once a run to start from
+        is chosen (it says what to take from that run: meaningless without one)."""
+        if self.method not in row.opt.methods:
+            return False
+        if row.opt_name == "start_at":
+            try:
+                return self.query_one("#start-from", Select).value is not Select.NULL
+            except Exception:  # not mounted yet
+                return False
+        return True
 
     def method_rows(self) -> list:
         """The option rows of the current method, in declaration order."""
@@ -335,6 +347,8 @@ class SetupPane(VerticalScroll):
             self.method = str(event.value)
             self._mount_options()
             self.validate()
+        elif event.select.id == "start-from":
+            self._show_method_rows()  # `start_at` appears with a run to start from
         elif event.select.id == "data-kind":
             self._update_data_row()
             self.validate("data")  # the old kind's error (a missing file) no longer applies
