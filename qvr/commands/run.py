@@ -151,11 +151,11 @@ def _check_start_from(path, config):
     """`--from RUN` must name a readable run record, of a kind `--start-at` can start from
     (`start_at_error`): usage errors (exit 2) found before the new run's folder is created
     (torch-free: `qvr.runs` reads records without it).  The run, or None without --from."""
-    from qvr.inference.config import FITTING, start_at_error
+    from qvr.inference.config import start_at_error
     from qvr.runs import RunRecordError, open_run
-    at = config.start_at if config.method in FITTING else None
+    at = config.start_choice
     if path is None:
-        problem = start_at_error(at, has_run=False) if at is not None else None
+        problem = start_at_error(at, has_run=False)
         if problem:
             raise UsageError(f"--start-at {problem}")
         return None
@@ -165,7 +165,7 @@ def _check_start_from(path, config):
         run = open_run(path)
     except RunRecordError as exc:
         raise UsageError(f"--from {exc}") from None
-    problem = start_at_error(at, run.method) if at is not None else None
+    problem = start_at_error(at, run.method)
     if problem:
         raise UsageError(f"--start-at {problem}")
     return run
@@ -278,11 +278,10 @@ def run(args) -> int:
         return 1
     print(f"{tool}: run folder {folder}", file=sys.stderr)
     if start_run is not None:
-        from qvr.inference.config import FITTING
         from qvr.inference.start import describe
-        at = config.start_at if config.method in FITTING else None
         print(f"{tool}: starting from {args.start_from} ({start_run.method}): "
-              f"{describe(config.method, start_run.method, at)}", file=sys.stderr)
+              f"{describe(config.method, start_run.method, config.start_choice)}",
+              file=sys.stderr)
     _say_shipped(args, config, tool)
     args.internal_error_dir = folder  # a bug's traceback goes to the run folder
     return _fit(args, config, program, export, folder, tool)

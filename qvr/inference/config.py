@@ -353,6 +353,12 @@ class FitConfig:
         shown = "on" if default is True else "off" if default is False else default
         return f"{opt.help} (default {shown})"
 
+    @property
+    def start_choice(self) -> Optional[str]:
+        """`start_at` where it applies (an SVI, HMC or NUTS fit: what it takes from an
+        HMC/NUTS run it starts from), None for SMC (which takes a run's parameters)."""
+        return self.start_at if self.method in FITTING else None
+
     def errors(self) -> dict[str, str]:
         """Every invalid value as ``{field: message}`` (empty when valid)."""
         out = {}
@@ -397,7 +403,7 @@ def _plain(v):
     return v
 
 
-def start_at_error(start_at: str, run_method: Optional[str] = None,
+def start_at_error(start_at: Optional[str], run_method: Optional[str] = None,
                    has_run: bool = True) -> Optional[str]:
     """Why ``start_at`` cannot be used with the run a fit starts from (None when it can).
 
@@ -406,7 +412,7 @@ def start_at_error(start_at: str, run_method: Optional[str] = None,
     is a check across `FitConfig` and the run, which `FitConfig` does not hold, so it is
     made where the run is known: `qvr run` before it creates the run folder (a usage
     error), `qvr.inference.start.load_start` when the run is opened (a `StartError`), and
-    the SVI and MCMC loops when no run was given (a `ConfigError`).  Torch-free, so the
+    `fit` when no run was given (a `ConfigError`).  Torch-free, so the
     dashboard's form can use it too."""
     if start_at != "draws":
         return None

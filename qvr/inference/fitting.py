@@ -299,13 +299,15 @@ def set_draws(model, n: int) -> None:
 
 def _prepare(program, data, config, info, report, stop, writer, start_from, potential,
              vocab) -> FitContext:
-    from qvr.inference.start import load_start
+    from qvr.inference.start import load_start, require_start
     model = None if config.method == "smc" else model_of(program)
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DataError("device cuda: no CUDA device is available")
     start = None
-    if start_from is not None:
+    if start_from is None:
+        require_start(config, None)  # start_at="draws" needs a run (ConfigError)
+    else:
         start = load_start(start_from, config)
         start.current_sha256 = info.get("sha256")
         if model is not None:

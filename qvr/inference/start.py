@@ -277,7 +277,7 @@ def require_start(config, start) -> None:
     `load_start`)."""
     from qvr.inference.config import ConfigError, start_at_error
     if start is None:
-        msg = start_at_error(getattr(config, "start_at", "means"), has_run=False)
+        msg = start_at_error(config.start_choice, has_run=False)
         if msg:
             raise ConfigError({"start_at": msg})
 
@@ -285,7 +285,7 @@ def require_start(config, start) -> None:
 def load_start(start_from, config=None) -> StartState:
     """The `StartState` of a run folder (or `qvr.runs.Run`), for a fit of `config`
     (``start_at``: the run's means or its draws; None: means)."""
-    from qvr.inference.config import FITTING, start_at_error
+    from qvr.inference.config import start_at_error
     from qvr.runs import Run, RunRecordError, open_run
     try:
         run = start_from if isinstance(start_from, Run) else open_run(start_from)
@@ -299,8 +299,8 @@ def load_start(start_from, config=None) -> StartState:
         samples = run.samples()
     except RunRecordError as exc:
         raise StartError(f"cannot start from {run.path}: {exc}") from None
-    at = config.start_at if config is not None and config.method in FITTING else None
-    problem = start_at_error(at, run.method) if at is not None else None
+    at = config.start_choice if config is not None else None
+    problem = start_at_error(at, run.method)
     if problem:
         raise StartError(f"start from {run.path}: start_at {problem}")
     model = {k[len("model."):]: v for k, v in params.items() if k.startswith("model.")}

@@ -24,9 +24,7 @@ def kernel_of(config):
 def run(ctx: FitContext) -> FitResult:
     from qvr.inference.mcmc.driver import MCMC
     from qvr.inference.potential import make_target
-    from qvr.inference.start import require_start
     config = ctx.config
-    require_start(config, ctx.start)
     target = make_target(ctx.model, ctx.x, ctx.observations)
     if target.dim == 0:
         return _nothing_to_sample(ctx, target)

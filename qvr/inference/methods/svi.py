@@ -20,9 +20,7 @@ def run(ctx: FitContext) -> FitResult:
     from qvr.inference.elbo import ELBO
     from qvr.inference.guides import AutoNormalGuide
     from qvr.inference.svi import SVI, adam
-    from qvr.inference.start import require_start
     model, x, observations, config = ctx.model, ctx.x, ctx.observations, ctx.config
-    require_start(config, ctx.start)
     guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
     if ctx.start is not None:
         ctx.start.apply_to_guide(guide, x, observations)
