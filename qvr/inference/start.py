@@ -233,7 +233,6 @@ def declaration_of(module, name: str) -> str:
     name (the deep copies `stack` makes) the message says which copy, in order of
     application.  A path that does not lead into `module` (a parameter of a run whose
     program has since changed shape) is resolved as far as it goes, else given as is."""
-    from torch import nn
     modules = dict(module.named_modules())
     parts = name.split(".")
     for cut in range(len(parts) - 1, -1, -1):
@@ -243,12 +242,10 @@ def declaration_of(module, name: str) -> str:
             continue
         rest = ".".join(parts[cut:])
         kind = "program" if hasattr(m, "log_joint") else "morphism"
-        same = []
-        for other in module.modules():
-            if isinstance(other, nn.Module) and getattr(other, "_qvr_named", False) and \
-                    getattr(other, "label", None) == m.label and \
-                    all(o is not other for o in same):
-                same.append(other)
+        # the distinct modules bound to this name, in order of application
+        same = list({id(o): o for o in module.modules()
+                     if getattr(o, "_qvr_named", False)
+                     and getattr(o, "label", None) == m.label}.values())
         copy = ""
         if len(same) > 1:
             i = next(k for k, o in enumerate(same) if o is m)
@@ -318,8 +315,8 @@ def load_start(start_from, config=None) -> StartState:
                              f"draws (status {status})")
         guide = {}
     elif run.method in ("hmc", "nuts"):
-        means = {k: np.asarray(v).mean(axis=(0, 1)) for k, v in samples.items()
-                 if not k.startswith("sample_stats.") and np.asarray(v).ndim >= 2}
+        # (a run cancelled in warmup has no draws: no means, rather than NaN ones)
+        means = {k: v.mean(axis=(0, 1)) for k, v in _site_draws(samples).items()}
     if not (model or guide or means or draws):
         raise StartError(f"cannot start from {run.path}: the run saved no parameters or "
                          f"draws (status {status})")
