@@ -78,6 +78,19 @@ _is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapp
                       lambda t: False)
 
 
+def _sdpa(q, k, v, **kw):
+    """`scaled_dot_product_attention` of `(..., H, T, k)` inputs with any leading axes
+    (Monte-Carlo draws, batch) merged into one: the fused CPU kernel takes 4-D inputs
+    only, anything else runs the unfused math path (module docstring); the merge is a
+    view of the projection's output."""
+    if q.dim() <= 4:
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+    lead = q.shape[:-3]
+    o = F.scaled_dot_product_attention(q.flatten(0, -4), k.flatten(0, -4), v.flatten(0, -4),
+                                       **kw)
+    return o.unflatten(0, lead)
+
+
 class Attention(ContinuousMorphism):
     """Multi-head self-attention `A -> B` (design E2); see the module docstring."""
 
@@ -226,28 +239,13 @@ class Attention(ContinuousMorphism):
             # SDPA's `is_causal` is `j <= i`: the strict mask is passed as `attn_mask`, and a
             # query with no visible key gets o = 0 through the keep-vector (module docstring)
             tq = q.shape[-2]
-            mask = self._mask(tq, k.shape[-2], 0, q.device, q.dtype, True)
-            if q.dim() > 4:  # leading axes merged into one, as below (a view)
-                lead = q.shape[:-3]
-                o = F.scaled_dot_product_attention(q.flatten(0, -4), k.flatten(0, -4),
-                                                   v.flatten(0, -4), attn_mask=mask)
-                o = o.unflatten(0, lead)
-            else:
-                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            o = _sdpa(q, k, v, attn_mask=self._mask(tq, k.shape[-2], 0, q.device, q.dtype,
+                                                    True))
             keep = self._keep(tq, 0, q.device, q.dtype)
             if keep is not None:  # None for an empty sequence: nothing to zero
                 o = o * keep
-        elif q.dim() > 4:
-            # leading axes (Monte-Carlo draws, batch) merged into one: the fused CPU kernel
-            # takes 4-D inputs only, anything else runs the unfused math path (module
-            # docstring); the merge is a view of the projection's output
-            lead = q.shape[:-3]
-            o = F.scaled_dot_product_attention(q.flatten(0, -4), k.flatten(0, -4),
-                                               v.flatten(0, -4),
-                                               is_causal=self.causal and q.shape[-2] > 1)
-            o = o.unflatten(0, lead)
         else:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and q.shape[-2] > 1)
+            o = _sdpa(q, k, v, is_causal=self.causal and q.shape[-2] > 1)
         return self.mix(o)
 
     def mean(self, x, *, _seq: bool = None):
