@@ -95,7 +95,7 @@ def symbol_lines(sym) -> tuple[str, str]:
             if sym.head_dim is not None:
                 facts += f" × {sym.head_dim}"
             if sym.causal:  # `causal=strict` (keys j < i) reads "strictly causal"
-                facts += ", strictly causal" if getattr(sym, "causal_strict", False) else ", causal"
+                facts += ", strictly causal" if sym.causal_strict else ", causal"
         if sym.positions is not None:
             facts += f" · {_plural(sym.positions, 'position')}"
         if sym.deterministic and sym.role == "let":

@@ -198,7 +198,7 @@ class ModuleCompiler:
             elif role == "attention":
                 scale = getattr(sym, "scale", None)
                 m = Attention(dom, cod, heads=sym.heads or 1, head_dim=sym.head_dim,
-                              causal="strict" if getattr(sym, "causal_strict", False) else bool(sym.causal),
+                              causal="strict" if sym.causal_strict else bool(sym.causal),
                               family=sym.family,
                               scale=0.1 if scale is None else float(scale), label=sym.name)
             elif role == "discretize":
