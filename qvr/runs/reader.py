@@ -77,6 +77,19 @@ class Tail:
                     self.terminal = ev
         return out
 
+    def pieces(self, max_bytes: int = 1 << 20, until: Optional[int] = None):
+        """The events the file holds now, as lists of at most `max_bytes` of lines each
+        (`poll` in a loop), until a read brings nothing new or the offset reaches `until`
+        (the size the file had when the caller began: a live writer's later lines wait for
+        the next call).  A long record is then never all in memory at once."""
+        while until is None or self.offset < until:
+            before = self.offset
+            n = max_bytes if until is None else min(max_bytes, until - self.offset)
+            events = self.poll(max_bytes=n)
+            if self.offset == before:
+                return
+            yield events
+
     def _parse(self, line: bytes) -> Optional[FitEvent]:
         try:
             d = json.loads(line.decode("utf-8"))
@@ -197,11 +210,8 @@ class Run:
     def status(self) -> str:
         alive = self.writer_alive()
         t = self.tail(load_draws=False)
-        while True:  # a megabyte at a time: a long record is not all in memory at once
-            before = t.offset
-            t.poll(max_bytes=1 << 20)
-            if t.offset == before:
-                break
+        for _ in t.pieces():  # a megabyte at a time: not all in memory at once
+            pass
         if t.terminal is not None:
             return _STATUS_OF[type(t.terminal)]
         return "running" if alive else "interrupted"

@@ -314,17 +314,15 @@ def _events_kept(run, chunk_bytes: int = 1 << 20,
     tail = run.tail(load_draws=False)
     kept: list = []
     last: dict = {}  # (phase, chain, metric names) -> index in kept of its last progress
-    while True:
-        before = tail.offset
-        for e in tail.poll(max_bytes=chunk_bytes):
+    for events in tail.pieces(chunk_bytes):
+        for e in events:
             if isinstance(e, FitProgress) and not keep_progress:
                 key = (e.phase, e.chain, tuple(sorted(e.metrics)))
                 if key in last:
                     kept[last[key]] = None
                 last[key] = len(kept)
             kept.append(e)
-        if tail.offset == before:
-            return [e for e in kept if e is not None]
+    return [e for e in kept if e is not None]
 
 
 def _partial_note(res: Results) -> str:

@@ -191,13 +191,10 @@ def fold_record(state: "RunState", tail, chunk_bytes: int = FOLD_CHUNK_BYTES) ->
     except OSError:
         size = 0
     n = 0
-    while True:
-        before = tail.offset
-        events = tail.poll(max_bytes=chunk_bytes)
+    for events in tail.pieces(chunk_bytes, until=size):
         if events:
             n += state.apply(events)
-        if tail.offset >= size or tail.offset == before:
-            return n
+    return n
 
 
 class RunState:
