@@ -57,3 +57,10 @@ STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
 def draws_file(chain: int, start: int) -> str:
     """The chunk file of chain `chain`'s draws from index `start` (relative path)."""
     return f"{DRAWS_DIR}/c{int(chain)}-{int(start):08d}.npz"
+
+
+def nothing_sampled(stats) -> bool:
+    """Whether an HMC/NUTS summary's ``stats`` are those of a fit that ran no chain (every
+    latent finite and summed out): it holds the ``log_marginal_likelihood`` instead, with
+    ``num_chains`` 0 (`qvr.inference.methods.mcmc`)."""
+    return stats.get("log_marginal_likelihood") is not None and not stats.get("num_chains")

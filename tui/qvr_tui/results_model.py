@@ -38,6 +38,7 @@ import numpy as np
 
 from qvr.inference.diagnostics import e_bfmi
 from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
+from qvr.runs.layout import nothing_sampled
 
 __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "squeeze_shape", "SequenceRow", "Results",
            "load_results", "table_rows", "SORT_KEYS", "param_series", "site_matrix",
@@ -352,12 +353,12 @@ def _progress_last(events, phase: str) -> dict[int, dict]:
 
 
 def _load_mcmc(run, res: Results, summary: Optional[dict], events) -> None:
-    lml = res.stats.get("log_marginal_likelihood")
-    if lml is not None and not res.stats.get("num_chains"):
+    if nothing_sampled(res.stats):
         # no continuous latent site (finite ones summed out): no chain ran, no draw, no
         # check applies; the run's result is the log marginal likelihood
+        lml = float(res.stats["log_marginal_likelihood"])
         res.note = (f"nothing to sample (no continuous latent site): log marginal "
-                    f"likelihood {float(lml):.6g}")
+                    f"likelihood {lml:.6g}")
         return
     samples = run.samples()
     draws = {k: v for k, v in samples.items() if not k.startswith("sample_stats.")}
@@ -764,9 +765,8 @@ def run_key_number(run) -> tuple[str, Optional[float]]:
         return "loss", None if v is None else float(v)
     if method in MCMC:
         v = stats.get("max_r_hat")
-        lml = stats.get("log_marginal_likelihood")
-        if v is None and lml is not None and not stats.get("num_chains"):
-            return "log ML", float(lml)  # nothing to sample: its result, no R-hat
+        if v is None and nothing_sampled(stats):  # its result: no R-hat
+            return "log ML", float(stats["log_marginal_likelihood"])
         return "R-hat", None if v is None else float(v)
     if method == "smc":
         v = stats.get("log_Z")

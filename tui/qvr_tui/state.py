@@ -44,8 +44,10 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
                                   FitProgress, FitStarted, FitWarning, ParticlesSnapshot)
+from qvr.runs.layout import EVENTS, nothing_sampled
 
-__all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "ChainRow", "Series", "ParticleRow", "decimate", "tokens_text",
+__all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "ChainRow",
+           "Series", "ParticleRow", "decimate", "tokens_text",
            "EMA_BETA", "PLATEAU_MIN_STEPS", "MIN_DRAWS_FOR_DIAGNOSTICS"]
 
 EMA_BETA = 0.9
@@ -185,9 +187,8 @@ def fold_record(state: "RunState", tail, chunk_bytes: int = FOLD_CHUNK_BYTES) ->
     ~150 MB of event objects, and the memory they left fragmented stayed with the
     process (its resident size grew with the run's length); parsed a megabyte at a
     time, what is left is the folded series (16 bytes a point)."""
-    from qvr.runs import layout
     try:
-        size = (tail.run.path / layout.EVENTS).stat().st_size
+        size = (tail.run.path / EVENTS).stat().st_size
     except OSError:
         size = 0
     n = 0
@@ -551,8 +552,7 @@ class RunState:
     def nothing_sampled(self) -> bool:
         """An MCMC fit of a program with no continuous latent site: it reports the log
         marginal likelihood (finite latents summed out) and runs no chain."""
-        return self.is_mcmc and "log_marginal_likelihood" in self.summary and \
-            not self.summary.get("num_chains")
+        return self.is_mcmc and nothing_sampled(self.summary)
 
     def status_line(self) -> str:
         """One line: method, status, step, rate and ETA (what the live header shows)."""
@@ -574,7 +574,7 @@ class RunState:
                 parts.append(f"{self.rate:,.0f} steps/s")
             if self.smooth.last is not None:
                 parts.append(f"smoothed loss {self.smooth.last:.4g}")
-        elif self.is_mcmc and self.nothing_sampled:
+        elif self.nothing_sampled:
             lml = self.summary["log_marginal_likelihood"]
             parts.append(f"no continuous latent · log marginal likelihood {lml:.6g}")
         elif self.is_mcmc:
