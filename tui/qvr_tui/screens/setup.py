@@ -20,8 +20,9 @@ SMC's vocabulary (token id -> text for the live particles): a path, or empty for
 found next to the program (``data/NAME.vocab.json``); a relative path is looked up in the
 program's folder first, then in the working folder (the placeholder says so); a file that
 does not load is an error in place.  A file is loaded once per distinct path (and
-modification time), not at every keystroke nor again for the request.  It reaches the Live view through `FitRequest.vocab` and the worker
-(``qvr run --vocab``) through `FitRequest.vocab_path`, so the record holds it too.
+modification time), not at every keystroke nor again for the request.  It reaches the
+Live view through `FitRequest.vocab` and the worker (``qvr run --vocab``) through
+`FitRequest.vocab_path`, so the record holds it too.
 
 The pane does not start fits: `build_request(run_dir)` returns a `FitRequest` (or None,
 after showing the errors); the app's run key calls it.
@@ -33,6 +34,7 @@ from typing import Optional
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Label, Select, Static
 
@@ -149,7 +151,6 @@ class SetupPane(VerticalScroll):
         self.shipped_opts: dict = {}  # data/NAME.fit.json: the program's own defaults
         self.shipped_note: Optional[str] = None
         self._vocab_loaded = None  # ((path, mtime, size), (words, error)): the last file read
-        self._vocab_checked: tuple = (None, None)  # what `build_config` found in the field
         if program_path:
             from qvr.datafiles import find_data
             from qvr.inference.config import shipped_options
@@ -277,7 +278,7 @@ class SetupPane(VerticalScroll):
         if row.opt_name == "start_at":
             try:
                 return self.query_one("#start-from", Select).value is not Select.NULL
-            except Exception:  # not mounted yet
+            except NoMatches:  # not mounted yet
                 return False
         return True
 
@@ -439,8 +440,7 @@ class SetupPane(VerticalScroll):
             row.set_error(errors.get(name))
         self._show_data_error(data_error)
         if self.method == "smc":
-            self._vocab_checked = self.vocab()
-            vocab_error = self._vocab_checked[1]
+            vocab_error = self.vocab()[1]
             self._show_vocab_error(vocab_error)
             if vocab_error:
                 errors["vocab"] = vocab_error
@@ -503,5 +503,5 @@ class SetupPane(VerticalScroll):
         return FitRequest(program=self.program_path, config=cfg, run_dir=run_dir,
                           export=export if isinstance(export, str) and export else None,
                           start_from=None if start is Select.NULL else str(start),
-                          vocab=self._vocab_checked[0] if self.method == "smc" else None,
+                          vocab=self.vocab()[0] if self.method == "smc" else None,
                           vocab_path=self._vocab_path() if self.method == "smc" else None)
