@@ -44,6 +44,7 @@ import torch
 from qvr.inference.config import ConfigError, FitConfig
 from qvr.inference.data import DataError, FitData, check_data, message_of, numpy_dict, \
     resolve_data, split_data
+from qvr.inference.morphism_fit import morphism_program
 from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitEvent,
                                   FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
                                   never)
@@ -135,17 +136,6 @@ def choose_export(program) -> str:
         return fittable[0]
     listed = ", ".join(f"`{n}` ({export_kind(exports[n])})" for n in names)
     raise ValueError(f"choose the export to fit with --export NAME; exports: {listed}")
-
-
-def morphism_program(morphism):
-    """`x ↦ observe y <- f(x)` around a morphism `f : A -> B`: a program whose data are the
-    input `x` (A) and the output `y` (B); synthetic input is drawn from A's type and the
-    output from `f` (see `qvr.inference.data.synthesize`)."""
-    from qvr.runtime.monadic import MonadicProgram
-    prog = MonadicProgram(morphism.domain, morphism.codomain,
-                          [(("y",), morphism, None, True)], ("y",))
-    prog.wrapped_morphism = morphism
-    return prog
 
 
 def model_of(program):
