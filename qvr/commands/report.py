@@ -143,6 +143,10 @@ def headline(run, summary: Optional[dict]) -> str:
     if not stats:
         return f"{method}: no summary{state}"
     if "log_marginal_likelihood" in stats:
+        if str(stats.get("note", "")).startswith("an exported morphism"):
+            return (f"{method}: an exported morphism has no latent site to sample (fit its "
+                    f"parameters with SVI); log-likelihood of the data "
+                    f"{_f(stats['log_marginal_likelihood'], '.6g')}{state}")
         return (f"{method}: no continuous latent site to sample (finite latents summed out); "
                 f"log marginal likelihood {_f(stats['log_marginal_likelihood'], '.6g')}{state}")
     eps = ", ".join(_f(v) for v in stats.get("step_sizes", []))

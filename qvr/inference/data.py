@@ -2,9 +2,19 @@
 check against the program (once, before any fitting), and synthetic data.
 
 Conventions: a data mapping holds arrays by observed-site name and host-data name; the
-key ``"x"`` (if present) is the program input, otherwise the input is `zeros(N, 1)` with
-`N` the leading size of the first observed value (1 without data) — the convention of
-the regression snippets.  Everything not in the data is latent.
+program input is the key ``"@input"`` when given, else the key ``"x"`` — unless the
+program reads host data named ``x`` (a covariate, the name the runtime spec itself uses
+for one, §5.2): then ``"x"`` is that host data, and only ``"@input"`` gives the input
+(`input_key`).  Without an input the input is `zeros(N, 1)` with `N` the leading size of
+the first observed value (1 without data) — the convention of the regression snippets.
+Everything not in the data is latent.
+
+Decision (issue 22): the checker knows whether a program reads host data `x` (a free
+name in a let-expression), so the same file key cannot mean two things for one program.
+Files for programs that do not read host `x` keep their meaning; a program that reads it
+could never receive it before (its `x` was taken as the input), so no working file
+changes meaning.  ``@`` cannot start a QVR identifier, so ``"@input"`` never collides with
+host data.
 
 Where the data of a fit comes from (`resolve_data`), first match wins:
 
@@ -24,6 +34,25 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+
+
+INPUT_KEY = "@input"
+
+
+def reads_host(model, name: str) -> bool:
+    """Whether `model` (or a program it calls) reads host data `name`."""
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    return any(name in getattr(m, "host_names", ()) for m in modules)
+
+
+def input_key(model, data) -> Optional[str]:
+    """The data key that holds the program input (see the module docstring), None when
+    the data has none."""
+    if INPUT_KEY in (data or {}):
+        return INPUT_KEY
+    if "x" in (data or {}) and not reads_host(model, "x"):
+        return "x"
+    return None
 
 
 class DataError(ValueError):
@@ -106,7 +135,11 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
         return FitData()
     if config.synthetic is not None:
         values, truth = synthesize(model, config.synthetic)
-        return FitData(values, {"kind": "synthetic", "rows": config.synthetic}, truth)
+        rows = synthetic_rows(values, config.synthetic)
+        source = {"kind": "synthetic", "rows": rows}
+        if rows != config.synthetic:
+            source["requested"] = config.synthetic
+        return FitData(values, source, truth)
     if config.data is not None:
         return FitData(load_data_file(config.data),
                        {"kind": "file", "path": str(Path(config.data).resolve())})
@@ -124,13 +157,17 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
     Words (a string, or a list of them) stay as they are for host data a deduction parses;
     the input `x` and observed sites need numbers, and a value that is neither (a string
     for an observed site, ragged lists, an object) is a `DataError` naming it."""
-    numeric = {"x", *getattr(model, "site_names", [])}
+    key = input_key(model, data)
+    if key == INPUT_KEY and "x" in (data or {}) and not reads_host(model, "x"):
+        raise DataError(f"the data gives the program input twice, as `{INPUT_KEY}` and as "
+                        f"`x` (the program reads no host data `x`): keep one of them")
+    numeric = {INPUT_KEY, *([key] if key else []), *getattr(model, "site_names", [])}
 
     def words(k, w):
         if k in numeric:
             shown = w if isinstance(w, str) else " ".join(map(str, w[:3]))
             raise DataError(f"`{k}` needs numbers (it is "
-                            f"{'the program input' if k == 'x' else 'an observed value'}), "
+                            f"{'the program input' if k == key else 'an observed value'}), "
                             f"got the text {shown[:40]!r}")
         return w
 
@@ -157,7 +194,7 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
             t = t.to(torch.get_default_dtype())  # float64 files against float32 parameters
         return t.to(device)
     data = {k: tensor(k, v) for k, v in (data or {}).items()}
-    x = data.pop("x", None)
+    x = data.pop(key) if key else None
     if x is None:
         n = 1
         observed = [s for s in getattr(model, "site_names", []) if s in data]
@@ -256,8 +293,8 @@ def _check_missing(model, x, observations: dict) -> list:
     later site step reads; returns the names of the partially observed sites."""
     row = _first_missing_row(x, False)
     if row is not None:
-        raise DataError(f"host data `x` has missing entries (NaN){_at(row)}: inputs must "
-                        f"be complete")
+        raise DataError(f"the program input has missing entries (NaN){_at(row)}: inputs "
+                        f"must be complete")
     infos = {}
     site_infos = getattr(model, "site_infos", None)
     if callable(site_infos):
@@ -327,14 +364,49 @@ def message_of(exc: BaseException) -> str:
     return text
 
 
+def synthetic_rows(values: dict, requested: int) -> int:
+    """How many rows `synthesize` drew (the input's leading size): `requested`, or the
+    size of a plate whose arguments read row-level values (see `synthesize`)."""
+    x = values.get(INPUT_KEY, values.get("x"))
+    return int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() else requested
+
+
 def synthesize(model, n: int) -> tuple[dict, dict]:
     """`n` rows from the prior predictive: `(data, truth)` (observed values and the input
-    in `data`, every drawn latent in `truth`)."""
+    in `data`, every drawn latent in `truth`).
+
+    A plate site whose arguments read row-level values (host data, the input) needs one
+    row per element of its plate (runtime spec 5.3): when `n` rows do not fit it, the
+    rows drawn are the plate's size instead (`synthetic_rows` tells how many; the run
+    record keeps both).  Decision (issue 22): drawing what the program needs beats
+    refusing a request whose row count the plate fixes anyway."""
+    from qvr.runtime.errors import PlateRowsError
+    try:
+        return _synthesize(model, n)
+    except _PlateRows as exc:
+        if exc.error.rows != n:  # not the rows: an argument of another size
+            raise exc.data_error from None
+        try:
+            return _synthesize(model, exc.error.plate)
+        except (_PlateRows, PlateRowsError) as again:  # two plates of other sizes
+            err = getattr(again, "data_error", None)
+            raise (err or DataError(message_of(again))) from None
+
+
+class _PlateRows(Exception):
+    def __init__(self, error, data_error):
+        super().__init__(str(error))
+        self.error, self.data_error = error, data_error
+
+
+def _synthesize(model, n: int) -> tuple[dict, dict]:
     from qvr.inference.trace import trace
-    from qvr.runtime.errors import MissingValueError, QvrRuntimeError
+    from qvr.runtime.errors import MissingValueError, PlateRowsError, QvrRuntimeError
     dom = model.domain
     try:
-        if dom.is_discrete and dom.width == 1:
+        if callable(getattr(model, "synthetic_input", None)):  # e.g. an exported scan
+            x = model.synthetic_input(n)
+        elif dom.is_discrete and dom.width == 1:
             x = torch.randint(0, dom.size, (n, 1))
         elif dom.is_continuous:
             x = torch.randn(n, dom.width)
@@ -350,8 +422,11 @@ def synthesize(model, n: int) -> tuple[dict, dict]:
         raise DataError(f"synthetic data cannot be drawn from this program: "
                         f"{message_of(exc)}; give the data in a file (--data FILE)") from None
     except (QvrRuntimeError, NotImplementedError, ValueError) as exc:
-        raise DataError(f"synthetic data cannot be drawn from this program: "
-                        f"{message_of(exc)}") from None
+        err = DataError(f"synthetic data cannot be drawn from this program: "
+                        f"{message_of(exc)}")
+        if isinstance(exc, PlateRowsError):
+            raise _PlateRows(exc, err) from None
+        raise err from None
     except TypeError:
         pending = [n for n in synth.requested if n not in synth.values]
         if not pending:
@@ -360,7 +435,7 @@ def synthesize(model, n: int) -> tuple[dict, dict]:
                         f"`{pending[0]}` is used in a way its values cannot be drawn from "
                         f"(not as an index or a number); give it in a data file "
                         f"(--data FILE)") from None
-    data, truth = {"x": x}, {}
+    data, truth = {"x" if not reads_host(model, "x") else INPUT_KEY: x}, {}
     for name, site in tr.sites.items():
         if not isinstance(site.value, torch.Tensor):
             continue

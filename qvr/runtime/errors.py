@@ -122,6 +122,13 @@ class ObservationShapeError(QvrRuntimeError, ValueError):
     """A supplied site value cannot be coerced to the site's shape (runtime spec 5.7)."""
 
 
+class PlateRowsError(QvrRuntimeError, ValueError):
+    """The arguments of a plate site `sample v : I <- F(args)` have a leading size other
+    than |I| (runtime spec 5.3: they broadcast against the plate's leading |I| axis), e.g.
+    host data with one row per data row where the plate is longer than the rows.
+    Facts: `plate` (|I|), `plate_name`, `rows` (the arguments' leading size)."""
+
+
 class UnknownSiteError(QvrRuntimeError, KeyError):
     """An observations key that is neither a variable of the program nor host data it reads."""
 

@@ -350,6 +350,8 @@ class MonadicProgram(ContinuousMorphism):
             return
         args = self._arg_values(step.args, frame)
         dist = module.distribution(args)
+        if step.site_kind == "plate":
+            _check_plate_rows(step, dist)
         observed = None
         if given:
             if step.observe:  # missing entries (design E5): their rows contribute 0
@@ -381,6 +383,21 @@ class MonadicProgram(ContinuousMorphism):
         if step.observe and step.all_global:
             return draw(dist, torch.Size([frame.B]))
         return draw(dist)
+
+def _check_plate_rows(step, dist) -> None:
+    """A plate site's arguments broadcast against its leading |I| axis (spec 5.3): a
+    batch of another leading size (host data with one row per data row, where the plate
+    is longer or shorter than the rows) is a `PlateRowsError`, not a reshape failure
+    later on."""
+    batch = tuple(dist.batch_shape)
+    if batch and batch[0] != step.plate:
+        from qvr.runtime.errors import PlateRowsError
+        raise PlateRowsError(
+            f"the plate `{step.plate_name}` has {step.plate} elements, but the arguments of "
+            f"`{step.name}` have {batch[0]} rows: host data read by a plate site needs one "
+            f"row per element of `{step.plate_name}` (or one value for all)",
+            site=step.name, plate=step.plate, plate_name=step.plate_name, rows=batch[0])
+
 
 def _from_python(steps):
     """Convert the tuple steps of spec 5.11 to step records and modules."""

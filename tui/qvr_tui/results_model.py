@@ -357,8 +357,12 @@ def _load_mcmc(run, res: Results, summary: Optional[dict], events) -> None:
         # no continuous latent site (finite ones summed out): no chain ran, no draw, no
         # check applies; the run's result is the log marginal likelihood
         lml = float(res.stats["log_marginal_likelihood"])
-        res.note = (f"nothing to sample (no continuous latent site): log marginal "
-                    f"likelihood {lml:.6g}")
+        if str(res.stats.get("note", "")).startswith("an exported morphism"):
+            res.note = (f"nothing to sample (an exported morphism: parameters, no latent "
+                        f"site; fit them with SVI): log-likelihood of the data {lml:.6g}")
+        else:
+            res.note = (f"nothing to sample (no continuous latent site): log marginal "
+                        f"likelihood {lml:.6g}")
         return
     samples = run.samples()
     draws = {k: v for k, v in samples.items() if not k.startswith("sample_stats.")}

@@ -85,13 +85,21 @@ def _nothing_to_sample(ctx: FitContext, target) -> FitResult:
     with torch.no_grad():
         lp, _ = target.log_density_and_grad(torch.zeros(1, 0))
     value = float(lp.reshape(-1)[0])
-    ctx.report(FitWarning("no continuous latent site to sample (finite latents are summed "
-                          "out exactly): the log marginal likelihood is reported instead; "
-                          "recover the finite sites with qvr.inference.discrete."
-                          "infer_discrete"))
+    morphism = getattr(ctx.model, "wrapped_morphism", None) is not None
+    if morphism:  # an exported morphism: parameters, no latent site (morphism_fit)
+        ctx.report(FitWarning("an exported morphism has parameters and no latent site: "
+                              "HMC/NUTS have nothing to sample (fit its parameters with "
+                              "SVI); the log-likelihood of the data at its current "
+                              "parameters is reported instead"))
+    else:
+        ctx.report(FitWarning("no continuous latent site to sample (finite latents are "
+                              "summed out exactly): the log marginal likelihood is reported "
+                              "instead; recover the finite sites with qvr.inference."
+                              "discrete.infer_discrete"))
     out = FitResult(ctx.config.method, status="finished", step=0)
     out.params = {f"model.{n}": p.detach().cpu().numpy()
                   for n, p in ctx.model.named_parameters()}
     out.stats = {"log_marginal_likelihood": value, "num_chains": 0, "num_samples": 0,
-                 "note": "no continuous latent site: nothing to sample"}
+                 "note": "an exported morphism: no latent site, nothing to sample" if morphism
+                 else "no continuous latent site: nothing to sample"}
     return out

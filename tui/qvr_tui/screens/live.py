@@ -43,6 +43,10 @@ def nothing_sampled_text(state: RunState) -> str:
     """The line Live shows for an MCMC fit with nothing to sample."""
     lml = state.summary.get("log_marginal_likelihood")
     value = f"{float(lml):.6g}" if lml is not None else "n/a"
+    if str(state.summary.get("note", "")).startswith("an exported morphism"):
+        return (f"Nothing to sample: the export is a morphism, with parameters (fit them "
+                f"with SVI) and no latent site, so no chain ran and there are no draws. "
+                f"Log-likelihood of the data: {value}.")
     return (f"Nothing to sample: the program has no continuous latent site (its finite "
             f"latents are summed out exactly), so no chain ran and there are no draws, "
             f"traces or R-hat/ESS. Log marginal likelihood: {value}.")
