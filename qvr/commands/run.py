@@ -8,6 +8,11 @@ creates ``RUNS/NAME-TIMESTAMP/``, calls `qvr.inference.fit` with it, shows live 
 on a terminal (`qvr.commands.progress`, rich), and prints the run's summary from the
 record (`qvr.commands.report`, the same text as ``qvr show RUN``).
 
+A parametric program (``program p(spread : Real) : A -> B``, a template) is fitted at
+the numbers given with ``--arg NAME=VALUE``, once per parameter (`FitConfig.args`; the
+record keeps them); a missing or unknown name, or ``--arg`` for an export that is not a
+template, is a usage error found before a run folder is made.
+
 Data: ``--data FILE`` or ``--synthetic N``; without either, the data shipped beside the
 program (``data/NAME.json``) is used when there is one.  ``--from RUN`` starts from a saved
 run's fitted parameters (SMC generation from a fitted language model); from an HMC/NUTS
@@ -110,7 +115,15 @@ def config_from_args(args) -> FitConfig:
             owners = "|".join(m for m in METHODS if m in opt.methods)
             raise UsageError(f"{flag} is an option of --method {owners}, "
                              f"not of --method {method}")
-        given[f.name] = getattr(args, f.name)
+        value = getattr(args, f.name)
+        if opt.gather is not None:  # e.g. --arg NAME=VALUE, repeated: a mapping
+            try:
+                value = opt.gather(value)
+            except ValueError as exc:
+                raise UsageError(f"{flag_of(f, opt)}: {exc}") from None
+        if isinstance(value, dict) and isinstance(given.get(f.name), dict):
+            value = {**given[f.name], **value}  # per name over the shipped / --config ones
+        given[f.name] = value
     cfg = FitConfig(method=method, **given)
     errors = cfg.errors()
     if errors:
@@ -212,6 +225,8 @@ def _missing_relation(exc):
 
 def load_program(file: str, export, data_file=None):
     """`(program, export_name)` of a file, as `qvr run` and the dashboard's worker do.
+    The export may be a parametric program (a template: `fit` instantiates it with
+    `FitConfig.args`, ``--arg NAME=VALUE``).
 
     Observed relations (``from_data("KEY")``) are read from the data file (`data_file`,
     else the one shipped beside the program) under ``from_data/KEY``."""
@@ -260,6 +275,10 @@ def run(args) -> int:
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
         program, export = load_program(args.file, args.export, config.data)
+        from qvr.inference.fitting import args_error
+        problem = args_error(program, config.args, export)  # a template's --arg NAME=VALUE
+        if problem:
+            raise UsageError(problem)
         from qvr.runs import RecordError, new_run_dir
         try:
             if args.run_dir:

@@ -1,6 +1,8 @@
 """`qvr show RUN...`: print a saved run's summary, whatever its status (finished,
 cancelled, failed, interrupted, or still running).  Torch-free: it reads the run record
-(`qvr.runs`) and renders it as `qvr run` does at the end of a fit.
+(`qvr.runs`) and renders it as `qvr run` does at the end of a fit, after a line naming
+the program, its export (with the arguments of a parametric program:
+``export shrink(spread=2)``) and when the run started.
 
 Exit status: 0, or 2 when a folder is not a readable run record.
 """
@@ -31,9 +33,22 @@ def run(args) -> int:
             continue
         if len(args.runs) > 1:
             print(("\n" if i else "") + f"== {rec.path} ({rec.status})")
-        prog = rec.program
-        print(f"program {prog.get('path')}" + (f" (export {prog['export']})"
-                                               if prog.get("export") else "")
-              + f", started {rec.started}")
+        print(f"program {rec.program.get('path')}{_export_text(rec)}, started {rec.started}")
         print(render_run(rec, max_rows=max(1, args.rows)))
     return status
+
+
+def _export_text(rec) -> str:
+    """`` (export NAME)``, ``NAME(spread=2)`` for a parametric program's arguments."""
+    given = rec.config.get("args") or {}
+    called = ", ".join(f"{k}={_number(v)}" for k, v in dict(given).items()) \
+        if isinstance(given, dict) else str(given)
+    export = rec.program.get("export")
+    if export:
+        return f" (export {export}({called}))" if called else f" (export {export})"
+    return f" (arguments {called})" if called else ""
+
+
+def _number(v) -> str:
+    return format(v, "g") if isinstance(v, (int, float)) and not isinstance(v, bool) \
+        else str(v)

@@ -14,7 +14,15 @@ Each field's metadata (`Opt`) says
   that are not on the command line;
 * ``parse`` — text → value (the command line and the dashboard's text inputs), raising
   `ValueError` with a message;
-* ``check`` — value → error message or None (on top of the type checks).
+* ``check`` — value → error message or None (on top of the type checks);
+* ``repeat`` / ``gather`` — a list option given once per value on the command line, and
+  for one whose value is not that list (``args``, a mapping), the function that makes the
+  field's value of the parsed values (raising `ValueError` with a message).
+
+``args`` are the parameters of a parametric program (a template, language spec §7.13)
+when the export fitted is one: ``{name: number}``, ``--arg NAME=VALUE`` once per
+parameter on the command line, a row per parameter in the dashboard.  Which names are
+needed is known only with the program: `qvr.inference.fitting.args_error` checks them.
 
 `FitConfig.errors()` gives every problem as ``{field: message}`` (the dashboard shows them
 in place); `FitConfig.validate()` raises `ConfigError` listing them; `FitConfig.from_dict`
@@ -31,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -156,6 +165,52 @@ def _parse_token(text: str):
     return t
 
 
+def parse_arg_value(text: str) -> float:
+    """A parametric program's argument: a finite number (its parameters are `Real`)."""
+    t = str(text).strip()
+    try:
+        value = float(t)
+    except ValueError:
+        raise ValueError(f"expected a number, got {t!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {t!r}")
+    return value
+
+
+def parse_arg(text: str) -> list:
+    """``NAME=VALUE`` (``spread=2.0``): a parametric program's parameter and its number,
+    as ``[name, value]`` (`gather_args` makes the mapping of them)."""
+    name, sep, value = str(text).partition("=")
+    name = name.strip()
+    if not sep or not name or any(c.isspace() for c in name):
+        raise ValueError(f"expected NAME=VALUE (e.g. spread=2.0), got {text!r}")
+    try:
+        return [name, parse_arg_value(value)]
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def gather_args(pairs) -> dict:
+    """``{name: value}`` of the parsed ``--arg`` values; a name given twice is an error."""
+    out: dict = {}
+    for name, value in pairs:
+        if name in out:
+            raise ValueError(f"`{name}` is given twice ({out[name]:g} and {value:g})")
+        out[name] = value
+    return out
+
+
+def _template_args(v) -> Optional[str]:
+    if not isinstance(v, dict):
+        return f"must be a mapping of parameter names to numbers, got {v!r}"
+    for k, x in v.items():
+        if not isinstance(k, str) or not k:
+            return f"parameter names must be non-empty text, got {k!r}"
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            return f"{k}: must be a finite number, got {x!r}"
+    return None
+
+
 def parse_pattern(text: str) -> list:
     """``3``, ``dog``, or a run ``3,4,5`` / ``the,dog`` (token ids or vocabulary words)."""
     parts = [t for t in str(text).replace(" ", "").split(",") if t]
@@ -184,11 +239,14 @@ class Opt:
     metavar: Optional[str] = None
     choices: Optional[tuple] = None
     repeat: bool = False  # a list option given once per value on the command line
+    gather: Optional[Callable[[list], Any]] = None  # repeat: parsed values -> field value
 
 
 def _opt(default, **meta):
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"opt": Opt(**meta)})
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"opt": Opt(**meta)})
     return field(default=default, metadata={"opt": Opt(**meta)})
 
 
@@ -197,7 +255,8 @@ class FitConfig:
     """Options of a fit; every field has a default.  See the module docstring.
 
     Common: ``method`` (``svi``, ``hmc``, ``nuts``, ``smc``), ``seed`` (`torch.manual_seed`
-    before fitting; None leaves the RNG alone), ``device``, ``progress_interval``.
+    before fitting; None leaves the RNG alone), ``device``, ``args`` (a parametric
+    program's parameters, ``{name: number}``), ``progress_interval``.
     SVI, HMC and NUTS: ``data``, ``synthetic``, ``draws`` (Monte-Carlo draws of every
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``.  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
@@ -216,6 +275,11 @@ class FitConfig:
                                metavar="N", help="random seed")
     device: str = _opt("cpu", choices=("cpu", "cuda"), check=_choice("cpu", "cuda"),
                        help="where to fit")
+    args: dict = _opt({}, flag="--arg", parse=parse_arg, gather=gather_args, repeat=True,
+                      check=_template_args, metavar="NAME=VALUE",
+                      help="a parameter of the parametric program fitted (a template: "
+                           "`program p(spread : Real)`), e.g. --arg spread=2.0; once per "
+                           "parameter")
     # ---- data (SVI, HMC, NUTS)
     data: Optional[str] = _opt(None, methods=FITTING, parse=parse_optional(str), metavar="FILE",
                                check=lambda v: None if v is None or isinstance(v, str) else
@@ -348,7 +412,7 @@ class FitConfig:
         f = next(f for f in dataclasses.fields(FitConfig) if f.name == name)
         opt = f.metadata["opt"]
         default = FitConfig.default(name)
-        if "(default" in opt.help or default in (None, [], ()):
+        if "(default" in opt.help or default in (None, [], (), {}):
             return opt.help
         shown = "on" if default is True else "off" if default is False else default
         return f"{opt.help} (default {shown})"
@@ -396,6 +460,8 @@ class FitConfig:
 
 
 def _plain(v):
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, tuple):
         return [_plain(x) for x in v]
     if isinstance(v, list):

@@ -50,7 +50,7 @@ from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitEvent
                                   never)
 
 __all__ = ["fit", "FitConfig", "FitResult", "FitContext", "ConfigError", "DataError",
-           "model_of"]
+           "model_of", "args_error", "instantiate"]
 
 
 @dataclass
@@ -117,43 +117,138 @@ def _is_morphism(obj) -> bool:
     return all(hasattr(obj, a) for a in ("domain", "codomain", "log_prob", "rsample"))
 
 
+def _is_template(obj) -> bool:
+    """A parametric program (`qvr.runtime.program.TemplateInvoker`, runtime spec 5.9):
+    fitted once instantiated with the fit's `FitConfig.args`."""
+    return callable(obj) and hasattr(obj, "params") and hasattr(obj, "template")
+
+
+FITTABLE = ("program", "morphism", "template")
+
+
 def export_kind(obj) -> str:
+    """``program``, ``morphism``, ``template`` (a parametric program; the three can be
+    fitted) or the value's type name."""
     return "program" if _is_program(obj) else "morphism" if _is_morphism(obj) else \
-        type(obj).__name__
+        "template" if _is_template(obj) else type(obj).__name__
 
 
 def choose_export(program) -> str:
-    """The export a fit uses when none is named: the first one if it is a program or a
-    morphism; otherwise the only fittable one; otherwise a `ValueError` listing them."""
+    """The export a fit uses when none is named: the first one if it is a program, a
+    morphism or a parametric program; otherwise the only fittable one; otherwise a
+    `ValueError` listing them."""
     exports = getattr(program, "exports", {})
     names = list(exports)
     if not names:
         raise ValueError("the module exports nothing to fit")
-    if export_kind(exports[names[0]]) in ("program", "morphism"):
+    if export_kind(exports[names[0]]) in FITTABLE:
         return names[0]
-    fittable = [n for n in names if export_kind(exports[n]) in ("program", "morphism")]
+    fittable = [n for n in names if export_kind(exports[n]) in FITTABLE]
     if len(fittable) == 1:
         return fittable[0]
     listed = ", ".join(f"`{n}` ({export_kind(exports[n])})" for n in names)
     raise ValueError(f"choose the export to fit with --export NAME; exports: {listed}")
 
 
-def model_of(program):
+def template_params(template) -> list[tuple[str, str]]:
+    """``[(name, type)]`` of a parametric program's parameters, in order (the type as the
+    checker read it; every parameter of the core language is ``Real``)."""
+    t = template.template
+    sym = getattr(getattr(t, "td", None), "bindings", {}).get(("value", t.name))
+    types = dict(getattr(sym, "params", ()) or ())
+    return [(p, types.get(p) or "Real") for p in template.params]
+
+
+def _spell_params(params) -> str:
+    return ", ".join(f"{n} : {t}" for n, t in params)
+
+
+def _label(obj, name: Optional[str]) -> str:
+    if name is None and _is_template(obj):
+        name = obj.template.name
+    return name or getattr(obj, "label", None) or getattr(obj, "name", None) or \
+        type(obj).__name__
+
+
+def args_error(obj, args: Optional[dict], name: Optional[str] = None) -> Optional[str]:
+    """Why `args` (`FitConfig.args`) do not fit the export `obj` (named `name`), or None:
+    a parametric program needs every parameter and knows no other name; any other export
+    takes none.  `qvr run` asks before it makes a run folder; `model_of` raises it."""
+    args = dict(args or {})
+    label = _label(obj, name)
+    if not _is_template(obj):
+        if not args:
+            return None
+        kind = export_kind(obj)
+        kind = {"program": "a program", "morphism": "a morphism"}.get(kind, f"a {kind}")
+        return (f"`{label}` is {kind}, not a parametric program: it takes no --arg "
+                f"(given: {', '.join(args)})")
+    params = template_params(obj)
+    names = [n for n, _ in params]
+    unknown = [k for k in args if k not in names]
+    if unknown:
+        import difflib
+        close = [m for k in unknown for m in difflib.get_close_matches(k, names, 1)]
+        hint = f" (did you mean {', '.join(f'`{m}`' for m in close)}?)" \
+            if close and len(unknown) == 1 else ""
+        which = "parameter" if len(unknown) == 1 else "parameters"
+        return (f"`{label}` has no {which} {', '.join(f'`{k}`' for k in unknown)}{hint}; "
+                f"its parameters: {_spell_params(params)}")
+    missing = [(n, t) for n, t in params if n not in args]
+    if missing:
+        return (f"`{label}` is a parametric program: give its parameters with "
+                f"--arg NAME=VALUE (missing: {_spell_params(missing)})")
+    return None
+
+
+def instantiate(obj, args: Optional[dict], name: Optional[str] = None):
+    """The `Program` of a parametric program at `args` (its ``.morphism`` is the program
+    to fit); a `DataError` (`args_error`) when they do not fit."""
+    problem = args_error(obj, args, name)
+    if problem:
+        raise DataError(problem)
+    return obj(**{k: float(v) for k, v in dict(args).items()})
+
+
+def model_of(program, args: Optional[dict] = None, name: Optional[str] = None):
     """The program to fit: a `MonadicProgram`; a `Program`'s chosen export
-    (`choose_export`); an exported morphism, wrapped by `morphism_program`."""
-    if _is_program(program):
-        return program
-    if isinstance(getattr(program, "exports", None), dict):  # a loaded module
-        exports = program.exports
+    (`choose_export`); an exported morphism, wrapped by `morphism_program`; a parametric
+    program instantiated with `args` (`FitConfig.args`, `instantiate`).  `args` given
+    for anything but a parametric program are a `DataError` (`args_error`)."""
+    if isinstance(getattr(program, "exports", None), dict) and not _is_program(program):
+        exports = program.exports  # a loaded module
         try:
             name = choose_export(program)
         except ValueError as exc:
             raise DataError(str(exc)) from None
-        return model_of(exports[name])
+        return model_of(exports[name], args, name)
+    if _is_template(program):
+        return instantiate(program, args, name).morphism
+    problem = args_error(program, args, name)
+    if problem:
+        raise DataError(problem)
+    if _is_program(program):
+        return program
     if _is_morphism(program):
         return morphism_program(program)
     raise DataError(f"a {type(program).__name__} cannot be fitted: give a program or a "
                     f"morphism (an export of a module)")
+
+
+def _smc_program(program, args: Optional[dict]):
+    """What SMC generates from: `program` as given, or — when it is a parametric program,
+    or a module whose first export is one — that program instantiated with `args`."""
+    target, name = program, None
+    exports = getattr(program, "exports", None)
+    if isinstance(exports, dict) and exports and not _is_program(program):
+        name = next(iter(exports))
+        target = exports[name]
+    if _is_template(target):
+        return instantiate(target, args, name)
+    problem = args_error(target, args, name)
+    if problem:
+        raise DataError(problem)
+    return program
 
 
 def _source_info(program, source: Optional[str], path: Optional[str],
@@ -179,7 +274,8 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
     """Fit `program` with `config.method` (see the module docstring).
 
     Args:
-      program: a `qvr.load` result (its first export is fitted) or an export of one.
+      program: a `qvr.load` result (its first export is fitted) or an export of one; a
+        parametric program (a template) is fitted at `config.args` (`model_of`).
       data: arrays by observed-site / host-data name (``x``: the input); see
         `qvr.inference.data` for what is used when it is None.
       config: a `FitConfig` or a mapping of its options (default: NUTS with defaults).
@@ -290,7 +386,10 @@ def set_draws(model, n: int) -> None:
 def _prepare(program, data, config, info, report, stop, writer, start_from, potential,
              vocab) -> FitContext:
     from qvr.inference.start import load_start, require_start
-    model = None if config.method == "smc" else model_of(program)
+    if config.method == "smc":
+        model, program = None, _smc_program(program, config.args)
+    else:
+        model = model_of(program, config.args, info.get("export"))
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DataError("device cuda: no CUDA device is available")

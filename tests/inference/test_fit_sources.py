@@ -33,16 +33,31 @@ export b
 """
 
 
-def test_an_ambiguous_module_asks_for_an_export_and_lists_them():
+def test_a_template_first_is_the_export_fitted_at_its_args():
+    """A parametric program is fittable (at `FitConfig.args`): first, it is the default."""
     prog = loads(TEMPLATE_FIRST)
-    with pytest.raises(ValueError) as info:
-        choose_export(prog)
-    assert str(info.value) == ("choose the export to fit with --export NAME; exports: "
-                               "`effects` (TemplateInvoker), `a` (program), `b` (program)")
-    with pytest.raises(DataError, match="--export NAME"):
-        fit(prog, {"y": torch.zeros(6)}, FitConfig(method="svi", steps=1))
+    assert choose_export(prog) == "effects"
+    with pytest.raises(DataError, match=r"--arg NAME=VALUE \(missing: centre : Real\)"):
+        fit(prog, {}, FitConfig(method="svi", steps=1))
+    res = fit(prog, {}, FitConfig(method="svi", steps=3, args={"centre": 2.0}))
+    assert res.status == "finished" and "loc_effect" in res.params
     res = fit(prog.exports["b"], {"z": torch.zeros(6)}, FitConfig(method="svi", steps=3))
     assert res.status == "finished" and "loc_mu" in res.params
+
+
+def test_an_ambiguous_module_asks_for_an_export_and_lists_them():
+    """The first export cannot be fitted and several others can (every export of a checked
+    module can be fitted, so this is a module-like stand-in)."""
+    from types import SimpleNamespace
+    prog = loads(TEMPLATE_FIRST)
+    module = SimpleNamespace(exports={"group": [prog.exports["a"]], "a": prog.exports["a"],
+                                      "b": prog.exports["b"]})
+    with pytest.raises(ValueError) as info:
+        choose_export(module)
+    assert str(info.value) == ("choose the export to fit with --export NAME; exports: "
+                               "`group` (list), `a` (program), `b` (program)")
+    with pytest.raises(DataError, match="--export NAME"):
+        model_of(module)
 
 
 def test_an_exported_morphism_fits_like_a_program_on_x_and_y():
