@@ -55,6 +55,12 @@ def _load_vocab(program: Optional[str], run=None) -> Optional[list]:
         return None
 
 
+def _exports_of(pane) -> list:
+    """The exports the Setup pane offers (`ExportEntry`s; expressions are not chosen by
+    name)."""
+    return [e for e in pane.model.exports if e.kind != "expression"]
+
+
 def _shown_path(path) -> str:
     """`path` relative to the working folder when it is inside it."""
     p = Path(path)
@@ -186,12 +192,7 @@ class QvrDash(App):
         pane = self._program_pane()
         if pane is not None:
             self.setup_pane.set_blocker(pane.run_blocker())
-            names = [e.name for e in pane.model.exports if e.kind != "expression"]
-            if names:
-                from textual.widgets import Select
-                sel = self.setup_pane.query_one("#export", Select)
-                sel.set_options([(n, n) for n in names])
-                sel.value = self.export if self.export in names else names[0]
+            self.setup_pane.set_exports(_exports_of(pane), prefer=self.export)
         self.set_interval(self.poll_interval, self.tick)
         if self.run_path is not None:
             self.open_run(self.run_path)
@@ -324,6 +325,8 @@ class QvrDash(App):
             return
         pane = event.pane
         self.setup_pane.set_blocker(pane.run_blocker())
+        if not pane.model.has_errors:  # exports, and a template's parameters, may change
+            self.setup_pane.set_exports(_exports_of(pane))
         if self.shown_run is not None:
             from qvr.runs import RunRecordError, open_run
             try:

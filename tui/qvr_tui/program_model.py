@@ -3,8 +3,9 @@
 `ProgramModel.from_text(text, path)` checks the text with `qvr.analysis.Document` and
 reads `qvr.ide` (semantic tokens, hover, document symbols) into what the dashboard draws:
 styled spans per line, diagnostics with 1-based lines and columns, outline entries, the
-exported program and morphism names with their types, and the SHA-256 of the exact text
-(the run record holds the same hash, so a run made from an older text can be marked
+exported program and morphism names with their types (and a parametric program's
+parameters, for which the dashboard's Setup asks numbers), and the SHA-256 of the exact
+text (the run record holds the same hash, so a run made from an older text can be marked
 stale).  `reload()` reads the file again and returns a new model; check results of
 unchanged declarations are shared through one `CheckCache`.
 
@@ -115,6 +116,14 @@ class ExportEntry:
     kind: str  # program | morphism | let | expression
     type_text: str  # e.g. "Token -> Token" ("?" when unknown)
     line: int  # 1-based line of the export statement
+    # a parametric program's (template's) parameters: (name, type text), e.g.
+    # (("spread", "Real"),); empty for every other export
+    params: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def parametric(self) -> bool:
+        """A parametric program: fitted at numbers given for `params` (`FitConfig.args`)."""
+        return bool(self.params)
 
 
 _SYMBOL_KIND = {"class": "object", "module": "deduction", "method": "rule", "variable": "local"}
@@ -268,5 +277,7 @@ def _exports(doc: Document) -> tuple[ExportEntry, ...]:
                 type_text = spell_mor(sym.type) if kind != "unknown" else "?"
             except AttributeError:
                 type_text = "?"
-            out.append(ExportEntry(name, kind, type_text, line))
+            params = tuple((n, t or "?") for n, t in sym.params) \
+                if isinstance(sym, ProgramSym) and sym.parametric else ()
+            out.append(ExportEntry(name, kind, type_text, line, params))
     return tuple(out)

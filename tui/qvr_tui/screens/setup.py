@@ -6,6 +6,13 @@ help and parser come from the one declaration `qvr run` also reads): each is a c
 shown in place, beside the option, as the parser or `FitConfig.errors()` words it.
 Values typed for one method are kept when switching to another and back.
 
+When the chosen export is a parametric program (a template, ``program p(spread : Real)``),
+a "parameters" section has one row per parameter (names and types from the checked
+program, `qvr_tui.program_model.ExportEntry.params`), each needing a number, checked in
+place like the options; they become `FitConfig.args`, which the worker's ``qvr run
+--config`` receives.  Switching the export shows its parameters' rows (numbers typed for
+another export stay with it); `set_exports` is how the app gives the exports.
+
 Data (SVI, HMC, NUTS): the data shipped beside the program (``data/NAME.json``, found
 with `qvr.datafiles.find_data`) when there is some, a data file, or N synthetic rows drawn
 from the prior predictive.  "Start from" lists this program's finished runs (newest
@@ -38,14 +45,15 @@ from textual.css.query import NoMatches
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Label, Select, Static
 
-from qvr.inference.config import METHODS, FitConfig
+from qvr.inference.config import METHODS, FitConfig, parse_arg_value
 from qvr_tui.fit_runner import FitRequest
 
-__all__ = ["SetupPane", "COMMON", "METHOD_LABELS"]
+__all__ = ["SetupPane", "ParamRow", "COMMON", "METHOD_LABELS"]
 
 METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC"}
 # shown in the common section (not generated per method), or not shown at all
-COMMON = ("method", "seed", "device", "data", "synthetic", "progress_interval")
+# (`args`: the "parameters" section, a row per parameter of a parametric export)
+COMMON = ("method", "seed", "device", "args", "data", "synthetic", "progress_interval")
 LIST_SEPARATOR = ";"
 
 
@@ -127,6 +135,62 @@ class OptionRow(Horizontal):
         self.query_one(".opt-help", Static).set_class(bool(message), "-hidden")
 
 
+class ParamRow(Horizontal):
+    """One parameter of a parametric program: name, number, error in place, its type.
+    `key` (``args.NAME``) names it among the form's fields and errors."""
+
+    DEFAULT_CSS = """
+    ParamRow { height: auto; }
+    ParamRow > .opt-name { width: 16; padding: 0 1 0 0; }
+    ParamRow > Input { width: 18; }
+    ParamRow > .opt-error { width: 1fr; color: $text-error; padding: 0 1; }
+    ParamRow > .opt-help { width: 1fr; color: $text-muted; padding: 0 1; }
+    ParamRow > .opt-error.-empty { display: none; }
+    ParamRow > .opt-help.-hidden { display: none; }
+    """
+
+    def __init__(self, export: str, param: str, type_text: str, text: str = "",
+                 **kw) -> None:
+        super().__init__(classes="arg-row", **kw)
+        self.export = export
+        self.param = param
+        self.type_text = type_text
+        self.text = text  # the first text (what `parse` reads until the row is composed)
+
+    @property
+    def key(self) -> str:
+        return f"args.{self.param}"
+
+    def compose(self) -> ComposeResult:
+        yield Label(self.param, classes="opt-name")
+        yield Input(self.text, placeholder=f"a number ({self.type_text})", compact=True,
+                    classes="arg-value")
+        yield Static("", classes="opt-error -empty")
+        yield Static(Text(f"{self.param} : {self.type_text}, a parameter of the parametric "
+                          f"program `{self.export}`"), classes="opt-help")
+
+    @property
+    def input(self) -> Input:
+        return self.query_one(Input)
+
+    def parse(self) -> float:
+        """The number, or raises ValueError with the message to show (a number is needed:
+        a parameter has no default)."""
+        try:
+            raw = self.input.value
+        except NoMatches:  # mounted, not composed yet
+            raw = self.text
+        if not raw.strip():
+            raise ValueError(f"give a number ({self.param} : {self.type_text})")
+        return parse_arg_value(raw)
+
+    def set_error(self, message: Optional[str]) -> None:
+        err = self.query_one(".opt-error", Static)
+        err.update(Text(message or ""))
+        err.set_class(not message, "-empty")
+        self.query_one(".opt-help", Static).set_class(bool(message), "-hidden")
+
+
 class SetupPane(VerticalScroll):
     """See the module docstring."""
 
@@ -136,6 +200,7 @@ class SetupPane(VerticalScroll):
     SetupPane #setup-status { color: $text-muted; }
     SetupPane #setup-status.-blocked { color: $text-error; }
     SetupPane #method-options { height: auto; }
+    SetupPane #template-args { height: auto; }
     """
 
     def __init__(self, program_path: Optional[str], runs_dir="runs",
@@ -143,7 +208,10 @@ class SetupPane(VerticalScroll):
         super().__init__(**kw)
         self.program_path = program_path
         self.runs_dir = Path(runs_dir)
-        self.exports = [e for e in exports]
+        self.exports: list[str] = []
+        self.export_params: dict[str, tuple] = {}  # export -> ((param, type), ...)
+        self._take_exports(exports)
+        self._arg_rows: dict[tuple[str, str], ParamRow] = {}  # (export, param) -> row
         self.method = "svi"
         self.errors: dict[str, str] = {}
         self.blocker: Optional[str] = None
@@ -163,6 +231,12 @@ class SetupPane(VerticalScroll):
                 if path is not None:
                     self.shipped_note = f"defaults from {path.parent.name}/{path.name}"
 
+    def _take_exports(self, exports) -> None:
+        """Names, or entries with ``name`` and ``params`` (`ExportEntry`)."""
+        self.exports = [e if isinstance(e, str) else e.name for e in exports]
+        self.export_params = {e.name: tuple(getattr(e, "params", ()) or ())
+                              for e in exports if not isinstance(e, str)}
+
     def initial(self, name: str):
         """An option's first value in the form: shipped with the program, else FitConfig's."""
         return self.shipped_opts.get(name, FitConfig.default(name))
@@ -180,6 +254,8 @@ class SetupPane(VerticalScroll):
                          type_to_search=False,
                          value=self.exports[0] if self.exports else "", allow_blank=False,
                          compact=True, id="export")
+        yield Static("", classes="section", id="args-title")
+        yield Vertical(id="template-args")
         yield Static("data", classes="section", id="data-title")
         with Horizontal(classes="row", id="data-row"):
             kinds = []
@@ -222,6 +298,7 @@ class SetupPane(VerticalScroll):
 
     def on_mount(self) -> None:
         self._mount_options()
+        self._show_arg_rows()
         self._update_data_row()
         self._update_status()
 
@@ -350,6 +427,8 @@ class SetupPane(VerticalScroll):
             self.validate()
         elif event.select.id == "start-from":
             self._show_method_rows()  # `start_at` appears with a run to start from
+        elif event.select.id == "export":
+            self._show_arg_rows()  # the chosen export's parameters, if it has any
         elif event.select.id == "data-kind":
             self._update_data_row()
             self.validate("data")  # the old kind's error (a missing file) no longer applies
@@ -358,7 +437,9 @@ class SetupPane(VerticalScroll):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         wid = event.input.id or ""
-        if wid.startswith("opt-"):
+        if isinstance(event.input.parent, ParamRow):
+            self.validate(event.input.parent.key)
+        elif wid.startswith("opt-"):
             self.validate(wid[4:])
         elif wid == "data-value":
             self.validate("data")
@@ -427,6 +508,64 @@ class SetupPane(VerticalScroll):
                                 [(p, v) for p, v in sel._options if v is not Select.NULL])
             sel.value = str(start_from)
 
+    def set_exports(self, exports, prefer: Optional[str] = None) -> None:
+        """The program's exports (`ExportEntry`s, or names): the export selector's choices
+        (`prefer`, else the one chosen, else the first, stays chosen) and the parameters
+        asked for each parametric one."""
+        self._take_exports(exports)
+        if not self.is_mounted or not self.exports:
+            return
+        sel = self.query_one("#export", Select)
+        keep = sel.value
+        sel.set_options([(e, e) for e in self.exports])
+        sel.value = prefer if prefer in self.exports else \
+            keep if keep in self.exports else self.exports[0]
+        self._show_arg_rows()
+
+    def export(self) -> Optional[str]:
+        """The chosen export's name (None: the first, as `qvr run` chooses)."""
+        value = self.query_one("#export", Select).value
+        return value if isinstance(value, str) and value else None
+
+    def arg_rows(self) -> list[ParamRow]:
+        """The parameter rows of the chosen export (empty unless it is parametric)."""
+        export = self.export() or (self.exports[0] if self.exports else None)
+        return [self._arg_rows[(export, p)] for p, _ in self.export_params.get(export, ())
+                if (export, p) in self._arg_rows]
+
+    def _show_arg_rows(self) -> None:
+        """Mount the chosen export's parameter rows (once per export and parameter, so
+        numbers typed stay when switching exports) and show only those."""
+        if not self.is_mounted:
+            return
+        export = self.export() or (self.exports[0] if self.exports else None)
+        params = self.export_params.get(export, ())
+        box = self.query_one("#template-args", Vertical)
+        given = self.initial("args") or {}
+        new = []
+        for param, type_text in params:
+            if (export, param) not in self._arg_rows:
+                value = given.get(param) if isinstance(given, dict) else None
+                row = ParamRow(export, param, type_text,
+                               "" if value is None else f"{value:g}"
+                               if isinstance(value, (int, float)) else str(value))
+                self._arg_rows[(export, param)] = row
+                new.append(row)
+        if new:
+            box.mount_all(new)
+        shown = {(export, p) for p, _ in params}
+        for key, row in self._arg_rows.items():
+            row.display = key in shown
+        title = self.query_one("#args-title", Static)
+        title.update(Text(f"parameters of {export} (a parametric program)" if params else ""))
+        title.display = bool(params)
+        box.display = bool(params)
+
+    def set_arg(self, name: str, text: str) -> None:
+        """Type `text` into the chosen export's parameter `name` (tests and presets)."""
+        row = next(r for r in self.arg_rows() if r.param == name)
+        row.input.value = text
+
     def set_value(self, name: str, text: str) -> None:
         """Type `text` into option `name` (tests and presets)."""
         w = self.query_one(f"#opt-{name}")
@@ -467,6 +606,14 @@ class SetupPane(VerticalScroll):
                 values[name] = row.parse()
             except ValueError as exc:
                 errors[name] = str(exc)
+        args = {}  # a parametric export's parameters (FitConfig.args)
+        for row in self.arg_rows():
+            rows[row.key] = row
+            try:
+                args[row.param] = row.parse()
+            except ValueError as exc:
+                errors[row.key] = str(exc)
+        values["args"] = args
         data_error = None
         if self.method != "smc":
             kind = self.query_one("#data-kind", Select).value
@@ -498,10 +645,9 @@ class SetupPane(VerticalScroll):
         cfg, errors = self.build_config()
         if cfg is None or not self.program_path:
             return None
-        export = self.query_one("#export", Select).value or None
         start = self.query_one("#start-from", Select).value
         return FitRequest(program=self.program_path, config=cfg, run_dir=run_dir,
-                          export=export if isinstance(export, str) and export else None,
+                          export=self.export(),
                           start_from=None if start is Select.NULL else str(start),
                           vocab=self.vocab()[0] if self.method == "smc" else None,
                           vocab_path=self._vocab_path() if self.method == "smc" else None)
