@@ -170,8 +170,8 @@ def test_incomplete_inputs_and_host_data_are_errors():
     x[3, 0] = NAN
     with pytest.raises(DataError) as info:
         check_data(model, x, {"y": torch.zeros(5)})
-    assert str(info.value) == ("host data `x` has missing entries (NaN) at row 3: inputs must "
-                               "be complete")
+    assert str(info.value) == ("the program input has missing entries (NaN) at row 3: "
+                               "inputs must be complete")
     hm = loads(HOST).morphism
     w = torch.tensor([0.0, 1.0, NAN, 2.0])
     with pytest.raises(DataError) as info:
