@@ -114,6 +114,10 @@ class Progress:
                 event, self.warmup_total, self.sample_total)
         elif isinstance(event, FitWarning):
             self.warnings.append(event.message)
+            if not self.live_ok:  # no live table to show it in: one line now
+                self.stream.write(f"qvr run: warning: {event.message}\n")
+                self.stream.flush()
+                return
         else:
             return
         if self._live is not None:

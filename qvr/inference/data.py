@@ -68,6 +68,7 @@ class FitData:
     values: dict = field(default_factory=dict)
     source: dict = field(default_factory=lambda: {"kind": "none"})
     truth: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)  # what the user should know (fit warnings)
 
 
 def load_data_file(path) -> dict:
@@ -134,12 +135,12 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
     if config.method == "smc":
         return FitData()
     if config.synthetic is not None:
-        values, truth = synthesize(model, config.synthetic)
+        values, truth, note = _synthesize_rows(model, config.synthetic)
         rows = synthetic_rows(values, config.synthetic)
         source = {"kind": "synthetic", "rows": rows}
         if rows != config.synthetic:
             source["requested"] = config.synthetic
-        return FitData(values, source, truth)
+        return FitData(values, source, truth, [note] if note else [])
     if config.data is not None:
         return FitData(load_data_file(config.data),
                        {"kind": "file", "path": str(Path(config.data).resolve())})
@@ -380,17 +381,27 @@ def synthesize(model, n: int) -> tuple[dict, dict]:
     rows drawn are the plate's size instead (`synthetic_rows` tells how many; the run
     record keeps both).  Decision (issue 22): drawing what the program needs beats
     refusing a request whose row count the plate fixes anyway."""
+    data, truth, _ = _synthesize_rows(model, n)
+    return data, truth
+
+
+def _synthesize_rows(model, n: int) -> tuple[dict, dict, Optional[str]]:
+    """`synthesize`, and a note when the rows drawn are not the `n` asked for."""
     from qvr.runtime.errors import PlateRowsError
     try:
-        return _synthesize(model, n)
+        return (*_synthesize(model, n), None)
     except _PlateRows as exc:
         if exc.error.rows != n:  # not the rows: an argument of another size
             raise exc.data_error from None
+        plate, name = exc.error.plate, exc.error.plate_name
         try:
-            return _synthesize(model, exc.error.plate)
+            data, truth = _synthesize(model, plate)
         except (_PlateRows, PlateRowsError) as again:  # two plates of other sizes
             err = getattr(again, "data_error", None)
             raise (err or DataError(message_of(again))) from None
+        return data, truth, (f"drew {plate} synthetic rows instead of {n}: the plate "
+                             f"`{name}` of `{exc.error.site}` reads row data, so it needs "
+                             f"one row per element of `{name}`")
 
 
 class _PlateRows(Exception):

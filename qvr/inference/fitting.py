@@ -407,6 +407,8 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
     if model is not None:
         model.to(device)
         fd: FitData = resolve_data(model, config, data, info.get("path"))
+        for note in fd.notes:
+            report(FitWarning(note))
         if writer is not None:
             writer.meta["data"] = fd.source
             if fd.truth:

@@ -106,3 +106,17 @@ def test_on_a_terminal_no_plain_lines():
     p.update(FitStarted("svi", 10, 1, {}))
     p.update(FitProgress("svi", "optimization", 5, 10, 0, {"loss": 1.0}, 50.0))
     assert out.getvalue() == ""
+
+
+def test_without_a_terminal_a_warning_is_one_line_at_once():
+    from qvr.inference.events import FitWarning
+    out = io.StringIO()
+    p = Progress(out, force=False)
+    p.update(FitStarted("svi", 10, 1, {}))
+    p.update(FitWarning("drew 200 synthetic rows instead of 20"))
+    assert out.getvalue() == "qvr run: warning: drew 200 synthetic rows instead of 20\n"
+    assert p.warnings == ["drew 200 synthetic rows instead of 20"]
+    on_terminal = io.StringIO()
+    q = Progress(on_terminal, force=True)
+    q.update(FitWarning("shown in the live table"))
+    assert on_terminal.getvalue() == "" and q.warnings == ["shown in the live table"]

@@ -142,12 +142,17 @@ def test_synthetic_rows_follow_a_plate_whose_arguments_read_host_data():
 
 
 def test_the_record_keeps_the_rows_drawn_and_the_rows_asked(tmp_path):
+    from qvr.inference.events import FitWarning
     from qvr.runs import open_run
+    events = []
     fit(loads(VOL), None, FitConfig(method="svi", synthetic=20, steps=3),
-        run_dir=tmp_path / "run")
+        on_event=events.append, run_dir=tmp_path / "run")
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["data"] == {"kind": "synthetic", "rows": 200, "requested": 20}
     assert open_run(tmp_path / "run").status == "finished"
+    assert [e.message for e in events if isinstance(e, FitWarning)] == [
+        "drew 200 synthetic rows instead of 20: the plate `Step` of `h` reads row data, so "
+        "it needs one row per element of `Step`"]
 
 
 def test_nuts_fits_the_plate_program_on_synthetic_rows():
