@@ -285,8 +285,10 @@ class FitConfig:
                                check=lambda v: None if v is None or isinstance(v, str) else
                                f"must be a file path, got {v!r}",
                                help="observed data and host data (.json, .npz or .pt; the key "
-                                    "x is the program input); default: the data shipped "
-                                    "beside the program (data/NAME.json)")
+                                    "x is the program input, or host data x when the "
+                                    "program reads a covariate x: then @input is the "
+                                    "input); default: the data shipped beside the program "
+                                    "(data/NAME.json)")
     synthetic: Optional[int] = _opt(None, methods=FITTING, parse=parse_optional(parse_int),
                                     check=_int_or_none_at_least(1), metavar="N",
                                     help="fit N rows drawn from the program's prior "
