@@ -51,7 +51,8 @@ def fit_one(path: Path, method: str, rows: int, limit: float, runs: Path) -> tup
                 *SETTINGS[method], "--runs-dir", runs, timeout=limit)
     except subprocess.TimeoutExpired:
         return "timeout", f"still running after {limit:.0f} s"
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "progress:" not in ln]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not any(
+        w in ln for w in ("progress:", ": results in ", ": run folder "))]
     last = lines[-1] if lines else ""
     if r.returncode == 0:
         return "fit", ""
