@@ -9,7 +9,8 @@ Convention: the data of ``DIR/NAME.qvr`` is ``DIR/data/NAME.json`` (else
   tensor of an ``observed`` morphism's ``from_data("KEY")`` initializer (given to
   ``qvr.load(path, data=...)``, not to the fit; `split_relations` separates them).
   JSON values are numbers or rectangular nested lists of numbers (integers are read as
-  int64, other numbers as float32, torch's default dtype); a list of strings is kept as
+  int64, other numbers as float32, torch's default dtype — float64 for a float64 fit,
+  ``load_data(path, floats="float64")``); a list of strings is kept as
   a string array (host data such as the `tokens` a deduction parses).  ``.npz`` arrays
   keep their stored dtype.  ``null`` in a list of numbers is a missing entry of an
   observed value (design E5): the array is then read as floats with NaN there, whether
@@ -100,8 +101,10 @@ def load_vocab(path: PathLike) -> list[str]:
     return list(obj)
 
 
-def load_data(path: PathLike) -> dict[str, np.ndarray]:
-    """Arrays by name from a ``.json``, ``.npz`` or ``.pt`` data file."""
+def load_data(path: PathLike, floats: str = "float32") -> dict[str, np.ndarray]:
+    """Arrays by name from a ``.json``, ``.npz`` or ``.pt`` data file.  `floats`: the dtype
+    of JSON's non-integer numbers (``"float32"``, or ``"float64"`` for a float64 fit,
+    `FitConfig.dtype`, so its decimal text is not rounded to float32 first)."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix == ".json":
@@ -109,7 +112,7 @@ def load_data(path: PathLike) -> dict[str, np.ndarray]:
         if not isinstance(obj, dict):
             raise DataFileError(f"{p}: expected a JSON object mapping names to arrays, "
                                 f"found {_kind(obj)}")
-        return {str(k): _json_array(v, p, str(k)) for k, v in obj.items()}
+        return {str(k): _json_array(v, p, str(k), floats) for k, v in obj.items()}
     if suffix == ".npz":
         try:
             with np.load(p, allow_pickle=False) as f:
@@ -178,7 +181,7 @@ def _kind(v) -> str:
     return type(v).__name__
 
 
-def _json_array(value, p: Path, key: str) -> np.ndarray:
+def _json_array(value, p: Path, key: str, floats: str = "float32") -> np.ndarray:
     leaves: list = []
     _shape(value, (), leaves, p, key)
     strings = [w for w, leaf in leaves if isinstance(leaf, str)]
@@ -192,11 +195,13 @@ def _json_array(value, p: Path, key: str) -> np.ndarray:
     if any(leaf is None for _, leaf in leaves):
         big = any(isinstance(leaf, int) and not isinstance(leaf, bool) and abs(leaf) > 2 ** 24
                   for _, leaf in leaves)
-        return np.array(_nan_for_null(value), dtype=np.float64 if big else np.float32)
+        return np.array(_nan_for_null(value),
+                        dtype=np.float64 if big or floats == "float64" else np.float32)
     arr = np.array(value)
     # JSON numbers are decimal text: floats become float32, torch's default dtype (the
-    # runtime computes in it; a float64 input would not meet float32 parameters)
-    return arr.astype(np.float32) if arr.dtype.kind == "f" else arr
+    # runtime computes in it; a float64 input would not meet float32 parameters), or
+    # float64 for a float64 fit (`floats`)
+    return arr.astype(np.dtype(floats)) if arr.dtype.kind == "f" else arr
 
 
 def _shape(v, where: tuple, leaves: list, p: Path, key: str) -> tuple:

@@ -48,6 +48,7 @@ MCMC = frozenset({"hmc", "nuts"})
 ALL = frozenset(METHODS)
 FITTING = frozenset({"svi", "hmc", "nuts"})
 START_AT = ("means", "draws")
+DTYPES = ("float32", "float64")
 
 
 class ConfigError(ValueError):
@@ -255,7 +256,9 @@ class FitConfig:
     """Options of a fit; every field has a default.  See the module docstring.
 
     Common: ``method`` (``svi``, ``hmc``, ``nuts``, ``smc``), ``seed`` (`torch.manual_seed`
-    before fitting; None leaves the RNG alone), ``device``, ``args`` (a parametric
+    before fitting; None leaves the RNG alone), ``device``, ``dtype`` (``float32`` or
+    ``float64``: the whole fit runs with that default dtype, `qvr.inference.fitting.fit`),
+    ``args`` (a parametric
     program's parameters, ``{name: number}``), ``progress_interval``.
     SVI, HMC and NUTS: ``data``, ``synthetic``, ``draws`` (Monte-Carlo draws of every
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``.  HMC/NUTS: ``num_warmup``, ``num_samples``,
@@ -275,6 +278,9 @@ class FitConfig:
                                metavar="N", help="random seed")
     device: str = _opt("cpu", choices=("cpu", "cuda"), check=_choice("cpu", "cuda"),
                        help="where to fit")
+    dtype: str = _opt("float32", choices=DTYPES, check=_choice(*DTYPES),
+                      help="floating-point precision of the fit: the model's parameters, "
+                           "the data, the guide, the chains and their draws")
     args: dict = _opt({}, flag="--arg", parse=parse_arg, gather=gather_args, repeat=True,
                       check=_template_args, metavar="NAME=VALUE",
                       help="a parameter of the parametric program fitted (a template: "

@@ -84,8 +84,9 @@ def load_data_file(path) -> dict:
                 raise DataError(f"{path}: expected a mapping from names to arrays")
             return {str(k): torch.as_tensor(v) for k, v in obj.items()}
         from qvr.datafiles import DataFileError, load_data
+        floats = "float64" if torch.get_default_dtype() == torch.float64 else "float32"
         try:
-            arrays = load_data(p)
+            arrays = load_data(p, floats=floats)  # JSON decimals read at the fit's dtype
         except DataFileError as exc:
             raise DataError(str(exc)) from None
         arrays = {k: v for k, v in arrays.items() if not k.startswith(RELATION_PREFIX)}
@@ -174,6 +175,8 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
 
     def tensor(k, v):
         if isinstance(v, torch.Tensor):
+            if v.is_floating_point() and v.dtype != torch.get_default_dtype():
+                v = v.to(torch.get_default_dtype())  # the fit's dtype (FitConfig.dtype)
             return v.to(device)
         if isinstance(v, str) or (isinstance(v, (list, tuple)) and v and
                                   all(isinstance(w, str) for w in v)):

@@ -4,7 +4,13 @@ Every fit — SVI, HMC, NUTS, SMC generation — starts here; `qvr run` and the 
 worker call nothing else.  `fit`
 
 1. validates the options (`FitConfig`, unknown keys and bad values are a `ConfigError`
-   listing them);
+   listing them), and runs everything below with torch's default dtype set to
+   `FitConfig.dtype` (``float32`` or ``float64``, `fit_dtype`; the previous default is
+   restored afterwards, also when the fit fails): the model's parameters and buffers are
+   cast to it, the data converted to it, and the guide, chains and draws made in it.
+   Draws and parameters are saved in the fit's dtype (``samples.npz`` holds float64
+   arrays after a float64 fit); a run started from (``start_from``) is cast to it.  The
+   program's parameters keep the fit's dtype after it (the next fit casts them again);
 2. opens the run record when given ``run_dir`` (`qvr.runs.RunWriter`: ``run.json`` with
    the program's source hash, then every event as it happens);
 3. reports `FitStarted` — `fit` alone does, and it alone reports the one terminal event;
@@ -33,6 +39,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import traceback
 from dataclasses import dataclass, field
@@ -295,6 +302,28 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
     if isinstance(config, dict):
         config = FitConfig.from_dict(config)
     config = (config or FitConfig()).validate()
+    with fit_dtype(config.dtype):
+        return _fit(program, data, config, on_event, should_stop, run_dir, start_from,
+                    potential, source, program_path, export, vocab)
+
+
+@contextlib.contextmanager
+def fit_dtype(name: str):
+    """Run the block with torch's default dtype `name` (``"float32"`` or ``"float64"``,
+    `FitConfig.dtype`), restoring the previous default afterwards, whether the block
+    returns or raises.  Everything a fit creates — data tensors (`split_data`), guides,
+    MCMC positions, momenta, step sizes and mass matrices, traced ticks — follows the
+    default dtype, and `_prepare` casts the model's parameters and buffers to it."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, name))
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start_from,
+         potential, source, program_path, export, vocab) -> FitResult:
     emit = Emitter(on_event)
     stop = should_stop or never
     info = _source_info(program, source, program_path, export)
@@ -405,7 +434,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
     if model is not None and config.draws is not None:
         set_draws(model, config.draws)
     if model is not None:
-        model.to(device)
+        model.to(device=device, dtype=torch.get_default_dtype())  # FitConfig.dtype
         fd: FitData = resolve_data(model, config, data, info.get("path"))
         for note in fd.notes:
             report(FitWarning(note))

@@ -95,6 +95,7 @@ def run(ctx: FitContext) -> FitResult:
         raise DataError(str(exc)) from None
     if ctx.start is not None:
         ctx.start.apply_to_model(lm.morphism)
+    lm.morphism.to(torch.get_default_dtype())  # FitConfig.dtype (`fit` set the default)
     smc = SMCSteering(lm, potential=build_potential(config, ctx.potential),
                       num_particles=config.particles, expansion=config.expansion,
                       max_len=config.max_len,
