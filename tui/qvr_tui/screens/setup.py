@@ -1,4 +1,5 @@
-"""The Fit setup pane: export, method, the method's options, data, seed, device, start-from.
+"""The Fit setup pane: export, method, the method's options, data, seed, device, dtype,
+start-from.
 
 The options of a method are generated from `FitConfig.options(method)` (name, default,
 help and parser come from the one declaration `qvr run` also reads): each is a compact
@@ -53,7 +54,10 @@ __all__ = ["SetupPane", "ParamRow", "COMMON", "METHOD_LABELS"]
 METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC"}
 # shown in the common section (not generated per method), or not shown at all
 # (`args`: the "parameters" section, a row per parameter of a parametric export)
-COMMON = ("method", "seed", "device", "args", "data", "synthetic", "progress_interval")
+COMMON = ("method", "seed", "device", "dtype", "args", "data", "synthetic",
+          "progress_interval")
+# the rows of the "common" section: options of every method, shown whatever the method
+COMMON_ROWS = ("seed", "device", "dtype")
 LIST_SEPARATOR = ";"
 
 
@@ -269,7 +273,7 @@ class SetupPane(VerticalScroll):
                         id="data-value")
             yield Static("", id="data-error")
         yield Static("common", classes="section")
-        for name in ("seed", "device"):
+        for name in COMMON_ROWS:
             yield OptionRow(name, _opt_of(name), self.initial(name), id=f"row-{name}")
         with Horizontal(classes="row"):
             yield Label("start from", classes="opt-name")
@@ -489,8 +493,8 @@ class SetupPane(VerticalScroll):
 
     # ------------------------------------------------------------ public
     def focus_first(self) -> None:
-        """Focus the method selector (Tab then walks export, data, seed, device, start
-        from and the method's options in order)."""
+        """Focus the method selector (Tab then walks export, data, seed, device, dtype,
+        start from and the method's options in order)."""
         self.query_one("#method", Select).focus()
 
     def preset(self, method: Optional[str] = None, start_from: Optional[str] = None) -> None:
@@ -600,7 +604,7 @@ class SetupPane(VerticalScroll):
         values: dict[str, object] = {"method": self.method}
         errors: dict[str, str] = {}
         rows = {r.opt_name: r for r in self.query(OptionRow)
-                if r.opt_name in ("seed", "device") or self.method in r.opt.methods}
+                if r.opt_name in COMMON_ROWS or self.method in r.opt.methods}
         for name, row in rows.items():
             try:
                 values[name] = row.parse()
