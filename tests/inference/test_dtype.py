@@ -202,3 +202,16 @@ def test_float64_resolves_a_posterior_float32_cannot():
     mcse = d.std() / math.sqrt(ess)
     assert abs(d.mean() - mean) < 4 * mcse
     check_moments(res.samples, {"mu": ([mean], [sd])})
+
+
+def test_json_decimals_are_read_at_the_fits_dtype(tmp_path):
+    from qvr.inference.data import load_data_file
+    from qvr.inference.fitting import fit_dtype
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"y": [10000.00123], "n": [3]}))
+    assert load_data_file(path)["y"].dtype == torch.float32
+    with fit_dtype("float64"):
+        got = load_data_file(path)
+    assert got["y"].dtype == torch.float64 and float(got["y"][0]) == 10000.00123
+    assert got["n"].dtype == torch.int64
+    assert torch.get_default_dtype() == torch.float32
