@@ -237,7 +237,15 @@ def test_the_estimator_is_differentiable_and_deterministic(prog):
 
 
 #: `transformer_lm` log joint (and `backbone` per-row density) on the values below, computed
-#: with the code before design E6 (commit 3294a92); row-wise chains must not change
+#: with the code before design E6 (commit 3294a92); row-wise chains must not change.
+#: Recorded on one machine in float32, so compared within `PIN_ATOL`, not bit for bit:
+#: other processors round differently (BLAS summation order, vectorised exp/tanh, the
+#: AVX2 path of `randn` in the initialisation), and the backbone's last link (scale 0.01)
+#: amplifies rounding — scaling every parameter by 1 + 4 ulp x N(0, 1) moves these values
+#: by up to 4e-4 (measured).  `PIN_ATOL` is 25 times that, and still far below the
+#: Monte-Carlo scale of the estimator (another `mc_seed`, or per-row draws instead of
+#: per-token ones, moves them by 1 to 50): a change of the estimator or of its draws fails.
+PIN_ATOL = 1e-2
 PINNED_JOINT = [91.87538146972656, 55.958187103271484, 42.66167449951172]
 PINNED_BACKBONE = [[14.126338005065918, 40.41402816772461, 22.878002166748047, 28.44544792175293],
                    [8.059918403625488, 29.928279876708984, 12.45763111114502, 19.49726676940918],
@@ -256,9 +264,8 @@ def test_row_wise_chains_are_unchanged():
         joint = m.log_joint(x, values)
         backbone = prog["backbone"].log_prob(x, values["h"])
     assert not prog["backbone"].mixes_positions
-    # bit-identical on the machine the pins were taken on; float tolerance elsewhere
-    assert torch.allclose(joint, torch.tensor(PINNED_JOINT), rtol=1e-5, atol=1e-4)
-    assert torch.allclose(backbone, torch.tensor(PINNED_BACKBONE), rtol=1e-5, atol=1e-4)
+    assert torch.allclose(joint, torch.tensor(PINNED_JOINT), rtol=0, atol=PIN_ATOL)
+    assert torch.allclose(backbone, torch.tensor(PINNED_BACKBONE), rtol=0, atol=PIN_ATOL)
 
 
 def test_sample_axes_of_one_batch_axis_draws_are_not_positions(prog):
