@@ -17,7 +17,7 @@ from test_program_model import BROKEN, SNIPPET
 
 pytestmark = pytest.mark.asyncio
 
-WAIT = 10  # seconds: a safety limit on waiting for a message, not a timing assertion
+WAIT = 120  # seconds: a safety limit on waiting for a message, not a timing assertion
 
 
 def write(path, text):
