@@ -279,8 +279,7 @@ class FitConfig:
     device: str = _opt("cpu", choices=("cpu", "cuda"), check=_choice("cpu", "cuda"),
                        help="where to fit")
     dtype: str = _opt("float32", choices=DTYPES, check=_choice(*DTYPES),
-                      help="floating-point precision of the fit: the model's parameters, "
-                           "the data, the guide, the chains and their draws")
+                      help="precision of the whole fit (parameters, data, draws)")
     args: dict = _opt({}, flag="--arg", parse=parse_arg, gather=gather_args, repeat=True,
                       check=_template_args, metavar="NAME=VALUE",
                       help="a parameter of the parametric program fitted (a template: "

@@ -66,9 +66,9 @@ def test_svi_on_the_seed_transformer_by_keys(tmux, tmp_path):
     tmux.wait_for(r"transformer_lm\.qvr — checks clean")
     tmux.keys("2")  # Setup: the method selector is focused
     tmux.wait_for(r"SVI options")
-    # Tab: export, data kind, seed, device, start from, draws, steps (the shipped data is
-    # chosen)
-    tmux.keys(*["Tab"] * 7, "C-a", "C-k")  # to `steps`, then clear it
+    # Tab: export, data kind, seed, device, dtype, start from, draws, steps (the shipped
+    # data is chosen)
+    tmux.keys(*["Tab"] * 8, "C-a", "C-k")  # to `steps`, then clear it
     tmux.wait_for(r"steps\s+default\b")
     tmux.keys("1", "2")
     tmux.wait_for(r"steps\s+12\b")
