@@ -101,13 +101,17 @@ async def test_setup_options_generated_from_fitconfig(tmp_path):
 
 @pytest.mark.asyncio
 async def test_quit_asks_while_a_fit_runs_and_ctrl_c_cancels(tmp_path):
-    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
-                  runs_dir=tmp_path / "runs", python=stand_in_worker(tmp_path), watch=False)
+    started = tmp_path / "started"
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
+                  python=stand_in_worker(tmp_path, f"touch '{started}'; exec sleep 60"),
+                  watch=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await app.ready.wait()
         await pilot.press("r")
         runner = app.runner
         assert runner is not None and runner.proc.poll() is None
+        # the stand-in runs: a SIGINT between fork and exec would be lost
+        await wait_until(pilot, started.exists, "the stand-in worker to start")
         shown = {b.binding.description for b in app.screen.active_bindings.values()
                  if b.binding.show}
         assert "Cancel" in shown  # `x` is in the footer while the fit runs
@@ -134,8 +138,10 @@ async def test_cancelling_before_the_record_exists_is_a_cancel_not_a_failure(tmp
     interrupted", and an error was notified.  The worker stands in: it exits on SIGINT
     as `qvr run` does, saying "qvr: interrupted", without writing a record."""
     exe = tmp_path / "fake-python"
+    started = tmp_path / "started"
     exe.write_text(f"#!{sys.executable}\n"
                    "import signal, sys\n"
+                   f"open({str(started)!r}, 'w').close()\n"
                    "try:\n"
                    "    signal.pause()\n"
                    "except KeyboardInterrupt:\n"
@@ -149,6 +155,9 @@ async def test_cancelling_before_the_record_exists_is_a_cancel_not_a_failure(tmp
         await pilot.press("r")
         runner = app.runner
         assert runner is not None
+        # the stand-in runs (a SIGINT between fork and exec is lost: on a busy machine
+        # that window is long enough for the key to land in it, and nothing then ended)
+        await wait_until(pilot, started.exists, "the stand-in worker to start")
         await pilot.press("x")
         assert runner.cancel_requests == 1
         assert runner.wait(timeout=60) is not None  # the process ended (no sleep)
