@@ -20,8 +20,15 @@ from conftest import EXAMPLES
 RECORDED = Path(__file__).parent / "recorded"
 
 
-def stand_in_worker(tmp_path, body="exec sleep 60"):
-    """An executable used as the worker's python: ignores its arguments."""
+def stand_in_worker(tmp_path, body=None):
+    """An executable used as the worker's python: ignores its arguments.  By default it
+    waits until SIGINT ends it and says it started by creating ``tmp_path/started``; it
+    dies of SIGINT even when the suite inherited SIGINT ignored (started in the
+    background, `cmd &` in a script): `sleep` or Python left alone keep it ignored."""
+    if body is None:
+        body = (f"exec {sys.executable} -c \"import signal; signal.signal(signal.SIGINT, "
+                f"signal.SIG_DFL); open('{tmp_path / 'started'}', 'w').close(); "
+                f"signal.pause()\"")
     exe = tmp_path / "fake-python"
     exe.write_text(f"#!/bin/sh\n{body}\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
@@ -103,8 +110,7 @@ async def test_setup_options_generated_from_fitconfig(tmp_path):
 async def test_quit_asks_while_a_fit_runs_and_ctrl_c_cancels(tmp_path):
     started = tmp_path / "started"
     app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"), runs_dir=tmp_path / "runs",
-                  python=stand_in_worker(tmp_path, f"touch '{started}'; exec sleep 60"),
-                  watch=False)
+                  python=stand_in_worker(tmp_path), watch=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await app.ready.wait()
         await pilot.press("r")
@@ -141,6 +147,9 @@ async def test_cancelling_before_the_record_exists_is_a_cancel_not_a_failure(tmp
     started = tmp_path / "started"
     exe.write_text(f"#!{sys.executable}\n"
                    "import signal, sys\n"
+                   # a suite started in the background (`cmd &` in a script) inherits
+                   # SIGINT ignored, and Python keeps an ignored SIGINT ignored
+                   "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                    f"open({str(started)!r}, 'w').close()\n"
                    "try:\n"
                    "    signal.pause()\n"
@@ -247,6 +256,7 @@ async def test_the_run_key_pressed_before_the_tabs_are_wired_is_kept(tmp_path):
         await app.ready.wait()
         await wait_until(pilot, lambda: app.runner is not None, "the fit to start")
         assert app.runner.proc.poll() is None
+        await wait_until(pilot, (tmp_path / "started").exists, "the stand-in worker to start")
         await pilot.press("ctrl+c")
         await wait_until(pilot, lambda: app.runner is None, "the stand-in worker to end")
 
