@@ -51,10 +51,10 @@ import torch
 from qvr.inference.config import ConfigError, FitConfig
 from qvr.inference.data import DataError, FitData, check_data, message_of, numpy_dict, \
     resolve_data, split_data
-from qvr.inference.morphism_fit import morphism_program
 from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitEvent,
                                   FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
                                   never)
+from qvr.inference.morphism_fit import morphism_program
 
 __all__ = ["fit", "FitConfig", "FitResult", "FitContext", "ConfigError", "DataError",
            "model_of", "args_error", "instantiate"]
