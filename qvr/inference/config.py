@@ -169,10 +169,7 @@ def _parse_token(text: str):
 def parse_arg_value(text: str) -> float:
     """A parametric program's argument: a finite number (its parameters are `Real`)."""
     t = str(text).strip()
-    try:
-        value = float(t)
-    except ValueError:
-        raise ValueError(f"expected a number, got {t!r}") from None
+    value = parse_float(t)
     if not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {t!r}")
     return value

@@ -74,18 +74,29 @@ def _opt_of(name: str):
     return next(opt for f, opt in FitConfig.options() if f.name == name)
 
 
-class OptionRow(Horizontal):
-    """One option: name, editor, error in place, help."""
+class FieldRow(Horizontal):
+    """A row of the form: name, editor, error in place (`set_error`), help (hidden while
+    an error shows).  `OptionRow` and `ParamRow` are its two kinds."""
 
     DEFAULT_CSS = """
-    OptionRow { height: auto; }
-    OptionRow > .opt-name { width: 16; padding: 0 1 0 0; }
-    OptionRow > Input, OptionRow > Select { width: 18; }
-    OptionRow > .opt-error { width: 1fr; color: $text-error; padding: 0 1; }
-    OptionRow > .opt-help { width: 1fr; color: $text-muted; padding: 0 1; }
-    OptionRow > .opt-error.-empty { display: none; }
-    OptionRow > .opt-help.-hidden { display: none; }
+    FieldRow { height: auto; }
+    FieldRow > .opt-name { width: 16; padding: 0 1 0 0; }
+    FieldRow > Input, FieldRow > Select { width: 18; }
+    FieldRow > .opt-error { width: 1fr; color: $text-error; padding: 0 1; }
+    FieldRow > .opt-help { width: 1fr; color: $text-muted; padding: 0 1; }
+    FieldRow > .opt-error.-empty { display: none; }
+    FieldRow > .opt-help.-hidden { display: none; }
     """
+
+    def set_error(self, message: Optional[str]) -> None:
+        err = self.query_one(".opt-error", Static)
+        err.update(Text(message or ""))
+        err.set_class(not message, "-empty")
+        self.query_one(".opt-help", Static).set_class(bool(message), "-hidden")
+
+
+class OptionRow(FieldRow):
+    """One option: name, editor, error in place, help."""
 
     def __init__(self, name: str, opt, value, **kw) -> None:
         super().__init__(**kw)
@@ -132,26 +143,9 @@ class OptionRow(Horizontal):
             return [self.opt.parse(p) for p in parts]
         return self.opt.parse(raw)
 
-    def set_error(self, message: Optional[str]) -> None:
-        err = self.query_one(".opt-error", Static)
-        err.update(Text(message or ""))
-        err.set_class(not message, "-empty")
-        self.query_one(".opt-help", Static).set_class(bool(message), "-hidden")
-
-
-class ParamRow(Horizontal):
+class ParamRow(FieldRow):
     """One parameter of a parametric program: name, number, error in place, its type.
     `key` (``args.NAME``) names it among the form's fields and errors."""
-
-    DEFAULT_CSS = """
-    ParamRow { height: auto; }
-    ParamRow > .opt-name { width: 16; padding: 0 1 0 0; }
-    ParamRow > Input { width: 18; }
-    ParamRow > .opt-error { width: 1fr; color: $text-error; padding: 0 1; }
-    ParamRow > .opt-help { width: 1fr; color: $text-muted; padding: 0 1; }
-    ParamRow > .opt-error.-empty { display: none; }
-    ParamRow > .opt-help.-hidden { display: none; }
-    """
 
     def __init__(self, export: str, param: str, type_text: str, text: str = "",
                  **kw) -> None:
@@ -187,13 +181,6 @@ class ParamRow(Horizontal):
         if not raw.strip():
             raise ValueError(f"give a number ({self.param} : {self.type_text})")
         return parse_arg_value(raw)
-
-    def set_error(self, message: Optional[str]) -> None:
-        err = self.query_one(".opt-error", Static)
-        err.update(Text(message or ""))
-        err.set_class(not message, "-empty")
-        self.query_one(".opt-help", Static).set_class(bool(message), "-hidden")
-
 
 class SetupPane(VerticalScroll):
     """See the module docstring."""
@@ -531,9 +518,13 @@ class SetupPane(VerticalScroll):
         value = self.query_one("#export", Select).value
         return value if isinstance(value, str) and value else None
 
+    def _export_fitted(self) -> Optional[str]:
+        """The chosen export, else the first (the one `qvr run` fits)."""
+        return self.export() or (self.exports[0] if self.exports else None)
+
     def arg_rows(self) -> list[ParamRow]:
         """The parameter rows of the chosen export (empty unless it is parametric)."""
-        export = self.export() or (self.exports[0] if self.exports else None)
+        export = self._export_fitted()
         return [self._arg_rows[(export, p)] for p, _ in self.export_params.get(export, ())
                 if (export, p) in self._arg_rows]
 
@@ -542,7 +533,7 @@ class SetupPane(VerticalScroll):
         numbers typed stay when switching exports) and show only those."""
         if not self.is_mounted:
             return
-        export = self.export() or (self.exports[0] if self.exports else None)
+        export = self._export_fitted()
         params = self.export_params.get(export, ())
         box = self.query_one("#template-args", Vertical)
         given = self.initial("args") or {}
