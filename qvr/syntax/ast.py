@@ -259,9 +259,15 @@ class EBinOp:
 
 @dataclass(frozen=True, slots=True)
 class ELambda:
-    param: Name
+    """`x -> e` (outside the core), or `(s, t) -> e` (extension E9: `fold`/`scan`)."""
+
+    params: tuple[Name, ...]
     body: "Expr"
     span: Span
+
+    @property
+    def param(self) -> Name:
+        return self.params[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,10 +387,14 @@ class MarginalizeStep:
 
 @dataclass(frozen=True, slots=True)
 class LetStep:
+    """`let v = e`; `record v = e` (extension E9) is a let step whose value is recorded
+    per draw in a fit (`recorded` is then the span of the `record` keyword)."""
+
     kw: Span
     bind: Name
     rhs: Expr
     span: Span
+    recorded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +412,17 @@ class ReturnStep:
     span: Span
 
 
-Step = Union[SampleStep, ObserveStep, MarginalizeStep, LetStep, ScoreStep, ReturnStep]
+@dataclass(frozen=True, slots=True)
+class DataStep:
+    """`data X : Household * Coef` (extension E9): declares host data `X` and its type."""
+
+    kw: Span
+    bind: Name
+    type: TypeExpr
+    span: Span
+
+
+Step = Union[SampleStep, ObserveStep, MarginalizeStep, LetStep, ScoreStep, ReturnStep, DataStep]
 
 
 # ---------------------------------------------------------------- deductions

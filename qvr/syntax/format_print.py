@@ -162,7 +162,10 @@ class Printer(Cursor):
         elif isinstance(e, A.EParen):
             self.seq("(", [e.inner], self.expr, ")", trailing=False)
         elif isinstance(e, A.ELambda):
-            self.name(e.param)
+            if len(e.params) == 1:
+                self.name(e.param)
+            else:
+                self.seq("(", e.params, self.name, ")", trailing=False)
             self.tk("->")
             self.expr(e.body)
         elif isinstance(e, A.EFactor):
@@ -297,10 +300,16 @@ class Printer(Cursor):
                     self.block_line(level + 1)
                     self.step(sub, level + 1)
         elif isinstance(s, (A.LetStep, A.ScoreStep)):
-            self.tk("let" if isinstance(s, A.LetStep) else "score")
+            self.tk("score" if isinstance(s, A.ScoreStep) else
+                    "record" if s.recorded else "let")
             self.name(s.bind)
             self.tk("=")
             self.expr(s.rhs)
+        elif isinstance(s, A.DataStep):
+            self.tk("data")
+            self.name(s.bind)
+            self.tk(":")
+            self.type(s.type)
         elif isinstance(s, A.ReturnStep):
             self.tk("return")
             if isinstance(s.value, A.TupleReturn):

@@ -305,7 +305,7 @@ class ToAst(Transformer):
         body = []
         for c in children:
             if isinstance(c, (A.SampleStep, A.ObserveStep, A.MarginalizeStep, A.LetStep,
-                              A.ScoreStep, A.ReturnStep)):
+                              A.ScoreStep, A.ReturnStep, A.DataStep)):
                 body.append(c)
             else:
                 head.append(c)
@@ -319,6 +319,13 @@ class ToAst(Transformer):
 
     def let_step(self, meta, children):
         return A.LetStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta))
+
+    def record_step(self, meta, children):
+        return A.LetStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta),
+                         recorded=True)
+
+    def data_step(self, meta, children):
+        return A.DataStep(_tsp(children[0]), _name(children[1]), children[2], _msp(meta))
 
     def score_step(self, meta, children):
         return A.ScoreStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta))
@@ -402,7 +409,9 @@ class ToAst(Transformer):
         return A.EParen(children[1], _msp(meta))
 
     def e_lambda(self, meta, children):
-        return A.ELambda(_name(children[0]), children[2], _msp(meta))
+        names = tuple(_name(c) for c in children
+                      if isinstance(c, Token) and c.type == "NAME")
+        return A.ELambda(names, children[-1], _msp(meta))
 
     # ------------------------------------------------------------ deductions
     def deduction_decl(self, meta, children):
