@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES
+from qvr.sema.families import BUILTINS, FAMILIES, OUTSIDE_CORE_FAMILIES, OUTSIDE_CORE_SPACES, SPACES
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent / "nvim"
@@ -235,6 +235,84 @@ def test_family_keywords_are_the_checkers_families():
     syntax = (PLUGIN / "syntax" / "qvr.vim").read_text()
     block = re.search(r"^syn keyword qvrFamily (.*?)(?=^\S)", syntax, re.M | re.S).group(1)
     assert set(re.findall(r"\b[A-Z]\w*\b", block)) == set(FAMILIES) | set(OUTSIDE_CORE_FAMILIES)
+
+
+E9 = """\
+object Means : PositiveOrdered 2
+object Household : FinSet 20
+object Coef : FinSet 3
+program regression : Household -> Household
+    data X : Household * Coef
+    sample beta : Coef <- Flat
+    sample sigma <- StudentT(3.0, 0.0, 1.0) [lower=0.0, upper=5.0]
+    let mu = X @ beta
+    record total = sum(beta, Coef) + log_density(Normal(0.0, 1.0), mu)
+    let path = scan(Household, 0.0, (s, t) -> s + mu[t])
+    let data = cholesky(eye(Coef))
+    return total
+let cell = scan(f)
+program typed : (Household) -> Household
+"""
+
+# the statistics extension (docs/extensions.md E9)
+E9_GROUPS = [
+    (r"^object Means", "PositiveOrdered", "qvrBuiltinType"),
+    (r"^    data X", "data", "qvrStep"),
+    (r"^    data X", "X", "qvrLocalName"),
+    (r"^    data X", "Household", ""),
+    (r"^    data X", "*", "qvrOperator"),
+    (r"sample beta", "Flat", "qvrFamily"),
+    (r"sample sigma", "lower", "qvrOptionKey"),
+    (r"sample sigma", "upper", "qvrOptionKey"),
+    (r"let mu", "@", "qvrOperator"),
+    (r"record total", "record", "qvrStep"),
+    (r"record total", "total", "qvrLocalName"),
+    (r"record total", "sum", "qvrBuiltin"),
+    (r"record total", "log_density", "qvrBuiltin"),
+    (r"record total", "Normal", "qvrFamily"),
+    (r"let path", "scan", "qvrBuiltin"),
+    (r"let path", "s", "qvrLambdaParam"),
+    (r"let path", "t", "qvrLambdaParam"),
+    (r"let path", "->", "qvrOperator"),
+    (r"let data", "data", "qvrLocalName"),
+    (r"let data", "cholesky", "qvrBuiltin"),
+    (r"let data", "eye", "qvrBuiltin"),
+    (r"^let cell", "scan", "qvrCombinator"),
+    (r"^program typed", "Household", ""),  # `(A) ->` in a signature is not a lambda
+    (r"^program typed", "->", "qvrOperator"),
+]
+
+
+@pytest.fixture(scope="module")
+def e9_report(tmp_path_factory) -> dict:
+    project = tmp_path_factory.mktemp("nvim-e9")
+    (project / "e9.qvr").write_text(E9)
+    return nvim("highlight", [project / "e9.qvr"], project)
+
+
+@pytest.mark.parametrize("pattern,token,group", E9_GROUPS, ids=[f"{p[1]}@{p[0]}" for p in E9_GROUPS])
+def test_highlight_groups_of_the_statistics_extension(e9_report, pattern, token, group):
+    line, col = find(E9, pattern, token)
+    groups = e9_report["buffers"][0]["lines"][line]["groups"]
+    assert {groups[c][0] for c in range(col, col + len(token))} == {group}
+
+
+def test_builtins_and_spaces_are_the_checkers():
+    """The generated lists (editors/word_lists.py): every let-expression builtin, every
+    constrained space."""
+    syntax = (PLUGIN / "syntax" / "qvr.vim").read_text()
+
+    def alternatives(group: str, tail: str) -> set[str]:
+        found = set()
+        for m in re.finditer(rf'^syn match {group} ".*?\\<\\%\((\w+(?:\\\|\w+)*)\\\){re.escape(tail)}"$',
+                             syntax, re.M):
+            found |= set(m.group(1).split("\\|"))
+        return found
+
+    builtins = alternatives("qvrBuiltin", "\\ze\\s*(")
+    assert builtins - {"identity", "from_data", "residual", "layer_norm", "rms_norm"} == set(BUILTINS)
+    assert {"sum", "log_density", "fold", "scan", "eye"} <= builtins
+    assert alternatives("qvrBuiltinType", "\\ze\\s\\+\\d") == set(SPACES) | set(OUTSIDE_CORE_SPACES)
 
 
 @pytest.fixture(scope="module")

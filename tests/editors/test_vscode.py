@@ -26,14 +26,16 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from qvr.sema.families import BUILTINS, FAMILIES, OUTSIDE_CORE_FAMILIES, SEMIRINGS
+from qvr.sema.families import (BUILTINS, FAMILIES, OUTSIDE_CORE_FAMILIES, OUTSIDE_CORE_SPACES, SEMIRINGS,
+                               SPACES)
 from qvr.syntax.chunks import comments
-from qvr.syntax.parser import parse_module
+from qvr.syntax.parser import RESERVED_WORDS, parse_module
 
 ROOT = Path(__file__).resolve().parents[2]
 EXT = ROOT / "editors" / "vscode"
@@ -232,15 +234,37 @@ def _words(regex: str) -> set[str]:
 
 
 def test_grammar_word_lists_match_the_checker():
-    """Families, builtins and semirings in the grammar are the checker's own tables."""
+    """Families, builtins, spaces and semirings in the grammar are the checker's own tables
+    (editors/word_lists.py copies them; the tables grow with the language)."""
     grammar = json.loads((EXT / "syntaxes" / "qvr.tmLanguage.json").read_text())
-    expression = grammar["repository"]["expression"]["patterns"]
-    [families] = [p["match"] for p in expression if p.get("name") == "support.type.family.qvr"]
-    assert _words(families) == ALL_FAMILIES
-    [builtins] = [p["match"] for p in expression if p.get("name") == "support.function.builtin.qvr"]
-    assert _words(builtins) == set(BUILTINS)
-    option_values = json.dumps(grammar["repository"]["option-block"])
+    repository = grammar["repository"]
+    expression = repository["expression"]["patterns"]
+    assert {"include": "#families"} in expression and {"include": "#morphism-builtins"} in expression
+    assert repository["families"]["name"] == "support.type.family.qvr"
+    assert _words(repository["families"]["match"]) == ALL_FAMILIES
+    # every builtin in let, score and record steps (E9: `sum`, `log_density`, `fold`, `scan`, ...)
+    assert repository["builtins"]["name"] == "support.function.builtin.qvr"
+    assert _words(repository["builtins"]["match"]) == set(BUILTINS)
+    assert {"log_density", "sum", "fold", "scan", "cholesky"} <= set(BUILTINS)
+    # outside a let step, a reserved word (the combinator `scan`) is not a builtin
+    assert _words(repository["morphism-builtins"]["match"]) == set(BUILTINS) - RESERVED_WORDS
+    assert "scan" not in _words(repository["morphism-builtins"]["match"])
+    spaces = {w for w in _words(repository["spaces"]["match"]) if not w.isdigit()}  # `(?=\\s+[0-9])`
+    assert spaces == set(SPACES) | set(OUTSIDE_CORE_SPACES)
+    let_expression = repository["let-expression"]["patterns"]
+    for rule in ("#builtins", "#families", "#lambda", "#let-operators"):
+        assert {"include": rule} in let_expression
+    option_values = json.dumps(repository["option-block"])
     assert all(semiring in option_values for semiring in SEMIRINGS)
+
+
+def test_word_lists_are_up_to_date():
+    """`python editors/word_lists.py --check`: the grammar and the Neovim syntax file list
+    exactly what the checker's tables hold now (run it without --check to refresh them)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "editors" / "word_lists.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "word lists up to date"
 
 
 #: (AST node class, field) -> the scope the grammar must give the text of that field.
@@ -274,6 +298,10 @@ EXPECTED = {
     ("ScoreStep", "kw"): "keyword.control.score.qvr",
     ("ScoreStep", "bind"): "variable.other.definition.qvr",
     ("ReturnStep", "kw"): "keyword.control.return.qvr",
+    # extension E9: `data X : T` steps, `record v = e` (a LetStep, see RECORD_KW), lambdas
+    ("DataStep", "kw"): "keyword.control.data.qvr",
+    ("DataStep", "bind"): "variable.other.definition.qvr",
+    ("ELambda", "params"): "variable.parameter.lambda.qvr",
     ("OptionEntry", "key"): "entity.other.attribute-name.option.qvr",
     ("PragmaEntry", "key"): "entity.other.attribute-name.pragma.qvr",
     ("AtomsEntry", "kw"): "keyword.other.atoms.qvr",
@@ -302,12 +330,16 @@ EXPECTED = {
     ("FactorCase", "label_span"): "constant.numeric.integer.qvr",
     ("ECall", "callee"): "support.function.builtin.qvr",
     ("EMethod", "method"): "support.function.method.qvr",
-    ("EBinOp", "op_span"): "keyword.operator.arithmetic.qvr",
+    # `@` in a let-expression (E9) is keyword.operator.arithmetic.matmul.qvr
+    ("EBinOp", "op_span"): "keyword.operator.arithmetic",
     ("ENeg", "op"): "keyword.operator.arithmetic.qvr",
     ("Number", "span"): "constant.numeric",
     ("StringLit", "span"): "string.quoted.double.qvr",
 }
 
+
+#: the scope of the keyword of a `record v = e` step (a LetStep with `recorded`)
+RECORD_KW = "keyword.control.record.qvr"
 
 #: option key -> the scope of its (name) value
 OPTION_VALUES = {
@@ -420,7 +452,10 @@ def test_examples_tokenize_like_the_parser_reads_them(path: Path, tokenized):
     for start, _, parsed in module.chunks:
         if parsed.decl is None:
             continue
-        checks = [(cls, field, begin, end, EXPECTED.get((cls, field)), node)
+        records = {s.kw.start + start for s in _nodes(parsed.decl, "LetStep") if s.recorded}
+        checks = [(cls, field, begin, end,
+                   RECORD_KW if (cls, field) == ("LetStep", "kw") and begin in records else EXPECTED.get((cls, field)),
+                   node)
                   for cls, field, begin, end, node in _spans(parsed.decl, start)]
         checks += [("OptionEntry", f"value of {e.key.text}", e.value.span.start + start, e.value.span.end + start,
                     OPTION_VALUES[e.key.text], e.value)

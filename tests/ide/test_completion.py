@@ -3,6 +3,7 @@ import pytest
 from ide_fixture import at, example
 
 from qvr.ide.completion import complete
+from qvr.sema.families import BUILTINS
 
 SEED = example("transformer_lm")
 
@@ -58,8 +59,10 @@ def test_families_after_tilde_and_after_larrow():
     src = seed_with("    sample h <- backbone", "    sample h <- Half$0")
     doc, off = at(src)
     items = complete(doc, off).items
+    # the improper `HalfFlat` (E9) takes no arguments: inserted without parentheses
     assert [(i.label, i.insert, i.snippet) for i in items] == [
-        ("HalfCauchy", "HalfCauchy(${1:scale})", True), ("HalfNormal", "HalfNormal(${1:scale})", True)]
+        ("HalfCauchy", "HalfCauchy(${1:scale})", True), ("HalfFlat", "", False),
+        ("HalfNormal", "HalfNormal(${1:scale})", True)]
     # step targets also offer declared morphisms, but not the kernel-only family Flow
     src = seed_with("    sample h <- backbone", "    sample h <- $0")
     got = labels(src)
@@ -80,7 +83,7 @@ def test_role_values_and_option_keys():
 def test_option_values_over_names_and_step_keys():
     src = ("object K : FinSet 3\nobject V : Real 2\nprogram p : K -> K\n"
            "    sample w <- Dirichlet(1.0) [$0]\n    return w\n")
-    assert labels(src) == ["iid_over", "over"]
+    assert labels(src) == ["iid_over", "lower", "over", "upper"]  # lower/upper: truncation (E9)
     assert labels(src.replace("[$0]", "[over=$0]")) == ["K"]  # discrete objects only
     src = ("object K : FinSet 3\nobject V : Real 2\n"
            "morphism f : K * V -> V [role=kernel, over=[$0]] ~ Normal\n")
@@ -89,14 +92,16 @@ def test_option_values_over_names_and_step_keys():
 
 def test_types_after_colon():
     assert labels(seed_with("object FFHidden : Real 32", "object FFHidden : $0")) == [
-        "HeadOut", "Latent", "Token", "FinSet", "Real"]
+        "HeadOut", "Latent", "Token", "FinSet", "Real",
+        # the constrained spaces of E9, only after `object X :`
+        "CholeskyFactor", "Ordered", "PositiveOrdered", "Simplex"]
 
 
 def test_statement_step_and_entry_keywords():
     assert labels(SEED + "\n$0", kinds=("keyword",)) == [
         "composition", "deduction", "export", "let", "morphism", "object", "program"]
     assert labels(seed_with("    return next_token", "    $0\n    return next_token"), kinds=("keyword",)) == [
-        "let", "marginalize", "observe", "return", "sample", "score"]
+        "data", "let", "marginalize", "observe", "record", "return", "sample", "score"]
     assert labels("object I : FinSet 2\ndeduction D : I -> I\n    atoms S\n    $0\n", kinds=("keyword",)) == [
         "atoms", "binders", "lexicon", "rule"]
 
@@ -105,7 +110,9 @@ def test_let_expressions_offer_visible_locals_builtins_and_deductions():
     src = ("object K : FinSet 3\nprogram p : K -> K\n    sample a <- Normal(0.0, 1.0)\n"
            "    marginalize z <- Bernoulli(0.5)\n        let inner = a * z\n"
            "    let b = $0\n    return a\n")
-    assert labels(src) == ["a", "compose", "exp", "log", "parse", "sigmoid", "sqrt", "factor"]
+    # every builtin of the checker's table (it grows with the extensions), after the locals
+    assert labels(src) == ["a", *sorted(BUILTINS), "factor"]
+    assert {"compose", "exp", "log", "parse", "sigmoid", "sqrt"} <= set(BUILTINS)
 
 
 def test_step_arguments_offer_visible_locals():
