@@ -5,7 +5,8 @@ running).  Torch-free: it reads the record with `qvr.runs`.
 The summary is grouped by site: one row per site with its shape, the range of its
 coordinates' posterior means, and its worst diagnostics (max R-hat, min bulk and tail ESS),
 worst R-hat first, at most `MAX_ROWS` rows; then one line saying where the full table
-(every coordinate) is.  The site rows are those the fit folded from every coordinate
+(every coordinate) is.  A recorded quantity (``record v = e``) has its row too, its name
+followed by `RECORDED_MARK`.  The site rows are those the fit folded from every coordinate
 (``summary.json`` ``"sites"``, `qvr.inference.diagnostics.site_row`); a record without
 them (written before they were) is grouped from its coordinate rows, which then may not
 cover every coordinate, and the closing line says so.
@@ -16,7 +17,11 @@ import math
 import re
 from typing import Optional
 
+from qvr.runs.layout import RECORDED_PREFIX
+
 MAX_ROWS = 20
+#: after a recorded quantity's name (``record v = e``, design E9.6) in the summary table
+RECORDED_MARK = " (recorded)"
 _LABEL = re.compile(r"^(?P<site>[^\[]+)(\[(?P<idx>[0-9,]+)\])?$")
 
 
@@ -36,6 +41,7 @@ def site_groups(sites: dict) -> list[dict]:
             return float("nan") if v is None else float(v)
         out.append({"site": site, "shape": tuple(row.get("shape") or ()),
                     "n": int(row.get("size", row.get("n", 1)) or 0),
+                    "recorded": bool(row.get("recorded")),
                     **{k: get(k) for k in ("mean_lo", "mean_hi", "sd", "q5", "q95",
                                            "ess_bulk", "ess_tail", "r_hat")}})
     return _nan_last(out)
@@ -106,7 +112,8 @@ def summary_table(parameters: dict, shapes: Optional[dict] = None,
     for g in groups[:max_rows]:
         mean = _f(g["mean_lo"]) if g["n"] == 1 else \
             f"{_f(g['mean_lo'])} .. {_f(g['mean_hi'])}"
-        row = [g["site"], _shape(g["shape"]), mean, _f(g["sd"]), _f(g["q5"]), _f(g["q95"])]
+        name = g["site"] + (RECORDED_MARK if g.get("recorded") else "")
+        row = [name, _shape(g["shape"]), mean, _f(g["sd"]), _f(g["q5"]), _f(g["q95"])]
         if has_diag:
             row += [_f(g["ess_bulk"], ".0f"), _f(g["ess_tail"], ".0f"), _f(g["r_hat"], ".3f")]
         rows.append(row)
@@ -124,8 +131,8 @@ def _site_shapes(run) -> dict:
         samples = run.samples()
     except Exception:
         return {}
-    return {k: tuple(v.shape[2:]) for k, v in samples.items()
-            if not k.startswith("sample_stats.") and v.ndim >= 2}
+    return {k[len(RECORDED_PREFIX):] if k.startswith(RECORDED_PREFIX) else k: tuple(v.shape[2:])
+            for k, v in samples.items() if not k.startswith("sample_stats.") and v.ndim >= 2}
 
 
 def headline(run, summary: Optional[dict]) -> str:

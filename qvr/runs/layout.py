@@ -11,8 +11,10 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
 * ``events.jsonl`` — every fit event as one JSON line (`qvr.inference.events.to_json`),
   flushed as it is written; a `DrawsChunk` line refers to its chunk file;
 * ``draws/c{chain}-{start:08d}.npz`` — one file per `DrawsChunk` (arrays by site, shape
-  ``(count, *site_shape)``, a scalar site ``(count,)``; `Run.draws` gives them in the
-  shapes of ``samples.npz``), complete before the line that refers to it is written;
+  ``(count, *site_shape)``, a scalar site ``(count,)``; a recorded quantity of a
+  ``record v = e`` step as ``recorded.v``, computed from the same draws; `Run.draws`
+  gives them in the shapes of ``samples.npz``), complete before the line that refers to
+  it is written;
 * ``writer.lock`` — held (``flock``, exclusive) by the live writer: a record without a
   terminal event whose lock is free was left by a writer that died (readers probe it with
   a shared lock, so two readers never mistake each other for the writer);
@@ -20,10 +22,13 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
   (``status``, ``message``, ``method``, ``stats``; ``sites``: one row per latent site
   folded from all its coordinates, ``{"shape", "size", "n", "mean_lo", "mean_hi", "sd",
   "q5", "q50", "q95", "mcse_mean", "ess_bulk", "ess_tail", "r_hat"}`` as far as the method
-  computes them; ``parameters``: every coordinate's row ``{"site[i,j]": {column: value}}``;
+  computes them, and ``"recorded": true`` for a recorded quantity (``record v = e``, under
+  its own name ``v``); ``recorded``: the recorded quantities' names, in program order;
+  ``parameters``: every coordinate's row ``{"site[i,j]": {column: value}}``;
   ``truncated``: coordinates left out, 0 since every coordinate is kept), ``summary.txt``
   (the table of every coordinate, for a person), ``samples.npz`` (MCMC draws and sampler
-  statistics; a scalar site is ``(chains, draws, 1)``), ``params.npz`` (fitted
+  statistics, and the recorded quantities of ``record v = e`` steps as
+  ``recorded.v``; a scalar site is ``(chains, draws, 1)``), ``params.npz`` (fitted
   parameters), ``losses.npy`` (SVI), ``sequences.json`` (SMC), ``synthetic_truth.npz``
   (drawn ground truth), ``error.txt``;
 * for a fitted program with attention layers (`qvr.inference.methods.circuits`):
@@ -51,6 +56,12 @@ TRUTH = "synthetic_truth.npz"
 ERROR = "error.txt"
 CIRCUITS = "circuits.npz"
 PATTERNS = "patterns.npz"
+#: recorded quantities (`record v = e`, design E9.6) sit beside the sites' draws under
+#: ``recorded.NAME`` in the draws chunks, ``samples.npz`` and a fit's flat draws dicts
+#: (as sampler statistics sit under ``sample_stats.NAME``): the record says which arrays
+#: are recorded quantities by itself, also when it ends early; `Run.draws` gives them
+#: under their own names, `Run.recorded_names` lists them
+RECORDED_PREFIX = "recorded."
 STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
 
 

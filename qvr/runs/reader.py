@@ -18,6 +18,8 @@ Example::
     ('finished', 'nuts', 412)
     >>> run.draws()["mu"].shape                              # doctest: +SKIP
     (4, 500, 1)
+    >>> run.recorded_names(), run.draws()["theta"].shape     # doctest: +SKIP
+    (['theta'], (4, 500, 8))
 """
 from __future__ import annotations
 
@@ -232,6 +234,9 @@ class Run:
 
         Chains are cut to the draws every chain has (a live or interrupted run may have
         chains of different lengths); `draws_per_chain()` gives each chain's own count.
+
+        Recorded quantities (``record v = e``, design E9.6) come with the sites' draws, under
+        their own names (``recorded.v`` in the files); `recorded_names()` says which.
         """
         import numpy as np
         per = self._chunks()
@@ -246,7 +251,57 @@ class Run:
                 a = np.concatenate([np.asarray(c.draws[name]) for c in parts], axis=0)[:n]
                 out.setdefault(name, []).append(a)
         stacked = {k: np.stack(v) for k, v in out.items()}
-        return {k: v[..., None] if v.ndim == 2 else v for k, v in stacked.items()}
+        return {_plain_name(k): v[..., None] if v.ndim == 2 else v for k, v in stacked.items()}
+
+    def recorded_names(self) -> list[str]:
+        """The recorded quantities of the run (``record v = e``), in program order: from
+        ``summary.json``, else the arrays of ``samples.npz`` or of the draws chunks (a run
+        that ended early, even by ``kill -9``, knows them from its first chunk)."""
+        summary = self.summary
+        if summary is not None and summary.get("recorded") is not None:
+            return list(summary["recorded"])
+        keys = self._npz_keys(layout.SAMPLES) or self._first_chunk_keys()
+        return [_plain_name(k) for k in keys if k.startswith(layout.RECORDED_PREFIX)]
+
+    def _npz_keys(self, name: str) -> list[str]:
+        """The array names of an ``.npz`` of the record (none read), [] when absent."""
+        import numpy as np
+        p = self.path / name
+        if not p.exists():
+            return []
+        try:
+            with np.load(p, allow_pickle=False) as f:
+                return list(f.files)
+        except (OSError, ValueError) as exc:
+            raise RunRecordError(f"{p}: unreadable: {exc}") from None
+
+    def _first_chunk_keys(self) -> list[str]:
+        """The array names of the first draws chunk the events name (no array read)."""
+        try:
+            with open(self.path / layout.EVENTS, "rb") as fh:
+                for line in fh:
+                    if b'"draws"' not in line:
+                        continue
+                    try:
+                        d = json.loads(line.decode("utf-8"))
+                    except (ValueError, UnicodeDecodeError):
+                        continue  # a torn last line
+                    if d.get("type") == "draws" and d.get("file"):
+                        return self._npz_keys(d["file"])
+        except FileNotFoundError:
+            pass
+        return []
+
+    def recorded(self) -> dict[str, Any]:
+        """The recorded quantities' draws, ``{name: (chains, draws, *shape)}`` (a scalar
+        ``(chains, draws, 1)``): ``samples.npz``'s when the fit saved it, else the draws
+        chunks' (`draws`)."""
+        p = layout.RECORDED_PREFIX
+        out = {k[len(p):]: v for k, v in self.samples().items() if k.startswith(p)}
+        if out:
+            return out
+        names = set(self.recorded_names())
+        return {k: v for k, v in self.draws().items() if k in names}
 
     def draws_per_chain(self) -> dict[int, int]:
         return {c: sum(ch.count for ch in chunks) for c, chunks in self._chunks().items()}
@@ -324,6 +379,11 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
+
+
+def _plain_name(k: str) -> str:
+    """A draws key without the recorded-quantity prefix (``recorded.theta`` -> ``theta``)."""
+    return k[len(layout.RECORDED_PREFIX):] if k.startswith(layout.RECORDED_PREFIX) else k
 
 
 def open_run(path) -> Run:

@@ -10,6 +10,11 @@ that ended before their summary was written).  Nothing here draws; the panes ren
     (`SiteRow` with its coordinates `Coord`), per-parameter series (`param_series`),
     posterior mean/sd matrices of 2-D sites (`site_matrix`);
   - SVI: final loss, the loss curve, guide locations/scales per site (`GuideSite`);
+  - MCMC and SVI: recorded quantities (``record v = e``, design E9.6) as rows of the
+    summary like sites, marked `SiteRow.recorded` (listed in `Results.recorded`); MCMC
+    draws them like sites (`param_series`, `site_matrix`, the ArviZ posterior), SVI gives
+    their posterior mean and sd over the guide's draws (`GuideSite.recorded`); the five
+    checks are the sites' only;
   - SMC: top sequences (`SequenceRow`, text through the record's vocabulary), log Z-hat;
   - any method, a program with attention: `Results.circuits` (`qvr_tui.circuits_model`).
 * `table_rows(sites, sort, query, expanded)`: what the summary table shows, sorted
@@ -30,7 +35,7 @@ means the sampler was cut short, so the check is red); E-BFMI ≥ 0.3 for every 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -38,13 +43,13 @@ import numpy as np
 
 from qvr.inference.diagnostics import e_bfmi
 from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
-from qvr.runs.layout import nothing_sampled
+from qvr.runs.layout import RECORDED_PREFIX, nothing_sampled
 
 __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "squeeze_shape", "SequenceRow", "Results",
            "load_results", "table_rows", "SORT_KEYS", "param_series", "site_matrix",
            "run_key_number", "curve", "export_arviz", "ArvizMissing", "RHAT_MAX",
            "ESS_PER_CHAIN", "EBFMI_MIN", "TREE_DEPTH_SHARE_MAX", "MCMC", "STAT_COLUMNS",
-           "RunRow", "run_rows", "TableRow"]
+           "RunRow", "run_rows", "TableRow", "recorded_guide_rows"]
 
 MCMC = ("hmc", "nuts")
 RHAT_MAX = 1.01
@@ -95,6 +100,7 @@ class SiteRow:
     shape: tuple
     coords: tuple  # of Coord, in index order
     order: int     # position in the record
+    recorded: bool = False  # a recorded quantity (`record v = e`, E9.6), not a site
 
     @property
     def shape_text(self) -> str:
@@ -171,6 +177,9 @@ class GuideSite:
     loc: np.ndarray
     scale: Optional[np.ndarray]
     site_shape: Optional[tuple] = None
+    # a recorded quantity (`record v = e`, E9.6): `loc`/`scale` are the posterior mean/sd
+    # of its values over the guide's draws (`recorded_guide_rows`), in its own coordinates
+    recorded: bool = False
 
     @property
     def shape(self) -> tuple:
@@ -242,6 +251,8 @@ class Results:
     vocab: Optional[list] = None
     # attention circuits (any method; `qvr_tui.circuits_model`), None without them
     circuits: Optional[object] = None
+    # recorded quantities (`record v = e`, E9.6): names in `sites`/`draws`/`guide`
+    recorded: tuple = ()
 
     @property
     def is_mcmc(self) -> bool:
@@ -365,12 +376,14 @@ def _load_mcmc(run, res: Results, summary: Optional[dict], events) -> None:
                         f"likelihood {lml:.6g}")
         return
     samples = run.samples()
-    draws = {k: v for k, v in samples.items() if not k.startswith("sample_stats.")}
+    draws = {_plain(k): v for k, v in samples.items() if not k.startswith("sample_stats.")}
     res.sample_stats = {k.split(".", 1)[1]: v for k, v in samples.items()
                         if k.startswith("sample_stats.")}
+    res.recorded = tuple(_plain(k) for k in samples if k.startswith(RECORDED_PREFIX))
     if not draws:
         res.partial = True
-        draws = run.draws()
+        draws = run.draws()  # recorded quantities under their own names
+        res.recorded = tuple(run.recorded_names())
     res.draws = {k: np.asarray(v) for k, v in draws.items()}
     first = next(iter(res.draws.values()), None)
     res.num_chains = int(first.shape[0]) if first is not None else int(
@@ -382,8 +395,35 @@ def _load_mcmc(run, res: Results, summary: Optional[dict], events) -> None:
         from qvr.inference.diagnostics import summary as diag_summary
         params = diag_summary(res.draws, max_coordinates=None).rows
         res.truncated = 0
-    res.sites = _group(params, res.draws)
+    res.sites = _mark_recorded(_group(params, res.draws), res.recorded)
     res.checks = mcmc_checks(res, _progress_last(events, "sampling"), run.config)
+
+
+def _plain(k: str) -> str:
+    """A draws key without the recorded-quantity prefix (``recorded.theta`` -> ``theta``)."""
+    return k[len(RECORDED_PREFIX):] if k.startswith(RECORDED_PREFIX) else k
+
+
+def _mark_recorded(sites: tuple, recorded) -> tuple:
+    names = set(recorded)
+    return tuple(replace(s, recorded=True) if s.site in names else s for s in sites)
+
+
+def recorded_guide_rows(sites) -> tuple:
+    """SVI: a `GuideSite` per recorded quantity of `sites` (`recorded=True`), its `loc`
+    and `scale` the posterior mean and sd of each coordinate (the summary's rows)."""
+    out = []
+    for s in sites:
+        if not s.recorded:
+            continue
+        shape = tuple(s.shape) or (1,)
+        loc, sd = np.full(shape, np.nan), np.full(shape, np.nan)
+        for c in s.coords:
+            at = c.index if c.index else (0,) * len(shape)
+            loc[at], sd[at] = c.get("mean"), c.get("sd")
+        out.append(GuideSite(site=s.site, loc=loc, scale=sd, site_shape=tuple(s.shape),
+                             recorded=True))
+    return tuple(out)
 
 
 def _site_shape(name: str, draws: dict, coords: list) -> tuple:
@@ -428,6 +468,9 @@ def mcmc_checks(res: Results, sampling_progress: dict, config: dict) -> tuple:
     N = res.num_draws
     st = res.stats
     ss = res.sample_stats
+    # the sampler's checks are about the sites: recorded quantities (functions of them,
+    # possibly constant) have their own R-hat and ESS in the table, not in the checks
+    sites = tuple(s for s in res.sites if not s.recorded)
     checks = []
     # 1. divergences after warmup
     if "diverging" in ss:
@@ -448,11 +491,11 @@ def mcmc_checks(res: Results, sampling_progress: dict, config: dict) -> tuple:
     else:
         checks.append(Check("divergences", "Divergences", None, "n/a", "= 0"))
     # 2. R-hat
-    rh = [c.get("r_hat") for s in res.sites for c in s.coords]
+    rh = [c.get("r_hat") for s in sites for c in s.coords]
     if rh:
         arr = np.array(rh, dtype=float)
         worst = float("inf") if np.isnan(arr).any() else float(arr.max())
-        worst_label = _worst_label(res.sites, "r_hat", largest=True)
+        worst_label = _worst_label(sites, "r_hat", largest=True)
         checks.append(Check("r_hat", "R-hat", bool(worst <= RHAT_MAX),
                             f"{worst:.3f}" if math.isfinite(worst) else "n/a",
                             f"≤ {RHAT_MAX}", (),
@@ -461,8 +504,8 @@ def mcmc_checks(res: Results, sampling_progress: dict, config: dict) -> tuple:
         checks.append(Check("r_hat", "R-hat", None, "n/a", f"≤ {RHAT_MAX}"))
     # 3. bulk and tail ESS
     need = ESS_PER_CHAIN * C
-    eb = [c.get("ess_bulk") for s in res.sites for c in s.coords]
-    et = [c.get("ess_tail") for s in res.sites for c in s.coords]
+    eb = [c.get("ess_bulk") for s in sites for c in s.coords]
+    et = [c.get("ess_tail") for s in sites for c in s.coords]
     if eb:
         b, t = _nanmin(np.array(eb)), _nanmin(np.array(et))
         ok = bool(not math.isnan(b) and not math.isnan(t) and b >= need and t >= need
@@ -470,8 +513,8 @@ def mcmc_checks(res: Results, sampling_progress: dict, config: dict) -> tuple:
         checks.append(Check("ess", "ESS (b/t)", ok,
                             f"{_fmt0(b)}/{_fmt0(t)}",
                             f"≥ {need:.0f}", (b / C, t / C),
-                            f"lowest bulk ESS {_fmt0(b)} ({_worst_label(res.sites, 'ess_bulk', False)}), "
-                            f"tail {_fmt0(t)} ({_worst_label(res.sites, 'ess_tail', False)}); "
+                            f"lowest bulk ESS {_fmt0(b)} ({_worst_label(sites, 'ess_bulk', False)}), "
+                            f"tail {_fmt0(t)} ({_worst_label(sites, 'ess_tail', False)}); "
                             f"need {ESS_PER_CHAIN:.0f} per chain × {C} chains"))
     else:
         checks.append(Check("ess", "ESS (b/t)", None, "n/a",
@@ -554,7 +597,8 @@ def _load_svi(run, res: Results, events, losses) -> None:
         fl = None  # no step was taken: there is no loss (the summary says NaN)
     res.final_loss = None if fl is None else float(fl)
     summary = run.summary or {}
-    res.sites = _group(dict(summary.get("parameters") or {}), {})
+    res.recorded = tuple(summary.get("recorded") or ())
+    res.sites = _mark_recorded(_group(dict(summary.get("parameters") or {}), {}), res.recorded)
     shapes = {s.site: s.shape for s in res.sites}
     params = run.params()
     # records written before summaries were complete kept only their first 200
@@ -572,7 +616,7 @@ def _load_svi(run, res: Results, events, losses) -> None:
             guide.append(GuideSite(site=name, loc=np.asarray(v, dtype=float),
                                    scale=None if ls is None else np.exp(np.asarray(ls, float)),
                                    site_shape=shapes.get(name)))
-    res.guide = tuple(guide)
+    res.guide = tuple(guide) + recorded_guide_rows(res.sites)
 
 
 def _text(tokens, vocab) -> Optional[str]:

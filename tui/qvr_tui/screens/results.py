@@ -23,6 +23,9 @@ from `qvr_tui.results_model.load_results` (torch-free); this module only lays it
 * SVI: final loss and ELBO, the loss curve, the guide's locations/scales per site (in
   the site's unconstrained space: ``u 3×3`` beside a 3×4 simplex plate); on a matrix
   the heatmap of its location (``m``: scale).
+* Recorded quantities (``record v = e``, E9.6) are rows like sites, their names followed
+  by `RECORDED_MARK`: MCMC plots their draws as a site's; SVI lists their posterior mean
+  and sd over the guide's draws in the guide table (a matrix: its heatmap).
 * SMC: log Z-hat and the top sequences with their weights (text through the record's
   vocabulary).
 * Circuits (a fitted program with attention layers: the record holds ``circuits.npz``):
@@ -65,6 +68,19 @@ from qvr_tui.widgets.summary_table import SummaryTable, fmt
 __all__ = ["ResultsPane", "stale_note", "status_text", "display_path"]
 
 SORT_ORDER = tuple(SORT_KEYS)  # order, r_hat, ess_bulk, ess_tail, name
+#: after the name of a recorded quantity (``record v = e``, E9.6) in the summary and guide
+#: tables (as `qvr show` marks it)
+RECORDED_MARK = " (recorded)"
+
+
+class _Summary(SummaryTable):
+    """The summary table, a recorded quantity's site row marked `RECORDED_MARK`."""
+
+    def cells(self, r):
+        cells = super().cells(r)
+        if r.coord is None and getattr(r.row, "recorded", False):
+            cells[0] = f"{cells[0]}{RECORDED_MARK}"
+        return cells
 
 
 def stale_note(run_sha256: Optional[str], program_path: Optional[str]) -> str:
@@ -204,7 +220,7 @@ class ResultsPane(Vertical):
                 yield ChecksRow(id="checks")
                 yield Input(placeholder="filter sites and coordinates", id="results-filter")
                 yield Static("", id="summary-bar")
-                yield SummaryTable(id="summary")
+                yield _Summary(id="summary")
                 with ContentSwitcher(initial="param-plots", id="detail"):
                     yield ParamPlots(id="param-plots")
                     yield Heatmap(np.zeros((1, 1)), id="param-heatmap")
@@ -369,7 +385,9 @@ class ResultsPane(Vertical):
         table = self.query_one("#summary", SummaryTable)
         table.show(rows, res.num_chains, self.expanded)
         n_coords = sum(len(s.coords) for s in res.sites)
-        bar = (f"{len(res.sites)} sites, {n_coords} coordinates, {res.num_chains} chains × "
+        n_rec = sum(1 for s in res.sites if s.recorded)
+        rec = f" ({n_rec} recorded)" if n_rec else ""
+        bar = (f"{len(res.sites)} sites{rec}, {n_coords} coordinates, {res.num_chains} chains × "
                f"{res.num_draws} draws · sort: {SORT_KEYS[self.sort][0]} (s)")
         if not res.num_chains and res.note:
             bar = "no chain ran: nothing to summarise"  # the note above says why
@@ -599,7 +617,9 @@ class ResultsPane(Vertical):
         loss.border_title = title
         table = self.query_one("#guide-table", DataTable)
         table.clear(columns=True)
-        table.add_columns("site", "shape", "guide loc", "guide scale")
+        rec = any(g.recorded for g in res.guide)  # E9.6: recorded rows give mean and sd
+        table.add_columns("site", "shape", "guide loc" + (" · mean" if rec else ""),
+                          "guide scale" + (" · sd" if rec else ""))
         for g in res.guide:
             loc = g.loc.reshape(-1)
             sc = g.scale.reshape(-1) if g.scale is not None else None
@@ -608,7 +628,8 @@ class ResultsPane(Vertical):
                 if a is None or not a.size:
                     return ""
                 return fmt(float(a[0])) if a.size == 1 else f"{fmt(float(a.min()), 3)}..{fmt(float(a.max()), 3)}"
-            table.add_row(("▦ " if g.is_matrix else "  ") + g.site, guide_shape_text(g),
+            table.add_row(("▦ " if g.is_matrix else "  ") + g.site
+                          + (RECORDED_MARK if g.recorded else ""), guide_shape_text(g),
                           rng(loc), rng(sc), key=g.site)
         self._update_svi_heatmap()
 
@@ -638,6 +659,10 @@ class ResultsPane(Vertical):
             return
         hm.diverging = which == "loc"
         space = " unconstrained" if g.unconstrained else ""
+        if g.recorded:  # a recorded quantity: its posterior mean/sd over the guide's draws
+            stat = "mean" if which == "loc" else "sd"
+            hm.set_matrix(m, f"{g.site}{RECORDED_MARK} posterior {stat} (m: mean/sd)")
+            return
         hm.set_matrix(m, f"{g.site} guide {which}{space} (m: loc/scale)")
 
     # ------------------------------------------------------------------ SMC
