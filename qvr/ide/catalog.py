@@ -7,8 +7,12 @@ at a document.
 """
 from __future__ import annotations
 
+import re
+from typing import Optional
+
 from qvr.sema.families import (ATTENTION_FAMILIES, COMPOSITION_LEVELS, COMPOSITION_RULES,  # noqa: F401
                                ROLES, SEMIRINGS)
+from qvr.sema.families import SPACES as _SPACE_KINDS
 
 # (position, key) -> meaning; positions are those of `qvr.sema.options.read_options`.
 OPTION_DOCS: dict[str, dict[str, str]] = {
@@ -41,10 +45,20 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
     "sample step": {
         "over": "the event axes of the family: objects whose elements index one joint draw",
         "iid_over": "the batch axes: objects over which draws are independent",
+        # extension E9: truncation of a continuous family
+        "lower": "truncation: the lower bound of the draw (a number, a local or host data); the family's "
+                 "density is renormalised on [lower, upper]",
+        "upper": "truncation: the upper bound of the draw (a number, a local or host data); the family's "
+                 "density is renormalised on [lower, upper]",
     },
     "observe step": {
         "via": "inside a grouped marginalize block: the per-row index mapping each row to an element "
                "of the grouping object",
+        # extension E9: truncation of a continuous family
+        "lower": "truncation: the lower bound of the observed value (a number, a local or host data); "
+                 "the family's density is renormalised on [lower, upper]",
+        "upper": "truncation: the upper bound of the observed value (a number, a local or host data); "
+                 "the family's density is renormalised on [lower, upper]",
     },
     "marginalize step": {
         "over": "makes the block grouped: each element of this object has one latent class, shared by its rows",
@@ -102,6 +116,9 @@ STEP_SNIPPETS = {
     "let": "let ${1:v} = ${0}",
     "score": "score ${1:s} = ${0}",
     "return": "return ${1:x}",
+    # extension E9 (docs/extensions.md): declared host data and recorded quantities
+    "data": "data ${1:X} : ${2:Row}",
+    "record": "record ${1:v} = ${0}",
 }
 
 ENTRY_SNIPPETS = {
@@ -137,3 +154,87 @@ LEVELS = COMPOSITION_LEVELS
 
 def option_doc(position: str, key: str) -> str:
     return OPTION_DOCS.get(position, {}).get(key, "")
+
+
+# ---------------------------------------------------------------- extension E9
+
+def _spaces() -> dict:
+    """The constrained vector spaces an `object` declaration may name (docs/extensions.md
+    E9), from the checker's table: name -> (snippet, meaning)."""
+    return {name: (f"{name} ${{1:{3 if k.matrix else 2}}}", k.describe("n"))
+            for name, k in _SPACE_KINDS.items()}
+
+
+SPACES = _spaces()
+
+
+def split_params(inner: str) -> list[str]:
+    """`x, (s, t) -> body, O?` -> ["x", "(s, t) -> body", "O?"]: commas at bracket depth 0."""
+    out, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def builtin_params(b) -> list[tuple[str, bool]]:
+    """The parameters of a let-expression builtin as its table spells them in
+    `Builtin.signature`, each with whether it is optional (the table marks an optional
+    trailing parameter with `?`: `sum(x, axis?)`)."""
+    sig = b.signature
+    inner = sig[sig.index("(") + 1:sig.rindex(")")] if "(" in sig else ""
+    return [(p, p.endswith("?")) for p in split_params(inner)]
+
+
+def param_name(p: str) -> str:
+    """A parameter as written in a signature, without the optional mark: `axis?` -> `axis`."""
+    return p.strip().rstrip("?").strip()
+
+
+def arg_kinds(b) -> list[str]:
+    """The argument kinds of a builtin as its table spells them (`numeric, object? -> numeric`
+    -> ["numeric", "object?"]; a lambda kind keeps its parameters: `lambda (s, t)`).  The
+    result is after the last `->`, so a lambda kind may spell its own result."""
+    left = b.kinds.rsplit("->", 1)[0] if "->" in b.kinds else ""
+    return [k.strip() for k in split_params(left)]
+
+
+def _kind(b, i: int) -> str:
+    kinds = arg_kinds(b)
+    return kinds[i].rstrip("?").strip() if i < len(kinds) else ""
+
+
+def lambda_params(b, i: int) -> Optional[list[str]]:
+    """The parameter names of the lambda that parameter `i` of builtin `b` takes
+    (`fold`: ["s", "t"], `ode`: ["y", "t"]), or None when it takes no lambda."""
+    kind = _kind(b, i)
+    if not kind.startswith("lambda"):
+        return None
+    m = re.search(r"\(([^()]*)\)", kind)
+    return [p.strip() for p in m.group(1).split(",")] if m else ["s", "t"]
+
+
+def is_object_param(b, i: int) -> bool:
+    """Parameter `i` of builtin `b` names an object (the axis of `sum(x, O)`, the index set
+    of `fold(O, …)`, `eye(O)`): its kind in the table is `object`."""
+    return _kind(b, i) == "object"
+
+
+def is_only_object_param(b, i: int) -> bool:
+    """An object parameter that takes nothing else: not the second argument of `max(a, b)` /
+    `min(a, b)`, which the table documents as elementwise when given a value."""
+    return is_object_param(b, i) and "elementwise" not in b.doc
+
+
+def is_family_param(b, i: int) -> bool:
+    """Parameter `i` is a family call (`log_density(Normal(mu, s), x)`)."""
+    return _kind(b, i).startswith("family")

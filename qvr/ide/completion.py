@@ -9,7 +9,13 @@ locals visible at the cursor.  Contexts: statement, step and deduction-entry key
 (with snippets); types; families after `~` or `<-`; option keys inside `[...]` and their
 values (`role=`, `reduction=`, `over=` …); morphism expressions, where after `>>` the
 morphisms whose domain matches the codomain so far come first; let-expressions (locals,
-builtins, deductions); deduction atoms.  No LSP types here.
+builtins, deductions); deduction atoms.  The statistics extension (docs/extensions.md
+E9): `data` and `record` steps; every builtin of `qvr.sema.families.BUILTINS` with a
+snippet of its required parameters (a lambda as `(s, t) -> body`); objects where the
+table says a parameter is an object (`sum(x, O)`, `fold(O, …)`, `eye(O)`), families in
+`log_density(`; lambda parameters inside the lambda's body; `Flat`/`HalfFlat` after
+`sample … <-`, without parentheses; `lower`/`upper` on sample and observe steps; the
+constrained spaces after `object X :`.  No LSP types here.
 """
 from __future__ import annotations
 
@@ -20,14 +26,14 @@ from typing import Optional
 from qvr.ide import catalog as C
 from qvr.ide.exprtype import chain_codomain
 from qvr.ide.textscan import bracket_stack, in_comment_or_string, word_before
-from qvr.sema.families import BUILTINS, FAMILIES
+from qvr.sema.families import BUILTINS, FAMILIES, space_of
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym)
 from qvr.sema.types import compatible, is_continuous, is_discrete, is_unknown, spell, spell_mor
 from qvr.text import Span
 
 _WORD_START = re.compile(r"[A-Za-z0-9_]*")
 _FIRST = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)")
-_BIND = re.compile(r"([ \t]*)(sample|observe|marginalize|let|score)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
+_BIND = re.compile(r"([ \t]*)(sample|observe|marginalize|let|score|record|data)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
 _ATOMS = re.compile(r"^[ \t]+(atoms|binders)[ \t]+(.*)$", re.M)
 
 
@@ -178,11 +184,16 @@ def _morphisms(c: _Ctx, codomain=None, groups: bool = False) -> list[Item]:
     return out
 
 
-def _families(step: bool, only=None) -> list[Item]:
+def _families(step: bool, only=None, improper: bool = True) -> list[Item]:
+    """Families usable as step targets (`step`) or kernels.  A family without parameters is
+    inserted without parentheses; the improper `Flat` and `HalfFlat` (E9, sample targets
+    only) are left out unless `improper`."""
     out = []
     for fam in FAMILIES.values():
         usable = fam.step if step else fam.kernel
         if usable == "no" or (only is not None and fam.name not in only):
+            continue
+        if step and getattr(fam, "improper", False) and not improper:
             continue
         if step and fam.params:
             args = ", ".join(f"${{{i + 1}:{p}}}" for i, (p, _k) in enumerate(fam.params))
@@ -191,6 +202,20 @@ def _families(step: bool, only=None) -> list[Item]:
         else:
             out.append(Item(fam.name, "family", fam.signature, sort="1" + fam.name, doc=fam.support_text))
     return out
+
+
+def _space_objects(c: _Ctx) -> list[Item]:
+    out = []
+    for n in sorted(c.names("type")):
+        sym = c.obj(n)
+        if isinstance(sym, ObjectSym) and space_of(sym.type) is not None:
+            out.append(Item(n, "object", spell(sym.type), sort="0" + n))
+    return out
+
+
+def _spaces() -> list[Item]:
+    """The constrained vector spaces of an object declaration (E9): `Simplex 3`, …"""
+    return [Item(n, "keyword", meaning, snip, True, "2" + n, meaning) for n, (snip, meaning) in C.SPACES.items()]
 
 
 def _visible_locals(c: _Ctx) -> list[Item]:
@@ -226,11 +251,69 @@ def _visible_locals(c: _Ctx) -> list[Item]:
     return [Item(n, "local", types.get(n, k), sort="0" + n) for n, k in sorted(out.items())]
 
 
+def _builtin_snippet(b) -> str:
+    """`name(${1:x})`: the required parameters of a let-expression builtin as placeholders
+    (optional ones are left out); a lambda parameter becomes `(${3:s}, ${4:t}) -> ${5:body}`
+    with the parameter names of the table (`fold`'s `lambda (s, t)`)."""
+    parts, n = [], 0
+    for i, (p, optional) in enumerate(C.builtin_params(b)):
+        if optional:
+            break
+        names = C.lambda_params(b, i)
+        if names is not None:
+            holes = []
+            for q in names:
+                n += 1
+                holes.append(f"${{{n}:{q}}}")
+            n += 1
+            parts.append(f"({', '.join(holes)}) -> ${{{n}:body}}")
+        else:
+            n += 1
+            parts.append(f"${{{n}:{C.param_name(p)}}}")
+    return f"{b.name}({', '.join(parts)})"
+
+
+_LAMBDA = re.compile(r"\(\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\)\s*->|([A-Za-z_]\w*)\s*->")
+
+
+def _lambda_params(c: _Ctx) -> list[Item]:
+    """Parameters of the lambdas whose body the cursor is in (`(s, t) -> s + |`): a lambda's
+    body runs to the end of the argument it starts, so it is open when the bracket around it
+    is still open and no comma of that bracket follows its arrow."""
+    out: dict[str, None] = {}
+    stmt = c.stmt
+    if not c.stack:
+        return []
+    base = c.stack[0][1]  # a lambda is an argument: it lies inside the outermost open bracket
+    opens = {at - base for _k, at in c.stack}
+    for m in _LAMBDA.finditer(stmt, base):
+        around = bracket_stack(stmt[base:m.start()])
+        if not around or around[-1][1] not in opens:
+            continue
+        depth, open_ = 0, True
+        for ch in stmt[m.end():]:
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+                if depth < 0:
+                    open_ = False
+                    break
+            elif ch == "," and depth == 0:
+                open_ = False
+                break
+        if open_:
+            for n in (m.group(1) or m.group(2)).split(","):
+                out[n.strip()] = None
+    return [Item(n, "local", "lambda parameter", sort="0" + n) for n in out]
+
+
 def _letexpr(c: _Ctx) -> list[Item]:
-    out = _visible_locals(c)
+    out = _lambda_params(c)
+    seen = {i.label for i in out}
+    out += [i for i in _visible_locals(c) if i.label not in seen]
     for b in BUILTINS.values():
-        args = ", ".join(f"${{{i + 1}:{p}}}" for i, p in enumerate(b.params))
-        out.append(Item(b.name, "builtin", f"{b.signature} · {b.kinds}", f"{b.name}({args})", True,
+        out.append(Item(b.name, "builtin", f"{b.signature} · {b.kinds}", _builtin_snippet(b), True,
                         "1" + b.name, b.doc))
     for n in sorted(c.names("value")):
         sym = c.value(n)
@@ -277,10 +360,15 @@ def _option_values(c: _Ctx, owner: str, key: str) -> list[Item]:
         return [Item(v, "value", f"{key} value", sort="0" + v) for v in C.OPTION_VALUES[key]]
     if owner == "morphism" and key in ("over", "iid"):
         return _axis_names(c)
+    if owner == "sample step" and key == "over":
+        # finite sets, and the constrained spaces of E9 (`over=Mu` with `Mu : Simplex 3`)
+        return _types(c, discrete_only=True) + _space_objects(c)
     if owner in ("sample step", "marginalize step") and key in ("over", "iid_over"):
         return _types(c, discrete_only=True)
     if owner == "observe step" and key == "via":
         return _visible_locals(c)
+    if owner in ("sample step", "observe step") and key in ("lower", "upper"):
+        return _visible_locals(c)  # truncation bounds (E9): a number, a local or host data
     if owner == "deduction" and key == "start":
         return [i for i in _atoms(c, binders=False)]
     return []
@@ -331,9 +419,49 @@ def _morph_context(c: _Ctx) -> list[Item]:
     return _morphisms(c, cod, groups=in_fan)
 
 
+def _step_head(c: _Ctx) -> str:
+    """The text of the step line that the open brackets at the cursor belong to (a let
+    expression may continue over several lines inside its brackets)."""
+    first_open = c.stack[0][1] if c.stack else len(c.stmt)
+    return c.stmt[c.stmt.rfind("\n", 0, first_open) + 1:first_open]
+
+
+def _arg_index(text: str) -> int:
+    """The index of the argument being typed: commas at depth 0 in `text` (after the `(`)."""
+    depth = n = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            n += 1
+    return n
+
+
+def _letexpr_call(c: _Ctx, name: str, opener: int) -> list[Item]:
+    """Inside `name(` in a let-expression: objects where the builtin takes an object (the
+    axis of `sum(x, O)`, the index set of `fold(O, …)`, `scan(O, …)`, `eye(O)`), else the
+    let-expression candidates."""
+    b = BUILTINS.get(name)
+    if b is not None:
+        i = _arg_index(c.stmt[opener + 1:])
+        if C.is_family_param(b, i):  # `log_density(|`: families with parameters
+            return _families(step=True, improper=False)
+        if C.is_object_param(b, i):
+            objects = _types(c, discrete_only=True)
+            return objects if C.is_only_object_param(b, i) else objects + _letexpr(c)
+    return _letexpr(c)
+
+
 def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
     before = c.stmt[:opener].rstrip()
     name = word_before(before)
+    if c.keyword == "program":
+        head = _step_head(c)
+        first = _FIRST.match(head)
+        if first and first.group(1) in ("let", "score", "record") and "=" in head:
+            return _letexpr_call(c, name, opener)
     if name == "identity":
         return _types(c, discrete_only=True)
     if name in ("layer_norm", "rms_norm") and c.keyword in ("let", "export", "morphism"):
@@ -346,8 +474,6 @@ def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
         head = c.line_head
         if "<-" in head:
             return _visible_locals(c)
-        if _FIRST.match(head) and _FIRST.match(head).group(1) in ("let", "score"):
-            return _letexpr(c)
         return []
     if c.keyword in ("let", "export", "morphism"):
         return _morph_context(c)
@@ -386,6 +512,10 @@ def _items(c: _Ctx) -> list[Item]:
         kind, at = c.stack[-1]
         if kind == "#[":
             return [Item(k, "option", v, sort="0" + k, doc=v) for k, v in C.OPTION_DOCS["pragma"].items()]
+        if kind == "[" and c.keyword == "program":
+            head = _FIRST.match(_step_head(c))
+            if head and head.group(1) in ("let", "score", "record") and "=" in _step_head(c):
+                return _letexpr(c)  # a list literal or an index inside a let-expression (E9)
         if kind == "[":
             # a list value `over=[a, |`: the key is before the enclosing `[`
             outer = c.stmt[:at].rstrip()
@@ -410,13 +540,17 @@ def _items(c: _Ctx) -> list[Item]:
             return _keywords(C.STEP_SNIPPETS, "step")
         first = _FIRST.match(head).group(1) if _FIRST.match(head) else ""
         if "<-" in head:
-            return [i for i in _morphisms(c) if i.kind != "combinator"] + _families(step=True)
-        if first in ("let", "score") and "=" in head:
+            # improper families without parameters (`Flat`, `HalfFlat`) are sample targets only
+            return [i for i in _morphisms(c) if i.kind != "combinator"] + _families(
+                step=True, improper=first == "sample")
+        if first in ("let", "score", "record") and "=" in head:
             return _letexpr(c)
         if first == "return":
             return _visible_locals(c)
         if first in ("sample", "observe", "marginalize") and ":" in head:
             return _types(c, discrete_only=True)
+        if first == "data" and ":" in head:
+            return [i for i in _types(c) if i.kind == "object"]
         return []
     if kw == "deduction" and c.indent > 0:
         if not stripped:
@@ -438,6 +572,8 @@ def _items(c: _Ctx) -> list[Item]:
                 return _morph_context(c)
             return _families(step=False) + _morph_context(c)
         if ":" in c.stmt:
+            if kw == "object":
+                return _types(c) + _spaces()
             return _types(c)
         return []
     if kw in ("let", "export") and (kw == "export" or "=" in c.stmt):

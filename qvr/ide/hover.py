@@ -13,7 +13,7 @@ from typing import Optional
 
 from qvr.ide.catalog import COMBINATORS, option_doc
 from qvr.ide.entities import Builtin, Local, Top, entity_at, pick
-from qvr.sema.families import BUILTINS, FAMILIES
+from qvr.sema.families import BUILTINS, FAMILIES, space_of
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym,
                               UnknownSym)
 from qvr.sema.types import bounds_text, spell, spell_mor, structure, structure_mor
@@ -44,7 +44,7 @@ def hover(doc, offset: int) -> Optional[Hover]:
     if isinstance(ent, Top):
         text = _top(doc, ent, span)
     elif isinstance(ent, Local):
-        text = _local(doc, ent)
+        text = _local(doc, ent, span)
     elif isinstance(ent, Builtin):
         text = _builtin(ent)
     return Hover(span, text) if text else None
@@ -72,6 +72,9 @@ def symbol_lines(sym) -> tuple[str, str]:
     """(signature line(s), facts line) of a top-level symbol."""
     if isinstance(sym, ObjectSym):
         t = sym.type
+        sp = space_of(t)
+        if sp is not None:  # E9.2: a constrained space
+            return f"{sym.name} : {sp.spelling}", f"object · {sp.space.describe(sp.size)}"
         sig = f"{sym.name} : {spell(t)}{bounds_text(t)}"
         if structure(t) != spell(t) and structure(t) != "?":
             sig += f"\n= {structure(t)}"
@@ -188,10 +191,18 @@ def local_lines(doc, ent: Local) -> tuple[str, str]:
     st = doc.state
     line = doc.position(st.starts[ent.slot.index] + ent.span.start).line + 1
     detail = info.detail or info.kind
+    if info.kind == "record":  # E9.6: `record theta : School` / `recorded per draw · line 7`
+        return f"record {info.name} : {info.type_text}", f"{detail} · line {line}"
     return f"{info.name} : {info.type_text}", f"{detail} · line {line}"
 
 
-def _local(doc, ent: Local) -> str:
+def _local(doc, ent: Local, span: Optional[Span] = None) -> str:
+    info = ent.info
+    if info.kind == "observe" and span is not None \
+            and span.start < doc.state.starts[ent.slot.index] + ent.span.start:
+        # E9.1: an observed series read before its `observe` step is the observed value
+        line = doc.position(doc.state.starts[ent.slot.index] + ent.span.start).line + 1
+        return render(f"{info.name} : {info.type_text}", f"observed data of `{info.name}` (line {line})")
     return render(*local_lines(doc, ent))
 
 

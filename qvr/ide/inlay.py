@@ -1,10 +1,11 @@
 """Inlay hints: the inferred types the source does not spell out.
 
 A hint `: T` goes after the name of every top-level `let` (its morphism type), every
-program `let` step (its value kind: numeric, chart or deduction) and every `sample` step
-without an index annotation (the type of the draw: the target's codomain, or the family's
-support).  Annotated sample steps already show their plate, so they get no hint.  Types
-come from the checker's facts; nothing is re-checked here.  No LSP types here.
+program `let` or `record` step (its value kind: numeric, chart or deduction, or its axes
+when the checker knows them) and every `sample` step without an index annotation (the type
+of the draw: the target's codomain, or the family's support).  Annotated sample steps
+already show their plate, and `data X : T` steps (E9) their type, so they get no hint.
+Types come from the checker's facts; nothing is re-checked here.  No LSP types here.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import re
 
 from qvr.text import Span
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|>>|->|<-")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|>>|->|<-|@")
 
 
 def _walk(node, rel: int, out: list) -> None:

@@ -4,10 +4,11 @@ Each statement chunk is lexed with one regular expression (comments, strings, nu
 names, operators); names are then classified by the checker's facts, so an object, a
 morphism, a family, a program local, a pattern variable or host data each get their own
 type, and binding sites carry the `declaration` modifier.  Reserved words and the
-contextual deduction-entry words are keywords.  Tokens never span a line break (block
-comments are split per line) and come sorted.  The legend (`TOKEN_TYPES`,
-`TOKEN_MODIFIERS`) uses the standard LSP names, but this module knows no LSP types: the
-adapter encodes the tokens.
+contextual deduction-entry words are keywords, and so are the extension's step keywords
+`data` and `record` (docs/extensions.md E9) at the start of a program step.  Tokens never
+span a line break (block comments are split per line) and come sorted.  The legend
+(`TOKEN_TYPES`, `TOKEN_MODIFIERS`) uses the standard LSP names, but this module knows no
+LSP types: the adapter encodes the tokens.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Optional
 
 from qvr.ide.token_legend import TOKEN_MODIFIERS, TOKEN_TYPES
 from qvr.sema.symbols import DeductionSym, ObjectSym, UnknownSym
+from qvr.syntax import ast as A
 from qvr.syntax.parser import RESERVED_WORDS
 from qvr.text import Span
 
@@ -34,7 +36,9 @@ __all__ = ["TOKEN_MODIFIERS", "TOKEN_TYPES", "SemanticToken", "semantic_tokens"]
 
 _ENTRY_WORDS = ("atoms", "binders", "rule", "lexicon")
 _LOCAL_TYPES = {"parameter": "parameter", "atom": "enumMember", "binder": "macro", "patvar": "typeParameter",
-                "rule": "method", "bound": "parameter"}
+                "rule": "method", "bound": "parameter", "lambda": "parameter"}
+# locals that are host data declared by a `data` step (E9): read-only, like host data
+_READONLY_LOCALS = frozenset({"data"})
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,10 @@ def _classify_fact(doc, f, locals_) -> Optional[tuple[str, tuple]]:
         info = f.data if k == "local" else locals_.get(f.data)
         if info is None:
             return None
-        return _LOCAL_TYPES.get(info.kind, "variable"), (("declaration",) if k == "local" else ())
+        mods = ("declaration",) if k == "local" else ()
+        if info.kind in _READONLY_LOCALS:
+            mods += ("readonly",)
+        return _LOCAL_TYPES.get(info.kind, "variable"), mods
     if k == "local-binder":
         return "variable", ()
     if k == "family":
@@ -89,6 +96,30 @@ def _option_value(text: str, start: int, end: int) -> bool:
     return i >= 0 and text[i] == "=" and j < len(text) and text[j] in ",]"
 
 
+_STEP_KEYWORD = re.compile(r"^[ \t]+(data|record)[ \t]+[A-Za-z_]\w*[ \t]*[:=]", re.M)
+
+
+def _step_keywords(slot) -> set[int]:
+    """Chunk offsets of the E9 step keywords `data` and `record` (contextual: elsewhere
+    they are names).  From the program's AST, or, when the statement does not parse, from
+    lines that start like such a step."""
+    decl = slot.parsed.decl
+    if isinstance(decl, A.ProgramDecl):
+        out: set[int] = set()
+
+        def walk(steps):
+            for st in steps:
+                if isinstance(st, A.DataStep) or (isinstance(st, A.LetStep) and st.recorded):
+                    out.add(st.kw.start)
+                elif isinstance(st, A.MarginalizeStep):
+                    walk(st.body)
+        walk(decl.body)
+        return out
+    if decl is None and slot.keyword == "program":
+        return {m.start(1) for m in _STEP_KEYWORD.finditer(slot.chunk.text)}
+    return set()
+
+
 def _split_lines(text: str, start: int, end: int, typ: str, mods: tuple, out: list) -> None:
     pos = start
     while pos < end:
@@ -111,6 +142,7 @@ def semantic_tokens(doc, span: Optional[Span] = None) -> list[SemanticToken]:
             continue
         facts = slot.result.facts if slot.result is not None else ()
         locals_ = {f.span: f.data for f in facts if f.kind == "local"}
+        step_kws = _step_keywords(slot)
         by_start: dict[int, object] = {}
         for f in facts:
             if f.kind == "expr":
@@ -139,7 +171,7 @@ def semantic_tokens(doc, span: Optional[Span] = None) -> list[SemanticToken]:
                 cls = _classify_fact(doc, f, locals_) if f is not None and f.span.end == m.end() else None
                 if cls is None:
                     line_head = chunk_text[chunk_text.rfind("\n", 0, m.start()) + 1:m.start()]
-                    if word in RESERVED_WORDS:
+                    if word in RESERVED_WORDS or m.start() in step_kws:
                         cls = ("keyword", ())
                     elif word in _ENTRY_WORDS and slot.keyword == "deduction" and line_head.strip() == "" \
                             and line_head:

@@ -5,7 +5,10 @@ Works on the text before the cursor (the call is usually unfinished): the innerm
 (step targets and latent priors), builtins (let-expressions), morphism combinators
 (`fan`, `stack`, `repeat`, `scan`, `identity`, `from_data`, and the extension's
 `residual`, `layer_norm`, `rms_norm`), morphism step targets (one
-parameter per domain factor) and parametric programs.  No LSP types here.
+parameter per domain factor) and parametric programs.  Let-expression builtins (in `let`,
+`score` and `record` steps) are shown as `qvr.sema.families.BUILTINS` spells them,
+optional parameters and the lambda of `fold`/`scan`/`ode` included; a family called inside
+a let-expression (`log_density(Normal(…), x)`) shows its parameters.  No LSP types here.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from qvr.ide.catalog import COMBINATORS
+from qvr.ide.catalog import COMBINATORS, builtin_params, lambda_params
 from qvr.ide.textscan import bracket_stack, word_before
 from qvr.sema.check_morph import MORPHISM_BUILTINS
 from qvr.sema.families import BUILTINS, FAMILIES
@@ -64,7 +67,8 @@ def signature_help(doc, offset: int) -> Optional[Signature]:
     if start > offset:
         return None
     stmt = doc.text[start:offset]
-    opens = [(k, at) for k, at in bracket_stack(stmt) if k == "("]
+    stack = bracket_stack(stmt)
+    opens = [(k, at) for k, at in stack if k == "("]
     if not opens:
         return None
     at = opens[-1][1]
@@ -74,7 +78,10 @@ def signature_help(doc, offset: int) -> Optional[Signature]:
     active = _active(stmt[at + 1:])
     line_start = stmt.rfind("\n", 0, at) + 1
     line = stmt[line_start:at]
-    sig = _describe(doc, index, name, line)
+    # the step a let-expression belongs to may start lines above, at its outermost bracket
+    outer = stack[0][1]
+    step_line = stmt[stmt.rfind("\n", 0, outer) + 1:outer]
+    sig = _describe(doc, index, name, line, step_line)
     if sig is None:
         return None
     label, params, text = sig
@@ -84,12 +91,28 @@ def signature_help(doc, offset: int) -> Optional[Signature]:
     return Signature(label, params, active if active < max(n, 1) else n - 1 if n else 0, text)
 
 
-def _describe(doc, index: int, name: str, line: str):
-    in_let = re.match(r"\s*(let|score)\s+\w+\s*=", line) and not re.match(r"let\s", line)
+def _builtin(b):
+    """A let-expression builtin as its table spells it: `Builtin.signature`'s parameters
+    (optional ones marked as the table marks them, `sum(x, axis?)`), a lambda parameter
+    spelled with the lambda's own parameters, `fold(O, init, (s, t) -> body)`."""
+    params = []
+    for i, (p, _optional) in enumerate(builtin_params(b)):
+        names = lambda_params(b, i)
+        params.append(f"({', '.join(names)}) -> body" if names is not None else p)
+    label, ranges = _label(b.name, params)
+    return label, ranges, f"builtin · {b.kinds} — {b.doc}"
+
+
+def _describe(doc, index: int, name: str, line: str, step_line: str = ""):
+    in_let = re.match(r"\s*(let|score|record)\s+\w+\s*=", step_line or line) and not re.match(
+        r"let\s", step_line or line)
     if in_let and name in BUILTINS:
-        b = BUILTINS[name]
-        label, ranges = _label(name, list(b.params))
-        return label, ranges, f"builtin · {b.kinds} — {b.doc}"
+        return _builtin(BUILTINS[name])
+    if in_let and name in FAMILIES:  # `log_density(Normal(mu, sigma), x)` (E9)
+        fam = FAMILIES[name]
+        label, ranges = _label(name, [p for p, _k in fam.params])
+        kinds = ", ".join(f"{p}: {k}" for p, k in fam.params)
+        return label, ranges, f"family · support {fam.support} — {kinds}"
     if in_let and name in MORPHISM_BUILTINS:
         return None  # a let-expression builtin outside the core there (QVR900), not a morphism
     if name in COMBINATORS:

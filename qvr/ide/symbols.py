@@ -2,17 +2,19 @@
 
 Top-level declarations are symbols: objects as *class*, morphisms, `let`s and programs as
 *function*, deductions as *module*; replica members are children of their group; the
-name-binding steps of a program (marginalize blocks nested) are *variable* children of
-the program, and the rules of a deduction are *method* children.  A statement with a
-syntax error still appears when its name can be read.  Kinds are plain strings; the LSP
-adapter maps them to protocol kinds.  Workspace search is a case-insensitive subsequence
-match over the top-level symbols of several documents.
+name-binding steps of a program (marginalize blocks nested; the extension's `data` and
+`record` steps too, E9) are *variable* children of the program, and the rules of a
+deduction are *method* children.  A statement with a syntax error still appears when its
+name can be read.  Kinds are plain strings; the LSP adapter maps them to protocol kinds.
+Workspace search is a case-insensitive subsequence match over the top-level symbols of
+several documents.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from qvr.sema.families import space_of
 from qvr.sema.symbols import GroupSym, ObjectSym
 from qvr.sema.types import bounds_text, spell, spell_mor
 from qvr.syntax import ast as A
@@ -45,6 +47,9 @@ def _detail(sym) -> str:
     if sym is None:
         return ""
     if isinstance(sym, ObjectSym):
+        space = space_of(sym.type)
+        if space is not None:  # a constrained space (E9): `PositiveOrdered 2`, not its `Real 2`
+            return space.spelling
         return spell(sym.type) + bounds_text(sym.type)
     t = getattr(sym, "type", None)
     try:
@@ -61,15 +66,17 @@ def _local_types(slot) -> dict:
     return out
 
 
-def _steps(steps, base: int, types: dict) -> tuple:
+def _steps(steps, base: int, types: dict, text: str = "") -> tuple:
     out = []
     for s in steps:
         bind = getattr(s, "bind", None)
         if isinstance(s, A.ReturnStep) or not isinstance(bind, A.Name):
             continue
-        children = _steps(s.body, base, types) if isinstance(s, A.MarginalizeStep) else ()
-        out.append(DocSymbol(bind.text, "variable", types.get(bind.span, ""), s.span.shift(base),
-                             bind.span.shift(base), children))
+        children = _steps(s.body, base, types, text) if isinstance(s, A.MarginalizeStep) else ()
+        detail = types.get(bind.span, "")
+        if not detail and isinstance(s, A.DataStep) and text:
+            detail = " ".join(text[s.type.span.start:s.type.span.end].split())  # as declared (E9)
+        out.append(DocSymbol(bind.text, "variable", detail, s.span.shift(base), bind.span.shift(base), children))
     return tuple(out)
 
 
@@ -80,7 +87,7 @@ def _children(slot, decl, base: int) -> tuple:
         if decl.params is not None:
             params = tuple(DocSymbol(p.name.text, "variable", types.get(p.name.span, ""), p.span.shift(base),
                                      p.name.span.shift(base)) for p in decl.params.items)
-        return params + _steps(decl.body, base, types)
+        return params + _steps(decl.body, base, types, slot.chunk.text)
     if isinstance(decl, A.DeductionDecl):
         return tuple(DocSymbol(e.name.text, "method", "rule", e.span.shift(base), e.name.span.shift(base))
                      for e in decl.entries if isinstance(e, A.RuleEntry))

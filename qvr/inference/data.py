@@ -7,7 +7,10 @@ program reads host data named ``x`` (a covariate, the name the runtime spec itse
 for one, §5.2): then ``"x"`` is that host data, and only ``"@input"`` gives the input
 (`input_key`).  Without an input the input is `zeros(N, 1)` with `N` the leading size of
 the first observed value (1 without data) — the convention of the regression snippets.
-Everything not in the data is latent.
+Everything not in the data is latent.  A name declared by a `data NAME : T` step (E9.1)
+is host data the program reads (`host_names`, so `reads_host` and `input_key` see it): it
+comes from the data by name, the one data check runs its shape check against T, and
+synthetic data draws it with T's shape (`qvr.runtime.synth_host.HostSynthesizer.shaped`).
 
 Decision (issue 22): the checker knows whether a program reads host data `x` (a free
 name in a let-expression), so the same file key cannot mean two things for one program.
@@ -221,9 +224,11 @@ def check_data(model, x, observations: dict) -> None:
     a missing entry).  A partially observed `observe` value that a later step reads is an
     error too (the later step would read the placeholder or the NaN)."""
     from qvr.runtime.errors import MissingValueError, QvrRuntimeError
+    from qvr.runtime.constraints import improper_init
     partial = _check_missing(model, x, observations)
     try:
-        with torch.no_grad():
+        # latent sites are drawn: an improper prior (E9.2) draws a fit's initial value
+        with torch.no_grad(), improper_init():
             ex = model.execute(x, observations, score=True)
     except MissingValueError as exc:
         raise DataError(f"the data does not fit the program: {message_of(exc)}; give a data "

@@ -33,6 +33,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from qvr.runs.layout import RECORDED_PREFIX
+
 
 # ---------------------------------------------------------------- helpers
 
@@ -351,6 +353,9 @@ class Summary:
     truncated: int = 0
     columns: tuple = COLUMNS
     sites: dict = field(default_factory=dict)
+    #: recorded quantities (``record v = e``, design E9.6), under their own names: their
+    #: `sites` rows say ``"recorded": True``; `worst()` leaves them out
+    recorded: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: dict(v) for k, v in self.rows.items()}
@@ -359,8 +364,13 @@ class Summary:
         return {k: dict(v) for k, v in self.sites.items()}
 
     def worst(self) -> dict:
+        """The minimum ESS and maximum R-hat over the sites' coordinates (recorded
+        quantities are functions of the sites: the sampler's diagnostics leave them out)."""
+        rec = set(self.recorded)
+
         def pick(col, f):
-            vals = [r[col] for r in self.rows.values() if np.isfinite(r.get(col, np.nan))]
+            vals = [r[col] for k, r in self.rows.items()
+                    if k.split("[", 1)[0] not in rec and np.isfinite(r.get(col, np.nan))]
             return float(f(vals)) if vals else float("nan")
         return {"min_ess_bulk": pick("ess_bulk", min), "min_ess_tail": pick("ess_tail", min),
                 "max_r_hat": pick("r_hat", max)}
@@ -384,6 +394,8 @@ class Summary:
             lines.append(f"{name:<{width}}" + "".join(cells))
         if self.truncated:
             lines.append(f"... {self.truncated} more coordinates not shown")
+        if self.recorded:
+            lines.append("recorded per draw (record v = e): " + ", ".join(self.recorded))
         return "\n".join(lines)
 
 
@@ -401,6 +413,10 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = None,
     out = Summary(columns=tuple(columns))
     budget = max_coordinates if max_coordinates is not None else float("inf")
     for name, draws in samples.items():
+        recorded = name.startswith(RECORDED_PREFIX)  # `recorded.v`: summarised as `v`
+        if recorded:
+            name = name[len(RECORDED_PREFIX):]
+            out.recorded.append(name)
         a = np.asarray(_to_numpy(draws), dtype=np.float64)
         if a.ndim < 2 or a.shape[0] * a.shape[1] == 0:
             continue  # no draws (a run cancelled during warmup)
@@ -433,6 +449,8 @@ def summary(samples: Mapping[str, Any], max_coordinates: Optional[int] = None,
         stats = {c: np.asarray(compute[c](), dtype=np.float64).reshape(take)
                  for c in out.columns}
         out.sites[name] = site_row(shape, stats, P)
+        if recorded:
+            out.sites[name]["recorded"] = True
         table = {c: stats[c].tolist() for c in out.columns}  # Python floats, in one pass
         scalar = not shape or shape == (1,)  # scalar sites are recorded with shape (1,)
         if scalar:
@@ -485,7 +503,10 @@ def to_arviz(result):
         import arviz
     except ImportError as exc:
         raise ImportError("to_arviz needs ArviZ (pip install arviz)") from exc
-    posterior = {k: _to_numpy(v) for k, v in result.samples.items()}
+    # recorded quantities (`recorded.v`) go to the posterior under their own names, as
+    # ArviZ keeps deterministics
+    posterior = {k[len(RECORDED_PREFIX):] if k.startswith(RECORDED_PREFIX) else k:
+                 _to_numpy(v) for k, v in result.samples.items()}
     stats = {"lp": _to_numpy(result.log_densities),
              "diverging": _to_numpy(result.diverging).astype(bool),
              "acceptance_rate": _to_numpy(result.accept_probs),

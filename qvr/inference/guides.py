@@ -108,7 +108,9 @@ class AutoNormalGuide(nn.Module):
         """
         sample_shape = torch.Size(sample_shape)
         shapes = self._batch_shapes(x, observations)
+        self._last_observations = (x, dict(observations or {}))  # for log_prob (E9.2)
         out = {}
+        pins = {}  # E9.2: dependent sites, mapped once the others are drawn
         for s in self.specs:
             batch = shapes.get(s.name)
             if batch is None:
@@ -120,10 +122,20 @@ class AutoNormalGuide(nn.Module):
                 eps_shape = (*sample_shape, *batch, s.u)
             eps = torch.randn(eps_shape, dtype=loc.dtype, device=loc.device)
             z = loc + scale * eps
+            if s.dependent:
+                pins[s.name] = z.reshape((*sample_shape, *batch))
+                continue
             v = z if _is_identity(s.transform) else s.transform(z)
             event = s.event_shape
             out[s.name] = v.reshape((*sample_shape, *batch, *event))
+        if pins:
+            out.update(self._registry(x, observations).dependent_values(
+                out, pins, batch_ndims=len(sample_shape)))
         return out
+
+    def _registry(self, x, observations):
+        obs = dict(observations or {})
+        return build_registry(self.model[0], x, obs, observed_names=self.observed_names | set(obs))
 
     def sample(self, x, observations: Optional[dict] = None, sample_shape=torch.Size()):
         with torch.no_grad():
@@ -138,13 +150,35 @@ class AutoNormalGuide(nn.Module):
         gradient-free parameters (the sticking-the-landing estimator).
         """
         total = None
+        dependent = None
+        if any(s.dependent and s.name in values for s in self.specs):  # E9.2
+            latent = {s.name: values[s.name] for s in self.specs if s.name in values}
+            last_x, obs = getattr(self, "_last_observations", (None, {}))
+            obs = {**(obs if last_x is x else {}),
+                   **{k: v for k, v in values.items() if k not in latent}}
+            dependent = self._registry(x, obs).dependent_inverse(latent, batch_ndims=batch_ndims)
         for s in self.specs:
             if s.name not in values:
                 continue
             v = values[s.name]
             lead = v.shape[:batch_ndims]
-            v = v.reshape(*v.shape[:v.dim() - len(s.event_shape)], s.d) if s.event_shape \
-                else v.unsqueeze(-1)
+            if dependent is not None and s.name in dependent:
+                z, logdet = dependent[s.name]
+                loc, log_scale = self.loc(s.name), getattr(self, f"log_scale_{s.name}")
+                if detach_params:
+                    loc, log_scale = loc.detach(), log_scale.detach()
+                scale = torch.exp(log_scale).clamp(min=_MIN_SCALE)
+                z = z.unsqueeze(-1)
+                lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
+                lq = lq.reshape((*lead, -1)).sum(-1) - logdet
+                total = lq if total is None else total + lq
+                continue
+            if len(s.event_shape) > 1:  # E9.2: a matrix event (`CholeskyFactor K`)
+                pass
+            elif s.event_shape:
+                v = v.reshape(*v.shape[:v.dim() - len(s.event_shape)], s.d)
+            else:
+                v = v.unsqueeze(-1)
             identity = _is_identity(s.transform)
             z = v if identity else s.transform.inv(v)
             loc, log_scale = self.loc(s.name), getattr(self, f"log_scale_{s.name}")

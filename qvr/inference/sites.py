@@ -39,6 +39,10 @@ class LatentSite:
       d: constrained event size; u: unconstrained event size (``d - 1`` on a simplex).
       num_events: how many events the value holds (``prod(shape) / d``).
       plate: ``|I|`` of a plate site, else None.
+      dependent: the bounds of the support are run-time values (docs/extensions.md E9.2:
+        `Uniform(0.0, ub)`, a truncation bound that is a local): `transform` is only the
+        shape pass's; the registry maps the site through the bijector of the bounds of
+        each evaluation (`Registry.unpack`).
     """
 
     name: str
@@ -51,6 +55,7 @@ class LatentSite:
     u: int
     num_events: int
     plate: Optional[int] = None
+    dependent: bool = False
 
     @property
     def batch_shape(self) -> tuple:
@@ -77,9 +82,22 @@ def _event_shape_of(record, value: torch.Tensor) -> tuple:
     return tuple(value.shape[value.dim() - rank:]) if rank else ()
 
 
-def _check_bounds(program, name: str) -> None:
-    """Spec 5.3a: a latent Uniform/TruncatedNormal needs literal bounds."""
+def _is_dependent(program, name: str) -> bool:
+    """E9.2: the site's step module builds its support from run-time bounds."""
     from qvr.runtime.steps import SiteStep
+    walk = getattr(program, "_walk", None)
+    for step, _ in (walk() if walk is not None else ()):
+        if isinstance(step, SiteStep) and step.name == name:
+            return bool(getattr(getattr(program, step.module_name, None), "dependent", False))
+    return False
+
+
+def _check_bounds(program, name: str) -> None:
+    """Spec 5.3a: a latent Uniform/TruncatedNormal needs literal bounds, unless its step
+    maps it through the bounds of each evaluation (E9.2, `_is_dependent`)."""
+    from qvr.runtime.steps import SiteStep
+    if _is_dependent(program, name):
+        return
     for step, _ in program._walk():
         if isinstance(step, SiteStep) and step.name == name and step.family in _BOUNDED_BY_ARGS:
             idx = _BOUNDED_BY_ARGS[step.family]
@@ -115,7 +133,7 @@ def _site_from_record(program, rec) -> LatentSite:
         raise ValueError(f"latent site `{rec.name}`: no bijector to its support {support}; "
                          "guides and MCMC cannot handle it") from None
     d = math.prod(event_shape) if event_shape else 1
-    if len(event_shape) > 1:
+    if len(event_shape) > 1 and not _matrix_ok(transform, event_shape):
         raise ValueError(f"latent site `{rec.name}` has a matrix-valued event "
                          f"{event_shape}; guides and MCMC support scalar and vector events")
     u_shape = transform.inverse_shape(torch.Size(event_shape or (1,)))
@@ -123,7 +141,15 @@ def _site_from_record(program, rec) -> LatentSite:
     num_events = math.prod(shape) // d if d else 0
     plate = shape[0] if kind == "plate" and shape else None
     return LatentSite(rec.name, kind, shape, tuple(event_shape), support, transform, d, u,
-                      num_events, plate)
+                      num_events, plate, _is_dependent(program, rec.name))
+
+
+def _matrix_ok(transform, event_shape) -> bool:
+    """A matrix event whose bijector maps a vector to it (E9.2: `CholeskyFactor K`)."""
+    try:
+        return len(transform.inverse_shape(torch.Size(event_shape))) == 1
+    except Exception:
+        return False
 
 
 class Registry:
@@ -135,8 +161,11 @@ class Registry:
     and is `vmap`-safe.
     """
 
-    def __init__(self, sites: list[LatentSite]):
+    def __init__(self, sites: list[LatentSite], model=None, x=None, observations=None):
         self.sites = list(sites)
+        # E9.2: a site with a dependent support is mapped by a pass of the program
+        self.model, self.x, self.observations = model, x, dict(observations or {})
+        self.dependent = [s for s in self.sites if s.dependent]
         self.by_name = {s.name: s for s in self.sites}
         offsets, start = [], 0
         for s in self.sites:
@@ -165,15 +194,39 @@ class Registry:
         """One flat vector `(D,)` -> (constrained values, summed log|det J|)."""
         values = {}
         logdet = z.new_zeros(())
+        pins = {}
         for s, (a, b) in zip(self.sites, self.offsets):
             zs = z[a:b].reshape(s.unconstrained_shape)
+            if s.dependent:  # mapped below, in program order
+                pins[s.name] = zs.reshape(s.shape)
+                continue
             v = s.transform(zs)
             logdet = logdet + _logdet(s, zs, v)
             values[s.name] = v.reshape(s.shape)
+        if pins:
+            dep, extra = self._pinned(values, pins)
+            values.update(dep)
+            if extra is not None:
+                logdet = logdet + extra
         return values, logdet
+
+    def _pinned(self, values: dict, pins: dict) -> tuple:
+        """E9.2: the values of the dependent sites for their unconstrained `pins`: one
+        forward pass of the program (no densities, nothing drawn: every other latent
+        value is given) in which each such site is `T(z)`, `T` the bijector of the
+        support its step computes from the values before it; and the summed log|det J|."""
+        from qvr.runtime.constraints import pinned
+        if self.model is None:
+            raise ValueError("latent sites whose bounds depend on other values need the "
+                             "registry's model (build it with build_registry)")
+        with pinned(pins) as rec:
+            ex = self.model.execute(self.x, {**self.observations, **values}, score=False)
+        return {n: ex.sites[n].value.reshape(self.by_name[n].shape) for n in pins}, rec.logdet
 
     def constrain(self, z: torch.Tensor) -> dict:
         """Flat `(..., D)` -> `{name: (..., *shape)}` constrained values (no Jacobian)."""
+        if self.dependent:
+            return self._constrain_by_passes(z)
         lead = z.shape[:-1]
         out = {}
         for s, (a, b) in zip(self.sites, self.offsets):
@@ -181,15 +234,88 @@ class Registry:
             out[s.name] = s.transform(zs).reshape((*lead, *s.shape))
         return out
 
+    def _constrain_by_passes(self, z: torch.Tensor) -> dict:
+        """`constrain` with dependent sites: `unpack` per point (vmapped when possible)."""
+        lead = z.shape[:-1]
+        flat = z.reshape(-1, z.shape[-1])
+        names = self.names
+
+        def one(z1):
+            values, _ = self.unpack(z1)
+            return tuple(values[n] for n in names)
+
+        with torch.no_grad():
+            try:
+                from torch.func import vmap
+                outs = vmap(one, randomness="same")(flat)
+            except Exception:  # a program vmap cannot run: one point at a time
+                rows = [one(flat[i]) for i in range(flat.shape[0])]
+                outs = tuple(torch.stack([r[k] for r in rows]) if rows else
+                             flat.new_zeros((0, *self.by_name[n].shape))
+                             for k, n in enumerate(names))
+        return {n: o.reshape((*lead, *self.by_name[n].shape)) for n, o in zip(names, outs)}
+
+    def transforms_at(self, values: dict) -> dict:
+        """`{site: bijector}` at the constrained `values` (one point): a dependent site's
+        from the support its step computes with these values (E9.2), the others'
+        fixed ones."""
+        out = {s.name: s.transform for s in self.sites}
+        if self.dependent:
+            given = {**self.observations, **{k: torch.as_tensor(v) for k, v in values.items()}}
+            with torch.no_grad():
+                ex = self.model.execute(self.x, given, score=False)
+            for s in self.dependent:
+                out[s.name] = biject_to(ex.sites[s.name].support)
+        return out
+
+    def dependent_values(self, values: dict, z: dict, batch_ndims: int = 0) -> dict:
+        """E9.2, for guides: the constrained values of the dependent sites from their
+        unconstrained `z` (`{name: (*lead, *shape)}`), given the other sites' `values`
+        with `batch_ndims` leading particle axes (differentiable)."""
+        def one(vals, zs):
+            return self._pinned(vals, zs)[0]
+        return _over_lead(one, batch_ndims)(values, z)
+
+    def dependent_inverse(self, values: dict, batch_ndims: int = 0) -> dict:
+        """E9.2, for guides: `{name: (z, log|det J|)}` of the dependent sites at the
+        constrained `values` (every latent site; `batch_ndims` leading particle axes),
+        each through the bijector of the support its step computes from these values."""
+        def one(vals):
+            ex = self.model.execute(self.x, {**self.observations, **vals}, score=False)
+            out = {}
+            for s in self.dependent:
+                v = vals[s.name]
+                t = biject_to(ex.sites[s.name].support)
+                z = t.inv(v)
+                out[s.name] = (z, t.log_abs_det_jacobian(z, v).sum())
+            return out
+        return _over_lead(one, batch_ndims)(values)
+
     def unconstrain(self, values: dict) -> torch.Tensor:
         """Constrained values (one point) -> the flat unconstrained vector `(D,)`."""
         parts = []
+        transforms = self.transforms_at(values)
         for s in self.sites:
-            v = torch.as_tensor(values[s.name]).reshape(*s.batch_shape, s.d)
-            parts.append(s.transform.inv(v).reshape(-1))
+            t = transforms[s.name]
+            if s.dependent:
+                v = torch.as_tensor(values[s.name]).reshape(s.shape)
+                parts.append(t.inv(v).reshape(-1))
+                continue
+            v = torch.as_tensor(values[s.name]).reshape(*s.batch_shape, *(s.event_shape or (1,)))
+            parts.append(t.inv(v).reshape(-1))
         if not parts:
             return torch.zeros(0)
         return torch.cat(parts)
+
+
+def _over_lead(fn, n: int):
+    """`fn` mapped over `n` leading axes of its (dict) arguments with vmap."""
+    if n == 0:
+        return fn
+    from torch.func import vmap
+    for _ in range(n):
+        fn = vmap(fn, randomness="same")
+    return fn
 
 
 def _logdet(site: LatentSite, z: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -215,7 +341,10 @@ def build_registry(model, x, observations: Optional[dict] = None,
     cache = model.__dict__.setdefault("_qvr_registry_cache", {})
     key = (_cache_key(x, observations), tuple(sorted(observed)))
     if key in cache:
-        return cache[key]
+        reg = cache[key]
+        if reg.dependent:  # E9.2: its passes read this call's input and observations
+            return Registry(reg.sites, model, x, observations)
+        return reg
     records = shape_pass(model, x, {k: v for k, v in observations.items()})
     from qvr.inference.enumerate import check_discrete_latent, is_finite_support
     inside = _marginalized_names(model)
@@ -227,7 +356,7 @@ def build_registry(model, x, observations: Optional[dict] = None,
             continue  # a finite latent: summed out exactly (qvr.inference.enumerate)
         check_discrete_latent(name, rec.support)
         sites.append(_site_from_record(model, rec))
-    reg = Registry(sites)
+    reg = Registry(sites, model, x, observations)
     cache[key] = reg
     return reg
 
@@ -245,8 +374,10 @@ def shape_pass(model, x, observations: dict) -> dict:
         raise ValueError(f"{type(model).__name__} is not a program: guides and MCMC need a "
                          "model with execute/log_joint (a compiled, lifted or Python-built "
                          "MonadicProgram)")
+    from qvr.runtime.constraints import improper_init
     devices = [x.device] if isinstance(x, torch.Tensor) and x.device.type == "cuda" else []
-    with torch.no_grad(), torch.random.fork_rng(devices=devices):  # leave the RNG alone
+    # leave the RNG alone; improper priors (E9.2) draw Stan's initial values
+    with torch.no_grad(), torch.random.fork_rng(devices=devices), improper_init():
         ex = execute(x, observations, score=False)
     return ex.sites
 
@@ -273,9 +404,10 @@ class SiteSpec:
     d: int
     u: int
     plate: Optional[int] = None
+    dependent: bool = False  # E9.2: bounds computed per evaluation (see LatentSite)
 
 
-def _spec_of(name, kind, event_shape, support, plate) -> SiteSpec:
+def _spec_of(name, kind, event_shape, support, plate, dependent: bool = False) -> SiteSpec:
     from qvr.inference.enumerate import check_discrete_latent
     check_discrete_latent(name, support)
     if support.is_discrete:
@@ -290,7 +422,7 @@ def _spec_of(name, kind, event_shape, support, plate) -> SiteSpec:
     d = math.prod(event_shape) if event_shape else 1
     u_shape = transform.inverse_shape(torch.Size(event_shape or (1,)))
     return SiteSpec(name, kind, tuple(event_shape), support, transform, d, int(u_shape[-1]),
-                    plate)
+                    plate, dependent)
 
 
 def static_sites(model, observed_names) -> list[SiteSpec]:
@@ -321,6 +453,13 @@ def static_sites(model, observed_names) -> list[SiteSpec]:
             continue
         _check_bounds(model, step.name)
         fam = FAMILIES[step.family]
+        static = getattr(module, "static_distribution", None)
+        if static is not None:  # E9.2: truncation, improper priors, spaces
+            dist = static(step.args, lambda kind: torch.tensor(_DUMMY.get(kind, 1.0)))
+            out.append(_spec_of(step.name, kind, tuple(dist.event_shape), dist.support,
+                                step.plate if kind == "plate" else None,
+                                _is_dependent(model, step.name)))
+            continue
         args = []
         for a, (_, pkind) in zip(step.args, fam.params):
             if a.kind == "lit":

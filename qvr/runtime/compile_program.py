@@ -21,6 +21,9 @@ from qvr.runtime.objects import from_type
 from qvr.runtime.steps import (GLOBAL, PLATE, ROW, AliasStep, Arg, FamilyStep, LetStep,
                                MarginalizeStep, SiteStep)
 from qvr.sema.families import FAMILIES
+from qvr.runtime.data_step import DataStep  # E9.1
+from qvr.sema.axes import (Axis, ExprAxes, family_step_axes, observed_axes, spell_axes,
+                           type_expr_axes)
 from qvr.sema.symbols import ProgramSym
 from qvr.sema.typed import option_values
 from qvr.syntax import ast as A
@@ -41,10 +44,27 @@ def check_program_families(mc, td) -> bool:
     """Report QVR950 for every inline family of the block this runtime does not implement."""
     ok = True
     for t in _family_targets(td.decl.body, mc.values):
-        if not inline_supported(t.name.text):
+        if not inline_supported(t.name.text) and not _space_family(mc, td.decl.body, t):
             mc.unsupported(td, t.name.span, f"family `{t.name.text}`")
             ok = False
     return ok
+
+
+def _space_family(mc, steps, target) -> bool:
+    """E9.2: `LKJCholesky(eta) [over=L]` with `object L : CholeskyFactor K` is implemented
+    (`qvr.runtime.constraints.SupportStep`) although the family is optional elsewhere."""
+    from qvr.sema.families import space_of
+    for s in steps:
+        if isinstance(s, A.MarginalizeStep):
+            if _space_family(mc, s.body, target):
+                return True
+        if getattr(s, "target", None) is target and s.options is not None:
+            for e in s.options.entries:
+                if e.key.text == "over" and isinstance(e.value, A.OVName):
+                    sym = mc.tm.symbol("type", e.value.text)
+                    sp = space_of(sym.type) if sym is not None else None
+                    return sp is not None and sp.kind == "CholeskyFactor"
+    return False
 
 
 def compile_program(mc, td, *, values: dict, deductions: dict,
@@ -62,6 +82,9 @@ class _Builder:
         self.modules: dict = {}
         self.levels: dict = {}
         self.host: set = set()
+        self.pre: list = []  # E9.2: steps a site needs first (host-data arguments)
+        self.axes: dict = {}  # E9.1: env key -> typed axes (qvr.sema.axes), None: unknown
+        self.observed_done: set = set()  # E9.1: env keys of observe steps compiled so far
 
     # ------------------------------------------------------------ the program
     def program(self, td, consts: dict) -> MonadicProgram:
@@ -76,6 +99,7 @@ class _Builder:
                 scope[pname] = pname
                 self.levels[pname] = ROW
                 input_parts.append((pname, part))
+                self.axes[pname] = _param_axes(part)  # E9.1
         ctx = _Ctx(td, scope, dict(consts), "", self.values, self.deductions)
         steps, ret = self.block(d.body, ctx)
         prog = MonadicProgram(domain, codomain, steps, (ret,), label=d.name.text,
@@ -93,13 +117,21 @@ class _Builder:
                     _is_template(ctx.values[s.target.name.text]):
                 steps.extend(self.template_call(s, ctx))
             elif isinstance(s, _SITE_STEPS):
-                steps.append(self.site(s, ctx, marg))
+                step = self.site(s, ctx, marg)
+                steps.extend(self.pre)  # E9.2: host-data family arguments, read first
+                self.pre.clear()
+                steps.append(step)
             elif isinstance(s, A.LetStep):
                 steps.append(self.let(s, ctx, score=False))
             elif isinstance(s, A.ScoreStep):
                 steps.append(self.let(s, ctx, score=True))
             elif isinstance(s, A.MarginalizeStep):
-                steps.append(self.marginalize(s, ctx))
+                step = self.marginalize(s, ctx)
+                steps.extend(self.pre)
+                self.pre.clear()
+                steps.append(step)
+            elif isinstance(s, A.DataStep):
+                steps.append(self.data(s, ctx))  # E9.1
             elif isinstance(s, A.ReturnStep):
                 ret = ctx.scope[s.value.text]
         return steps, ret
@@ -118,6 +150,8 @@ class _Builder:
                 return ("const", ctx.consts[name])
             if name in ctx.deductions:
                 return ("deduction", name)
+            if self.observed_later(ctx, name) is not None:  # E9.1: read before its observe
+                return ("observed", ctx.prefix + name)
             self.host.add(name)
             return ("host", name)
         return resolve
@@ -136,6 +170,8 @@ class _Builder:
         if isinstance(a, A.Name):
             if a.text in ctx.scope:
                 return Arg("local", ctx.scope[a.text]), self.level_of(ctx, a.text)
+            if a.text not in ctx.consts:  # E9.2: host data
+                return self.host_arg(a.text, ctx), ROW
             return Arg("lit", float(ctx.consts[a.text])), GLOBAL
         # a[c] inside a grouped marginalize block
         return Arg("gather", ctx.scope[a.base.text], ctx.scope[a.index.text]), ROW
@@ -185,10 +221,13 @@ class _Builder:
             from qvr.runtime.compile import Skip
             raise Skip
         pairs = [self.arg(a, ctx) for a in s.target.args or ()]
+        support = self.support_options(s, ctx, fam, pairs)  # E9.2
         args = tuple(p[0] for p in pairs)
         level = max((p[1] for p in pairs), default=GLOBAL)
         event_size = None
-        if "over" in opts and fam.event_rank >= 1:
+        if support is not None and support["space"] is not None:
+            event_size = support["space"].size
+        elif "over" in opts and fam.event_rank >= 1:
             over = opts["over"]
             names = over if isinstance(over, list) else [over]
             size = 1
@@ -207,18 +246,106 @@ class _Builder:
             kind = "global"
         else:
             kind = "local"
+        vaxes = family_step_axes(s, fam, self.object_type, self.axes_scope(ctx).name_axes)  # E9.1
         key = self.key(ctx, name)
-        self.modules[key] = FamilyStep(tname, event_size, default_event, label=f"{tname} ({name})")
+        self.axes[key] = vaxes
+        if observe:
+            self.observed_done.add(key)
+        if support is not None:
+            self.modules[key] = self.support_step(key, tname, event_size, default_event,
+                                                  f"{tname} ({name})", support, s, ctx)
+        else:
+            self.modules[key] = FamilyStep(tname, event_size, default_event,
+                                           label=f"{tname} ({name})")
         self.levels[key] = {"global": GLOBAL, "plate": PLATE}.get(kind, ROW)
         return SiteStep(key, observe, tname, args, (), plate, plate_name, event_size,
                         site_kind=kind, all_global=level == GLOBAL, via=via, text=text)
 
+    # ------------------------------------------------------------ E9.2 supports
+    def host_arg(self, name: str, ctx) -> Arg:
+        """A family argument or bound read from host data: a hidden `let` step before
+        the site reads it (so the executor sees an ordinary local)."""
+        key = f"{ctx.prefix}_host{len(self.levels)}_{name}"
+        self.levels[key] = ROW
+        from qvr.runtime.letexpr import _num
+        if self.observed_later(ctx, name) is not None:  # E9.1: an observed value read early
+            from qvr.runtime.data_step import read_observed
+            self.pre.append(LetStep(key, lambda frame, b, _k=ctx.prefix + name, _n=name:
+                                    _num(frame, read_observed(frame, _k, _n)),
+                                    text=f"observed `{name}`", reads=()))
+            return Arg("local", key)
+        self.host.add(name)
+        self.pre.append(LetStep(key, lambda frame, b, _n=name: _num(frame, frame.host(_n)),
+                                text=f"host data `{name}`", reads=()))
+        return Arg("local", key)
+
+    def support_options(self, s, ctx, fam, pairs):
+        """E9.2: the truncation bounds (appended to `pairs`, lower then upper), the
+        constrained space of `over=`, and whether the support's bounds are run-time values;
+        None for a step that uses none of it (an ordinary `FamilyStep`)."""
+        from qvr.sema.families import space_of
+        entries = {e.key.text: e.value for e in (s.options.entries if s.options else ())}
+        bounds = {}
+        for key in ("lower", "upper"):
+            v = entries.get(key)
+            if isinstance(v, A.Number):
+                bounds[key] = (Arg("lit", float(v.value)), GLOBAL)
+            elif isinstance(v, A.OVName):
+                bounds[key] = self.arg(A.Name(v.text, v.span), ctx)
+        space = None
+        over = entries.get("over")
+        if isinstance(over, A.OVName):
+            sym = self.mc.tm.symbol("type", over.text)
+            space = space_of(sym.type) if sym is not None else None
+        by_args = {"Uniform": (0, 1), "TruncatedNormal": (2, 3), "Pareto": (0,)}.get(fam.name, ())
+        dependent = any(i < len(pairs) and pairs[i][0].kind != "lit" for i in by_args)
+        dependent = dependent or any(b[0].kind != "lit" for b in bounds.values())
+        if not (bounds or space is not None or fam.improper or dependent):
+            return None
+        params = [p[0] for p in pairs]
+        pairs.extend(bounds[k] for k in ("lower", "upper") if k in bounds)
+        return {"lower": "lower" in bounds, "upper": "upper" in bounds, "space": space,
+                "dependent": dependent, "bounds": bounds, "params": params}
+
+    def support_step(self, key, family, event_size, default_event, label, support, s, ctx):
+        from qvr.runtime.constraints import (CDF_FAMILIES, SupportStep,
+                                             constant_log_normaliser)
+        fam = FAMILIES[family]
+        log_norm = None
+        bounds = support["bounds"]
+        if bounds and not fam.improper:
+            literal = support["params"]
+            if all(a.kind == "lit" for a in literal) and \
+                    all(b[0].kind == "lit" for b in bounds.values()):
+                lo = bounds["lower"][0].value if "lower" in bounds else None
+                hi = bounds["upper"][0].value if "upper" in bounds else None
+                log_norm = constant_log_normaliser(family, [a.value for a in literal], lo, hi)
+            elif family not in CDF_FAMILIES:
+                self.mc.unsupported(ctx.td, s.target.name.span,
+                                    f"truncation of `{family}` with variable arguments")
+                from qvr.runtime.compile import Skip
+                raise Skip
+        space = support["space"]
+        return SupportStep(family, event_size, default_event, label=label, site=key,
+                           has_lower=support["lower"], has_upper=support["upper"],
+                           log_norm=log_norm, space=space.kind if space is not None else None,
+                           space_size=space.size if space is not None else 0,
+                           dependent=support["dependent"])
+
     def let(self, s, ctx, score: bool):
-        fn = compile_let(s.rhs, self.resolver(ctx), self.mc.resolve_size)
-        level = max((self.level_of(ctx, n) for n in free_names(s.rhs)), default=GLOBAL)
+        self.check_densities(s.rhs, ctx)  # E9.1: QVR950 for `log_density` of a family we lack
+        walker = ExprAxes(self.axes_scope(ctx))  # E9.1: typed axes of every sub-expression
+        vaxes = walker.expr(s.rhs)
+        fn = compile_let(s.rhs, self.resolver(ctx), self.mc.resolve_size, walker)
+        names = free_names(s.rhs, is_object=lambda n: n not in ctx.scope and n not in ctx.consts
+                           and self.object_type(n) is not None)
+        level = max((self.level_of(ctx, n) for n in names), default=GLOBAL)
+        reads = tuple(ctx.scope[n] for n in sorted(_names_in(s.rhs)) if n in ctx.scope)
         key = self.key(ctx, s.bind.text)
         self.levels[key] = level
-        return LetStep(key, fn, score=score, text=self.text(ctx, s))
+        self.axes[key] = vaxes
+        return LetStep(key, fn, score=score, text=self.text(ctx, s),
+                       recorded=bool(getattr(s, "recorded", False)), reads=reads)
 
     def marginalize(self, s: A.MarginalizeStep, ctx):
         opts = option_values(s.options)
@@ -260,6 +387,133 @@ class _Builder:
         return steps + [AliasStep(key, ret, text=self.text(ctx, s))]
 
 
+    # ------------------------------------------------------------ E9.1
+    def object_type(self, name: str):
+        """The front end's resolved type of object `name`, None if it is not an object."""
+        from qvr.sema.symbols import ObjectSym
+        sym = self.mc.tm.symbol("type", name)
+        return sym.type if isinstance(sym, ObjectSym) else None
+
+    def axes_scope(self, ctx) -> "_AxesScope":
+        return _AxesScope(self, ctx)
+
+    def observed_later(self, ctx, name: str):
+        """The `observe` step of this block's program that binds `name` later (so a
+        let-expression before it reads the observed value), or None."""
+        if ctx.prefix + name in self.observed_done:
+            return None
+        return _observe_steps(ctx.td.decl.body).get(name)
+
+    def data(self, s: A.DataStep, ctx) -> DataStep:
+        """`data X : T` (E9.1): reads host data `X`, checks its shape, binds it."""
+        axes = type_expr_axes(s.type, self.object_type) or ()
+        name = s.bind.text
+        self.host.add(name)
+        dom = ctx.td.decl.dom
+        first = s.type
+        while isinstance(first, A.TParen):
+            first = first.inner
+        if isinstance(first, A.TProd):
+            first = first.factors[0]
+        row_axis = isinstance(first, A.TName) and isinstance(dom, A.TName) \
+            and first.name.text == dom.name.text
+        key = self.key(ctx, name)
+        self.levels[key] = ROW if row_axis else GLOBAL
+        self.axes[key] = axes
+        return DataStep(key, name, tuple(a.size for a in axes), spell_axes(axes), row_axis,
+                        text=self.text(ctx, s))
+
+    def check_densities(self, rhs, ctx) -> None:
+        """QVR950 for a `log_density(F(…), x)` whose family this runtime does not build."""
+        from qvr.runtime.compile import Skip
+        bad = [c for c in _family_calls(rhs) if not inline_supported(c.callee.text)]
+        for c in bad:
+            self.mc.unsupported(ctx.td, c.callee.span, f"family `{c.callee.text}` in `log_density`")
+        if bad:
+            raise Skip
+
+
+class _AxesScope:
+    """What names mean to the axes walk (qvr.sema.axes.ExprAxes) at compile time."""
+
+    def __init__(self, builder: "_Builder", ctx):
+        self.b, self.ctx = builder, ctx
+
+    def name_axes(self, text: str):
+        if text in self.ctx.scope:
+            return self.b.axes.get(self.ctx.scope[text])
+        if text in self.ctx.consts:
+            return ()
+        step = self.b.observed_later(self.ctx, text)
+        return observed_axes(step, self.b.object_type) if step is not None else None
+
+    def is_local(self, text: str) -> bool:
+        return text in self.ctx.scope or text in self.ctx.consts
+
+    def object_type(self, text: str):
+        return self.b.object_type(text)
+
+
+def _observe_steps(body) -> dict:
+    """name -> the first `observe` step binding it, marginalize blocks included."""
+    out: dict = {}
+    for s in body:
+        if isinstance(s, A.ObserveStep) and isinstance(s.bind, A.Name):
+            out.setdefault(s.bind.text, s)
+        elif isinstance(s, A.MarginalizeStep):
+            for k, v in _observe_steps(s.body).items():
+                out.setdefault(k, v)
+    return out
+
+
+def _family_calls(e) -> list:
+    """The family calls `F(…)` that are first arguments of `log_density` in `e`."""
+    out = []
+
+    def walk(x):
+        if isinstance(x, A.ECall):
+            if x.callee.text == "log_density" and x.args:
+                f = x.args[0]
+                while isinstance(f, A.EParen):
+                    f = f.inner
+                if isinstance(f, A.ECall) and f.callee.text in FAMILIES:
+                    out.append(f)
+            for a in x.args:
+                walk(a)
+        elif isinstance(x, A.EBinOp):
+            walk(x.left)
+            walk(x.right)
+        elif isinstance(x, (A.ENeg,)):
+            walk(x.operand)
+        elif isinstance(x, A.EParen):
+            walk(x.inner)
+        elif isinstance(x, A.EList):
+            for a in x.items:
+                walk(a)
+        elif isinstance(x, A.EIndex):
+            for a in x.indices:
+                walk(a)
+        elif isinstance(x, A.ELambda):
+            walk(x.body)
+        elif isinstance(x, A.EFactor):
+            if isinstance(x.body, A.FactorCases):
+                for c in x.body.cases:
+                    walk(c.expr)
+            else:
+                walk(x.body)
+    walk(e)
+    return out
+
+
+def _param_axes(part):
+    """The axes of a data parameter (E9.1): none for a finite index, one for a vector."""
+    if part.is_discrete and part.width == 1:
+        return ()
+    if part.is_continuous:
+        return (Axis(None, part.width),)
+    return None
+
+
 class _Ctx:
     """Name resolution state of one block: scope (source name -> env key), constants."""
 
@@ -274,6 +528,24 @@ class _Ctx:
     def child(self) -> "_Ctx":
         return _Ctx(self.td, dict(self.scope), self.consts, self.prefix, self.values,
                     self.deductions)
+
+
+def _names_in(node) -> set:
+    """Every name spelled anywhere in a let-expression's tree (binders and lambda parameters
+    included: an over-approximation of what it reads, whatever its shape; E9.6 uses it to
+    know which steps a recorded value needs)."""
+    import dataclasses
+    out: set = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, A.Name):
+            out.add(n.text)
+        elif isinstance(n, (list, tuple)):
+            stack.extend(n)
+        elif dataclasses.is_dataclass(n) and not isinstance(n, type):
+            stack.extend(getattr(n, f.name) for f in dataclasses.fields(n))
+    return out
 
 
 def _is_template(v) -> bool:

@@ -44,7 +44,8 @@ _TORCH_BY_NAME = {
     "NegativeBinomial": D.NegativeBinomial, "Geometric": D.Geometric,
     "ContinuousBernoulli": D.ContinuousBernoulli,
 }
-_SPECIAL_INLINE = {"LogitNormal", "TruncatedNormal", "Dirichlet", "Categorical"}
+_SPECIAL_INLINE = {"LogitNormal", "TruncatedNormal", "Dirichlet", "Categorical",
+                   "Flat", "HalfFlat"}  # E9.2: improper priors (qvr.runtime.constraints)
 INLINE_FAMILIES = frozenset(_TORCH_BY_NAME) | _SPECIAL_INLINE
 
 
@@ -78,6 +79,9 @@ def inline_distribution(name: str, args, event_size: Optional[int] = None,
     program's codomain) is used only to broadcast a scalar Dirichlet concentration.
     """
     fam = FAMILIES[name]
+    if fam.improper:  # E9.2: `Flat`, `HalfFlat` (no arguments)
+        from qvr.runtime.constraints import improper
+        return improper(name, event_size)
     args = _float_args(list(args))
     vals = [clamp_param(a, kind) for a, (_, kind) in zip(args, fam.params)]
     if name == "LogitNormal":

@@ -42,8 +42,10 @@ def _float(v):
 _UNARY = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "sigmoid": torch.sigmoid}
 
 
-def free_names(expr) -> set:
-    """Every name read by a let-expression (binders excluded), for level analysis."""
+def free_names(expr, is_object=None) -> set:
+    """Every name read by a let-expression (binders excluded), for level analysis.
+    `is_object(name)`: whether a name in an object position of an E9.1 builtin
+    (`sum(x, Coef)`, `eye(Obs)`) names an object rather than a value."""
     out: set = set()
 
     def walk(e, bound):
@@ -58,8 +60,18 @@ def free_names(expr) -> set:
         elif isinstance(e, A.EParen):
             walk(e.inner, bound)
         elif isinstance(e, A.ECall):
-            for a in e.args:
+            args = e.args[1:] if e.callee.text in ("fold", "scan") else e.args  # E9.3: O is an object
+            pos = _OBJECT_ARGS.get(e.callee.text)  # E9.1: an object argument reads no value
+            if pos is not None and is_object is not None and len(e.args) > pos \
+                    and isinstance(e.args[pos], A.EName) and is_object(e.args[pos].name.text):
+                args = tuple(a for a in args if a is not e.args[pos])
+            for a in args:
                 walk(a, bound)
+        elif isinstance(e, A.EList):  # E9.1
+            for a in e.items:
+                walk(a, bound)
+        elif isinstance(e, A.ELambda):  # E9.3: parameters are bound in the body
+            walk(e.body, bound | {p.text for p in e.params})
         elif isinstance(e, A.EMethod):
             if e.receiver.text not in bound:
                 out.add(e.receiver.text)
@@ -82,15 +94,34 @@ def free_names(expr) -> set:
     return out
 
 
-def compile_let(expr, resolve: Callable, type_size: Callable) -> Callable:
-    """A closure `f(frame, binders)` computing `expr` (see the module docstring)."""
-    return _Compiler(resolve, type_size).expr(expr, frozenset())
+def compile_let(expr, resolve: Callable, type_size: Callable, axes=None) -> Callable:
+    """A closure `f(frame, binders)` computing `expr` (see the module docstring).
+    `axes`: a `qvr.sema.axes.ExprAxes` already walked over `expr` (E9.1: the typed axes
+    that resolve reductions over objects, `@` and list literals)."""
+    return _Compiler(resolve, type_size, axes).expr(expr, frozenset())
+
+
+#: builtin name -> compile(compiler, call, binders) -> closure; E9.1's builtins are
+#: `qvr.runtime.linalg.E9_CALLS` (added at the end of this module), other parts add theirs
+CALLS: dict = {}
 
 
 class _Compiler:
-    def __init__(self, resolve, type_size):
+    def __init__(self, resolve, type_size, axes=None):
         self.resolve = resolve
         self.type_size = type_size
+        self.axes = axes
+
+    # -- E9.1: typed axes of the sub-expressions (qvr.sema.axes)
+    def axes_of(self, e):
+        return self.axes.of(e) if self.axes is not None else None
+
+    def is_object_arg(self, e) -> bool:
+        return self.axes is not None and self.axes.object_name(e) is not None
+
+    def object_size(self, name: str) -> int:
+        from qvr.sema.axes import object_axis
+        return object_axis(name, self.axes.scope.object_type(name)).size
 
     def expr(self, e, binders: frozenset):
         if isinstance(e, A.Number):
@@ -115,6 +146,9 @@ class _Compiler:
             return self.index(e, binders)
         if isinstance(e, A.EFactor):
             return self.factor(e, binders)
+        if isinstance(e, A.EList):  # E9.1
+            from qvr.runtime.linalg import compile_list
+            return compile_list(self, e, binders)
         raise NotImplementedError(f"let-expression form {type(e).__name__} is outside the core")
 
     def name(self, text: str, binders: frozenset):
@@ -127,9 +161,15 @@ class _Compiler:
             return lambda frame, b: _num(frame, ref)
         if kind == "deduction":
             return lambda frame, b: frame.deduction(ref)
+        if kind == "observed":  # E9.1: an observe site read before its step
+            from qvr.runtime.data_step import read_observed
+            return lambda frame, b: read_observed(frame, ref, text)
         return lambda frame, b: frame.host(ref)
 
     def binop(self, e, binders):
+        if e.op == "@":  # E9.1
+            from qvr.runtime.linalg import compile_matmul
+            return compile_matmul(self, e, binders)
         lf, rf, op = self.expr(e.left, binders), self.expr(e.right, binders), e.op
         if op == "+":
             return lambda frame, b: _num(frame, lf(frame, b)) + _num(frame, rf(frame, b))
@@ -144,6 +184,11 @@ class _Compiler:
 
     def call(self, e, binders):
         name = e.callee.text
+        if name in CALLS and name not in _UNARY:  # E9.1 (table-driven)
+            return CALLS[name](self, e, binders)
+        if name in ("fold", "scan", "ode"):  # E9.3: recurrences and ODEs (their own module)
+            from qvr.runtime.recurrence import compile_recurrence
+            return compile_recurrence(self, e, binders)
         args = [self.expr(a, binders) for a in e.args]
         if name in _UNARY:
             fn = _UNARY[name]
@@ -221,3 +266,10 @@ class _Compiler:
             return out.reshape(*sizes, *shape)
 
         return run
+
+
+# ---------------------------------------------------------------- E9.1 builtins
+from qvr.sema.axes import OBJECT_ARGS as _OBJECT_ARGS  # noqa: E402
+from qvr.runtime.linalg import E9_CALLS  # noqa: E402  (imports this module's helpers)
+
+CALLS.update(E9_CALLS)

@@ -33,6 +33,7 @@ from qvr.runtime.marginal import run_marginalize
 from qvr.runtime.morphisms.base import ContinuousMorphism
 from qvr.runtime.objects import Unit
 from qvr.runtime.steps import AliasStep, FamilyStep, LetStep, MarginalizeStep, SiteStep
+from qvr.runtime.data_step import DataStep, run_data_step  # E9.1
 from qvr.runtime.combinators import observed_log_prob
 from qvr.runtime.families import is_discrete_dist
 from qvr.runtime.values import (as_index, coerce_family_value, coerce_morph_value,
@@ -94,6 +95,8 @@ class MonadicProgram(ContinuousMorphism):
     def _bound_names(self) -> frozenset:
         names = set(self.params) | {n for n, _ in self.input_parts}
         for s, _ in self._walk():
+            if isinstance(s, DataStep):  # E9.1: host data (`Frame.host` reads it)
+                continue
             names.add(s.name)
             if isinstance(s, MarginalizeStep):
                 names.add(s.site_name)
@@ -246,6 +249,8 @@ class MonadicProgram(ContinuousMorphism):
                                                is_deterministic=True))
             elif isinstance(step, MarginalizeStep):
                 run_marginalize(self, step, frame)
+            elif isinstance(step, DataStep):  # E9.1
+                run_data_step(step, frame)
         except QvrRuntimeError as e:
             raise e.add_context(step=step.name)
 
@@ -383,6 +388,61 @@ class MonadicProgram(ContinuousMorphism):
         if step.observe and step.all_global:
             return draw(dist, torch.Size([frame.B]))
         return draw(dist)
+
+    # ------------------------------------------------------------ recorded quantities (E9.6)
+    @property
+    def recorded_names(self) -> list:
+        """The environment keys of the `record v = e` steps, in program order (a `record`
+        of an inlined template is `<call>__v`).  Their shapes depend on the data: see
+        `recorded_values` (and `qvr.inference.recorded.Recorder.shapes`)."""
+        return [s.name for s in self.steps if isinstance(s, LetStep) and s.recorded]
+
+    def recorded_plan(self, names=None) -> list:
+        """The top-level steps, in order, that computing the recorded values `names`
+        (default all) needs: their let steps and everything those read, transitively; a
+        site among them is never drawn, its value must be supplied.  Marginalize blocks are
+        never needed (nothing bound inside one is visible after it)."""
+        need = set(self.recorded_names if names is None else names)
+        plan = []
+        for s in reversed(self.steps):
+            if isinstance(s, MarginalizeStep) or s.name not in need:
+                continue
+            plan.append(s)
+            if isinstance(s, LetStep):
+                if s.reads is None:  # a Python-built let: what it reads is not known
+                    need.update(t.name for t in self.steps)
+                need.update(s.reads or ())
+            elif isinstance(s, AliasStep):
+                need.add(s.source)
+            elif isinstance(s, SiteStep):
+                for a in s.args or ():
+                    if isinstance(a, str):
+                        need.add(a)
+                    elif a.kind != "lit":
+                        need.update(k for k in (a.value, a.index) if k is not None)
+        return plan[::-1]
+
+    def recorded_sites(self, names=None) -> list:
+        """The sample/observe sites whose values the recorded values `names` read."""
+        return [s.name for s in self.recorded_plan(names) if isinstance(s, SiteStep)]
+
+    def recorded_values(self, x, values, names=None) -> dict:
+        """`{name: value}` of the recorded values `names` (default all) for one point:
+        `values` holds every site in `recorded_sites(names)` (and the host data); only the
+        steps of `recorded_plan` run, without densities and without drawing (a missing
+        site is a `MissingValueError`).  Written for one point and vmap-safe."""
+        names = list(self.recorded_names if names is None else names)
+        try:
+            x = ensure_batch(x)
+            frame = Frame(self, x, dict(values or {}), score=False, require_all=True,
+                          record=False)
+            self._bind_inputs(frame)
+            for step in self.recorded_plan(names):
+                self._run(step, frame)
+        except QvrRuntimeError as e:
+            raise e.add_context(program=self.label)
+        return {n: frame.env[n] for n in names}
+
 
 def _check_plate_rows(step, dist) -> None:
     """A plate site's arguments broadcast against its leading |I| axis (spec 5.3): a

@@ -69,6 +69,8 @@ class LetStep:
     score: bool = False
     python: bool = False
     text: str = ""
+    recorded: bool = False  # `record v = e` (E9.6): its value is recorded per draw
+    reads: Optional[tuple] = None  # env keys of the locals e reads (None: not known)
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Host data (a name a program reads but does not bind) has no declared type; its use gives
 one: a name used as an index of an axis of size `n` is an index array, drawn uniformly
 from `0..n-1`; a name used as a number is a covariate, drawn from a standard normal.
-One value per row of the batch.  Inside ``with synthesizing_host(generator) as synth:``
+One value per row of the batch; a name declared by a `data NAME : T` step
+(E9.1) is drawn with T's shape (`shaped`).  Inside ``with synthesizing_host(generator) as synth:``
 every frame of a program run asks `synth` for host data that was not supplied (instead of
 raising `MissingValueError`); afterwards `synth.values` holds what was drawn, to be kept
 with the synthetic data (and in the run record as ground truth).
@@ -50,6 +51,16 @@ class HostSynthesizer:
     def real(self, req: HostRequest, device=None) -> torch.Tensor:
         if req.name not in self.values:
             self.values[req.name] = torch.randn(req.rows, generator=self.generator,
+                                                dtype=torch.get_default_dtype())
+        return self.values[req.name].to(device) if device is not None else \
+            self.values[req.name]
+
+
+    def shaped(self, req: HostRequest, shape: tuple, device=None) -> torch.Tensor:
+        """Host data of a declared shape (a `data NAME : T` step, E9.1): standard normal
+        entries of `shape`."""
+        if req.name not in self.values:
+            self.values[req.name] = torch.randn(tuple(shape), generator=self.generator,
                                                 dtype=torch.get_default_dtype())
         return self.values[req.name].to(device) if device is not None else \
             self.values[req.name]

@@ -12,13 +12,14 @@ from qvr.sema.check_morph import (MORPHISM_BUILTINS, MInfo, family_lookup, infer
                                   value_lookup_error)
 from qvr.sema.context import DeclContext
 from qvr.sema.families import (ATTENTION_FAMILIES, COMPOSITION_LEVELS, COMPOSITION_RULES,
-                               FAMILIES, LOCATION_SCALE, OUTSIDE_CORE_FAMILIES, ROLES)
+                               FAMILIES, LOCATION_SCALE, OUTSIDE_CORE_FAMILIES, ROLES, SPACES,
+                               Space, space_of)
 from qvr.sema.options import expect_int, expect_name, expect_names, expect_number, read_options
 from qvr.sema.resolve import resolve_type, type_names
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
                               ProgramSym, UnknownSym)
-from qvr.sema.types import (FinSet, MorType, Real, atoms, compatible, describe, dim, is_continuous,
+from qvr.sema.types import (UNKNOWN, FinSet, MorType, Real, atoms, compatible, describe, dim, is_continuous,
                             is_discrete, is_unknown, size, spell_mor, strip)
 from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
@@ -60,7 +61,12 @@ def check_family_shadow(ctx: DeclContext, name: A.Name) -> None:
 
 def check_object(ctx: DeclContext, d: A.ObjectDecl) -> None:
     dup = check_duplicate(ctx, "type", d.name)
-    t = resolve_type(ctx, d.type)
+    if isinstance(d.type, A.TAtom) and d.type.kind not in ("FinSet", "Real"):
+        t = _space(ctx, d.type)  # extension E9.2: `Ordered 2`, `Simplex 3`, …
+    else:
+        t = resolve_type(ctx, d.type)
+        if not isinstance(d.type, A.TName) and check_space_use(ctx, d.type, "a factor of a product type"):
+            t = UNKNOWN
     opts = read_options(ctx, d.options, "object")
     if opts:
         if not (isinstance(d.type, A.TAtom) and d.type.kind == "Real"):
@@ -85,6 +91,39 @@ def check_object(ctx: DeclContext, d: A.ObjectDecl) -> None:
     ctx.fact(d.name.span, "def", ("type", d.name.text))
     if not dup:
         ctx.bind("type", d.name.text, ObjectSym(d.name.text, t), d.name.span)
+
+
+# ---------------------------------------------------------------- E9.2 constrained spaces
+
+def _space(ctx: DeclContext, t: A.TAtom):
+    """The resolved `Space` of an object right-hand side `Ordered 2` (QVR900 for the
+    constructors of section 15 this extension does not give meaning to)."""
+    if t.kind not in SPACES:
+        ctx.report(outside_core(t.kw_span, f"the object constructor `{t.kind}`"))
+        return UNKNOWN
+    if t.size < 1:
+        ctx.report(E.size_zero(t.size_span, t.kind))
+        return UNKNOWN
+    ctx.fact(t.kw_span, "keyword", t.kind)
+    n = t.size * t.size if SPACES[t.kind].matrix else t.size
+    return Space(n, kind=t.kind, size=t.size)
+
+
+def check_space_use(ctx: DeclContext, t, where: str) -> bool:
+    """QVR428 for every constrained-space object named in the type expression `t` (a
+    morphism's domain or codomain, a program's, a plate annotation, a product, …), where
+    a space has no meaning: it names the event of a sample step only (`[over=Mu]`).
+    True when one was reported."""
+    found = False
+    if t is None:
+        return False
+    for n in type_names(t):
+        sym = ctx.object(n.text)
+        sp = space_of(sym.type) if isinstance(sym, ObjectSym) else None
+        if sp is not None:
+            ctx.report(E.space_misuse(n.span, n.text, sp.spelling, where))
+            found = True
+    return found
 
 
 # ---------------------------------------------------------------- composition
@@ -172,6 +211,10 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     check_family_shadow(ctx, d.name)
     dom = resolve_type(ctx, d.dom)
     cod = resolve_type(ctx, d.cod)
+    if check_space_use(ctx, d.dom, "a morphism's domain"):  # E9.2
+        dom = UNKNOWN
+    if check_space_use(ctx, d.cod, "a morphism's codomain"):
+        cod = UNKNOWN
     mt = MorType(dom, cod)
     opts = read_options(ctx, d.options, "morphism")
     role = _role_of(ctx, opts)
@@ -245,14 +288,22 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
         e = init.expr
         if isinstance(e, A.MName):
             family = family_lookup(ctx, e.name)
-            if family is not None and family.kernel == "no":
+            if family is not None and family.improper:  # E9.2: `~ Flat`
+                ctx.report(E.improper_position(e.name.span, family.name, f"a kernel (`~ {family.name}`)"))
+                family = None
+            elif family is not None and family.kernel == "no":
                 ctx.report(E.family_position(e.name.span, family.name))
                 family = None
         else:
             ctx.report(outside_core(init.span, "a kernel initializer with arguments or an expression"))
     elif role == "latent" and init is not None:
         e = init.expr
-        if isinstance(e, A.MName) and (e.name.text in FAMILIES or e.name.text in OUTSIDE_CORE_FAMILIES):
+        improper = e.name if isinstance(e, A.MName) else (e.callee if isinstance(e, A.MCall) else None)
+        if improper is not None and improper.text in FAMILIES and FAMILIES[improper.text].improper \
+                and ctx.value(improper.text) is None:  # E9.2: `~ Flat` as a prior
+            ctx.fact(improper.span, "family", improper.text)
+            ctx.report(E.improper_position(improper.span, improper.text, "a latent morphism's prior"))
+        elif isinstance(e, A.MName) and (e.name.text in FAMILIES or e.name.text in OUTSIDE_CORE_FAMILIES):
             fam = FAMILIES.get(e.name.text)
             example = fam.signature if fam else f"{e.name.text}(…)"
             ctx.report(E.initializer_not_allowed(init.span, f"a latent morphism's prior needs "

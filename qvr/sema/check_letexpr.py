@@ -14,6 +14,9 @@ from qvr.sema import errors as E
 from qvr.sema.context import DeclContext, LocalInfo
 from qvr.sema.families import (BUILTINS, CHART_METHODS, OUTSIDE_CORE_BUILTINS,
                                OUTSIDE_CORE_CHART_METHODS)
+from qvr.sema import axes as X  # E9.1
+from qvr.sema.axes import E9_BUILTINS
+from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES
 from qvr.sema.resolve import resolve_type
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import DeductionSym, UnknownSym
@@ -22,6 +25,7 @@ from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
 NUMERIC_BUILTINS = ("exp", "log", "sqrt", "sigmoid")
+RECURRENCE_BUILTINS = ("fold", "scan", "ode")  # E9.3, checked by LetChecker._recurrence
 
 
 @dataclass
@@ -37,9 +41,12 @@ class Local:
     axes: Optional[tuple] = None  # sizes of the leading axes of a factor-bound value
     axes_exact: bool = False  # ... and the value has no further axes (a scalar factor body)
     scalar: bool = False  # known to be a scalar (used to know a factor body's shape)
+    value_axes: Optional[tuple] = None  # E9.1: axes typed by objects (qvr.sema.axes), None: unknown
 
 
 class LetChecker:
+    vector_binders: frozenset = frozenset()  # E9.3: lambda states not known to be scalars
+
     def __init__(self, ctx: DeclContext, owner: str):
         self.ctx = ctx
         self.owner = owner
@@ -52,6 +59,8 @@ class LetChecker:
         self.companions: list[tuple] = []  # (suggested local, used name, how)
         self.last_axes: Optional[tuple] = None
         self.last_exact = False  # the last factor expression's body was a scalar
+        self.observe_sites: dict = {}  # E9.1: observe step name -> step (observed before observe)
+        self.data_sites: dict = {}  # E9.1: data step name -> step
 
     # ------------------------------------------------------------ scopes
     def prescan(self, steps) -> None:
@@ -59,6 +68,10 @@ class LetChecker:
             bind = getattr(s, "bind", None)
             if isinstance(bind, A.Name):
                 self.planned.setdefault(bind.text, bind.span.start)
+                if isinstance(s, A.ObserveStep):  # E9.1
+                    self.observe_sites.setdefault(bind.text, s)
+                elif isinstance(s, A.DataStep):
+                    self.data_sites.setdefault(bind.text, s)
             if isinstance(s, A.MarginalizeStep):
                 self.prescan(s.body)
 
@@ -83,13 +96,13 @@ class LetChecker:
 
     def bind_local(self, name: A.Name, kind: str, type_, type_text: str, vkind: str,
                    detail: str = "", axes=None, counted: bool = False, scalar: bool = False,
-                   axes_exact: bool = False) -> None:
+                   axes_exact: bool = False, value_axes=None) -> None:
         ctx = self.ctx
         if name.text in self.first:
             first = self.first[name.text]
             ctx.report(E.bound_twice(name.span, name.text, ctx.line_at(first.span.start), first.span))
         local = Local(name.text, kind, type_, type_text, vkind, name.span, counted=counted, axes=axes,
-                      axes_exact=axes_exact, scalar=scalar)
+                      axes_exact=axes_exact, scalar=scalar, value_axes=value_axes)
         self.first.setdefault(name.text, local)
         self.scopes[-1][name.text] = local
         ctx.fact(name.span, "local", LocalInfo(name.text, kind, type_text, detail, self.owner))
@@ -135,6 +148,8 @@ class LetChecker:
         """`let v = name`: the name must be a visible local (7.9)."""
         if e.name.text in self.binders_in_scope():
             return "numeric"
+        if self.visible(e.name.text) is None and self.observed_early(e.name) is not None:
+            return "numeric"  # E9.1: an observed value read before its observe step
         local = self.use_step_arg(e.name)
         self.last_axes = local.axes if local else None
         return local.vkind if local else "unknown"
@@ -175,11 +190,14 @@ class LetChecker:
         if sym is None and ctx.later_kind("value", n.text) == "deduction":
             ctx.report(E.used_before_declaration(n.span, n.text, ctx.later("value", n.text)))
             return "unknown", None
+        if not isinstance(sym, DeductionSym) and self.observed_early(n) is not None:
+            return "numeric", None  # E9.1: the observed value of a later observe step
         # host data (8.2) and its warnings, in priority order
         ctx.fact(n.span, "host", n.text)
         if n.text in self.closed:
             ctx.report(E.host_closed_block(n.span, n.text, ctx.line_at(self.closed[n.text].span.start)))
-        elif n.text in self.planned and self.planned[n.text] > n.span.start:
+        elif n.text in self.planned and self.planned[n.text] > n.span.start \
+                and not self.data_later(n):  # E9.1: the host data a later `data` step declares
             ctx.report(E.host_bound_later(n.span, n.text, ctx.line_at(self.planned[n.text])))
         elif (sym is not None and not isinstance(sym, UnknownSym)) or ctx.object(n.text) is not None:
             ctx.report(E.host_is_declaration(n.span, n.text))
@@ -217,8 +235,7 @@ class LetChecker:
             self.last_axes = None
             return "numeric"
         if isinstance(e, A.EList):
-            ctx.report(outside_core(e.span, "list literals", plural=True))
-            return "unknown"
+            return self._e9_list(e)  # E9.1: list literals in let-expressions
         if isinstance(e, A.ELambda):
             ctx.report(outside_core(e.span, "lambda arguments", plural=True))
             return "unknown"
@@ -235,6 +252,10 @@ class LetChecker:
     def _call(self, e: A.ECall) -> str:
         ctx = self.ctx
         name = e.callee.text
+        if name in RECURRENCE_BUILTINS:  # E9.3: fold, scan, ode (below)
+            return self._recurrence(e)
+        if (name in E9_BUILTINS and name not in NUMERIC_BUILTINS) or (name in FAMILIES and name not in BUILTINS):
+            return self._e9_call(e)  # E9.1: builtins, reductions, linear algebra, family calls
         b = BUILTINS.get(name)
         if b is None:
             for a in e.args:
@@ -378,7 +399,7 @@ class LetChecker:
             return True
         if isinstance(e, A.EName):
             if e.name.text in self.binders_in_scope():
-                return True
+                return e.name.text not in self.vector_binders  # E9.3: a vector state
             local = self.visible(e.name.text)
             return local is not None and local.scalar
         if isinstance(e, A.EParen):
@@ -390,6 +411,309 @@ class LetChecker:
         if isinstance(e, A.ECall) and e.callee.text in NUMERIC_BUILTINS and len(e.args) == 1:
             return self.is_scalar(e.args[0])
         return False
+
+    # ------------------------------------------------------------ E9.3 recurrences and ODEs
+    # `fold(O, init, (s, t) -> body)`, `scan(O, init, (s, t) -> body)` (QVR424) and
+    # `ode((y, t) -> dydt, y0, times[, rtol, atol])` (QVR425); docs/e9/recurrence.md.
+    _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")
+
+    def _recurrence(self, e: A.ECall) -> str:
+        ctx = self.ctx
+        name = e.callee.text
+        ctx.fact(e.callee.span, "builtin", name)
+        args = e.args
+        if name == "ode":
+            self._ode(e)
+            self.last_axes = None
+            return "numeric"
+        if len(args) != 3:
+            ctx.report(E.builtin_arity(e.callee.span, name, 3, len(args)))
+        n, over = self._recurrence_object(name, args[0]) if args else (None, None)
+        init = args[1] if len(args) > 1 else None
+        if init is not None:
+            self._recurrence_value(name, init, 1, f"the initial state of `{name}`")
+        lam = args[2] if len(args) > 2 else None
+        if lam is not None:
+            if not isinstance(lam, A.ELambda):
+                ctx.report(E.recurrence_needs_lambda(lam.span, name))
+                self._infer(lam)
+            else:
+                if len(lam.params) != 2:
+                    ctx.report(E.recurrence_lambda_arity(lam.span, name, len(lam.params)))
+                axes = self._quiet_axes(init) if init is not None else None
+                scalar = init is not None and (axes == () or self.is_scalar(init))
+                infos = [(X.hover_text(axes) or "numeric",
+                          f"state of `{name}`" if over is None else f"state of `{name}` over {over}"),
+                         ("index" if over is None else f"index over {over}", f"index of `{name}`")]
+                self._lambda_body(lam, name, infos, vector_state=not scalar,
+                                  repeated=lambda sp, p: E.recurrence_lambda_repeated(sp, name, p))
+        for i, a in enumerate(args[3:], start=3):
+            self._recurrence_value(name, a, i, "an argument")
+        self.last_axes = None
+        if name == "scan" and n is not None and init is not None and self.is_scalar(init):
+            self.last_axes = (n,)  # one state per index of O: `v[k]` is range-checked
+        return "numeric"
+
+    def _quiet_axes(self, e):
+        """The typed axes of `e` (E9.1's walk) without reporting anything (hover text)."""
+        scope = _AxesScope(self)
+        quiet = type("_Quiet", (), {"name_axes": lambda _s, t: scope.name_axes(t),
+                                    "is_local": lambda _s, t: scope.is_local(t),
+                                    "object_type": lambda _s, t: scope.object_type(t)})()
+        try:
+            return X.ExprAxes(quiet).expr(e)
+        except Exception:  # the walk is E9.1's; a hover text never fails the check
+            return None
+
+    def _recurrence_object(self, fn: str, a) -> tuple:
+        """The first argument of fold/scan: a discrete object; (its size, its name) or Nones."""
+        ctx = self.ctx
+        if isinstance(a, A.ELambda):
+            ctx.report(E.recurrence_lambda_misplaced(a.span, fn, "first"))
+            return None, None
+        if not isinstance(a, A.EName):
+            self._infer(a)
+            got = "a number" if isinstance(a, A.Number) else "an expression"
+            ctx.report(E.recurrence_not_object(a.span, fn, got))
+            return None, None
+        text = a.name.text
+        if ctx.object(text) is None and (self.visible(text) is not None
+                                         or text in self.binders_in_scope()):
+            self._infer(a)  # the reference, for goto and unused-binding checks
+            ctx.report(E.recurrence_not_object(a.span, fn, f"the value `{text}`"))
+            return None, None
+        t = resolve_type(ctx, A.TName(a.name, a.span))  # QVR101 when undefined
+        if is_unknown(t):
+            return None, None
+        if not is_discrete(t):
+            ctx.report(E.recurrence_not_object(a.span, fn, E.describe(t)))
+            return None, None
+        return size(t), text
+
+    def _recurrence_value(self, fn: str, a, i: int, what: str) -> None:
+        if isinstance(a, A.ELambda):
+            if fn == "ode":
+                self.ctx.report(E.ode_lambda_misplaced(a.span, self._ORDINALS[i]))
+            else:
+                self.ctx.report(E.recurrence_lambda_misplaced(a.span, fn, self._ORDINALS[i]))
+            return
+        k = self._infer(a)
+        self._need_numeric(a, k, what)
+
+    def _lambda_body(self, lam: A.ELambda, fn: str, infos, vector_state: bool, repeated) -> None:
+        """Check a lambda's body with its parameters bound (visible in the body only)."""
+        ctx = self.ctx
+        sizes: dict[str, int] = {}
+        spans: dict[str, object] = {}
+        for i, p in enumerate(lam.params):
+            if p.text in sizes:
+                ctx.report(repeated(p.span, p.text))
+                continue
+            type_text, detail = infos[i] if i < len(infos) else ("numeric", f"parameter of `{fn}`")
+            ctx.fact(p.span, "local", LocalInfo(p.text, "lambda", type_text, detail, self.owner))
+            sizes[p.text] = 0
+            spans[p.text] = p.span
+        saved = self.vector_binders
+        state = lam.params[0].text if lam.params else None
+        if state is not None:
+            self.vector_binders = (saved - {state}) | ({state} if vector_state else set())
+        self.binders.append(sizes)
+        self.binder_spans.append(spans)
+        try:
+            k = self._infer(lam.body)
+            self._need_numeric(lam.body, k, f"the body of the lambda of `{fn}`")
+        finally:
+            self.binders.pop()
+            self.binder_spans.pop()
+            self.vector_binders = saved
+
+    def _ode(self, e: A.ECall) -> None:
+        ctx = self.ctx
+        args = e.args
+        if not 3 <= len(args) <= 5:
+            ctx.report(E.ode_arity(e.callee.span, len(args)))
+        if args:
+            lam = args[0]
+            if not isinstance(lam, A.ELambda):
+                ctx.report(E.ode_needs_lambda(lam.span))
+                self._infer(lam)
+            else:
+                if len(lam.params) != 2:
+                    ctx.report(E.ode_lambda_arity(lam.span, len(lam.params)))
+                axes = self._quiet_axes(args[1]) if len(args) > 1 else None
+                scalar = len(args) > 1 and (axes == () or self.is_scalar(args[1]))
+                self._lambda_body(lam, "ode", [(X.hover_text(axes) or "numeric", "state of `ode`"),
+                                               ("Real", "time of `ode`")],
+                                  vector_state=not scalar, repeated=E.ode_lambda_repeated)
+        if len(args) > 1:
+            self._recurrence_value("ode", args[1], 1, "the initial state of `ode`")
+        if len(args) > 2:
+            self._recurrence_value("ode", args[2], 2, "the times of `ode`")
+            inner = args[2]
+            while isinstance(inner, A.EParen):
+                inner = inner.inner
+            if isinstance(inner, A.Number) or (isinstance(inner, A.ENeg) and isinstance(inner.operand, A.Number)):
+                ctx.report(E.ode_times_scalar(args[2].span))
+        for i, which in ((3, "rtol"), (4, "atol")):
+            if len(args) > i:
+                a = args[i]
+                if isinstance(a, A.ELambda):
+                    ctx.report(E.ode_lambda_misplaced(a.span, self._ORDINALS[i]))
+                elif not (isinstance(a, A.Number) and a.value > 0):
+                    self._infer(a)
+                    ctx.report(E.ode_tolerance(a.span, which))
+
+    # ------------------------------------------------------------ E9.1 axes, builtins, lists
+    # Axes typed by objects, the builtins of docs/e9/letexpr.md, list literals,
+    # `log_density(F(args), x)`, `data` steps and observed values read before their
+    # `observe` (QVR421-QVR423, QVR430).  Axis rules live in qvr.sema.axes.
+
+    def observed_early(self, n: A.Name):
+        """The observe step whose value `n` reads before that step binds it (E9.1), or
+        None; records the reference (goto, hover: "observed data of `y`")."""
+        step = self.observe_sites.get(n.text)
+        if step is None or self.planned.get(n.text) != step.bind.span.start \
+                or step.bind.span.start <= n.span.start or n.text in self.closed:
+            return None
+        self.ctx.fact(n.span, "localref", step.bind.span)
+        return step
+
+    def data_later(self, n: A.Name) -> bool:
+        """`n` is declared by a later `data` step: reading it now reads the same host data."""
+        step = self.data_sites.get(n.text)
+        return step is not None and self.planned.get(n.text) == step.bind.span.start
+
+    def object_type(self, text: str):
+        """The resolved type of object `text` (no report), None if it is not an object."""
+        from qvr.sema.symbols import ObjectSym
+        sym = self.ctx.object(text)
+        return sym.type if isinstance(sym, ObjectSym) else None
+
+    def value_axes_of(self, e) -> Optional[tuple]:
+        """The axes of a let/score right-hand side; reports QVR421-QVR423."""
+        return X.ExprAxes(_AxesScope(self)).expr(e)
+
+    def observed_axes(self, step) -> Optional[tuple]:
+        """The axes of an observe step's value, known before the step (E9.1)."""
+        return X.observed_axes(step, self.object_type)
+
+    def _e9_object_arg(self, a) -> bool:
+        """`a` names an object where a builtin takes one (`sum(x, Coef)`, `eye(Obs)`):
+        record the reference, no host-data warning (QVR702)."""
+        if not isinstance(a, A.EName):
+            return False
+        text = a.name.text
+        if text in self.binders_in_scope() or self.visible(text) is not None:
+            return False
+        if self.object_type(text) is None:
+            return False
+        self.ctx.use("type", text)
+        self.ctx.fact(a.name.span, "ref", ("type", text))
+        return True
+
+    def _e9_list(self, e: A.EList) -> str:
+        for item in e.items:
+            k = self._infer(item)
+            self._need_numeric(item, k, "a list literal")
+        self.last_axes = None
+        return "numeric"
+
+    def _e9_call(self, e: A.ECall) -> str:
+        ctx = self.ctx
+        name = e.callee.text
+        self.last_axes = None
+        if name not in BUILTINS:  # a family call outside `log_density`
+            ctx.fact(e.callee.span, "family", name)
+            for a in e.args:
+                self._infer(a)
+            ctx.report(E.family_call_value(e.callee.span, name))
+            return "unknown"
+        b = BUILTINS[name]
+        ctx.fact(e.callee.span, "builtin", name)
+        if name == "log_density":
+            return self._e9_log_density(e, b)
+        obj_pos = X.OBJECT_ARGS.get(name)
+        objects = set()
+        for i, a in enumerate(e.args):
+            if i == obj_pos and self._e9_object_arg(a):
+                objects.add(i)
+                continue
+            k = self._infer(a)
+            self._need_numeric(a, k, f"`{name}`")
+        self.last_axes = None
+        if not b.accepts(len(e.args)):
+            ctx.report(E.builtin_arity_range(e.callee.span, name, len(b.params), len(b.all_params),
+                                             len(e.args)))
+            return "numeric"
+        if obj_pos is not None and len(e.args) > obj_pos and obj_pos not in objects \
+                and name not in ("max", "min"):  # max(a, b), min(a, b): elementwise
+            a = e.args[obj_pos]
+            ctx.report(E.needs_object_arg(a.span, name, "first" if obj_pos == 0 else "second",
+                                          ctx.snippet(a.span)))
+        if name == "slice":
+            for a in e.args[1:]:
+                if not self._e9_fixed(a):
+                    ctx.report(E.slice_bounds(a.span, ctx.snippet(a.span)))
+        return "numeric"
+
+    def _e9_fixed(self, e) -> bool:
+        """A `slice` bound: integers fixed when the program runs (integer literals, data,
+        template parameters and arithmetic of those)."""
+        while isinstance(e, A.EParen):
+            e = e.inner
+        if isinstance(e, A.Number):
+            return e.is_int
+        if isinstance(e, A.ENeg):
+            return self._e9_fixed(e.operand)
+        if isinstance(e, A.EBinOp) and e.op in ("+", "-", "*"):
+            return self._e9_fixed(e.left) and self._e9_fixed(e.right)
+        if isinstance(e, A.EName):
+            if e.name.text in self.binders_in_scope():
+                return False
+            local = self.visible(e.name.text)
+            if local is None:
+                return self.observe_sites.get(e.name.text) is None  # host data
+            return local.kind == "data" or (local.kind == "parameter" and local.scalar)
+        return False
+
+    def _e9_log_density(self, e: A.ECall, b) -> str:
+        ctx = self.ctx
+        if len(e.args) != 2:
+            for a in e.args:
+                self._infer(a)
+            ctx.report(E.builtin_arity(e.callee.span, "log_density", 2, len(e.args)))
+            return "numeric"
+        f, x = e.args
+        inner = f
+        while isinstance(inner, A.EParen):
+            inner = inner.inner
+        if isinstance(inner, A.ECall) and inner.callee.text in FAMILIES:
+            fam = FAMILIES[inner.callee.text]
+            ctx.fact(inner.callee.span, "family", fam.name)
+            for a in inner.args:
+                k = self._infer(a)
+                self._need_numeric(a, k, f"`{fam.name}`")
+            if fam.step == "no" or getattr(fam, "improper", False):
+                ctx.report(E.density_family(inner.callee.span, fam.name))
+            elif len(inner.args) != len(fam.params):
+                ctx.report(E.arity(inner.callee.span, fam.name, len(fam.params),
+                                   ", ".join(p for p, _ in fam.params), len(inner.args)))
+        elif isinstance(inner, A.ECall) and inner.callee.text in OUTSIDE_CORE_FAMILIES:
+            for a in inner.args:
+                self._infer(a)
+            ctx.report(outside_core(inner.callee.span, f"family `{inner.callee.text}`"))
+        elif isinstance(inner, A.ECall) and inner.callee.text not in BUILTINS:
+            for a in inner.args:
+                self._infer(a)
+            ctx.report(E.unknown_family(inner.callee.span, inner.callee.text,
+                                        suggest(inner.callee.text, FAMILIES)))
+        else:
+            self._infer(f)
+            ctx.report(E.log_density_needs_family(f.span, ctx.snippet(f.span)))
+        k = self._infer(x)
+        self._need_numeric(x, k, "`log_density`")
+        self.last_axes = None
+        return "numeric"
 
     # ------------------------------------------------------------ end of program
     def finish(self) -> None:
@@ -404,3 +728,32 @@ class LetChecker:
         for local in self.first.values():
             if local.counted and not local.used and local.span not in companions_at:
                 ctx.report(E.unused_let(local.span, local.name))
+
+
+class _AxesScope:
+    """What names mean to the axes walk (qvr.sema.axes.ExprAxes), for the checker."""
+
+    def __init__(self, chk: LetChecker):
+        self.chk = chk
+
+    def name_axes(self, text: str):
+        chk = self.chk
+        local = chk.visible(text)
+        if local is not None:
+            return local.value_axes
+        step = chk.observe_sites.get(text)
+        if step is not None and chk.planned.get(text) == step.bind.span.start and text not in chk.closed:
+            return chk.observed_axes(step)
+        return None
+
+    def is_local(self, text: str) -> bool:
+        return self.chk.visible(text) is not None
+
+    def object_type(self, text: str):
+        return self.chk.object_type(text)
+
+    def report(self, kind: str, span, *args) -> None:
+        self.chk.ctx.report(getattr(E, kind)(span, *args))
+
+    def snippet(self, span) -> str:
+        return self.chk.ctx.snippet(span, limit=60)

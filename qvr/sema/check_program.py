@@ -9,18 +9,19 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from qvr.sema import errors as E
-from qvr.sema.check_decls import check_duplicate, check_family_shadow
+from qvr.sema.check_decls import check_duplicate, check_family_shadow, check_space_use
 from qvr.sema.check_letexpr import LetChecker, Local
+from qvr.sema import axes as X  # E9.1
 from qvr.sema.check_morph import value_lookup_error
 from qvr.sema.context import DeclContext, LocalInfo
-from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES
+from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES, space_of
 from qvr.sema.options import expect_names, read_options
 from qvr.sema.resolve import lookup_object, resolve_type
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
                               ProgramSym, UnknownSym)
-from qvr.sema.types import (UNKNOWN, MorType, Named, compatible, factors, is_discrete,
-                            is_unknown, spell)
+from qvr.sema.types import (UNKNOWN, MorType, Named, compatible, factors, is_continuous,
+                            is_discrete, is_unknown, spell)
 from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
@@ -31,6 +32,7 @@ MARGINAL_FAMILIES = ("Categorical", "Bernoulli", "ContinuousBernoulli")
 @dataclass
 class _Block:
     grouped_coord: Optional[str] = None  # coordinate name of a grouped marginalize block
+    in_marginalize: bool = False  # E9.2: a marginalize block (no improper prior inside)
 
 
 def check_program(ctx: DeclContext, d: A.ProgramDecl) -> None:
@@ -53,6 +55,10 @@ class ProgramChecker(LetChecker):
         check_family_shadow(ctx, d.name)
         dom = resolve_type(ctx, d.dom)
         cod = resolve_type(ctx, d.cod)
+        if check_space_use(ctx, d.dom, "a program's domain"):  # E9.2
+            dom = UNKNOWN
+        if check_space_use(ctx, d.cod, "a program's codomain"):
+            cod = UNKNOWN
         self.input = dom
         self.push_scope()  # parameters
         style, params = self._params(dom)
@@ -111,11 +117,12 @@ class ProgramChecker(LetChecker):
             out.append((p.name.text, kind_text))
             if style == "typed" or p.kind is not None:
                 self.bind_local(p.name, "parameter", None, "Real (parameter)", "numeric",
-                                detail="parameter", scalar=True)
+                                detail="parameter", scalar=True, value_axes=())
             else:
                 t = facs[i] if facs is not None else UNKNOWN
                 self.bind_local(p.name, "parameter", t if facs is not None else None,
-                                spell(t) if facs is not None else "?", "numeric", detail="data parameter")
+                                spell(t) if facs is not None else "?", "numeric", detail="data parameter",
+                                value_axes=_e9_param_axes(t) if facs is not None else None)
         return style, tuple(out)
 
     # ------------------------------------------------------------ blocks and steps
@@ -137,6 +144,8 @@ class ProgramChecker(LetChecker):
                 self.step_let(step)
             elif isinstance(step, A.ScoreStep):
                 self.step_score(step)
+            elif isinstance(step, A.DataStep):
+                self.step_data(step, top)  # E9.1
         self.pop_scope()
 
     def step_return(self, step: A.ReturnStep, top: bool) -> None:
@@ -157,6 +166,8 @@ class ProgramChecker(LetChecker):
         """Resolve an index annotation `: I` (must be discrete, QVR309)."""
         if index is None:
             return None, ""
+        if check_space_use(self.ctx, index, "a plate annotation"):  # E9.2
+            return UNKNOWN, "?"
         t = resolve_type(self.ctx, index)
         if not is_unknown(t) and not is_discrete(t):
             self.ctx.report(E.not_finite(index.span, "an index annotation", t))
@@ -169,8 +180,10 @@ class ProgramChecker(LetChecker):
         res = self.target(step.target, kind, indexed=step.index is not None, blk=blk)
         # options
         opts = read_options(ctx, step.options, f"{kind} step")
+        self._truncation(opts, res, step)  # E9.2: takes `lower`/`upper` out of `opts`
+        space = None
         if kind == "sample":
-            self._sample_options(opts, res, step)
+            space = self._sample_options(opts, res, step)
         else:
             self._observe_options(opts, blk)
         # the bound local (7.12)
@@ -180,9 +193,13 @@ class ProgramChecker(LetChecker):
                 self.bind_local(n, kind, None, "?", "numeric", detail=f"{kind} step")
             return
         t, text = self._bound_type(res, index_t, index_text)
-        scalar = res[0] == "family" and res[1].event_rank == 0 and step.index is None
+        if space is not None:  # E9.2: a draw of a constrained space
+            text = f"[{index_text}] {space}" if index_text else space
+        scalar = res[0] == "family" and res[1].event_rank == 0 and step.index is None \
+            and space is None
         self.bind_local(step.bind, kind, t, text, "numeric", scalar=scalar, detail=f"{kind} step"
-                        + (f" · plate over {index_text}" if index_text else ""))
+                        + (f" · plate over {index_text}" if index_text else ""),
+                        value_axes=self._e9_site_axes(step, res))
 
     def _bound_type(self, res, index_t, index_text):
         kind, payload = res
@@ -198,13 +215,16 @@ class ProgramChecker(LetChecker):
             return None, "value"
         return None, "?"
 
-    def _sample_options(self, opts, res, step) -> None:
+    def _sample_options(self, opts, res, step) -> Optional[str]:
+        """Check the options of a sample step; the name of the constrained space its
+        `over=` names (E9.2), if any."""
         ctx = self.ctx
         lists = {}
+        space = None
         for key, entry in opts.items():
             if key not in ("over", "iid_over"):
                 ctx.report(E.unknown_option(entry.key.span, key, "a sample step",
-                                            suggest(key, ("over", "iid_over"))))
+                                            suggest(key, ("over", "iid_over", "lower", "upper"))))
                 continue
             if res[0] != "family":
                 if res[0] != "unknown":
@@ -213,12 +233,26 @@ class ProgramChecker(LetChecker):
             names = expect_names(ctx, entry)
             if names is None:
                 continue
+            spaces = [n for n in names if self._space_object(n) is not None]
+            if spaces:  # E9.2: `over=Mu` with `object Mu : Ordered 2`
+                if key == "iid_over":
+                    sp = self._space_object(spaces[0])
+                    ctx.report(E.space_misuse(spaces[0].span, spaces[0].text, sp.spelling,
+                                              "an `iid_over` list"))
+                elif len(names) > 1:
+                    ctx.report(E.space_alone(spaces[0].span, spaces[0].text))
+                else:
+                    space = names[0]
+                continue
             for n in names:
                 self._discrete_object(n)
             lists[key] = names
         if res[0] != "family":
-            return
+            return None
         fam = res[1]
+        if space is not None:
+            self._space_family(space, fam, step)
+            return space.text
         if "over" in lists and len(lists["over"]) != fam.event_rank:
             ctx.report(E.event_rank(opts["over"].key.span, fam.name, fam.event_rank, len(lists["over"])))
         if "over" in lists and "iid_over" in lists:
@@ -229,6 +263,7 @@ class ProgramChecker(LetChecker):
         if "iid_over" in lists and isinstance(step.index, A.TName):
             if step.index.name.text not in {n.text for n in lists["iid_over"]}:
                 ctx.report(E.iid_needs_index(opts["iid_over"].key.span, step.index.name.text))
+        return None
 
     def _discrete_object(self, n) -> None:
         name = A.Name(n.text, n.span)
@@ -242,7 +277,8 @@ class ProgramChecker(LetChecker):
         ctx = self.ctx
         for key, entry in opts.items():
             if key != "via":
-                ctx.report(E.unknown_option(entry.key.span, key, "an observe step", suggest(key, ("via",))))
+                ctx.report(E.unknown_option(entry.key.span, key, "an observe step",
+                                            suggest(key, ("via", "lower", "upper"))))
                 continue
             v = entry.value
             if isinstance(v, (A.OVList, A.OVCall)):
@@ -286,6 +322,8 @@ class ProgramChecker(LetChecker):
                                             suggest(key, ("over", "reduction"))))
         res = self.target(step.target, "marginalize", indexed=step.index is not None, blk=blk)
         fam = res[1] if res[0] == "family" else None
+        if fam is not None and fam.improper:  # E9.2: reported by `_family_target`
+            res, fam = ("unknown", None), None
         if grouped is None:
             if res[0] != "unknown" and (fam is None or fam.name not in MARGINAL_FAMILIES):
                 ctx.report(E.marginalize_requirement(step.target.span, "a marginalize block must draw from "
@@ -319,11 +357,12 @@ class ProgramChecker(LetChecker):
         else:
             text = self._bound_type(res, index_t, index_text)[1]
         self.bind_local(step.bind, "marginalize", None, text, "numeric", detail="marginalize coordinate")
-        self.block(step.body, _Block(grouped_coord=step.bind.text if grouped else None), top=False)
+        self.block(step.body, _Block(grouped_coord=step.bind.text if grouped else None,
+                                     in_marginalize=True), top=False)
         self.pop_scope()
 
     def step_let(self, step: A.LetStep) -> None:
-        self.ctx.fact(step.kw, "keyword", "let")
+        self.ctx.fact(step.kw, "keyword", "record" if step.recorded else "let")
         if isinstance(step.rhs, A.EName):
             vkind = self.bare_local(step.rhs)
         else:
@@ -342,16 +381,65 @@ class ProgramChecker(LetChecker):
             exact = self.visible(inner.name.text).axes_exact
         else:
             exact = False
-        self.bind_local(step.bind, "let", None, text, vkind,
-                        detail="let step", axes=self.last_axes, counted=not self.returned,
-                        axes_exact=exact, scalar=self.is_scalar(rhs))
+        if step.recorded:
+            self._check_record(step, vkind)
+        last_axes = self.last_axes
+        vaxes = self.value_axes_of(rhs) if vkind in ("numeric", "unknown") else None  # E9.1
+        text = X.hover_text(vaxes) or text
+        self.bind_local(step.bind, "record" if step.recorded else "let", None, text, vkind,
+                        detail="recorded per draw" if step.recorded else "let step",
+                        axes=last_axes, counted=not self.returned and not step.recorded,
+                        axes_exact=exact, scalar=self.is_scalar(rhs), value_axes=vaxes)
+
+    def _check_record(self, step: A.LetStep, vkind: str) -> None:
+        """E9.6 `record v = e`: a number per draw (QVR429 for a chart or a deduction), never
+        inside a marginalize block (its value would depend on the summed-out coordinate)."""
+        if vkind in ("chart", "deduction"):
+            self.ctx.report(E.record_not_numeric(step.rhs.span, step.bind.text, vkind))
+        coord = next((local for scope in self.scopes for local in scope.values()
+                      if local.kind == "marginalize"), None)
+        if coord is not None:
+            self.ctx.report(E.record_in_marginalize(step.kw, step.bind.text, coord.name))
 
     def step_score(self, step: A.ScoreStep) -> None:
         self.effects.add("Score")
         vkind = self.infer(step.rhs)
         if vkind in ("chart", "deduction"):
             self.ctx.report(E.kind_mismatch(step.rhs.span, f"a score step needs a numeric value, got a {vkind}"))
-        self.bind_local(step.bind, "score", None, "numeric", "numeric", detail="score step")
+        vaxes = self.value_axes_of(step.rhs) if vkind in ("numeric", "unknown") else None  # E9.1
+        self.bind_local(step.bind, "score", None, "numeric", "numeric", detail="score step",
+                        value_axes=vaxes)
+
+    # ------------------------------------------------------------ E9.1 `data` steps and site axes
+    def step_data(self, step: A.DataStep, top: bool) -> None:
+        """`data X : T`: host data `X` with the axes of T (docs/e9/letexpr.md).  Never
+        QVR713: it declares what the caller supplies, used or not."""
+        ctx = self.ctx
+        ctx.fact(step.kw, "keyword", "data")
+        if not top:
+            ctx.report(E.data_in_marginalize(step.kw))
+        t = resolve_type(ctx, step.type)
+        axes = None
+        if not is_unknown(t):
+            axes = X.type_expr_axes(step.type, self.object_type)
+            for n in _type_names(step.type):
+                ty = self.object_type(n.text)
+                if ty is not None and not is_discrete(ty) and not is_continuous(ty):
+                    ctx.report(E.data_axis_type(n.span, n.text, Named(n.text, ty)))
+                    axes = None
+        text = X.spell_axes(axes) if axes else spell(t)
+        self.bind_local(step.bind, "data", None, text, "numeric", detail="data step",
+                        value_axes=axes)
+
+    def _e9_site_axes(self, step, res):
+        """The axes of a family sample/observe step's value (qvr.sema.axes)."""
+        if res[0] != "family":
+            return None
+
+        def local_axes(text):
+            local = self.visible(text)
+            return local.value_axes if local is not None else None
+        return X.family_step_axes(step, res[1], self.object_type, local_axes)
 
     # ------------------------------------------------------------ step targets (7.4)
     def target(self, t: A.Target, kind: str, indexed: bool, blk: _Block):
@@ -389,7 +477,7 @@ class ProgramChecker(LetChecker):
         fam = FAMILIES.get(name)
         if fam is not None:
             ctx.fact(t.name.span, "family", name)
-            return self._family_target(t, fam, blk)
+            return self._family_target(t, fam, blk, kind)
         line = ctx.later("value", name)
         if line is not None:
             ctx.report(E.used_before_declaration(t.name.span, name, line))
@@ -458,18 +546,20 @@ class ProgramChecker(LetChecker):
                 ctx.report(E.bracket_arg(a.span))
         return ("template", sym)
 
-    def _family_target(self, t: A.Target, fam, blk: _Block):
+    def _family_target(self, t: A.Target, fam, blk: _Block, kind: str = "sample"):
         ctx = self.ctx
         if fam.step == "no":
             ctx.report(E.family_position(t.name.span, fam.name))
             self._args_as_uses(t)
             return ("unknown", None)
+        if fam.improper:  # E9.2: `Flat`, `HalfFlat`
+            return self._improper_target(t, fam, blk, kind)
         if t.args is None:
             ctx.report(E.family_needs_args(t.name.span, fam.signature, fam.name))
             return ("family", fam)
         for a in t.args:
             if isinstance(a, A.Name):
-                self.use_step_arg(a)
+                self.family_arg(a)  # E9.2: a local, or host data
             elif isinstance(a, A.DAIndex):
                 if blk.grouped_coord is None or a.index.text != blk.grouped_coord:
                     ctx.report(E.bracket_arg(a.span))
@@ -489,3 +579,128 @@ class ProgramChecker(LetChecker):
         from qvr.sema.check_decls import check_literal_support
         check_literal_support(ctx, fam, list(zip(fam.params, t.args)))
         return ("family", fam)
+
+    # ------------------------------------------------------------ E9.2 supports
+    # docs/extensions.md E9.2: improper priors, truncation, constrained spaces, host data
+    # as family arguments.
+
+    def family_arg(self, name: A.Name) -> None:
+        """A family argument or a truncation bound that is a name: a visible local; a
+        name bound elsewhere in the program (later, or inside a closed marginalize block)
+        keeps its error (QVR106, QVR112); any other name is host data, with the warnings
+        of names in let-expressions (QVR701, QVR702)."""
+        if self.use_local_quiet(name) is not None:
+            return
+        later = name.text in self.planned and self.planned[name.text] > name.span.start
+        if later:  # E9.1: an observed value or a `data` name read early is not an error
+            early = getattr(self, "observe_sites", {}).get(name.text) is not None or \
+                getattr(self, "data_sites", {}).get(name.text) is not None
+            later = not early
+        if name.text in self.closed or later:
+            self._unbound(name)
+        else:
+            self._name(name)
+
+    def _improper_target(self, t: A.Target, fam, blk: _Block, kind: str):
+        ctx = self.ctx
+        if t.args is not None:
+            ctx.report(E.improper_args(t.name.span, fam.name))
+            self._args_as_uses(t)
+            return ("family", fam)
+        where = {"observe": "an `observe` step", "marginalize": "a `marginalize` step"}.get(kind)
+        if where is None and blk.in_marginalize:
+            where = "a step inside a marginalize block"
+        if where is not None:
+            ctx.report(E.improper_position(t.name.span, fam.name, where))
+        return ("family", fam)
+
+    def _space_object(self, n):
+        """The `Space` of an option name that is a constrained-space object, else None."""
+        sym = self.ctx.object(n.text)
+        return space_of(sym.type) if isinstance(sym, ObjectSym) else None
+
+    def _space_family(self, n, fam, step) -> None:
+        """QVR428 when family `fam` cannot draw the values of the space named by `n`."""
+        ctx = self.ctx
+        sym = lookup_object(ctx, A.Name(n.text, n.span))  # the reference (goto, hover)
+        sp = space_of(sym.type) if sym is not None else None
+        if sp is None:
+            return
+        kind = sp.space
+        what = f"{kind.describe(sp.size)} ({sp.spelling})"
+        if kind.families:
+            if fam.name not in kind.families:
+                need = " or ".join(f"`{f}`" for f in kind.families)
+                ctx.report(E.space_family(step.target.name.span, n.text, what, need, fam.name, ""))
+        elif fam.support != kind.support or fam.event_rank != 0 or fam.discrete:
+            need = {"Real": "a family on the real line (`Flat`, `Normal`, …)",
+                    "Positive": "a family on the positive reals (`HalfFlat`, `Gamma`, …)"}[kind.support]
+            ctx.report(E.space_family(step.target.name.span, n.text, what, need, fam.name,
+                                      f" ({fam.support_text})"))
+
+    def _truncation(self, opts: dict, res, step) -> None:
+        """`[lower=a, upper=b]` on a sample or observe step (QVR427); the entries are
+        taken out of `opts` (the other option checks never see them)."""
+        ctx = self.ctx
+        entries = {k: opts.pop(k) for k in ("lower", "upper") if k in opts}
+        if not entries:
+            return
+        first = next(iter(entries.values()))
+        literal = {}
+        for key, entry in entries.items():
+            v = entry.value
+            if isinstance(v, A.Number):
+                literal[key] = float(v.value)
+            elif isinstance(v, A.OVName):
+                self.family_arg(A.Name(v.text, v.span))
+            else:
+                ctx.report(E.option_shape(entry.key.span, key, "a number or a name"))
+        if res[0] == "unknown":
+            return
+        if res[0] != "family":
+            ctx.report(E.truncation_target(first.key.span, step.target.name.text))
+            return
+        fam = res[1]
+        if fam.discrete:
+            ctx.report(E.truncation_discrete(first.key.span, fam.name))
+            return
+        if fam.event_rank != 0:
+            ctx.report(E.truncation_vector(first.key.span, fam.name, fam.event_rank))
+            return
+        over = opts.get("over")
+        if over is not None and isinstance(over.value, A.OVName) and self._space_object(over.value):
+            ctx.report(E.truncation_space(first.key.span, over.value.text))
+            return
+        lo, hi = literal.get("lower"), literal.get("upper")
+        num = lambda x: repr(float(x))  # noqa: E731
+        if lo is not None and hi is not None and lo >= hi:
+            ctx.report(E.truncation_empty(entries["upper"].key.span,
+                                          f"`lower={num(lo)}` is not below `upper={num(hi)}`"))
+        elif hi is not None and fam.support in ("Positive", "Unit") and hi <= 0:
+            ctx.report(E.truncation_empty(entries["upper"].key.span,
+                                          f"`{fam.name}` draws {fam.support_text}, none of them "
+                                          f"below `upper={num(hi)}`"))
+        elif lo is not None and fam.support == "Unit" and lo >= 1:
+            ctx.report(E.truncation_empty(entries["lower"].key.span,
+                                          f"`{fam.name}` draws {fam.support_text}, none of them "
+                                          f"above `lower={num(lo)}`"))
+
+
+# ---------------------------------------------------------------- E9.1 helpers
+
+def _e9_param_axes(t):
+    """The axes of a data parameter of type t: a finite index per row has none, a real
+    vector one (its dimension)."""
+    from qvr.sema.types import atoms, dim as _dim
+    if is_unknown(t):
+        return None
+    if is_discrete(t) and len(atoms(t)) == 1:
+        return ()
+    if is_continuous(t):
+        return (X.Axis(None, _dim(t)),)
+    return None
+
+
+def _type_names(t) -> list:
+    from qvr.sema.resolve import type_names
+    return type_names(t)

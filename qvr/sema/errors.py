@@ -536,3 +536,205 @@ def unused_let(span: Span, name: str):
 
 def companion(span: Span, name: str, used: str, how: str):
     return warning("QVR714", span, f"`{name}` is never used, but `{used}` is {how}; is one of them misspelled?")
+
+
+# ---------------------------------------------------------------- E9.3 recurrences and ODEs (QVR424, QVR425)
+
+def recurrence_not_object(span: Span, fn: str, got: str):
+    return error("QVR424", span, f"the first argument of `{fn}` must be a discrete object (the index "
+                                 f"set of the recurrence), got {got}")
+
+
+def recurrence_needs_lambda(span: Span, fn: str):
+    return error("QVR424", span, f"the third argument of `{fn}` must be a lambda `(s, t) -> body`")
+
+
+def recurrence_lambda_arity(span: Span, fn: str, got: int):
+    return error("QVR424", span, f"the lambda of `{fn}` takes 2 parameters (the state and the index), "
+                                 f"got {got}")
+
+
+def recurrence_lambda_misplaced(span: Span, fn: str, which: str):
+    return error("QVR424", span, f"a lambda cannot be the {which} argument of `{fn}`; only its third "
+                                 f"argument is a lambda")
+
+
+def recurrence_lambda_repeated(span: Span, fn: str, name: str):
+    return error("QVR424", span, f"the parameters of the lambda of `{fn}` must be distinct: `{name}` "
+                                 f"is repeated")
+
+
+def ode_arity(span: Span, got: int):
+    return error("QVR425", span, f"`ode` expects 3 to 5 arguments (f, y0, times, rtol, atol), got {got}")
+
+
+def ode_needs_lambda(span: Span):
+    return error("QVR425", span, "the first argument of `ode` must be a lambda `(y, t) -> dydt`")
+
+
+def ode_lambda_arity(span: Span, got: int):
+    return error("QVR425", span, f"the lambda of `ode` takes 2 parameters (the state and the time), got {got}")
+
+
+def ode_lambda_misplaced(span: Span, which: str):
+    return error("QVR425", span, f"a lambda cannot be the {which} argument of `ode`; only its first "
+                                 f"argument is a lambda")
+
+
+def ode_lambda_repeated(span: Span, name: str):
+    return error("QVR425", span, f"the parameters of the lambda of `ode` must be distinct: `{name}` is repeated")
+
+
+def ode_times_scalar(span: Span):
+    return error("QVR425", span, "the times of `ode` must be a vector (a data vector or a list literal), "
+                                 "got a number")
+
+
+def ode_tolerance(span: Span, which: str):
+    return error("QVR425", span, f"`{which}` of `ode` must be a positive number literal")
+
+
+# ---------------------------------------------------------------- E9.6 recorded quantities (QVR429)
+
+def record_not_numeric(span: Span, name: str, vkind: str):
+    return error("QVR429", span, f"`record {name}` needs a numeric value, got a {vkind}: only numbers "
+                                 f"are recorded per draw (bind it with `let`)")
+
+
+def record_in_marginalize(span: Span, name: str, coord: str):
+    return error("QVR429", span, f"`{name}` cannot be recorded inside the marginalize block of "
+                                 f"`{coord}`: its value depends on the summed-out coordinate `{coord}`; "
+                                 f"record it after the block")
+
+
+# ---------------------------------------------------------------- E9.2 supports (QVR426-QVR428)
+# docs/extensions.md E9.2: improper flat priors, truncation, constrained spaces.
+
+def improper_position(span: Span, family: str, where: str):
+    return error("QVR426", span, f"`{family}` is an improper prior (a flat density with no "
+                                 f"normalising constant): only a `sample` step can draw from it, "
+                                 f"not {where}")
+
+
+def improper_args(span: Span, family: str):
+    return error("QVR426", span, f"`{family}` takes no arguments: write `sample x <- {family}`")
+
+
+def truncation_discrete(span: Span, family: str):
+    return error("QVR427", span, f"truncation `[lower=…, upper=…]` needs a continuous family, "
+                                 f"but `{family}` is discrete")
+
+
+def truncation_vector(span: Span, family: str, rank: int):
+    return error("QVR427", span, f"truncation `[lower=…, upper=…]` needs a scalar family, but "
+                                 f"`{family}` has event rank {rank}")
+
+
+def truncation_target(span: Span, name: str):
+    return error("QVR427", span, f"truncation `[lower=…, upper=…]` applies to a family target, "
+                                 f"but `{name}` is not a family")
+
+
+def truncation_space(span: Span, name: str):
+    return error("QVR427", span, f"truncation `[lower=…, upper=…]` cannot be combined with the "
+                                 f"constrained space `{name}`: the space fixes the support")
+
+
+def truncation_empty(span: Span, why: str):
+    return error("QVR427", span, f"the truncation is empty: {why}")
+
+
+def space_misuse(span: Span, name: str, spelling: str, where: str):
+    return error("QVR428", span, f"`{name}` is a constrained space ({spelling}): it names the "
+                                 f"values of a sample step (`[over={name}]`), not {where}")
+
+
+def space_family(span: Span, name: str, spelling: str, need: str, family: str, got: str):
+    return error("QVR428", span, f"`{name}` is a space of {spelling}: draw it from {need}, got "
+                                 f"`{family}`{got}")
+
+
+def space_alone(span: Span, name: str):
+    return error("QVR428", span, f"`{name}` is a constrained space: it must be the only object "
+                                 f"of `over`")
+
+
+# ---------------------------------------------------------------- E9.1 axes, builtins, data steps (QVR421-QVR423, QVR430)
+# (docs/e9/letexpr.md; the axis rules are qvr.sema.axes, which names these constructors)
+
+def contraction(span: Span, expr: str, a: str, axis_a: str, b: str, axis_b: str):
+    return error("QVR421", span, f"`{expr}` contracts {axis_a} of `{a}` with {axis_b} of `{b}`")
+
+
+def contraction_scalar(span: Span, expr: str, side: str):
+    return error("QVR421", span, f"`{expr}` needs an axis on both sides, but `{side}` is a scalar")
+
+
+def axis_not_known(span: Span, call: str, value: str, obj: str):
+    return error("QVR422", span, f"`{call}`: the axes of `{value}` are not known here, so `{obj}` "
+                                 f"names none of them; reduce its last axis with one argument")
+
+
+def not_an_axis_of(span: Span, call: str, obj: str, value: str, axes: Optional[str]):
+    has = f"whose axes are `{axes}`" if axes else "a scalar"
+    return error("QVR422", span, f"`{call}`: `{obj}` is not an axis of `{value}`, {has}")
+
+
+def axis_ambiguous(span: Span, call: str, obj: str, n: int, value: str, axes: str):
+    return error("QVR422", span, f"`{call}`: `{obj}` types {n} axes of `{value}` (`{axes}`); it "
+                                 f"must name exactly one")
+
+
+def needs_axes(span: Span, fn: str, need: str, value: str, axes: Optional[str]):
+    has = f"axes `{axes}`" if axes else "no axes (a scalar)"
+    return error("QVR422", span, f"`{fn}` needs {need}, but `{value}` has {has}")
+
+
+def list_shapes(span: Span, first: str, first_axes: str, item: str, item_axes: str):
+    return error("QVR423", span, f"the items of a list must have one shape: `{first}` has axes "
+                                 f"`{first_axes}` but `{item}` has axes `{item_axes}`")
+
+
+def family_call_value(span: Span, name: str):
+    return error("QVR423", span, f"`{name}(…)` is a distribution, not a value: a family call is "
+                                 f"allowed only as the first argument of `log_density`, e.g. "
+                                 f"`log_density({name}(…), x)`")
+
+
+def density_family(span: Span, name: str):
+    return error("QVR423", span, f"`{name}` has no density to evaluate: `log_density` needs a "
+                                 f"proper family usable as a step target")
+
+
+def log_density_needs_family(span: Span, got: str):
+    return error("QVR420", span, f"the first argument of `log_density` must be a family call, e.g. "
+                                 f"`Normal(mu, sigma)`, got `{got}`")
+
+
+def builtin_arity_range(span: Span, name: str, lo: int, hi: int, got: int):
+    if hi == lo:
+        return builtin_arity(span, name, lo, got)
+    return error("QVR416", span, f"`{name}` expects {lo} or {hi} arguments, got {got}" if hi == lo + 1
+                 else f"`{name}` expects {lo} to {hi} arguments, got {got}")
+
+
+def needs_object_arg(span: Span, fn: str, which: str, got: str):
+    what = "the axis to use" if which == "second" else "its rows and columns"
+    return error("QVR420", span, f"the {which} argument of `{fn}` must be an object name ({what}), "
+                                 f"got `{got}`")
+
+
+def slice_bounds(span: Span, got: str):
+    return error("QVR420", span, f"the bounds of `slice` must be integer literals or data (fixed "
+                                 f"when the program runs), got `{got}`")
+
+
+def data_in_marginalize(span: Span):
+    return error("QVR430", span, "a `data` step cannot be inside a marginalize block: host data "
+                                 "does not depend on the marginalized value; declare it before "
+                                 "the block")
+
+
+def data_axis_type(span: Span, name: str, t: Ty):
+    return error("QVR430", span, f"`{name}` cannot be an axis of data: {describe(t)} mixes finite "
+                                 f"and real factors (an axis is a finite set or a real space)")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qvr.sema.types import Real as _Real, strip as _strip
+
 
 @dataclass(frozen=True, slots=True)
 class Family:
@@ -19,9 +21,14 @@ class Family:
     step: str  # yes | opt | no
     kernel: str  # yes | opt | no
     kernel_cod: str  # continuous | discrete | bool
+    # E9.2: an improper prior (`Flat`, `HalfFlat`): no parameters, written without
+    # parentheses, a `sample` step target only (QVR426 elsewhere)
+    improper: bool = False
 
     @property
     def signature(self) -> str:
+        if self.improper:  # E9.2: written without parentheses
+            return self.name
         return f"{self.name}({', '.join(p for p, _ in self.params)})"
 
 
@@ -75,7 +82,66 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
     _f("MatrixNormal", "loc:real row_scale:pos col_scale:pos", "real matrices", "Matrix", False, 2, "opt", "opt"),
     _f("LKJCholesky", "concentration:pos", "Cholesky factors of correlation matrices", "CorrCholesky", False, 2, "opt", "opt"),
     _f("Flow", "", "real vectors", "Vector", False, 0, "no", "opt"),
+    # extension E9.2 (docs/extensions.md): improper flat priors, `sample` steps only
+    Family("Flat", (), "Real", "real line (improper flat prior)", False, 0, "yes", "no",
+           "continuous", True),
+    Family("HalfFlat", (), "Positive", "positive reals (improper flat prior)", False, 0, "yes",
+           "no", "continuous", True),
 ]}
+
+
+# ---------------------------------------------------------------- E9.2 constrained spaces
+# `object Mu : Ordered 2` … names a constrained vector space, used with `over=` on a
+# sample step (docs/extensions.md E9.2).  The resolved type is a `Space`: a `Real n` atom
+# (n the number of coordinates of a value: K for vectors, K*K for a Cholesky factor) that
+# also knows its constructor; it is a `Real` for every structural rule, so a space only
+# differs where the checker asks for one.
+
+@dataclass(frozen=True, slots=True)
+class SpaceKind:
+    name: str  # the constructor as written (`Ordered`)
+    text: str  # hover: "{n}" is the size
+    support: str  # the support its draws need: Real | Positive | Simplex | CorrCholesky
+    families: tuple  # the families that may draw it (empty: any family of that support)
+    matrix: bool = False  # values are n×n matrices
+
+    def describe(self, n: int) -> str:
+        return self.text.format(n=n)
+
+
+SPACES: dict[str, SpaceKind] = {s.name: s for s in [
+    SpaceKind("Ordered", "ordered vectors of length {n}", "Real", ()),
+    SpaceKind("PositiveOrdered", "positive ordered vectors of length {n}", "Positive", ()),
+    SpaceKind("Simplex", "probability vectors of length {n}", "Simplex",
+              ("Flat", "Dirichlet")),
+    SpaceKind("CholeskyFactor", "Cholesky factors of {n}×{n} correlation matrices",
+              "CorrCholesky", ("Flat", "LKJCholesky"), matrix=True),
+]}
+# constructors of section 15 that stay outside the core (QVR900)
+OUTSIDE_CORE_SPACES = frozenset({"Sphere", "Ball", "Covariance", "Correlation", "Orthogonal",
+                                 "Stiefel", "LowerTriangular", "Diagonal"})
+
+
+@dataclass(frozen=True, slots=True)
+class Space(_Real):
+    """A constrained space `Ordered K`, … : a `Real` atom of `n` coordinates."""
+
+    kind: str = ""
+    size: int = 0  # K as written (`CholeskyFactor 3`: size 3, n = 9)
+
+    @property
+    def space(self) -> SpaceKind:
+        return SPACES[self.kind]
+
+    @property
+    def spelling(self) -> str:
+        return f"{self.kind} {self.size}"
+
+
+def space_of(t):
+    """The `Space` behind a resolved type (through object names), or None."""
+    s = _strip(t)
+    return s if isinstance(s, Space) else None
 
 # Families of the reference dialect outside the core, with their parameter counts.
 OUTSIDE_CORE_FAMILIES = {"Binomial": 1, "VonMises": 2, "GeneralizedPareto": 3}
@@ -95,10 +161,22 @@ class Builtin:
     params: tuple[str, ...]
     kinds: str  # e.g. "numeric -> numeric"
     doc: str
+    # E9.1: optional trailing parameters (`sum(x, axis?)`); arity is len(params) up to
+    # len(params) + len(optional)
+    optional: tuple[str, ...] = ()
 
     @property
     def signature(self) -> str:
-        return f"{self.name}({', '.join(self.params)})"
+        return f"{self.name}({', '.join(self.params + tuple(p + '?' for p in self.optional))})"
+
+    @property
+    def all_params(self) -> tuple[str, ...]:
+        """Every parameter name, required then optional."""
+        return self.params + self.optional
+
+    def accepts(self, n: int) -> bool:
+        """Whether `n` arguments is a valid arity."""
+        return len(self.params) <= n <= len(self.params) + len(self.optional)
 
 
 BUILTINS: dict[str, Builtin] = {b.name: b for b in [
@@ -109,7 +187,77 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     Builtin("parse", ("d", "input"), "deduction, any -> chart", "run deduction d on input"),
     Builtin("compose", ("d1", "d2"), "deduction, deduction -> deduction",
             "a deduction whose axioms are d1's goal items plus d2's own axioms"),
+    # E9.3 recurrences and ODE solutions (docs/e9/recurrence.md)
+    Builtin("fold", ("O", "init", "f"), "object, numeric, lambda (s, t) -> numeric",
+            "the last state of the recurrence s[0] = init, s[t] = f(s[t-1], t) over O"),
+    Builtin("scan", ("O", "init", "f"), "object, numeric, lambda (s, t) -> numeric",
+            "every state of the recurrence s[0] = init, s[t] = f(s[t-1], t), stacked along O"),
+    Builtin("ode", ("f", "y0", "times"),
+            "lambda (y, t), numeric, numeric -> numeric",
+            "y at each of times, solving dy/dt = f(y, t), y(times[0]) = y0 (Dormand-Prince)",
+            optional=("rtol", "atol")),
 ]}
+
+# ---------------------------------------------------------------- E9.1 builtins
+# (docs/e9/letexpr.md) elementwise functions, reductions, linear algebra, `slice` and
+# `log_density`; one-line docs (completion and signature help show them).
+
+_E9_UNARY_DOCS = {
+    "abs": "elementwise absolute value", "softplus": "elementwise log(1 + e^x)",
+    "log1p": "elementwise log(1 + x)", "expm1": "elementwise e^x - 1",
+    "tanh": "elementwise hyperbolic tangent", "lgamma": "elementwise log of the gamma function",
+    "digamma": "elementwise derivative of lgamma", "logsigmoid": "elementwise log(sigmoid(x))",
+    "square": "elementwise x * x", "erf": "elementwise error function",
+    "erfc": "elementwise complementary error function 1 - erf(x)",
+    "log2": "elementwise base-2 logarithm", "log10": "elementwise base-10 logarithm",
+    "sin": "elementwise sine", "cos": "elementwise cosine", "tan": "elementwise tangent",
+    "asin": "elementwise inverse sine", "acos": "elementwise inverse cosine",
+    "atan": "elementwise inverse tangent", "sinh": "elementwise hyperbolic sine",
+    "cosh": "elementwise hyperbolic cosine", "asinh": "elementwise inverse hyperbolic sine",
+    "acosh": "elementwise inverse hyperbolic cosine",
+    "atanh": "elementwise inverse hyperbolic tangent", "floor": "elementwise round down",
+    "ceil": "elementwise round up", "round": "elementwise round to nearest (ties to even)",
+    "trunc": "elementwise round toward zero", "sign": "elementwise sign: -1, 0 or 1",
+    "reciprocal": "elementwise 1 / x", "rsqrt": "elementwise 1 / sqrt(x)",
+    "relu": "elementwise max(x, 0)",
+}
+_E9_REDUCTION_DOCS = {
+    "sum": "sum over the last axis, or over the axis typed O",
+    "mean": "mean over the last axis, or over the axis typed O",
+    "max": "maximum over the last axis or the axis typed O; max(a, b) is elementwise",
+    "min": "minimum over the last axis or the axis typed O; min(a, b) is elementwise",
+    "prod": "product over the last axis, or over the axis typed O",
+    "logsumexp": "log of the sum of exponentials over the last axis, or over the axis typed O",
+    "var": "sample variance (n - 1 denominator) over the last axis, or over the axis typed O",
+    "std": "sample standard deviation (n - 1) over the last axis, or over the axis typed O",
+}
+BUILTINS.update({b.name: b for b in [
+    *[Builtin(n, ("x",), "numeric -> numeric", d) for n, d in _E9_UNARY_DOCS.items()],
+    Builtin("pow", ("x", "p"), "numeric, numeric -> numeric", "elementwise x to the power p"),
+    Builtin("clamp", ("x", "low", "high"), "numeric, numeric, numeric -> numeric",
+            "elementwise x limited to [low, high]"),
+    Builtin("softmax", ("x",), "numeric, object? -> numeric",
+            "exp(x) normalised to sum 1 over the last axis, or over the axis typed O", ("axis",)),
+    Builtin("log_softmax", ("x",), "numeric, object? -> numeric",
+            "log of softmax over the last axis, or over the axis typed O", ("axis",)),
+    *[Builtin(n, ("x",), "numeric, object? -> numeric", d, ("axis",))
+      for n, d in _E9_REDUCTION_DOCS.items()],
+    Builtin("cumsum", ("x",), "numeric, object? -> numeric",
+            "running sum along the last axis, or along the axis typed O", ("axis",)),
+    Builtin("cholesky", ("A",), "numeric -> numeric",
+            "lower Cholesky factor L of a positive-definite matrix A = L Lᵀ"),
+    Builtin("tri_solve", ("L", "b"), "numeric, numeric -> numeric",
+            "x solving L x = b, L lower triangular (b a vector or a matrix)"),
+    Builtin("logdet", ("A",), "numeric -> numeric", "log-determinant of a square matrix A"),
+    Builtin("diag", ("v",), "numeric -> numeric", "the square matrix with v on its diagonal"),
+    Builtin("eye", ("O",), "object -> numeric", "the identity matrix over object O"),
+    Builtin("transpose", ("A",), "numeric -> numeric", "A with its last two axes swapped"),
+    Builtin("slice", ("x", "start"), "numeric, integer, integer? -> numeric",
+            "x[start:stop] along its first axis (Python semantics; integer literals or data)",
+            ("stop",)),
+    Builtin("log_density", ("F", "x"), "family call, numeric -> numeric",
+            "elementwise log-density of family call F (e.g. Normal(mu, s)) at x"),
+]})
 
 OUTSIDE_CORE_BUILTINS = frozenset("""relu relu6 leaky_relu prelu rrelu elu selu celu gelu silu swish
 mish hardtanh hardshrink hardsigmoid hardswish softplus softshrink softsign softmax log_softmax
@@ -117,7 +265,7 @@ softmin tanh tanhshrink logsigmoid threshold glu normalize expm1 log1p log2 log1
 neg sign reciprocal clamp sin cos tan asin acos atan sinh cosh asinh acosh atanh floor ceil round
 trunc erf erfc erfinv lgamma digamma sum mean var std min max argmin argmax prod amax amin
 logsumexp norm cumsum cumprod cummax cummin flip sort dropout alpha_dropout layer_norm rms_norm
-length map filter fold logsumexp_over cholesky_quad_form subst""".split())
+length map filter logsumexp_over cholesky_quad_form subst""".split()) - frozenset(BUILTINS)  # E9: builtins now in the table
 
 CHART_METHODS = {"goal_weight": 0}
 OUTSIDE_CORE_CHART_METHODS = frozenset({"weight", "try_weight", "enumerate", "embedding", "derivations"})

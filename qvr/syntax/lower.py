@@ -124,6 +124,12 @@ class ToAst(Transformer):
     def type_paren(self, meta, children):
         return A.TParen(children[1], _msp(meta))
 
+    def space_type(self, meta, children):
+        # extension E9.2: a constrained space `Ordered 2` on an object's right-hand side,
+        # an atom whose kind is the constructor's name (the checker knows which exist)
+        kw, size = children
+        return A.TAtom(str(kw), int(size), _tsp(kw), _tsp(size), _msp(meta))
+
     # ------------------------------------------------------------ options
     def option_block(self, meta, children):
         return A.OptionBlock(tuple(_strip(children)), _msp(meta))

@@ -26,7 +26,14 @@ CATALOGUE = {
     "QVR505", "QVR601", "QVR602", "QVR603", "QVR701", "QVR702", "QVR703", "QVR704", "QVR705",
     "QVR706", "QVR707", "QVR708", "QVR709", "QVR710", "QVR711", "QVR712", "QVR713", "QVR714",
     "QVR715",
+    "QVR429",
+    "QVR421", "QVR422", "QVR423", "QVR430",
+    "QVR424",
+    "QVR425",
     "QVR900",
+    "QVR426",  # E9.2 supports: improper priors
+    "QVR427",  # E9.2 supports: truncation
+    "QVR428",  # E9.2 supports: constrained spaces
 }
 
 

@@ -28,6 +28,8 @@ def run(ctx: FitContext) -> FitResult:
     target = make_target(ctx.model, ctx.x, ctx.observations)
     if target.dim == 0:
         return _nothing_to_sample(ctx, target)
+    from qvr.inference.recorded import for_mcmc
+    for_mcmc(ctx, target)  # `record v = e`: draws chunks and samples carry `recorded.v` too
     init, guide, initial = config.init_strategy, None, None
     if ctx.start is not None and ctx.start.draws:
         initial = ctx.start.initial_positions(target, config.num_chains)

@@ -57,7 +57,9 @@ def save_results(writer, result, status: str, message: str) -> None:
     stats = {k: v for k, v in (result.stats or {}).items()}
     writer.write_text(layout.SUMMARY, summary_json(
         {"status": status, "message": message, "method": result.method, "stats": stats,
-         "sites": summary_sites(result.summary), "parameters": summary_rows(result.summary),
+         "sites": summary_sites(result.summary),
+         "recorded": list(getattr(result.summary, "recorded", None) or []),  # E9.6
+         "parameters": summary_rows(result.summary),
          "truncated": getattr(result.summary, "truncated", 0)}))
     if result.params:
         writer.save_arrays(layout.PARAMS, result.params)

@@ -96,6 +96,11 @@ def run(ctx: FitContext) -> FitResult:
     if ctx.start is not None:
         ctx.start.apply_to_model(lm.morphism)
     lm.morphism.to(torch.get_default_dtype())  # FitConfig.dtype (`fit` set the default)
+    from qvr.inference.recorded import smc_note
+    note = smc_note(lm.morphism)  # `record v = e`: no per-particle site values to record
+    if note:
+        from qvr.inference.events import FitWarning
+        ctx.report(FitWarning(note))
     smc = SMCSteering(lm, potential=build_potential(config, ctx.potential),
                       num_particles=config.particles, expansion=config.expansion,
                       max_len=config.max_len,

@@ -58,7 +58,8 @@ def run(ctx: FitContext) -> FitResult:
     result.elapsed = time.perf_counter() - t0
     result.params = svi_params(model, guide)
     if result.status != "failed":
-        result.samples, result.summary = guide_summary(guide, x, observations)
+        result.samples, result.summary = guide_summary(guide, x, observations,
+                                                       report=ctx.report)
         from qvr.inference.methods.circuits import record_circuits
         result.circuits = record_circuits(model, x, vocab=ctx.vocab)
     result.stats = {"final_loss": result.losses[-1] if result.losses else float("nan"),
@@ -75,12 +76,20 @@ def svi_params(model, guide) -> dict:
     return out
 
 
-def guide_summary(guide, x, observations, n: int = 1000):
+def guide_summary(guide, x, observations, n: int = 1000, report=None):
+    """`n` independent draws of the fitted guide (``{site: (1, n, *shape)}``) and their
+    summary; the program's recorded quantities (``record v = e``, `qvr.inference.recorded`)
+    are computed from the same draws, under ``recorded.v``."""
     from qvr.inference.diagnostics import summary
+    from qvr.inference.recorded import for_guide, key
     columns = ("mean", "sd", "q5", "q50", "q95")  # independent draws: no ESS or R-hat
     if not guide.latent_names:
         return {}, summary({}, columns=columns)
     with torch.no_grad():
         draws = guide.rsample(x, observations, sample_shape=(n,))
     samples = {k: v.detach().cpu().numpy()[None] for k, v in draws.items()}
+    recorder = for_guide(guide.model[0], guide, x, observations, report)
+    if recorder:
+        for name, v in recorder.from_values(draws).items():
+            samples[key(name)] = v.cpu().numpy()[None]
     return samples, summary(samples, columns=columns)  # every coordinate (qvr show's table)

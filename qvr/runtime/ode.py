@@ -1,0 +1,109 @@
+"""`ode((y, t) -> dydt, y0, times[, rtol, atol])` in let-expressions (E9.3).
+
+Solves dy/dt = f(y, t) from y(times[0]) = y0 and gives y at every entry of `times`, a
+tensor of shape `(|times|, *y0.shape)`, with torchdiffeq's adaptive Dormand–Prince RK45
+(`method="dopri5"`; defaults rtol = atol = 1e-6).  Gradients flow by backpropagation
+through the solver's operations (not the adjoint method): exact for the discretisation
+the solver took, at the memory cost of keeping its steps; a solve needing more than
+`MAX_STEPS` steps fails with `OdeStepLimitError` (a ValueError: -inf for MCMC).
+
+The adaptive step control branches on tensor values, so an `ode` cannot run under
+`torch.func.vmap` with batched parameters nor be traced by `make_fx`: the MCMC target
+(qvr.inference.potential) then evaluates the density eagerly, one chain at a time.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from qvr.runtime.errors import InputShapeError, QvrRuntimeError
+from qvr.syntax import ast as A
+
+DEFAULT_RTOL = 1e-6
+DEFAULT_ATOL = 1e-6
+#: adaptive steps one solve may take: past it the solve fails (`OdeStepLimitError`, a
+#: ValueError: the MCMC target counts the point as -inf), instead of eating memory while
+#: a sampler explores extreme parameters (the steps are kept for backpropagation)
+MAX_STEPS = 4096
+
+
+class OdeStepLimitError(QvrRuntimeError, ValueError):
+    """An `ode` solve needed more than `MAX_STEPS` adaptive steps."""
+
+
+def _num(frame, v):
+    from qvr.runtime.letexpr import _num as num
+    return num(frame, v)
+
+
+def _tolerance(e, default: float) -> float:
+    return float(e.value) if isinstance(e, A.Number) else default
+
+
+def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
+    lam, y0_e, times_e = e.args[:3]
+    rtol = _tolerance(e.args[3], DEFAULT_RTOL) if len(e.args) > 3 else DEFAULT_RTOL
+    atol = _tolerance(e.args[4], DEFAULT_ATOL) if len(e.args) > 4 else DEFAULT_ATOL
+    y_name, t_name = lam.params[0].text, lam.params[1].text
+    body = compiler.expr(lam.body, binders | {y_name, t_name})
+    y0_f = compiler.expr(y0_e, binders)
+    times_f = compiler.expr(times_e, binders)
+
+    def run(frame, b):
+        from torchdiffeq import odeint
+        y0 = _num(frame, y0_f(frame, b))
+        if not y0.is_floating_point():
+            y0 = y0.to(frame.dtype)
+        times = _num(frame, times_f(frame, b))
+        if not times.is_floating_point() or times.dtype != y0.dtype:
+            times = times.to(y0.dtype)
+        if times.dim() != 1 or times.shape[0] < 1:
+            raise InputShapeError("the times of `ode` must be a vector of at least one time",
+                                  expected="a 1-D tensor of increasing times",
+                                  actual=f"shape {tuple(times.shape)}")
+        if times.shape[0] == 1:
+            return y0.unsqueeze(0)
+        if not _tracing() and times.requires_grad is False:
+            d = times[1:] - times[:-1]
+            if not (bool((d > 0).all()) or bool((d < 0).all())):
+                raise InputShapeError("the times of `ode` must be strictly increasing (or "
+                                      "strictly decreasing)", expected="monotone times",
+                                      actual=f"{times.tolist()[:8]}")
+        shape = y0.shape
+        bb = dict(b)
+
+        def f(t, y):
+            bb[y_name] = y
+            bb[t_name] = t
+            dy = _num(frame, body(frame, bb))
+            if dy.shape != shape:
+                try:
+                    ok = torch.broadcast_shapes(dy.shape, shape) == shape
+                except RuntimeError:
+                    ok = False
+                if not ok:
+                    raise InputShapeError(
+                        "the lambda of `ode` gives a derivative whose shape does not broadcast "
+                        "to the state's (the shape of y0)", expected=f"shape {tuple(shape)}",
+                        actual=f"shape {tuple(dy.shape)}")
+                dy = dy.expand(shape)
+            return dy.to(y.dtype) if dy.dtype != y.dtype else dy
+
+        try:
+            return odeint(f, y0, times, rtol=rtol, atol=atol, method="dopri5",
+                          options={"max_num_steps": MAX_STEPS})
+        except AssertionError as exc:  # torchdiffeq's checks (the step limit, underflow)
+            if "max_num_steps" in str(exc):
+                raise OdeStepLimitError(
+                    f"`ode` needed more than {MAX_STEPS} adaptive steps (a stiff problem, or "
+                    "extreme parameter values)", expected=f"at most {MAX_STEPS} steps",
+                    actual="more") from None
+            raise OdeStepLimitError(f"`ode` failed: {exc}") from None
+
+    return run
+
+
+def _tracing() -> bool:
+    from qvr.runtime.values import _tracing as tracing
+    return tracing()
