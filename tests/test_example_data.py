@@ -30,10 +30,12 @@ TOKEN_PROGRAMS = {"transformer_lm": 32, "recurrent_lm": 64, "decoder_lm": 32}   
 
 def test_the_runnable_examples_are_the_known_ones():
     assert RUNNABLE == [
-        "count_regression", "crop_yields", "decoder_lm", "expert_ensemble", "grouped_mixture", "hmm",
-        "humidity_bands", "icl_regression", "item_response", "knowledge_graph", "mixture_marginalize",
-        "pcfg_deduction", "recurrent_lm", "regression_plates", "relational_authors",
-        "sensor_tracking", "topic_model", "transformer_lm", "vae"]
+        "ar_series", "count_regression", "crop_yields", "decoder_lm", "eight_schools",
+        "expert_ensemble", "garch_volatility", "gp_counts", "grouped_mixture", "hmm",
+        "hmm_forward", "humidity_bands", "icl_regression", "item_response", "kid_scores",
+        "knowledge_graph", "mixture_marginalize", "pcfg_deduction", "recurrent_lm",
+        "regression_plates", "relational_authors", "sensor_tracking", "topic_model",
+        "transformer_lm", "vae"]
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
