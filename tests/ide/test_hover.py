@@ -137,3 +137,37 @@ def test_hover_on_a_replica_member_of_the_seed_matches_the_spec():
     src = example("transformer_lm") + "let second = head_2\n"
     doc, off = cursor(src, "let second = head$0_2")
     assert hover(doc, off).text == h("head_2 : Latent -> HeadOut", "morphism · role kernel ~ Normal · replica 3 of 4 of head")
+
+
+# ---------------------------------------------------------------- E9.1: axes, data steps, observed series
+
+E9_PROGRAM = """object Household : FinSet 40
+object Coef : FinSet 3
+
+program reg : Household -> Household
+    data X : Household * Coef
+    sample beta : Coef <- Normal(0.0, 10.0)
+    let mu = X @ beta
+    let lag = slice(y, 0, -1)
+    let total = sum(lag)
+    observe y : Household <- Normal(mu, 1.0)
+    return total
+"""
+
+
+@pytest.mark.parametrize("needle,token,expected", [
+    ("data $0X", "X", h("X : Household * Coef", "data step · line 5")),
+    ("let m$0u", "mu", h("mu : Household", "let step · line 7")),
+    ("$0X @ beta", "X", h("X : Household * Coef", "data step · line 5")),
+    ("let l$0ag", "lag", h("lag : FinSet 39", "let step · line 8")),
+    ("let tot$0al", "total", h("total : numeric", "let step · line 9")),
+    ("slice($0y", "y", h("y : [Household] Real", "observed data of `y` (line 10)")),
+    ("observe $0y", "y", h("y : [Household] Real", "observe step · plate over Household · line 10")),
+    ("sum$0(lag", "sum", h("sum(x, axis?)", "builtin · numeric, object? -> numeric",
+                           "sum over the last axis, or over the axis typed O")),
+])
+def test_hover_e9_axes_data_and_observed_series(needle, token, expected):
+    doc, off = cursor(E9_PROGRAM, needle)
+    got = hover(doc, off)
+    assert doc.text[got.span.start:got.span.end] == token
+    assert got.text == expected
