@@ -55,6 +55,7 @@ def flat_draws(samples: dict) -> dict:
     """`{site: (C, S, *shape)}` -> `{"site[i,j]" (1-based, Stan's names): (C, S)}`."""
     out = {}
     for name, a in samples.items():
+        name = name.removeprefix("recorded.")  # recorded quantities (`record v = e`)
         a = np.asarray(a, dtype=float)
         if a.ndim == 2 or a.shape[2:] == (1,):  # a scalar site ((C, S) or (C, S, 1))
             out[name] = a.reshape(a.shape[0], a.shape[1])

@@ -49,7 +49,7 @@ def as_index(x, n: int, *, who: str = None, what: str = "index") -> torch.Tensor
     if x.dtype == torch.int64:
         pass
     elif x.is_floating_point():
-        if x.numel() and not bool((x == torch.floor(x)).all()):
+        if x.numel() and not _tracing() and not bool((x == torch.floor(x)).all()):
             raise InputDtypeError(f"{what} values must be integers", morphism=who,
                                   expected=f"int64 values in [0, {n})",
                                   actual=f"{x.dtype} tensor of shape {tuple(x.shape)} "

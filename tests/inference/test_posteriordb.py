@@ -37,6 +37,7 @@ def stan_names(samples: dict) -> dict:
     """`{site: (C, S, *shape)}` -> `{"site[i]" with Stan's 1-based indices: (C, S)}`."""
     out = {}
     for name, a in samples.items():
+        name = name.removeprefix("recorded.")  # recorded quantities (`record v = e`)
         a = np.asarray(a, dtype=float)
         if a.ndim == 2 or a.shape[2:] == (1,):  # a scalar site ((C, S) or (C, S, 1))
             out[name] = a.reshape(a.shape[0], a.shape[1])
