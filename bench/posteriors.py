@@ -246,8 +246,10 @@ def main(argv=None) -> int:
     out = {}
     for name in names:
         example = POSTERIORS[name][0]
-        reference = json.loads((SHARED / name / "reference.json").read_text()) \
-            if (SHARED / name).is_dir() else None
+        ref_file = SHARED / name / "reference.json"
+        if not ref_file.is_file():  # the copy the tests use
+            ref_file = ROOT / "tests" / "inference" / "posteriordb" / f"{name}.json"
+        reference = json.loads(ref_file.read_text()) if ref_file.is_file() else None
         for side in sides:
             try:
                 if side == "qvr":
