@@ -24,7 +24,24 @@ CANNOT = {
                                             "program: host data `tokens`",
     ("pcfg_deduction", "nuts", "synthetic"): "synthetic data cannot be drawn from this "
                                              "program: host data `tokens`",
+    **{(name, method, "synthetic"): f"synthetic data cannot be drawn from this program: "
+                                    f"program `{export}`: `{site}` has an improper flat prior"
+       for name, export, site in [("kid_scores", "kid_score_regression", "beta"),
+                                  ("garch_volatility", "garch11", "mu"),
+                                  ("hmm_forward", "hmm_forward", "mu")]
+       for method in ("svi", "nuts")},
+    # synthetic inputs x ~ N(0, 1) next to a length scale ~ 6: the kernel matrix is singular
+    # in float32 (and its 4 rows are not the 11 points its objects declare)
+    **{("gp_counts", method, "synthetic"): "synthetic data cannot be drawn from this program: "
+                                          "program `gp_counts`, step `cov`"
+       for method in ("svi", "nuts")},
 }
+
+
+#: examples whose objects fix the size of their data (the posteriordb posteriors): shipped
+#: whole (a few hundred rows at most)
+WHOLE = {"ar_series", "eight_schools", "garch_volatility", "gp_counts", "hmm_forward",
+         "kid_scores"}
 
 
 def first_rows(data: dict, rows: int) -> dict:
@@ -50,8 +67,8 @@ def test_every_runnable_example_fits(name, method, data, monkeypatch):
     given = None
     if data == "shipped":
         arrays = load_data(find_data(path))
-        given = first_rows({k: v for k, v in arrays.items()
-                            if not k.startswith("from_data/")}, ROWS)
+        given = {k: v for k, v in arrays.items() if not k.startswith("from_data/")}
+        given = given if name in WHOLE else first_rows(given, ROWS)
     cfg = FitConfig(method=method, steps=4, num_warmup=3, num_samples=3, num_chains=1,
                     max_tree_depth=4, synthetic=4 if data == "synthetic" else None, seed=0)
     expected = CANNOT.get((name, method, data))

@@ -398,9 +398,15 @@ def _synthesize_rows(model, n: int) -> tuple[dict, dict, Optional[str]]:
     from qvr.runtime.errors import PlateRowsError
     try:
         return (*_synthesize(model, n), None)
+    except (DataError, RuntimeError) as exc:
+        # A program whose data the domain object sizes (`program p : School -> School`
+        # with `data sigma : School`, a `factor` over the domain: extension E9) cannot
+        # draw other row counts; draw the domain's rows instead, as for plates above.
+        return _at_domain_rows(model, n, exc if isinstance(exc, DataError) else DataError(
+            f"synthetic data cannot be drawn from this program: {exc}"))
     except _PlateRows as exc:
         if exc.error.rows != n:  # not the rows: an argument of another size
-            raise exc.data_error from None
+            return _at_domain_rows(model, n, exc.data_error)
         plate, name = exc.error.plate, exc.error.plate_name
         try:
             data, truth = _synthesize(model, plate)
@@ -410,6 +416,20 @@ def _synthesize_rows(model, n: int) -> tuple[dict, dict, Optional[str]]:
         return data, truth, (f"drew {plate} synthetic rows instead of {n}: the plate "
                              f"`{name}` of `{exc.error.site}` reads row data, so it needs "
                              f"one row per element of `{name}`")
+
+
+def _at_domain_rows(model, n: int, error: DataError) -> tuple:
+    """`_synthesize_rows` at the size of the program's domain object, or `error`."""
+    dom = getattr(model, "domain", None)
+    size = dom.size if dom is not None and dom.is_discrete and dom.width == 1 else None
+    if size is None or size == n:
+        raise error from None
+    try:
+        data, truth, _ = _synthesize_rows(model, size)
+    except (DataError, RuntimeError):
+        raise error from None
+    return data, truth, (f"drew {size} synthetic rows instead of {n}: the program's data "
+                         f"is sized by its domain `{dom}` ({size} elements)")
 
 
 class _PlateRows(Exception):

@@ -359,8 +359,9 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
         result.config = config
         result.run_dir = str(writer.path) if writer is not None else None
     except KeyboardInterrupt:
+        _save(writer, result, "cancelled", "interrupted (Ctrl-C)")
         report(FitCancelled(step=last_step[0], elapsed=emit.elapsed))
-        _close(writer, result, "cancelled", "interrupted (Ctrl-C)")
+        _release(writer)
         raise
     except BaseException as exc:
         msg = message_of(exc)
@@ -370,10 +371,14 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
             known = _is_user_error(exc)
             writer.write_text("error.txt", f"{type(exc).__name__}: {msg}\n" if known else
                               "".join(traceback.format_exception(exc)))
-        _close(writer, result, "failed", msg)
+        _save(writer, result, "failed", msg)
+        _release(writer)
         raise
     if writer is not None and writer.failed:
         emit(FitWarning(writer.failed))
+    # the results are in the record before the terminal event says so: a reader that sees
+    # "finished" (the dashboard, a script tailing the record) finds them
+    _save(writer, result, result.status, result.message)
     if result.status == "failed":
         report(FitFailed(message=result.message, step=result.step,
                          error_type=result.stats.get("error_type", ""), elapsed=emit.elapsed))
@@ -381,7 +386,7 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
         report(FitCancelled(step=result.step, elapsed=emit.elapsed))
     else:
         report(FitFinished(summary=_plain_stats(result.stats), elapsed=emit.elapsed))
-    _close(writer, result, result.status, result.message)
+    _release(writer)
     return result
 
 
@@ -474,8 +479,8 @@ def _run_method(ctx: FitContext) -> FitResult:
     return run(ctx)
 
 
-def _close(writer, result: FitResult, status: str, message: str) -> None:
-    """Save the results into the record (whatever the status) and release it."""
+def _save(writer, result: FitResult, status: str, message: str) -> None:
+    """Save the results into the record (whatever the status)."""
     if writer is None:
         return
     try:
@@ -487,6 +492,9 @@ def _close(writer, result: FitResult, status: str, message: str) -> None:
                               + "".join(traceback.format_exception(exc)))
         except OSError:
             pass
-    finally:
+
+
+def _release(writer) -> None:
+    if writer is not None:
         writer.close()
 

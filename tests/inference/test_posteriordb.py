@@ -57,7 +57,7 @@ def shipped_options(example: str) -> dict:
 def test_the_example_matches_the_posteriordb_reference(example):
     path = ROOT / "examples" / f"{example}.qvr"
     reference = json.loads((REFERENCES / f"{CASES[example]}.json").read_text())["params"]
-    config = {"method": "nuts", "num_warmup": 400, "num_samples": 400, "num_chains": 4,
+    config = {"method": "nuts", "num_warmup": 300, "num_samples": 300, "num_chains": 4,
               "seed": 1, **shipped_options(example)}
     result = fit(load(str(path)), config=config, program_path=str(path))
     assert result.status == "finished", result.message
