@@ -29,3 +29,10 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+#: NUTS's ``compiler="auto"`` compiles the whole transition of runs of 400 iterations or
+#: more (seconds of C++ compiling per model); the suite keeps today's ticks unless a test
+#: asks for the transition (`tests/inference/test_transition.py`), and so do the commands
+#: it runs in subprocesses (they inherit the variable)
+os.environ.setdefault("QVR_MCMC_COMPILER", "torchscript")

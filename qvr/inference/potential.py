@@ -161,6 +161,7 @@ class ProgramTarget(Target):
         self.compile = compile
         self._batched = None  # built lazily
         self._compiled = {}  # chain count -> compiled function, or None if not compilable
+        self._graphs = {}  # chain count -> the FX graph the compiled function was traced from
         self.compile_notes = {}  # chain count -> why it was not compiled
         self.vmap_failed = False
 
@@ -216,6 +217,14 @@ class ProgramTarget(Target):
             return None
         return self._compiled_for(z)
 
+    def density_graph(self, z: torch.Tensor):
+        """The FX graph (`z -> (grad, log_density)`, raw) that `compiled_for(z)` was
+        traced from, or None: what a whole-transition compile (`mcmc/transition.py`)
+        traces through, since `torch.export` cannot trace into TorchScript."""
+        if self.compiled_for(z) is None:
+            return None
+        return self._graphs.get(z.shape[0])
+
     def _compiled_for(self, z: torch.Tensor):
         C = z.shape[0]
         if C not in self._compiled:
@@ -234,7 +243,7 @@ class ProgramTarget(Target):
                     "that the interpreter's overhead does not matter"
                 return None
             try:
-                self._compiled[C] = _compile(self._vmapped_fn(), z)
+                self._compiled[C], self._graphs[C] = _compile(self._vmapped_fn(), z)
             except _NotCompilable as exc:
                 self._compiled[C] = None
                 self.compile_notes[C] = str(exc)
@@ -255,7 +264,8 @@ class _NotCompilable(Exception):
 
 
 def _compile(batched, z: torch.Tensor):
-    """Trace `batched` (z -> (grad, value)) at `z` into a TorchScript (or FX) function."""
+    """Trace `batched` (z -> (grad, value)) at `z` into a TorchScript (or FX) function:
+    `(function, FX graph it came from)`."""
     import warnings as _w
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functionalize
@@ -302,7 +312,7 @@ def _compile(batched, z: torch.Tensor):
         except Exception:
             continue
     if fn is None:
-        fn = candidates[0]  # the FX graph still skips the interpreter
+        fn = graph = candidates[0]  # the FX graph still skips the interpreter
     gen = torch.Generator(device=z.device).manual_seed(12345)
     for point in (z, z + 0.5 * torch.randn(z.shape, generator=gen, dtype=z.dtype,
                                            device=z.device)):
@@ -312,7 +322,7 @@ def _compile(batched, z: torch.Tensor):
         if not (_close(v, v_ref) and _close(g, g_ref)):
             raise _NotCompilable("the compiled density differs from the program's "
                                  "(value-dependent control flow); evaluated eagerly")
-    return fn
+    return fn, graph
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:

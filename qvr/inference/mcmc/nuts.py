@@ -57,6 +57,7 @@ import weakref
 import torch
 
 from qvr.inference.mcmc import tick as ticks
+from qvr.inference.mcmc import transition as transitions
 from qvr.inference.mcmc.ops import fused
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Transition
 
@@ -182,15 +183,77 @@ class NUTSKernel(HMCBase):
             tick = cache.get(target, z0, dense, thr, momentum, K, want_inductor=True)
         return tick
 
+    def _whole_transition(self, state: HMCState, target, z0, dense: bool, K: int):
+        """The compiled whole transition (`transition.py`) for this run, or None (the
+        leaves then run as ticks).  ``"transition"`` always asks for it; ``"auto"`` when
+        the run has at least `transitions.AUTO_MIN_ITERATIONS` iterations (a rule on the
+        run's length only, decided the same way whatever the disk cache holds, so that a
+        seeded run's draws do not depend on what ran before it)."""
+        setting = ticks.resolve_compiler(self.compiler)
+        if setting not in ("auto", "transition"):
+            return None
+        if setting == "auto" and state.num_warmup + state.num_samples < \
+                transitions.AUTO_MIN_ITERATIONS:
+            return None
+        cache = self.tick_cache(target)
+        key = ("transition", *cache.key(z0, dense, self.divergence_threshold,
+                                        self.uturn == "momentum", K), self.transition)
+        if key not in cache.transitions:
+            cache.transitions[key] = None
+            graph_for = getattr(target, "density_graph", None)
+            graph = graph_for(z0) if graph_for is not None else None
+            if graph is None:
+                why = getattr(target, "compile_notes", {}).get(z0.shape[0])
+                cache.notes.append("the whole transition was not compiled: the density is "
+                                   + (f"not compiled ({why})" if why else "not compiled"))
+            else:
+                compiled, note = transitions.compile_transition(
+                    graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
+                    K, self.transition == "biased")
+                cache.notes.append(note)
+                cache.transitions[key] = compiled
+        compiled = cache.transitions[key]
+        if compiled is not None:
+            cache.last = "transition"
+        return compiled
+
+    def _run_whole(self, compiled, state, target, z0, logp0, grad0, p0, inv):
+        """One iteration by the compiled transition; None if it raised (it is then
+        dropped for good, the reason noted, and the iteration runs as ticks)."""
+        C = z0.shape[0]
+        u = torch.rand(C, transitions.table_width(self.max_tree_depth), dtype=z0.dtype,
+                       device=z0.device)
+        try:
+            with torch.no_grad():
+                out = compiled(z0, logp0, grad0, p0, inv, state.step_size.contiguous(), u)
+        except Exception as exc:
+            cache = self.tick_cache(target)
+            for key, value in cache.transitions.items():
+                if value is compiled:
+                    cache.transitions[key] = None
+            cache.notes.append(f"the compiled transition failed during the run "
+                               f"({type(exc).__name__}: {str(exc)[:200]}); the steps ran "
+                               f"on ticks")
+            return None
+        target.num_evals += int(out.passes)
+        accepted = (out.z != z0).any(-1)
+        return Transition(out.z, out.log_density, out.grad, out.accept_prob, accepted,
+                          out.diverged, out.num_steps, out.depth, out.energy)
+
     def _transition(self, state: HMCState, target) -> Transition:
         mass = state.mass
         # contiguous, as a compiled tick assumes (a no-op for the tensors NUTS makes)
         z0, logp0, grad0 = (t.contiguous() for t in (state.z, state.log_density, state.grad))
         p0 = mass.sample_momentum(z0)
-        h0 = -logp0 + mass.kinetic(p0)
         K = self.max_tree_depth
         momentum = self.uturn == "momentum"
         inv, dense = mass.as_tensor(z0).contiguous(), mass.dense
+        compiled = self._whole_transition(state, target, z0, dense, K)
+        if compiled is not None:
+            out = self._run_whole(compiled, state, target, z0, logp0, grad0, p0, inv)
+            if out is not None:
+                return out
+        h0 = -logp0 + mass.kinetic(p0)
         tick = self._tick(state, target, z0, dense, K)
         # a compiled tick computes gradients itself: no autograd graph through the leaves
         # (a model with trainable parameters would record one; Inductor's out= kernels

@@ -62,7 +62,7 @@ from torch import Tensor
 from qvr.inference.mcmc import ops
 
 #: `compiler` settings of `NUTSKernel`
-COMPILERS = ("auto", "torchscript", "inductor")
+COMPILERS = ("auto", "torchscript", "inductor", "transition")
 #: environment override of the ``"auto"`` setting (e.g. ``QVR_MCMC_COMPILER=torchscript``
 #: keeps test suites free of C++ compilations)
 ENV_VAR = "QVR_MCMC_COMPILER"
@@ -569,6 +569,7 @@ class TickCache:
 
     def __init__(self):
         self.ticks = {}  # key -> LeafTick or InductorTick
+        self.transitions = {}  # key -> transition.CompiledTransition, or None (not used)
         self.densities = {}  # key -> the compiled density (None: evaluated eagerly)
         self.tried = set()  # keys whose Inductor compile was attempted
         self.notes = []

@@ -1,0 +1,423 @@
+"""A whole NUTS transition as one compiled call: no Python per leaf (issue 24).
+
+`nuts.py` builds the tree from Python, one batched leaf per call (`tick.py`), all chains
+in lockstep through each subtree.  Here the same iteration is a single flat
+`torch.while_loop` whose every pass is one leaf for every chain that is still building,
+and in which each chain advances on its own: when a chain's subtree ends (its `2^j`
+leaves are built, or a leaf diverged or turned) it is merged into that chain's
+trajectory, the whole trajectory is checked for a U-turn and the chain's next subtree
+starts at the next pass, whatever the other chains are doing.  The loop ends when every
+chain is done, so an iteration costs the *longest* chain's leaves, not the sum of the
+slowest chain's subtrees as in lockstep.
+
+The algorithm is `nuts.py`'s exactly (multinomial, iterative, NumPyro's checkpoint
+scheme; `transition="biased"` or ``"uniform"`` merges, ``"momentum"`` or
+``"position"`` U-turns), written with masks (`torch.where`) instead of branches:
+
+* per chain, the carried state is the subtree's depth `j` and leaf index `n`, a `done`
+  flag, the trajectory's two ends, its proposal and log weight, the summed momenta
+  `rho`, and the subtree's record (`tick.TickState`'s fields, the `(K, C, D)`
+  checkpoint stacks included);
+* the checkpoints a leaf stores and checks come from two tables indexed by `n`
+  (`tick.checkpoint_masks` for every `n`), gathered per chain;
+* the random numbers come from a table drawn outside the loop, `(C, 2^K + 2K)`
+  uniforms per transition (one per leaf, indexed by the chain's leaf count; one per
+  subtree for its direction and one for its merge, indexed by `j`): the compiled code
+  draws nothing, so it is deterministic and the same table gives the same draws
+  whichever way the function runs (eagerly, or compiled; up to float rounding).
+
+`transition_function` returns the Python function; `compile_transition` compiles it with
+Inductor's C++ wrapper (the loop then runs in C++: about 2 us per pass for a small model,
+against ~55 us for an Inductor tick called from Python and ~400 us for a TorchScript
+leaf), checks it against the function run by PyTorch on a fixed table, and returns a
+`CompiledTransition` or the reason it could not.  Inductor keeps what it compiled on disk
+(its FX graph cache, keyed by the graph and the shapes), so the same model in a later
+process compiles in a fraction of the time.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import torch
+from torch import Tensor
+
+from qvr.inference.mcmc import ops
+from qvr.inference.mcmc.tick import checkpoint_masks
+
+
+#: ``compiler="auto"`` compiles the whole transition for runs of at least this many
+#: iterations (warmup + draws): a cold compile costs ~20 s on 2 cores, a cached one well
+#: under a second; today's ticks cost ~0.3-0.5 ms per batched leaf against ~25 us a pass
+AUTO_MIN_ITERATIONS = 400
+
+
+class TransitionOut(NamedTuple):
+    """What one compiled transition returns, per chain (`C`)."""
+
+    z: Tensor  # (C, D) the new position (the proposal)
+    log_density: Tensor  # (C,)
+    grad: Tensor  # (C, D)
+    accept_prob: Tensor  # (C,) mean acceptance statistic over the leaves built
+    diverged: Tensor  # (C,) bool
+    num_steps: Tensor  # (C,) long: leaves built
+    depth: Tensor  # (C,) long: tree depth
+    energy: Tensor  # (C,) Hamiltonian at the proposal
+    passes: Tensor  # () long: loop passes (batched density evaluations)
+
+
+def mask_tables(K: int, device=None) -> tuple:
+    """`(store, check)`: `(2^(K-1), K)` boolean tables, row `n` the checkpoint slot leaf
+    `n` is stored in and the slots whose sub-subtrees end at leaf `n`."""
+    rows = max(2 ** (K - 1), 1)
+    store = torch.zeros(rows, K, dtype=torch.bool, device=device)
+    check = torch.zeros(rows, K, dtype=torch.bool, device=device)
+    for n in range(rows):
+        s, c = checkpoint_masks(n, K, device)
+        store[n], check[n] = s.view(K), c.view(K)
+    return store, check
+
+
+def table_width(K: int) -> int:
+    """Uniforms per chain and transition: a leaf's `2^K - 1` at most, plus a direction
+    and a merge per subtree."""
+    return 2 ** K + 2 * K
+
+
+def transition_function(density: Callable, dense: bool, thr: float, momentum: bool,
+                        K: int, biased: bool, loop: Callable = None) -> Callable:
+    """The NUTS transition as a function of tensors only:
+
+        f(z0, lp0, g0, p0, inv, eps, u, store_tab, check_tab) -> TransitionOut fields
+
+    `density(z)` returns raw `(grad, log_density)` (a compiled density: non-finite values
+    are mapped here); `z0, g0, p0` are `(C, D)`, `lp0`, `eps` `(C,)`, `inv` the inverse
+    mass matrices, `u` the `(C, table_width(K))` uniforms, the tables `mask_tables(K)`.
+    `loop` is `torch.while_loop` (for compiling) or `eager_loop` (the default: Python).
+    """
+    loop = loop or eager_loop
+
+    def velocity(inv, p):
+        return ops.velocity(inv, p, dense)
+
+    def f(z0, lp0, g0, p0, inv, eps, u, store_tab, check_tab):
+        C, D = z0.shape
+        dtype = z0.dtype
+        h0 = -lp0 + 0.5 * (p0 * velocity(inv, p0)).sum(-1)
+        lead = 2 ** K  # columns: leaves [0, 2^K), directions [2^K, 2^K + K), merges
+        last_row = store_tab.shape[0] - 1
+        zeros = torch.zeros(C, dtype=dtype, device=z0.device)
+        izeros = torch.zeros(C, dtype=torch.long, device=z0.device)
+        neg_inf = zeros - math.inf
+        done = ~torch.isfinite(h0)
+        # the first subtree's direction
+        direction = torch.where(u[:, lead] < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
+        state = dict(
+            j=izeros, n=izeros, done=done,
+            zl=z0, pl=p0, gl=g0,  # the backward end
+            zr=z0, pr=p0, gr=g0,  # the forward end
+            zp=z0, gp=g0, lpp=lp0, hp=h0,  # the proposal
+            log_w=zeros,  # the trajectory's log weight (relative to H0)
+            rho=p0,  # momenta summed over the trajectory
+            depth=izeros,
+            z=z0, p=p0, g=g0, lp=lp0,  # the last leaf of the subtree being built
+            sum_acc=zeros, n_leaves=izeros, diverged=torch.zeros_like(done),
+            sub_w=neg_inf, sz=z0, sg=g0, slp=lp0, sh=h0,  # the subtree's weight, proposal
+            psum=torch.zeros_like(z0),
+            ck_a=z0.new_zeros(K, C, D), ck_v=z0.new_zeros(K, C, D),  # checkpoints
+            direction=direction,  # (C, 1)
+            passes=izeros)
+        layout = _Layout(C, D, K)
+
+        def cond(F, I, CK):
+            return (I[:, _INTS.index("done")] == 0).any()
+
+        def packed_body(F, I, CK):
+            return layout.pack(body(**layout.unpack(F, I, CK)))
+
+        def body(j, n, done, zl, pl, gl, zr, pr, gr, zp, gp, lpp, hp, log_w, rho, depth,
+                 z, p, g, lp, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
+                 ck_a, ck_v, direction, passes):
+            # one pass: a leaf for every chain still building (named tensors in and out)
+            live = ~done
+            lcol = live.unsqueeze(-1)
+            step = eps.unsqueeze(-1) * direction
+            # ---- the leaf (as tick.leaf_function with raw=True)
+            u_leaf = torch.gather(u, 1, n_leaves.clamp(max=lead - 1).unsqueeze(-1)).squeeze(-1)
+            z1, p_half = ops.kick_drift(z, p, g, step, inv, dense)
+            g1, lp1 = density(z1)
+            lp1 = torch.nan_to_num(lp1, nan=-math.inf, posinf=-math.inf)
+            g1 = torch.nan_to_num(g1, nan=0.0, posinf=0.0, neginf=0.0)
+            (p1, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+             sh) = ops.nuts_leaf(z1, p_half, lp1, g1, step, inv, dense, h0, thr, live,
+                                 sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh,
+                                 torch.log(u_leaf))
+            z = torch.where(lcol, z1, z)
+            p = torch.where(lcol, p1, p)
+            g = torch.where(lcol, g1, g)
+            lp = torch.where(live, lp1, lp)
+            # ---- the checkpoints of leaf n and the U-turns of the sub-subtrees ending here
+            row = n.clamp(max=last_row)
+            store = (store_tab[row] & lcol).t().unsqueeze(-1)  # (K, C, 1)
+            check = check_tab[row].t()  # (K, C)
+            psum, ck_a, ck_v, still = ops.uturn_update(z, p, v, div, live, psum, ck_a,
+                                                       ck_v, store, check, direction,
+                                                       momentum)
+            n = n + live.to(n.dtype)
+            # ---- a subtree that ended is merged into its chain's trajectory
+            ended = live & ((n >= torch.ones_like(j) << j) | ~still)
+            completed = ended & still
+            u_merge = torch.gather(u, 1, (lead + K + j).clamp(max=lead + 2 * K - 1)
+                                   .unsqueeze(-1)).squeeze(-1)
+            new_log_w = torch.logaddexp(log_w, sub_w)
+            against = log_w if biased else new_log_w
+            take = completed & (torch.log(u_merge) < sub_w - against)
+            tcol = take.unsqueeze(-1)
+            zp = torch.where(tcol, sz, zp)
+            gp = torch.where(tcol, sg, gp)
+            lpp = torch.where(take, slp, lpp)
+            hp = torch.where(take, sh, hp)
+            log_w = torch.where(completed, new_log_w, log_w)
+            fwd = direction.squeeze(-1) > 0
+            right = (completed & fwd).unsqueeze(-1)
+            left = (completed & ~fwd).unsqueeze(-1)
+            zr, pr, gr = torch.where(right, z, zr), torch.where(right, p, pr), \
+                torch.where(right, g, gr)
+            zl, pl, gl = torch.where(left, z, zl), torch.where(left, p, pl), \
+                torch.where(left, g, gl)
+            j = j + ended.to(j.dtype)
+            depth = torch.where(ended, j, depth)
+            if momentum:
+                rho = torch.where(completed.unsqueeze(-1), rho + psum, rho)
+                uturn = ((velocity(inv, pl) * rho).sum(-1) <= 0) | \
+                    ((velocity(inv, pr) * rho).sum(-1) <= 0)
+            else:
+                dz = zr - zl
+                uturn = ((dz * velocity(inv, pl)).sum(-1) < 0) | \
+                    ((dz * velocity(inv, pr)).sum(-1) < 0)
+            done = done | (ended & (~completed | uturn | (j >= K)))
+            # ---- the next subtree of a chain whose subtree ended and that goes on
+            start = ended & ~done
+            scol = start.unsqueeze(-1)
+            u_dir = torch.gather(u, 1, (lead + j).clamp(max=lead + 2 * K - 1)
+                                 .unsqueeze(-1)).squeeze(-1)
+            new_dir = torch.where(u_dir < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
+            direction = torch.where(scol, new_dir, direction)
+            nfwd = direction > 0
+            z = torch.where(scol, torch.where(nfwd, zr, zl), z)
+            p = torch.where(scol, torch.where(nfwd, pr, pl), p)
+            g = torch.where(scol, torch.where(nfwd, gr, gl), g)
+            sub_w = torch.where(start, neg_inf, sub_w)
+            psum = torch.where(scol, torch.zeros_like(psum), psum)
+            n = torch.where(start, torch.zeros_like(n), n)
+            return dict(j=j, n=n, done=done, zl=zl, pl=pl, gl=gl, zr=zr, pr=pr, gr=gr, zp=zp,
+                        gp=gp, lpp=lpp, hp=hp, log_w=log_w, rho=rho, depth=depth, z=z, p=p,
+                        g=g, lp=lp, sum_acc=sum_acc, n_leaves=n_leaves, diverged=diverged,
+                        sub_w=sub_w, sz=sz, sg=sg, slp=slp, sh=sh, psum=psum, ck_a=ck_a,
+                        ck_v=ck_v, direction=direction, passes=passes + 1)
+
+        out = layout.unpack(*loop(cond, packed_body, layout.pack(state)))
+        zp, gp, lpp, hp, depth = out["zp"], out["gp"], out["lpp"], out["hp"], out["depth"]
+        sum_acc, n_leaves, diverged = out["sum_acc"], out["n_leaves"], out["diverged"]
+        passes = out["passes"][0]
+        accept_prob = sum_acc / n_leaves.clamp(min=1).to(dtype)
+        return zp, lpp, gp, accept_prob, diverged, n_leaves, depth, hp, passes
+
+    return f
+
+
+#: the carried state, packed into three tensors (a loop pass allocates a buffer per
+#: carried tensor: 33 separate tensors cost ~25 us a pass in allocations alone)
+_VECTORS = ("zl", "pl", "gl", "zr", "pr", "gr", "zp", "gp", "rho", "z", "p", "g", "sz",
+            "sg", "psum")  # (C, D) each
+_SCALARS = ("lpp", "hp", "log_w", "lp", "sum_acc", "sub_w", "slp", "sh")  # (C,) each
+_INTS = ("j", "n", "depth", "n_leaves", "done", "diverged", "passes")  # (C,) long each
+_BOOLS = ("done", "diverged")
+
+
+class _Layout:
+    """Packs the named state into `F` (C, 15 D + 9) floats (the `direction` column
+    last), `I` (C, 7) longs and `CK` (2K, C, D) checkpoints, and unpacks it (views)."""
+
+    def __init__(self, C: int, D: int, K: int):
+        self.C, self.D, self.K = C, D, K
+
+    def pack(self, s: dict) -> tuple:
+        F = torch.cat([s[k] for k in _VECTORS] + [s[k].unsqueeze(-1) for k in _SCALARS]
+                      + [s["direction"]], -1)
+        I = torch.stack([s[k].to(torch.long) if k in _BOOLS else s[k] for k in _INTS], -1)
+        if I.shape[0] != self.C:  # pragma: no cover - shapes are fixed by construction
+            raise ValueError("bad state")
+        CK = torch.cat([s["ck_a"], s["ck_v"]], 0)
+        return F, I, CK
+
+    def unpack(self, F, I, CK) -> dict:
+        D, K = self.D, self.K
+        out = {k: F[:, i * D:(i + 1) * D] for i, k in enumerate(_VECTORS)}
+        base = len(_VECTORS) * D
+        out.update({k: F[:, base + i] for i, k in enumerate(_SCALARS)})
+        out["direction"] = F[:, base + len(_SCALARS):base + len(_SCALARS) + 1]
+        out.update({k: (I[:, i] != 0) if k in _BOOLS else I[:, i]
+                    for i, k in enumerate(_INTS)})
+        out["ck_a"], out["ck_v"] = CK[:K], CK[K:]
+        return out
+
+
+def eager_loop(cond, body, carry):
+    """`torch.while_loop`'s semantics in plain Python (the reference the compiled
+    function is checked against, and the path when no compiler is wanted)."""
+    carry = tuple(carry)
+    while bool(cond(*carry)):
+        carry = tuple(body(*carry))
+    return carry
+
+
+class CompiledTransition:
+    """A compiled transition for fixed shapes: `ct(z0, lp0, g0, p0, inv, eps, u) ->
+    TransitionOut` (an AOTInductor package loaded in this process)."""
+
+    def __init__(self, runner, K: int, device, seconds: float, cached: bool):
+        self._run = runner
+        # the package's loader called with the flat list of tensors: the public wrapper
+        # parses its input and output tree specs from JSON at every call (~100 us of a
+        # ~1 ms eight-schools iteration); the outputs are a flat tuple here anyway
+        loader = getattr(runner, "loader", None)
+        boxed = getattr(loader, "boxed_run", None)
+        if callable(boxed):
+            self._run = lambda *args: boxed(list(args))
+        self.K = K
+        self.store_tab, self.check_tab = mask_tables(K, device)
+        self.seconds = seconds  # what compiling (or loading) took
+        self.cached = cached  # loaded from the disk cache
+
+    def __call__(self, z0, lp0, g0, p0, inv, eps, u) -> TransitionOut:
+        return TransitionOut(*self._run(z0, lp0, g0, p0, inv, eps, u, self.store_tab,
+                                        self.check_tab))
+
+
+def example_inputs(density, z0: Tensor, dense: bool, K: int, seed: int = 5) -> list:
+    """Representative inputs at `z0`: momenta, step sizes and a uniform table from a
+    fixed generator (for tracing and checking)."""
+    C, D = z0.shape
+    gen = torch.Generator(device=z0.device).manual_seed(seed)
+    g0, lp0 = density(z0)
+    g0 = torch.nan_to_num(g0).detach().clone()
+    lp0 = torch.nan_to_num(lp0).detach().clone()
+    p0 = torch.randn(C, D, generator=gen, dtype=z0.dtype, device=z0.device)
+    inv = (torch.eye(D, dtype=z0.dtype, device=z0.device).expand(C, D, D).clone() if dense
+           else torch.ones(C, D, dtype=z0.dtype, device=z0.device))
+    eps = torch.full((C,), 0.1, dtype=z0.dtype, device=z0.device)
+    u = torch.rand(C, table_width(K), generator=gen, dtype=z0.dtype, device=z0.device)
+    store, check = mask_tables(K, z0.device)
+    return [z0.detach().clone(), lp0, g0, p0, inv, eps, u, store, check]
+
+
+def cache_dir() -> Path:
+    """Where compiled transitions are kept: ``$QVR_CACHE_DIR/transitions``, else
+    ``$XDG_CACHE_HOME/qvr/transitions``, else ``~/.cache/qvr/transitions``."""
+    root = os.environ.get("QVR_CACHE_DIR")
+    if root:
+        return Path(root) / "transitions"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg or Path.home() / ".cache") / "qvr" / "transitions"
+
+
+def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+              biased: bool) -> str:
+    """A digest of everything the compiled transition depends on: the density's graph
+    (its code and every tensor it holds), the shapes, dtype and device, the settings,
+    this module's and `ops`'s source and the PyTorch version."""
+    h = hashlib.sha256()
+    h.update(graph.code.encode())
+    for node in graph.graph.nodes:
+        if node.op == "get_attr":
+            obj = graph
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part)
+            if isinstance(obj, torch.Tensor):
+                t = obj.detach().cpu().contiguous()
+                h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
+                h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
+                   momentum, K, biased, torch.__version__)).encode())
+    for module in (__file__, ops.__file__):
+        h.update(Path(module).read_bytes())
+    return h.hexdigest()[:32]
+
+
+def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
+                       K: int, biased: bool, directory: Path = None) -> tuple:
+    """`(CompiledTransition, note)` or `(None, why not)`.
+
+    The transition around the density's FX `graph` (`ProgramTarget.density_graph`) is
+    exported (`torch.export`) and compiled by AOTInductor into a package of C++ (the loop
+    runs in C++), kept in `directory` (default `cache_dir()`) under `cache_key`: a later
+    process with the same model loads it in milliseconds.  Whether compiled or loaded, it
+    is checked against the same function run by PyTorch (`eager_loop`) at two points;
+    any disagreement beyond float rounding rejects it (and a cached package that
+    disagrees or fails to load is deleted)."""
+    directory = Path(directory) if directory is not None else cache_dir()
+    reference = transition_function(graph, dense, thr, momentum, K, biased)
+    t0 = time.perf_counter()
+    state = torch.get_rng_state()
+    path = None
+    try:
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased)
+        path = directory / f"{key}.pt2"
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            from torch._inductor import aoti_compile_and_package, aoti_load_package
+            cached = path.is_file()
+            if not cached:
+                example = example_inputs(graph, torch.full_like(z0, 0.1), dense, K)
+                fn = transition_function(graph, dense, thr, momentum, K, biased,
+                                         torch.while_loop)
+
+                class Transition(torch.nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.density = graph  # a submodule: export inlines it
+
+                    def forward(self, *args):
+                        return fn(*args)
+
+                exported = torch.export.export(Transition(), tuple(example))
+                directory.mkdir(parents=True, exist_ok=True)
+                # written aside and renamed: a killed compile leaves no broken package
+                tmp = directory / f"{key}.{os.getpid()}.tmp.pt2"
+                aoti_compile_and_package(exported, package_path=str(tmp))
+                os.replace(tmp, path)
+            runner = aoti_load_package(str(path))
+            seconds = time.perf_counter() - t0
+            for seed, at in ((5, torch.full_like(z0, 0.1)), (6, z0)):
+                args = example_inputs(graph, at, dense, K, seed=seed)
+                want, got = reference(*args), runner(*args)
+                if not all(_agree(a, b) for a, b in zip(want, got)):
+                    if cached:
+                        path.unlink(missing_ok=True)
+                    return None, "the compiled transition disagrees with PyTorch on test inputs"
+    except Exception as exc:  # no C++ compiler, an unsupported operation, ...
+        if path is not None and path.is_file() and "cached" in locals() and cached:
+            path.unlink(missing_ok=True)
+        return None, f"the transition did not compile: {type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        torch.set_rng_state(state)
+    how = "loaded from the disk cache" if cached else "compiled by AOTInductor"
+    return (CompiledTransition(runner, K, z0.device, seconds, cached),
+            f"the whole NUTS transition {how} (a C++ loop; {seconds:.1f} s)")
+
+
+def _agree(a: Tensor, b: Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype == torch.bool or not a.is_floating_point():
+        return bool(torch.equal(a, b))
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not bool(torch.equal(fa, fb)) or not bool(torch.equal(a[~fa], b[~fb])):
+        return False
+    return bool(torch.allclose(a[fa], b[fb], rtol=1e-4, atol=1e-5))
