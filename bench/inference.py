@@ -3,6 +3,9 @@
     .venv/bin/python bench/inference.py [--warmup 1000] [--samples 1000] [--chains 4]
                                         [--only NAME ...] [--no-pyro] [--svi-steps 20]
                                         [--repeats 3] [--also-spec] [--json FILE]
+    .venv/bin/python bench/inference.py --nuts-speed [MODEL ...] [--warmup N] [--samples N]
+                                        [--chains 4] [--repeats R] [--no-numpyro]
+                                        [--numpyro-no-cache] [--nuts-speed-cache DIR]
 
 NUTS (4 chains, 1000 warmup + 1000 draws by default) on four models written in QVR —
 normal-normal (N = 50), eight schools (non-centred), a 10-D funnel, and Bayesian logistic
@@ -37,6 +40,55 @@ CPU time).  Both sides run with one intra-op torch thread.  Bulk ESS is computed
 same function (`qvr.inference.diagnostics.ess_bulk`) for both.  Each NUTS line also gives
 min ESS per CPU second (ours: this process; Pyro: the sum over its chains' processes, the
 MCMC runs only): on a shared machine the wall clock measures the load as much as the code.
+
+NUTS speed table (issue 24, "measure first"; `--nuts-speed [MODEL ...]` prints it alone,
+or `--only ... nuts_speed` as one section among others; not part of the default run).
+On normal_normal, eight_schools, funnel_10d and logistic_1000x10 (or the models named),
+with `--warmup/--samples/--chains` and seeds `0 .. --repeats - 1`, it runs in this
+process, per model:
+
+* ours with `NUTSKernel(compiler="transition")` twice with seed 0: the 1st run compiles
+  the whole NUTS transition (AOTInductor; compiled packages are kept on disk under
+  `$QVR_CACHE_DIR/transitions`), the 2nd loads it from that disk cache.  Both walls are
+  printed and *compile = 1st - 2nd*; the 2nd run is the *steady state* (with several
+  seeds, one more cached run per further seed and the median).  By default
+  `QVR_CACHE_DIR` points, for the table only, at a fresh directory (under the ambient
+  `$QVR_CACHE_DIR`, else the system's temporary directory) removed at the end, so that
+  the 1st run really compiles; `--nuts-speed-cache DIR` uses and keeps DIR instead.
+  Every run prints `MCMCResult.compiler` and each of its `compiler_notes` (compiled or
+  loaded, and in how many seconds), so a 1st run that found a cached package shows it;
+* ours with `compiler="torchscript"` (the leaf-by-leaf path) per seed, the baseline:
+  the time ratios transition/torchscript (2nd run, 1st run, per chain-leaf);
+* NumPyro's NUTS (when `numpyro` is installed and not `--no-numpyro`) on the same priors,
+  likelihoods and data (`numpyro_models`), its settings printed: `NUTS(model)` with its
+  defaults, `MCMC(chain_method="sequential", progress_bar=False)`,
+  `run(PRNGKey(seed), extra_fields=("num_steps",))`, float32, jax's own thread settings.
+  `mcmc.run` runs twice on one MCMC object with the same key: the 1st compiles, the 2nd
+  is its steady state.  NumPyro's sequential chains trace and compile their sampling
+  loop again in every chain of every run unless jax's persistent compilation cache is
+  on, so the table turns it on, in a fresh directory (`--numpyro-no-cache`: jax's
+  default, off); with it the 1st run's later chains, and the 2nd run, load what the
+  1st chain compiled.  jax's own compile seconds within each run (tracing, lowering,
+  compiling or loading: `JAX_COMPILE_EVENTS`, from `jax.monitoring`) are printed, and
+  *net* = wall - them.
+
+Per run it prints wall and CPU seconds (CPU: this process only; the C++ compiler that
+AOTInductor starts is another process), *leaves per iteration* (ours:
+`num_grad_evals / (warmup + draws)`: batched density evaluations, with the whole
+transition the loop passes, i.e. the longest chain's leaves), the mean leaves per chain
+and draw (`num_steps` of the draws: NumPyro's only leaf count), *time per chain-leaf*
+(ours: wall / (num_grad_evals x chains); NumPyro's, marked ~, net wall / (mean
+num_steps x (warmup + draws) x chains), its warmup leaves taken as its draws'), min bulk
+ESS and divergences.  Per model it then prints the compile times and the time ratios
+ours/NumPyro (< 1: ours faster): *steady* (our 2nd run / NumPyro's 2nd run, and / its
+net), *end to end* (our 1st run, compile included, / NumPyro's 1st run; our 2nd run,
+from the disk cache, / NumPyro's 1st run); and at the end two summary tables, *times*
+(`ours 1st`, `ours 2nd`, `compile`, `tscript`, `2nd/ts`, `1st/ts`, `np 1st`, `np 2nd`,
+`np net`, `np comp`, `steady`, `1st/np1`, `2nd/np1`) and *work* (`tr leaves/it`,
+`tr /chain-draw`, `ts leaves/it`, `tr us/leaf`, `ts us/leaf`, `np /chain-draw`,
+`np us/leaf~`).  The one-time imports (Inductor; jax and NumPyro) are paid and printed
+before any timed run.  A run that raises is printed as `FAILED: <error>` (its traceback on
+stderr) and the table goes on.  `--json` writes the figures under `"nuts_speed"`.
 """
 from __future__ import annotations
 
@@ -705,6 +757,380 @@ def bench_svi_decoder(key, args, have_pyro) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ NUTS speed (issue 24)
+
+#: the models of the speed table (`--nuts-speed`): written for NumPyro too
+SPEED_MODELS = ("normal_normal", "eight_schools", "funnel_10d", "logistic_1000x10")
+#: the settings NumPyro runs with, as printed
+NUMPYRO_SETTINGS = ('NUTS(model) with its defaults, MCMC(chain_method="sequential", '
+                    'progress_bar=False), run(key, extra_fields=("num_steps",))')
+#: jax's compile events (seconds) summed as NumPyro's compile time of a run: tracing,
+#: lowering to MLIR and the backend compile (which is the load when the persistent
+#: compilation cache has the program)
+JAX_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                      "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                      "/jax/core/compile/backend_compile_duration")
+_JAX_COMPILE_S = [0.0]
+
+
+def numpyro_models() -> dict:
+    """The speed table's models in NumPyro's idiom: `pyro_models()`'s priors and
+    likelihoods, on the same data (as jax arrays)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    X, yl = logistic_data()
+    X, yl = jnp.asarray(X.numpy()), jnp.asarray(yl.numpy())
+    nn = jnp.asarray(normal_normal_data()["y"].numpy())
+    ys, sig = jnp.asarray(SCHOOLS_Y), jnp.asarray(SCHOOLS_SIGMA)
+
+    def normal_normal():
+        mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+        with numpyro.plate("obs", 50):
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=nn)
+
+    def eight_schools():
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+        with numpyro.plate("school", 8):
+            eta = numpyro.sample("eta", dist.Normal(0.0, 1.0))
+            numpyro.sample("y", dist.Normal(mu + tau * eta, sig), obs=ys)
+
+    def funnel():
+        v = numpyro.sample("v", dist.Normal(0.0, 3.0))
+        with numpyro.plate("dim", 9):
+            numpyro.sample("x", dist.Normal(0.0, jnp.exp(v / 2.0)))
+
+    def logistic():
+        alpha = numpyro.sample("alpha", dist.Normal(0.0, 1.0))
+        with numpyro.plate("feature", 10):
+            beta = numpyro.sample("beta", dist.Normal(0.0, 1.0))
+        with numpyro.plate("row", 1000):
+            numpyro.sample("y", dist.Bernoulli(logits=alpha + X @ beta), obs=yl)
+
+    return {"normal_normal": normal_normal, "eight_schools": eight_schools,
+            "funnel_10d": funnel, "logistic_1000x10": logistic}
+
+
+def numpyro_available() -> bool:
+    try:
+        import numpyro  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def setup_jax(cache_dir) -> float:
+    """Import jax and NumPyro, start jax's CPU backend, listen to its compile events and,
+    unless `cache_dir` is None, turn on its persistent compilation cache there (before
+    anything compiles).  Returns the seconds this took (not counted in any run)."""
+    t0 = time.perf_counter()
+    import jax
+    import jax.numpy as jnp
+    import numpyro  # noqa: F401
+    if cache_dir is not None:
+        jax.config.update("jax_compilation_cache_dir", str(cache_dir))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+    def listen(event, seconds, **_):
+        if event in JAX_COMPILE_EVENTS:
+            _JAX_COMPILE_S[0] += seconds
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    jnp.ones(2).block_until_ready()
+    return time.perf_counter() - t0
+
+
+def run_numpyro_twice(name, warmup, samples, chains, seeds=(0,)) -> list:
+    """NumPyro's NUTS on `name`: one MCMC object, `mcmc.run` with `PRNGKey(seed)` and
+    `extra_fields=("num_steps",)`, first twice with `seeds[0]` (the first run compiles,
+    the second reuses what jax kept: in memory, and on disk when the persistent cache is
+    on), then once per further seed.  One dict per run: wall and CPU seconds, jax's
+    compile seconds within it (`JAX_COMPILE_EVENTS`), mean leaves per chain and draw
+    (`num_steps`, post-warmup only: NumPyro records no warmup field here), min bulk ESS,
+    divergences."""
+    import jax
+    from numpyro.infer import MCMC as NMCMC, NUTS as NNUTS
+    mcmc = NMCMC(NNUTS(numpyro_models()[name]), num_warmup=warmup, num_samples=samples,
+                 num_chains=chains, chain_method="sequential", progress_bar=False)
+    out = []
+    for seed in (seeds[0], *seeds):
+        _JAX_COMPILE_S[0] = 0.0
+        t0, c0 = time.perf_counter(), time.process_time()
+        mcmc.run(jax.random.PRNGKey(seed), extra_fields=("num_steps",))
+        draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        extra = mcmc.get_extra_fields(group_by_chain=True)
+        steps = np.asarray(extra["num_steps"], dtype=float)
+        out.append({"seed": seed, "wall_s": wall, "cpu_s": cpu,
+                    "jax_compile_s": _JAX_COMPILE_S[0],
+                    "net_s": max(wall - _JAX_COMPILE_S[0], 0.0),
+                    "leaves_per_chain_draw": float(steps.mean()),
+                    "divergences": int(np.asarray(extra["diverging"]).sum()),
+                    "min_ess_bulk": min_bulk_ess({k: np.asarray(v)
+                                                  for k, v in draws.items()})})
+    return out
+
+
+def run_ours_speed(name, warmup, samples, chains, compiler, seed=0) -> dict:
+    """One run of our NUTS with `NUTSKernel(compiler=compiler)`: wall and CPU seconds
+    (loading the QVR text included), the run's `num_grad_evals` (batched density
+    evaluations: with ``"transition"`` the loop passes), leaves per iteration
+    (`num_grad_evals / (warmup + draws)`), the mean leaves per chain and draw
+    (`num_steps`), seconds per chain-leaf (`wall / (num_grad_evals * chains)`), min bulk
+    ESS, divergences and `MCMCResult.compiler` / `compiler_notes`."""
+    src, x, obs = qvr_models()[name]
+    torch.manual_seed(seed)
+    t0, c0 = time.perf_counter(), time.process_time()
+    model = loads(src).morphism
+    r = MCMC(NUTSKernel(compiler=compiler), num_warmup=warmup, num_samples=samples,
+             num_chains=chains).run(model, x, obs)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    evals = int(r.num_grad_evals)
+    notes = list(r.compiler_notes)
+    return {"seed": seed, "wall_s": wall, "cpu_s": cpu, "mcmc_s": r.total_time,
+            "grad_evals": evals, "leaves_per_iter": evals / (warmup + samples),
+            "leaves_per_chain_draw": float(r.num_steps.float().mean()),
+            "s_per_chain_leaf": wall / (evals * chains) if evals else math.nan,
+            "min_ess_bulk": min_bulk_ess({k: v.numpy() for k, v in r.samples.items()}),
+            "divergences": r.total_divergences, "compiler": r.compiler,
+            "compiler_notes": notes,
+            "cache": ("compiled" if any("compiled by AOTInductor" in n for n in notes) else
+                      "loaded" if any("loaded from the disk cache" in n for n in notes) else
+                      "none")}
+
+
+def _try(fn, *a, **kw):
+    """`fn(*a, **kw)`, or `{"error": "Type: message"}` (the traceback on stderr)."""
+    try:
+        return fn(*a, **kw)
+    except Exception as exc:  # reported in the table, the other runs go on
+        import traceback
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _med(runs, key):
+    vals = [r[key] for r in runs if "error" not in r and key in r]
+    return float(np.median(vals)) if vals else math.nan
+
+
+def _fmt(v, width: int, prec: int) -> str:
+    """`v` right-aligned in `width` with `prec` decimals, or "-" (a failed run)."""
+    ok = isinstance(v, (int, float)) and math.isfinite(v)
+    return f"{v:{width}.{prec}f}" if ok else f"{'-':>{width}}"
+
+
+def _us(s):
+    return s * 1e6
+
+
+def bench_nuts_speed(names, args) -> dict:
+    """The speed table (issue 24, "measure first"), per model of `names`: our NUTS with
+    the compiled whole transition twice (cold, then from the disk cache), with
+    TorchScript leaves once, and NumPyro's run twice; times, compile times, leaves per
+    iteration and time per chain-leaf, and the ratios.  Returns the figures."""
+    import shutil
+    import tempfile
+    W, S, C = args.warmup, args.samples, args.chains
+    seeds = list(range(max(1, args.repeats)))
+    have_numpyro = not args.no_numpyro and numpyro_available()
+    if args.nuts_speed_cache:
+        base, fresh = Path(args.nuts_speed_cache), False
+        base.mkdir(parents=True, exist_ok=True)
+    else:
+        parent = os.environ.get("QVR_CACHE_DIR") or tempfile.gettempdir()
+        Path(parent).mkdir(parents=True, exist_ok=True)
+        base, fresh = Path(tempfile.mkdtemp(prefix="nuts-speed-", dir=parent)), True
+    saved_env = os.environ.get("QVR_CACHE_DIR")
+    os.environ["QVR_CACHE_DIR"] = str(base)
+    out = {"settings": {"warmup": W, "samples": S, "chains": C, "seeds": seeds,
+                        "qvr_cache_dir": str(base), "fresh_cache": fresh}, "models": {}}
+    try:
+        t0 = time.perf_counter()
+        import torch._inductor  # noqa: F401  one-time imports, not timed in the runs
+        from torch._inductor import aoti_compile_and_package, aoti_load_package  # noqa
+        import torch.export  # noqa: F401
+        imp_torch = time.perf_counter() - t0
+        imp_jax = setup_jax(None if args.numpyro_no_cache else base / "jax") \
+            if have_numpyro else None
+        out["settings"].update(import_inductor_s=imp_torch, import_jax_s=imp_jax)
+        print(f"NUTS speed: {C} chains x ({W} warmup + {S} draws), seeds {seeds}; ours: "
+              f"NUTSKernel(compiler=...) otherwise default, torch 1 thread", flush=True)
+        print(f"  ours 'transition' runs twice per model in this process: the 1st compiles "
+              f"the whole transition (AOTInductor), the 2nd loads it from "
+              f"$QVR_CACHE_DIR/transitions = {base / 'transitions'}"
+              + (" (fresh, removed at the end)" if fresh else " (as given: a 1st run "
+                 "may find it cached)") + "; compile = 1st - 2nd", flush=True)
+        if have_numpyro:
+            import jax
+            import numpyro
+            cache = ("off (jax's default: NumPyro's sequential chains then compile their "
+                     "loop again in every chain of every run)" if args.numpyro_no_cache else
+                     f"jax's persistent compilation cache on, fresh, in {base / 'jax'}")
+            out["settings"]["numpyro"] = {"version": numpyro.__version__,
+                                          "jax": jax.__version__,
+                                          "settings": NUMPYRO_SETTINGS,
+                                          "compile_cache": cache}
+            print(f"  NumPyro {numpyro.__version__} (jax {jax.__version__}, float32, XLA "
+                  f"threads as jax sets them): {NUMPYRO_SETTINGS}; mcmc.run twice on one "
+                  f"MCMC object with the same key (the 1st compiles); compile cache: "
+                  f"{cache}; jax's compile seconds (trace + lower + compile/load, from "
+                  f"jax.monitoring) are given per run, 'net' = wall - them", flush=True)
+        else:
+            print("  NumPyro: " + ("skipped (--no-numpyro)" if args.no_numpyro else
+                                   "not installed"), flush=True)
+        print(f"  one-time imports before any timing: torch._inductor {imp_torch:.1f} s"
+              + (f", jax + numpyro {imp_jax:.1f} s" if imp_jax is not None else ""),
+              flush=True)
+        print("  leaves/iter: ours num_grad_evals / (warmup + draws) (batched density "
+              "evaluations, all iterations); per chain-draw: mean num_steps of the draws "
+              "(NumPyro: num_steps, its only leaf count); us/chain-leaf: ours wall / "
+              "(num_grad_evals x chains); NumPyro's (~) net wall / (mean num_steps x "
+              "(warmup + draws) x chains), the warmup's leaves taken as the draws'",
+              flush=True)
+        for name in names:
+            out["models"][name] = _nuts_speed_model(name, args, seeds, have_numpyro)
+        _print_speed_tables(out["models"], have_numpyro)
+    finally:
+        if saved_env is None:
+            os.environ.pop("QVR_CACHE_DIR", None)
+        else:
+            os.environ["QVR_CACHE_DIR"] = saved_env
+        if fresh:
+            shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def _nuts_speed_model(name, args, seeds, have_numpyro) -> dict:
+    W, S, C = args.warmup, args.samples, args.chains
+    tag = f"{name:<18}"
+    cold = _try(run_ours_speed, name, W, S, C, "transition", seed=seeds[0])
+    warm = [_try(run_ours_speed, name, W, S, C, "transition", seed=s) for s in seeds]
+    ts = [_try(run_ours_speed, name, W, S, C, "torchscript", seed=s) for s in seeds]
+    res = {"transition_1st": cold, "transition_2nd": warm, "torchscript": ts}
+
+    def line(label, r, extra=""):
+        if "error" in r:
+            print(f"{tag} {label:<16} FAILED: {r['error']}", flush=True)
+            return
+        print(f"{tag} {label:<16} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:7.2f})  "
+              f"leaves/iter {r['leaves_per_iter']:6.2f}, per chain-draw "
+              f"{r['leaves_per_chain_draw']:6.2f}; {_us(r['s_per_chain_leaf']):8.1f} "
+              f"us/chain-leaf; min ESS {r['min_ess_bulk']:6.0f}, divergences "
+              f"{r['divergences']}; compiler {r['compiler']!r}{extra}", flush=True)
+        for note in r["compiler_notes"]:
+            print(f"{'':<18} {'':<16}   note: {note}", flush=True)
+    line("transition 1st", cold)
+    for r in warm:
+        line(f"transition 2nd s{r.get('seed', '?')}" if len(seeds) > 1 else
+             "transition 2nd", r)
+    for r in ts:
+        line(f"torchscript s{r.get('seed', '?')}" if len(seeds) > 1 else "torchscript", r)
+    first = cold.get("wall_s", math.nan)
+    second = warm[0].get("wall_s", math.nan)
+    res["compile_s"] = first - second
+    if "error" not in cold and cold["cache"] != "compiled":
+        how = {"loaded": "found it in the disk cache",
+               "none": "did not compile it (see the notes)"}[cold["cache"]]
+        print(f"{'':<18} (the 1st run {how}: 1st - 2nd below is not a compile time)",
+              flush=True)
+    res["steady_s"] = _med(warm, "wall_s")
+    res["steady_us_per_chain_leaf"] = _us(_med(warm, "s_per_chain_leaf"))
+    res["torchscript_s"] = _med(ts, "wall_s")
+    res["torchscript_us_per_chain_leaf"] = _us(_med(ts, "s_per_chain_leaf"))
+    res["ratio_transition_torchscript"] = {
+        "steady": res["steady_s"] / res["torchscript_s"],
+        "first": first / res["torchscript_s"],
+        "per_chain_leaf": res["steady_us_per_chain_leaf"] /
+        res["torchscript_us_per_chain_leaf"]}
+    rt = res["ratio_transition_torchscript"]
+    print(f"{'':<18} compile (1st - 2nd) {_fmt(res['compile_s'], 0, 2)} s; transition/"
+          f"torchscript time: 2nd {_fmt(rt['steady'], 0, 3)}x, 1st {_fmt(rt['first'], 0, 2)}"
+          f"x, per chain-leaf {_fmt(rt['per_chain_leaf'], 0, 3)}x", flush=True)
+    if not have_numpyro:
+        return res
+    np_runs = _try(run_numpyro_twice, name, W, S, C, seeds)
+    if isinstance(np_runs, dict):  # failed
+        print(f"{tag} {'numpyro':<16} FAILED: {np_runs['error']}", flush=True)
+        res["numpyro"] = np_runs
+        return res
+    for r in np_runs:
+        leaves = r["leaves_per_chain_draw"] * (W + S) * C
+        r["s_per_chain_leaf"] = r["net_s"] / leaves if leaves else math.nan
+    res["numpyro"] = np_runs
+    labels = ["numpyro 1st", "numpyro 2nd" + (f" s{seeds[0]}" if len(seeds) > 1 else "")]
+    for r, label in zip(np_runs, labels + [f"numpyro s{s}" for s in seeds[1:]]):
+        print(f"{tag} {label:<16} {r['wall_s']:8.2f} s (cpu {r['cpu_s']:7.2f}; jax "
+              f"compile {r['jax_compile_s']:6.2f} s, net {r['net_s']:7.2f} s)  per "
+              f"chain-draw {r['leaves_per_chain_draw']:6.2f} leaves; ~"
+              f"{_us(r['s_per_chain_leaf']):7.1f} us/chain-leaf; min ESS "
+              f"{r['min_ess_bulk']:6.0f}, divergences {r['divergences']}", flush=True)
+    n1, later = np_runs[0], np_runs[1:]
+    res["numpyro_1st_s"] = n1["wall_s"]
+    res["numpyro_steady_s"] = _med(later, "wall_s")
+    res["numpyro_steady_net_s"] = _med(later, "net_s")
+    res["numpyro_compile_s"] = n1["wall_s"] - later[0]["wall_s"]
+    res["numpyro_us_per_chain_leaf"] = _us(_med(later, "s_per_chain_leaf"))
+    res["ours_over_numpyro"] = r_ = {
+        "steady": res["steady_s"] / res["numpyro_steady_s"],
+        "steady_net": res["steady_s"] / res["numpyro_steady_net_s"]
+        if res["numpyro_steady_net_s"] > 0 else math.nan,
+        "end_to_end_1st": first / n1["wall_s"],
+        "end_to_end_2nd": second / n1["wall_s"]}
+    print(f"{'':<18} NumPyro compile (1st - 2nd) {res['numpyro_compile_s']:.2f} s; ours/"
+          f"NumPyro time (< 1: ours faster): steady (2nd / 2nd) {_fmt(r_['steady'], 0, 3)}"
+          f"x (/ NumPyro's net {_fmt(r_['steady_net'], 0, 3)}x); end to end: our 1st / "
+          f"its 1st {_fmt(r_['end_to_end_1st'], 0, 2)}x, our 2nd / its 1st "
+          f"{_fmt(r_['end_to_end_2nd'], 0, 3)}x", flush=True)
+    return res
+
+
+def _print_speed_tables(models: dict, have_numpyro: bool) -> None:
+    """The two summary tables: times (seconds, and the ratios) and work (leaves per
+    iteration, microseconds per chain-leaf).  Medians over seeds where there are several."""
+    print("\nNUTS speed, times (s; 2nd and torchscript: median over seeds; ratios are time "
+          "ratios, < 1: the first named is faster)", flush=True)
+    head = (f"{'model':<18}{'ours 1st':>9}{'ours 2nd':>9}{'compile':>9}{'tscript':>9}"
+            f"{'2nd/ts':>8}{'1st/ts':>8}")
+    if have_numpyro:
+        head += (f"{'np 1st':>9}{'np 2nd':>9}{'np net':>9}{'np comp':>9}{'steady':>8}"
+                 f"{'1st/np1':>8}{'2nd/np1':>8}")
+    print(head, flush=True)
+    for name, m in models.items():
+        c = m["transition_1st"].get("wall_s", math.nan)
+        rt = m["ratio_transition_torchscript"]
+        row = (f"{name:<18}{_fmt(c, 9, 2)}{_fmt(m['steady_s'], 9, 2)}"
+               f"{_fmt(m['compile_s'], 9, 2)}{_fmt(m['torchscript_s'], 9, 2)}"
+               f"{_fmt(rt['steady'], 8, 3)}{_fmt(rt['first'], 8, 2)}")
+        if have_numpyro and "ours_over_numpyro" in m:
+            r = m["ours_over_numpyro"]
+            row += (f"{m['numpyro_1st_s']:9.2f}{m['numpyro_steady_s']:9.2f}"
+                    f"{m['numpyro_steady_net_s']:9.2f}{m['numpyro_compile_s']:9.2f}"
+                    f"{_fmt(r['steady'], 8, 3)}{_fmt(r['end_to_end_1st'], 8, 2)}"
+                    f"{_fmt(r['end_to_end_2nd'], 8, 3)}")
+        print(row, flush=True)
+    print("\nNUTS speed, work (leaves per iteration; microseconds per chain-leaf, from the "
+          "2nd / torchscript runs)", flush=True)
+    head = (f"{'model':<18}{'tr leaves/it':>13}{'tr /chain-draw':>15}{'ts leaves/it':>13}"
+            f"{'tr us/leaf':>11}{'ts us/leaf':>11}")
+    if have_numpyro:
+        head += f"{'np /chain-draw':>15}{'np us/leaf~':>12}"
+    print(head, flush=True)
+    for name, m in models.items():
+        row = (f"{name:<18}{_fmt(_med(m['transition_2nd'], 'leaves_per_iter'), 13, 2)}"
+               f"{_fmt(_med(m['transition_2nd'], 'leaves_per_chain_draw'), 15, 2)}"
+               f"{_fmt(_med(m['torchscript'], 'leaves_per_iter'), 13, 2)}"
+               f"{_fmt(m['steady_us_per_chain_leaf'], 11, 1)}"
+               f"{_fmt(m['torchscript_us_per_chain_leaf'], 11, 1)}")
+        if have_numpyro and "ours_over_numpyro" in m:
+            later = m["numpyro"][1:]
+            row += (f"{_fmt(_med(later, 'leaves_per_chain_draw'), 15, 2)}"
+                    f"{_fmt(m['numpyro_us_per_chain_leaf'], 12, 1)}")
+        print(row, flush=True)
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -814,7 +1240,24 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--only", nargs="*", help="run only these workloads (model names, "
-                    "svi_2x1, svi_256x16, svi_decoder_8x16, svi_decoder_64x16)")
+                    "svi_2x1, svi_256x16, svi_decoder_8x16, svi_decoder_64x16, and "
+                    "nuts_speed: the NUTS speed table of --nuts-speed on its four models)")
+    ap.add_argument("--nuts-speed", nargs="*", metavar="MODEL", default=None,
+                    help="print only the NUTS speed table (issue 24): our compiled whole "
+                         "transition cold and from the disk cache, TorchScript leaves, "
+                         "NumPyro twice; on these models (default: "
+                         + ", ".join(SPEED_MODELS) + ")")
+    ap.add_argument("--no-numpyro", action="store_true",
+                    help="speed table: skip NumPyro")
+    ap.add_argument("--numpyro-no-cache", action="store_true",
+                    help="speed table: leave jax's persistent compilation cache off "
+                         "(default: on, in a fresh directory, so that NumPyro's 2nd run "
+                         "does not compile again)")
+    ap.add_argument("--nuts-speed-cache", metavar="DIR",
+                    help="speed table: use DIR as QVR_CACHE_DIR (and DIR/jax for jax) and "
+                         "keep it (default: a fresh directory under $QVR_CACHE_DIR or the "
+                         "system's temporary directory, removed at the end, so that the "
+                         "1st run compiles)")
     ap.add_argument("--no-pyro", action="store_true", help="skip the Pyro comparison")
     ap.add_argument("--pyro-sequential", action="store_true",
                     help="run Pyro's chains one after the other (default: parallel processes)")
@@ -843,15 +1286,26 @@ def main(argv=None) -> int:
         have_pyro = False
     print(f"torch {torch.__version__}, 1 thread; pyro: "
           f"{'yes' if have_pyro else 'not installed (pip install -e .[bench])' if not args.no_pyro else 'skipped'}")
-    print(f"NUTS: {args.chains} chains x ({args.warmup} warmup + {args.samples} draws); "
-          "metric: min bulk ESS / total wall time")
     results = {}
     models = qvr_models()
-    order = list(args.only) if args.only else [*models, "svi_2x1", "svi_256x16",
-                                               *DECODER_WORKLOADS]
+    if args.nuts_speed is not None:
+        speed = list(args.nuts_speed) or list(SPEED_MODELS)
+        for name in speed:
+            if name not in SPEED_MODELS:
+                ap.error(f"--nuts-speed: {name!r} is not one of {', '.join(SPEED_MODELS)}")
+        order = ["nuts_speed"]
+    else:
+        speed = list(SPEED_MODELS)
+        order = list(args.only) if args.only else [*models, "svi_2x1", "svi_256x16",
+                                                   *DECODER_WORKLOADS]
+    if args.nuts_speed is None:  # the ESS/s workloads' line, as before
+        print(f"NUTS: {args.chains} chains x ({args.warmup} warmup + {args.samples} draws);"
+              " metric: min bulk ESS / total wall time")
     warm_up()
     for name in order:
-        if name in models:
+        if name == "nuts_speed":
+            results[name] = bench_nuts_speed(speed, args)
+        elif name in models:
             results[name] = bench_nuts(name, args, have_pyro)
         elif name in ("svi_2x1", "svi_256x16"):
             results[name] = bench_svi(name, args, have_pyro)

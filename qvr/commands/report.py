@@ -157,7 +157,8 @@ def headline(run, summary: Optional[dict]) -> str:
         return (f"{method}: no continuous latent site to sample (finite latents summed out); "
                 f"log marginal likelihood {_f(stats['log_marginal_likelihood'], '.6g')}{state}")
     eps = ", ".join(_f(v) for v in stats.get("step_sizes", []))
-    compiled = ", steps compiled by Inductor" if stats.get("compiler") == "inductor" else ""
+    compiled = {"inductor": ", steps compiled by Inductor",
+                "transition": ", transitions compiled (C++ loop)"}.get(stats.get("compiler"), "")
     return (f"{method}: {stats.get('num_chains', '?')} chains x {stats.get('num_samples', '?')} "
             f"draws, acceptance {_f(stats.get('mean_acceptance'), '.3f')}, divergences "
             f"{stats.get('total_divergences', '?')}, step sizes {eps}, min bulk ESS "

@@ -204,9 +204,12 @@ class ProgramTarget(Target):
         return _clean(lp, grad)
 
 
-    #: compile only densities cheaper than this (seconds per eager evaluation): above it
-    #: the interpreter's overhead is negligible and tracing a large graph is slow
-    compile_below_s = 0.05
+    #: compile only densities cheaper than this (seconds of CPU per eager evaluation).
+    #: Tracing costs a few evaluations, and a slow evaluation is as often a long chain of
+    #: small operations (a recurrence unrolled over 200 steps: ~0.3 s eager, a few ms
+    #: compiled) as a few large ones; so only densities whose tracing would itself take
+    #: minutes stay eager (it was 0.05 s, which left every long recurrence eager)
+    compile_below_s = 5.0
     #: the same for a density with finite latents summed out (`qvr.inference.enumerate`)
     compile_enumerated_below_s = 5.0
 

@@ -70,8 +70,10 @@ class MCMCResult:
       num_grad_evals: batched gradient evaluations.
       cancelled: the run was stopped by `should_stop`.
       energies: `(num_chains, num_samples)` Hamiltonian at each draw (for E-BFMI).
-      compiler: how NUTS ran its leaves at the end of the run (``"inductor"``,
-        ``"torchscript"`` or ``"eager"``, see `mcmc/tick.py`; ``""`` for other kernels).
+      compiler: how NUTS ran its steps at the end of the run (``"transition"``: the
+        whole transition compiled, `mcmc/transition.py`; ``"inductor"``,
+        ``"torchscript"`` or ``"eager"``: leaf by leaf, `mcmc/tick.py`; ``""`` for other
+        kernels).
       compiler_notes: why, as sentences (`kernel.compiler_notes`): e.g. that Inductor
         failed (compiling or running) and the steps ran on TorchScript.
     """

@@ -15,8 +15,8 @@ The kernel protocol (`MCMCKernel`; the driver uses nothing else):
 * ``sample(state, target) -> state`` — one iteration.
 * ``diagnostics(state) -> dict`` — per-chain statistics of the last iteration.
 * ``compiler_used(target) -> str`` and ``compiler_notes(target) -> list[str]`` — how the
-  kernel ran its steps on `target` (NUTS: ``"inductor"``, ``"torchscript"`` or
-  ``"eager"``, and sentences saying why, e.g. that Inductor failed and the steps ran on
+  kernel ran its steps on `target` (NUTS: ``"transition"`` — the whole transition
+  compiled —, ``"inductor"``, ``"torchscript"`` or ``"eager"``, and sentences saying why, e.g. that Inductor failed and the steps ran on
   TorchScript); ``""`` and ``[]`` for kernels with nothing to say (HMC).  Read-only.
 
 Whatever a kernel caches between iterations or runs (NUTS: its compiled steps per
@@ -35,6 +35,12 @@ driver never reads it.
 * with `find_step_size` (and at least 20 warmup iterations), a heuristic search for a
   step size whose one-step acceptance is about 0.8 (Hoffman & Gelman's Algorithm 4) at
   the start of warmup and after each mass-matrix update.
+
+Decision (issue 24): runtime spec 6.6.3 keeps the identity metric for the whole warmup and
+never re-tunes the step size after the metric changes; that is wrong for any posterior
+whose scales differ (`earnings-logearn_height` spent 344 s in warmup at tree depth 10).
+The default is Stan's windowed adaptation above (``warmup_schedule="windowed"``); the
+spec's text is to be changed to it.
 
 Subclasses implement `_transition(state, target) -> Transition`.
 
