@@ -84,7 +84,28 @@ def compare(draws: dict, reference: dict) -> dict:
             "missing": missing}
 
 
-def run_qvr(example: str, warmup: int, samples: int, chains: int, seed: int) -> dict:
+def run_qvr(example: str, warmup: int, samples: int, chains: int, seed: int,
+            ticks: bool = False) -> dict:
+    """`qvr.fit` with NUTS.  `ticks`: the path before issue 24 (the tree built from Python
+    one TorchScript leaf at a time, and densities slower than 50 ms per evaluation left
+    eager) — the baseline the whole compiled transition is measured against."""
+    import os
+    from qvr.inference.potential import ProgramTarget
+    saved = os.environ.get("QVR_MCMC_COMPILER"), ProgramTarget.compile_below_s
+    if ticks:
+        os.environ["QVR_MCMC_COMPILER"] = "torchscript"
+        ProgramTarget.compile_below_s = 0.05
+    try:
+        return _run_qvr(example, warmup, samples, chains, seed)
+    finally:
+        if saved[0] is None:
+            os.environ.pop("QVR_MCMC_COMPILER", None)
+        else:
+            os.environ["QVR_MCMC_COMPILER"] = saved[0]
+        ProgramTarget.compile_below_s = saved[1]
+
+
+def _run_qvr(example: str, warmup: int, samples: int, chains: int, seed: int) -> dict:
     path = ROOT / "examples" / f"{example}.qvr"
     program = load(str(path))
     t0 = time.perf_counter()
@@ -118,7 +139,16 @@ def pyro_model(example: str):
 
     d = {k: torch.as_tensor(v, dtype=torch.float64 if example == "gp_counts" else torch.float32)
          for k, v in _data(example).items()}
-    flat = dist.ImproperUniform
+
+    def flat(support, batch_shape, event_shape):
+        """A flat density on `support` (Stan's unbounded parameter without a prior):
+        a proper distribution with that support, masked so that its log density is 0.
+        Pyro's `ImproperUniform` cannot be drawn from, and Pyro's NUTS draws every site
+        once while setting up, whatever the init strategy."""
+        shape = tuple(batch_shape) + tuple(event_shape)
+        base = {dist.constraints.real: dist.Normal(torch.zeros(shape), 1.0),
+                dist.constraints.positive: dist.HalfNormal(torch.ones(shape))}[support]
+        return base.to_event(len(event_shape)).mask(False)
 
     if example == "eight_schools":
         def model():
@@ -150,7 +180,12 @@ def pyro_model(example: str):
             mu = pyro.sample("mu", flat(dist.constraints.real, (), ()))
             alpha0 = pyro.sample("alpha0", flat(dist.constraints.positive, (), ()))
             alpha1 = pyro.sample("alpha1", dist.Uniform(0.0, 1.0))
-            beta1 = pyro.sample("beta1", flat(dist.constraints.interval(0.0, 1.0 - alpha1), (), ()))
+            # Stan's flat beta1 on (0, 1 - alpha1), written as a scaled unit uniform plus the
+            # log(1 - alpha1) that makes its density 1 there (an ImproperUniform with this
+            # dependent interval gave NumPyro a wrong posterior for beta1)
+            raw = pyro.sample("beta1_raw", dist.Uniform(0.0, 1.0))
+            beta1 = pyro.deterministic("beta1", raw * (1.0 - alpha1))
+            pyro.factor("beta1_flat", torch.log(1.0 - alpha1))
             sig = [s1 * torch.ones(())]
             for t in range(1, len(y)):
                 sig.append(torch.sqrt(alpha0 + alpha1 * (y[t - 1] - mu) ** 2 + beta1 * sig[-1] ** 2))
@@ -161,7 +196,11 @@ def pyro_model(example: str):
         def model():
             t1 = pyro.sample("theta1", dist.Dirichlet(torch.ones(2)))
             t2 = pyro.sample("theta2", dist.Dirichlet(torch.ones(2)))
-            mu = pyro.sample("mu", flat(dist.constraints.positive_ordered_vector, (), (2,)))
+            # positive-ordered mu, flat, through its bijector and log-Jacobian
+            to_ordered = dist.transforms.biject_to(dist.constraints.positive_ordered_vector)
+            raw = pyro.sample("mu_raw", flat(dist.constraints.real, (), (2,)))
+            mu = pyro.deterministic("mu", to_ordered(raw))
+            pyro.factor("mu_jacobian", to_ordered.log_abs_det_jacobian(raw, mu).sum())
             pyro.factor("mu_prior", dist.Normal(3.0, 1.0).log_prob(mu[0])
                         + dist.Normal(10.0, 1.0).log_prob(mu[1]))
             log_theta = torch.log(torch.stack([t1, t2]))
@@ -193,12 +232,13 @@ def run_pyro(example: str, warmup: int, samples: int, chains: int, seed: int) ->
     pyro.set_rng_seed(seed)
     model = pyro_model(example)
     t0 = time.perf_counter()
-    mcmc = MCMC(NUTS(model), num_samples=samples, warmup_steps=warmup, num_chains=chains,
+    mcmc = MCMC(NUTS(model), num_samples=samples, warmup_steps=warmup,
+                num_chains=chains,
                 mp_context="spawn" if chains > 1 else None, disable_progbar=True)
     mcmc.run()
     wall = time.perf_counter() - t0
     grouped = {k: v.detach().numpy() for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    det = Predictive(model, posterior_samples=mcmc.get_samples(), return_sites=["theta", "f"])()
+    det = Predictive(model, posterior_samples=mcmc.get_samples(), return_sites=["theta", "f", "beta1", "mu"])()
     for k, v in det.items():
         grouped[k] = v.detach().numpy().reshape(chains, samples, *v.shape[1:])
     draws = flat_draws(grouped)
@@ -231,16 +271,21 @@ def main(argv=None) -> int:
     ap.add_argument("--no-pyro", action="store_true")
     ap.add_argument("--no-numpyro", action="store_true")
     ap.add_argument("--json", default=None, help="write the figures to this file")
+    ap.add_argument("--baseline", action="store_true",
+                    help="also run qvr as before issue 24 (TorchScript leaves from Python)")
+    ap.add_argument("--pyro-warmup", type=int, default=None,
+                    help="Pyro's own warmup (its Python loops make a recurrence slow)")
+    ap.add_argument("--pyro-samples", type=int, default=None)
     args = ap.parse_args(argv)
     names = [n for n, (ex, _) in POSTERIORS.items()
              if not args.only or n in args.only or ex in args.only]
-    sides = ["qvr"] + (["pyro"] if not args.no_pyro and pyro_available() else []) \
+    sides = (["qvr-ticks"] if args.baseline else []) + ["qvr", "qvr-cached"] + (["pyro"] if not args.no_pyro and pyro_available() else []) \
         + (["numpyro"] if not args.no_numpyro and numpyro_available() else [])
     print(f"NUTS, {args.chains} chains x ({args.warmup} warmup + {args.samples} draws), seed "
           f"{args.seed}; sides: {', '.join(sides)}"
           + ("" if "pyro" in sides else " (Pyro not installed: pip install pyro-ppl)")
           + ("" if "numpyro" in sides else " (NumPyro not installed)"))
-    header = f"{'posterior':42} {'side':7} {'wall s':>8} {'minESS':>7} {'ESS/s':>8} " \
+    header = f"{'posterior':42} {'side':10} {'wall s':>8} {'minESS':>7} {'ESS/s':>8} " \
              f"{'max|z|':>7} {'sd/ref':>11}"
     print(header)
     out = {}
@@ -252,14 +297,18 @@ def main(argv=None) -> int:
         reference = json.loads(ref_file.read_text()) if ref_file.is_file() else None
         for side in sides:
             try:
-                if side == "qvr":
-                    r = run_qvr(example, args.warmup, args.samples, args.chains, args.seed)
+                if side in ("qvr", "qvr-cached", "qvr-ticks"):
+                    # "qvr" may compile the whole NUTS transition (cold: seconds of C++);
+                    # "qvr-cached" is the same fit again, the transition loaded from disk
+                    r = run_qvr(example, args.warmup, args.samples, args.chains, args.seed,
+                                ticks=side == "qvr-ticks")
                 elif side == "pyro":
-                    r = run_pyro(example, args.warmup, args.samples, args.chains, args.seed)
+                    r = run_pyro(example, args.pyro_warmup or args.warmup,
+                                 args.pyro_samples or args.samples, args.chains, args.seed)
                 else:
                     r = run_numpyro(example, args.warmup, args.samples, args.chains, args.seed)
             except Exception as exc:  # a failure is a figure too
-                print(f"{name:42} {side:7} failed: {type(exc).__name__}: {exc}")
+                print(f"{name:42} {side:10} failed: {type(exc).__name__}: {exc}")
                 continue
             cmp = compare(r["draws"], reference) if reference else None
             rate = r["min_ess"] / r["wall"]
@@ -267,14 +316,19 @@ def main(argv=None) -> int:
                                               "ess_per_s": rate, **(cmp or {})}
             zs = f"{cmp['max_z']:7.2f}" if cmp else "      -"
             sd = f"{cmp['sd_ratio'][0]:.2f}-{cmp['sd_ratio'][1]:.2f}" if cmp else "-"
-            print(f"{name:42} {side:7} {r['wall']:8.1f} {r['min_ess']:7.0f} {rate:8.2f} {zs} "
+            print(f"{name:42} {side:10} {r['wall']:8.1f} {r['min_ess']:7.0f} {rate:8.2f} {zs} "
                   f"{sd:>11}" + (f"  missing {cmp['missing']}" if cmp and cmp["missing"] else ""),
                   flush=True)
-        ours = out.get(name, {}).get("qvr")
-        for side in sides[1:]:
+        ours = out.get(name, {}).get("qvr-cached")
+        before = out.get(name, {}).get("qvr-ticks")
+        if ours and before:
+            print(f"{'':42} wall before / now (cached): {before['wall'] / ours['wall']:.1f}x, "
+                  f"ESS/s now / before: {ours['ess_per_s'] / before['ess_per_s']:.1f}x")
+        for side in [x for x in sides if not x.startswith("qvr")]:
             theirs = out.get(name, {}).get(side)
             if ours and theirs:
-                print(f"{'':42} ESS/s ours / {side}: {ours['ess_per_s'] / theirs['ess_per_s']:.2f}")
+                print(f"{'':42} ESS/s ours (cached) / {side}: "
+                      f"{ours['ess_per_s'] / theirs['ess_per_s']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
@@ -323,7 +377,9 @@ def run_numpyro(example: str, warmup: int, samples: int, chains: int, seed: int)
             mu = numpyro.sample("mu", flat(dist.constraints.real, (), ()))
             alpha0 = numpyro.sample("alpha0", flat(dist.constraints.positive, (), ()))
             alpha1 = numpyro.sample("alpha1", dist.Uniform(0.0, 1.0))
-            beta1 = numpyro.sample("beta1", flat(dist.constraints.interval(0.0, 1.0 - alpha1), (), ()))
+            raw = numpyro.sample("beta1_raw", dist.Uniform(0.0, 1.0))  # as in pyro_model
+            beta1 = numpyro.deterministic("beta1", raw * (1.0 - alpha1))
+            numpyro.factor("beta1_flat", jnp.log(1.0 - alpha1))
 
             def step(s, yp):
                 s = jnp.sqrt(alpha0 + alpha1 * (yp - mu) ** 2 + beta1 * s ** 2)
