@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/posteriors.py [--warmup 500] [--samples 500] [--chains 4]
                                          [--only NAME ...] [--no-pyro] [--no-numpyro]
+                                         [--baseline] [--pyro-warmup N] [--pyro-samples N]
                                          [--json FILE]
 
 For each posterior of ``../shared/posteriordb-sample`` (issue 23) this fits the example
@@ -13,9 +14,16 @@ compile, warmup and sampling included in the wall time), and prints
   and min bulk ESS per wall second;
 * against the reference (``reference.json``: posteriordb's gold-standard draws) the largest
   |mean - ref| / MCSE and the range of sd / ref sd;
+* qvr twice: ``qvr`` (a NUTS run of 400+ iterations compiles its whole transition, or
+  loads it from ``$QVR_CACHE_DIR/transitions``) and ``qvr-cached`` (the same fit again,
+  the transition loaded from disk); with ``--baseline`` first ``qvr-ticks``, the path
+  before issue 24 (the tree built from Python one TorchScript leaf at a time), and the
+  ratios before / now;
 * the same model and data in Pyro and NumPyro (their NUTS, same warmup, draws and chains;
-  Pyro's chains in parallel processes, NumPyro's ``chain_method="sequential"``, no progress
-  bar) when they are installed — and our/their ratios of ESS/s, all from one run.
+  Pyro's chains in parallel processes where it counts more than one CPU, NumPyro's
+  ``chain_method="sequential"``, no progress
+  bar; Pyro may get a smaller budget of its own: its Python loops make a 200-step
+  recurrence cost minutes) when they are installed — and our/their ratios of ESS/s, all from one run.
 
 ESS and MCSE are computed by ``qvr.inference.diagnostics`` for every side.
 """
