@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from qvr.inference.events import FitEvent, FitProgress, FitStarted, FitWarning
+from qvr.inference.events import FitEvent, FitNote, FitProgress, FitStarted, FitWarning
 
 #: the start of every plain progress line (the dashboard leaves such lines out of the
 #: worker's stderr it shows as a failure's cause)
@@ -80,6 +80,7 @@ class Progress:
         self.chains: dict[int, _Chain] = {}
         self.warmup_total = self.sample_total = 0
         self.warnings: list[str] = []
+        self.note = ""  # the last `FitNote` (shown until the chains move)
         self._live = None
         self._last = 0.0
         self._next_plain = PLAIN_EVERY_S  # fit time of the next plain line (no terminal)
@@ -112,6 +113,12 @@ class Progress:
         elif isinstance(event, FitProgress):
             self.chains.setdefault(event.chain, _Chain()).update(
                 event, self.warmup_total, self.sample_total)
+        elif isinstance(event, FitNote):
+            self.note = event.message
+            if not self.live_ok:  # no live table: one line now
+                self.stream.write(f"qvr run: {event.message}\n")
+                self.stream.flush()
+                return
         elif isinstance(event, FitWarning):
             self.warnings.append(event.message)
             if not self.live_ok:  # no live table to show it in: one line now
@@ -172,6 +179,8 @@ class Progress:
                  "ETA"] if mcmc else
                 ["", "", "step", "steps/s", "loss", "ETA"] if self.method == "svi" else
                 ["", "", "step", "ESS", "finished", "log Z", "ETA"])
+        if self.note and not any(ch.step for ch in self.chains.values()):
+            t.title = self.note  # e.g. compiling, before the first step
         for c in cols:
             t.add_column(c, justify="right" if c not in ("phase", "chain", "") else "left")
         for cid, ch in sorted(self.chains.items()):

@@ -94,6 +94,14 @@ class FitWarning:
 
 
 @dataclass(frozen=True)
+class FitNote:
+    """What the fit is doing when it is not stepping, said once (e.g. that NUTS is
+    compiling its transition before the first iteration: tens of seconds on a first run).
+    Not a warning: nothing is wrong."""
+    message: str
+
+
+@dataclass(frozen=True)
 class FitFinished:
     summary: Mapping[str, Any] = field(default_factory=dict)
     elapsed: float = 0.0
@@ -116,7 +124,7 @@ class FitCancelled:
 
 
 FitEvent = Union[FitStarted, FitProgress, DrawsChunk, ParticlesSnapshot, FitWarning,
-                 FitFinished, FitFailed, FitCancelled]
+                 FitNote, FitFinished, FitFailed, FitCancelled]
 EventCallback = Callable[[FitEvent], None]
 TERMINAL = (FitFinished, FitFailed, FitCancelled)
 
@@ -130,7 +138,8 @@ TERMINAL = (FitFinished, FitFailed, FitCancelled)
 # for every event whose numbers are not NaN.
 
 _TYPES = {"started": FitStarted, "progress": FitProgress, "draws": DrawsChunk,
-          "particles": ParticlesSnapshot, "warning": FitWarning, "finished": FitFinished,
+          "particles": ParticlesSnapshot, "warning": FitWarning, "note": FitNote,
+          "finished": FitFinished,
           "failed": FitFailed, "cancelled": FitCancelled}
 _TAGS = {cls: tag for tag, cls in _TYPES.items()}
 

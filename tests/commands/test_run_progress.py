@@ -120,3 +120,15 @@ def test_without_a_terminal_a_warning_is_one_line_at_once():
     q = Progress(on_terminal, force=True)
     q.update(FitWarning("shown in the live table"))
     assert on_terminal.getvalue() == "" and q.warnings == ["shown in the live table"]
+
+
+def test_a_note_is_the_tables_title_until_the_chains_move_and_a_line_without_a_terminal():
+    from qvr.inference.events import FitNote
+    note = "compiling the NUTS transition to C++ (the first run of this model)"
+    p = Progress(io.StringIO(), force=False)
+    p.update(FitStarted("nuts", 200, 2, {"num_warmup": 100, "num_samples": 100}))
+    p.update(FitNote(note))
+    assert p.stream.getvalue() == f"qvr run: {note}\n"
+    assert text_of(p).splitlines()[0].strip() == note
+    p.update(FitProgress("nuts", "warmup", 1, 100, 0, {"accept_prob": 0.5}, 1.0))
+    assert note not in text_of(p)

@@ -51,3 +51,10 @@ def test_emitter_isolates_a_broken_callback():
     emit(FitProgress("svi", "optimization", 2, 10))  # not delivered any more
     assert [type(e).__name__ for e in seen] == ["FitStarted", "FitProgress", "FitWarning"]
     assert "RuntimeError: boom" in seen[-1].message
+
+
+def test_a_note_round_trips_through_json():
+    from qvr.inference.events import FitNote, event_type, from_json, to_json
+    e = FitNote("compiling the NUTS transition to C++")
+    assert event_type(e) == "note"
+    assert from_json(to_json(e)) == e

@@ -287,3 +287,31 @@ def test_auto_uses_the_transition_only_for_long_runs(monkeypatch):
     MCMC(NUTSKernel(), num_warmup=200, num_samples=TR.AUTO_MIN_ITERATIONS,
          num_chains=2).run(None, target=make_target(model, x, obs))
     assert len(calls) == 1
+
+
+def test_the_driver_says_when_it_compiles_before_the_first_step(monkeypatch):
+    """`NUTSKernel.prepare` (called by the driver after `init`) compiles before the first
+    iteration and, when the package is not on disk, says so first (`FitNote`)."""
+    from qvr.inference.events import FitNote, FitProgress
+    events, order = [], []
+    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: False)
+    monkeypatch.setattr(TR, "compile_transition",
+                        lambda *a, **k: order.append("compile") or (None, "not here"))
+    model, x, obs, _ = normal_normal_case()
+
+    def on_event(e):
+        events.append(e)
+        order.append(type(e).__name__)
+
+    MCMC(NUTSKernel(compiler="transition"), num_warmup=10, num_samples=10, num_chains=2,
+         on_event=on_event).run(None, target=make_target(model, x, obs))
+    notes = [e for e in events if isinstance(e, FitNote)]
+    assert [n.message for n in notes] == [
+        "compiling NUTS to C++ (once per model: tens of seconds)"]
+    assert order.index("FitNote") < order.index("compile") < order.index("FitProgress")
+    # on disk: nothing to say
+    events.clear()
+    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: True)
+    MCMC(NUTSKernel(compiler="transition"), num_warmup=10, num_samples=10, num_chains=2,
+         on_event=on_event).run(None, target=make_target(model, x, obs))
+    assert not [e for e in events if isinstance(e, FitNote)]

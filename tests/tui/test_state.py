@@ -211,3 +211,14 @@ def test_an_mcmc_fit_with_nothing_to_sample_says_so_and_shows_no_chain():
     assert s.nothing_sampled and s.chains == {}
     assert s.status_line().startswith(
         "NUTS finished · no continuous latent · log marginal likelihood -184.85 · ")
+
+
+def test_a_note_shows_in_the_status_line_until_the_chains_move():
+    from qvr.inference.events import FitNote
+    st = RunState()
+    st.run_dir = "runs/x"
+    st.apply([FitStarted("nuts", 200, 1, {"num_warmup": 100, "num_samples": 100}),
+              FitNote("compiling the NUTS transition to C++")])
+    assert "compiling the NUTS transition to C++" in st.status_line()
+    st.apply([FitProgress("nuts", "warmup", 5, 100, 0, {}, elapsed=1.0)])
+    assert "compiling" not in st.status_line()

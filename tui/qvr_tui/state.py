@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
 from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
-                                  FitProgress, FitStarted, FitWarning, ParticlesSnapshot)
+                                  FitNote, FitProgress, FitStarted, FitWarning,
+                                  ParticlesSnapshot)
 from qvr.runs.layout import EVENTS, nothing_sampled
 
 __all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "ChainRow",
@@ -224,6 +225,7 @@ class RunState:
         self.step = 0
         self.events_seen = 0
         self.warnings: list[str] = []
+        self.note = ""  # the fit's last `FitNote` (shown until the chains move)
         self.version = 0  # bumped by every apply() that changed something
         # SVI
         self.loss = Series()
@@ -320,6 +322,8 @@ class RunState:
             if self.is_mcmc:
                 for c in range(self.num_chains):
                     self._chain(c)
+        elif isinstance(ev, FitNote):
+            self.note = ev.message
         elif isinstance(ev, FitWarning):
             at = f" (step {ev.step})" if ev.step is not None else ""
             self.warnings.append(f"{ev.message}{at}")
@@ -582,6 +586,8 @@ class RunState:
                        for r in self.chains.values())
             tot = max(1, (self.num_warmup + self.num_samples) * max(1, len(self.chains)))
             parts.append(f"{100 * done / tot:.0f}%")
+            if not done and self.note and not self.finished:
+                parts.append(self.note)  # e.g. compiling, before the first step
             divs = sum(r.divergences for r in self.chains.values())
             parts.append(f"{divs} divergence{'s' if divs != 1 else ''}")
         elif self.method == "smc":

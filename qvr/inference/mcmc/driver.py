@@ -38,8 +38,8 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitProgress, Throttle,
-                                  never)
+from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitNote, FitProgress,
+                                  Throttle, never)
 from qvr.inference.potential import Target, make_target
 
 _INIT = ("prior", "zero", "guide")
@@ -312,6 +312,9 @@ class _Run:
             idx = torch.tensor(group, device=device)
             t0 = time.perf_counter()
             state = self.kernel.init(self.target, z0[idx], W, S)
+            prepare = getattr(self.kernel, "prepare", None)
+            if prepare is not None:
+                prepare(state, self.target, lambda message: self.emit(FitNote(message)))
             acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
             div_sum = torch.zeros(len(group), dtype=dtype, device=device)
             max_depth = getattr(self.kernel, "max_tree_depth", None)

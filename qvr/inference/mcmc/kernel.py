@@ -14,6 +14,9 @@ The kernel protocol (`MCMCKernel`; the driver uses nothing else):
   whether compiling its steps pays off); every kernel takes both.
 * ``sample(state, target) -> state`` — one iteration.
 * ``diagnostics(state) -> dict`` — per-chain statistics of the last iteration.
+* ``prepare(state, target, note)`` — once after `init`, before the first iteration (NUTS
+  compiles its whole transition there, saying so through `note(message)` when the
+  compile is not on disk); optional, a no-op by default.
 * ``compiler_used(target) -> str`` and ``compiler_notes(target) -> list[str]`` — how the
   kernel ran its steps on `target` (NUTS: ``"transition"`` — the whole transition
   compiled —, ``"inductor"``, ``"torchscript"`` or ``"eager"``, and sentences saying why, e.g. that Inductor failed and the steps ran on
@@ -139,6 +142,11 @@ class MCMCKernel:
 
     def diagnostics(self, state) -> dict:
         return {}
+
+    def prepare(self, state, target, note=None) -> None:
+        """Work the kernel does once before the first iteration (NUTS: compile its whole
+        transition), told to the user through `note(message)` when it will take a while.
+        Optional: the default does nothing."""
 
     def compiler_used(self, target) -> str:
         """How the steps on `target` were run (``""``: nothing to report)."""

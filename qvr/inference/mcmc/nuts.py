@@ -183,7 +183,15 @@ class NUTSKernel(HMCBase):
             tick = cache.get(target, z0, dense, thr, momentum, K, want_inductor=True)
         return tick
 
-    def _whole_transition(self, state: HMCState, target, z0, dense: bool, K: int):
+    def prepare(self, state: HMCState, target, note=None) -> None:
+        """Compile (or load) the whole transition before the first iteration, when this
+        run will use it, saying so through `note` when it is not on disk."""
+        z0 = state.z.contiguous()
+        self._whole_transition(state, target, z0, state.mass.dense, self.max_tree_depth,
+                               note)
+
+    def _whole_transition(self, state: HMCState, target, z0, dense: bool, K: int,
+                          note=None):
         """The compiled whole transition (`transition.py`) for this run, or None (the
         leaves then run as ticks).  ``"transition"`` always asks for it; ``"auto"`` when
         the run has at least `transitions.AUTO_MIN_ITERATIONS` iterations (a rule on the
@@ -207,10 +215,14 @@ class NUTSKernel(HMCBase):
                 cache.notes.append("the whole transition was not compiled: the density is "
                                    + (f"not compiled ({why})" if why else "not compiled"))
             else:
-                compiled, note = transitions.compile_transition(
+                if note is not None and not transitions.is_cached(
+                        graph, z0, dense, self.divergence_threshold,
+                        self.uturn == "momentum", K, self.transition == "biased"):
+                    note("compiling NUTS to C++ (once per model: tens of seconds)")
+                compiled, said = transitions.compile_transition(
                     graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
                     K, self.transition == "biased")
-                cache.notes.append(note)
+                cache.notes.append(said)
                 cache.transitions[key] = compiled
         compiled = cache.transitions[key]
         if compiled is not None:

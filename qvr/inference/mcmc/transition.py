@@ -356,6 +356,17 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
     return h.hexdigest()[:32]
 
 
+def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+              biased: bool, directory: Path = None) -> bool:
+    """Whether `compile_transition` will find its package on disk."""
+    directory = Path(directory) if directory is not None else cache_dir()
+    try:
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased)
+    except Exception:
+        return False
+    return (directory / f"{key}.pt2").is_file()
+
+
 def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
                        K: int, biased: bool, directory: Path = None) -> tuple:
     """`(CompiledTransition, note)` or `(None, why not)`.
