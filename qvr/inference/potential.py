@@ -204,12 +204,14 @@ class ProgramTarget(Target):
         return _clean(lp, grad)
 
 
-    #: compile only densities cheaper than this (seconds of CPU per eager evaluation).
-    #: Tracing costs a few evaluations, and a slow evaluation is as often a long chain of
-    #: small operations (a recurrence unrolled over 200 steps: ~0.3 s eager, a few ms
-    #: compiled) as a few large ones; so only densities whose tracing would itself take
-    #: minutes stay eager (it was 0.05 s, which left every long recurrence eager)
-    compile_below_s = 5.0
+    #: compile densities cheaper than this (seconds of CPU per eager evaluation) ...
+    compile_below_s = 0.05
+    #: ... and slower ones of at most this many operations per evaluation: a slow
+    #: evaluation of few operations (a recurrence unrolled over 200 steps: ~1,700-4,500
+    #: operations, 0.1-0.3 s eager) is the interpreter's overhead, which compiling
+    #: removes in seconds of tracing; a graph of ~12,700 (the topic model) took 70 s to
+    #: trace and compile, more than a short run saves
+    compile_max_ops = 6000
     #: the same for a density with finite latents summed out (`qvr.inference.enumerate`)
     compile_enumerated_below_s = 5.0
 
@@ -240,7 +242,8 @@ class ProgramTarget(Target):
                 self._compiled[C] = None
                 self.compile_notes[C] = f"eager evaluation failed: {type(exc).__name__}"
                 return None
-            if time.process_time() - t0 > self.compile_below_s:
+            if time.process_time() - t0 > self.compile_below_s and \
+                    _operations(self._vmapped_fn(), z) > self.compile_max_ops:
                 self._compiled[C] = None
                 self.compile_notes[C] = "evaluated eagerly: one evaluation is slow enough " \
                     "that the interpreter's overhead does not matter"
@@ -260,6 +263,29 @@ class ProgramTarget(Target):
             from torch.func import grad_and_value, vmap
             self._batched = vmap(grad_and_value(self.single), randomness="same")
         return self._batched
+
+
+def _operations(fn, z: torch.Tensor) -> int:
+    """The operations PyTorch dispatches in one evaluation of `fn(z)` (one more eager
+    evaluation, counted by a dispatch mode); a large number when they cannot be counted."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:  # pragma: no cover - a PyTorch without dispatch modes
+        return 1 << 62
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with Count(), torch.enable_grad():
+            fn(z.detach())
+    except Exception:
+        return 1 << 62
+    return Count.n
 
 
 class _NotCompilable(Exception):
