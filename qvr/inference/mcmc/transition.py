@@ -54,7 +54,7 @@ import torch
 from torch import Tensor
 
 from qvr.inference.mcmc import ops
-from qvr.inference.mcmc.tick import checkpoint_masks
+from qvr.inference.mcmc.tick import _agree, checkpoint_masks  # one rule for "agrees"
 
 
 #: ``compiler="auto"`` compiles the whole transition for runs of at least this many
@@ -427,14 +427,3 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     how = "loaded from the disk cache" if cached else "compiled by AOTInductor"
     return (CompiledTransition(runner, K, z0.device, seconds, cached),
             f"the whole NUTS transition {how} (a C++ loop; {seconds:.1f} s)")
-
-
-def _agree(a: Tensor, b: Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype == torch.bool or not a.is_floating_point():
-        return bool(torch.equal(a, b))
-    fa, fb = torch.isfinite(a), torch.isfinite(b)
-    if not bool(torch.equal(fa, fb)) or not bool(torch.equal(a[~fa], b[~fb])):
-        return False
-    return bool(torch.allclose(a[fa], b[fb], rtol=1e-4, atol=1e-5))
