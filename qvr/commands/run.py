@@ -33,7 +33,7 @@ import signal
 import sys
 from pathlib import Path
 
-from qvr.inference.config import ALL, METHODS, ConfigError, FitConfig
+from qvr.inference.config import ALL, FITTING, METHODS, ConfigError, FitConfig
 
 _GIVEN = "_fit_options_given"
 
@@ -91,6 +91,15 @@ def add_fit_options(p) -> None:
                               "per-particle state")
 
 
+    fitting = groups.get(FITTING)
+    if fitting is not None:
+        fitting.add_argument("--no-pointwise", dest="pointwise", action="store_false",
+                             default=argparse.SUPPRESS,
+                             help="do not record the pointwise log-likelihood and "
+                                  "predictive replicates after the fit (no LOO, no "
+                                  "predictive checks)")
+
+
 def config_from_args(args) -> FitConfig:
     """The `FitConfig` of the command line; options of other methods are usage errors."""
     method = args.method
@@ -111,7 +120,8 @@ def config_from_args(args) -> FitConfig:
         if f.name == "method" or not hasattr(args, f.name):
             continue
         if method not in opt.methods:
-            flag = "--no-cache" if f.name == "cache" else flag_of(f, opt)
+            flag = {"cache": "--no-cache", "pointwise": "--no-pointwise"}.get(
+                f.name) or flag_of(f, opt)
             owners = "|".join(m for m in METHODS if m in opt.methods)
             raise UsageError(f"{flag} is an option of --method {owners}, "
                              f"not of --method {method}")
@@ -185,9 +195,12 @@ def _check_start_from(path, config):
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run inference on a program (SVI, HMC, NUTS, SMC)",
-                       description="Fit a QVR program with SVI, HMC or NUTS, or generate from "
-                                   "it with SMC; everything goes to a run record.")
+    p = sub.add_parser("run", help="run inference on a program (SVI, HMC, NUTS, SMC, prior)",
+                       description="Fit a QVR program with SVI, HMC or NUTS, draw its prior "
+                                   "predictive (--method prior), or generate from it with "
+                                   "SMC; everything goes to a run record (after a fit: the "
+                                   "pointwise log-likelihood, predictive replicates, "
+                                   "PSIS-LOO and predictive checks).")
     p.add_argument("file", help="the .qvr program")
     p.add_argument("--method", required=True, choices=METHODS)
     p.add_argument("--export", metavar="NAME",

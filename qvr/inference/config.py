@@ -43,10 +43,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-METHODS = ("svi", "hmc", "nuts", "smc")
+METHODS = ("svi", "hmc", "nuts", "smc", "prior")
 MCMC = frozenset({"hmc", "nuts"})
 ALL = frozenset(METHODS)
-FITTING = frozenset({"svi", "hmc", "nuts"})
+#: the methods that read the data (``prior`` draws the prior predictive and sets it
+#: against the data: it reads the data too, and fits nothing)
+FITTING = frozenset({"svi", "hmc", "nuts", "prior"})
 START_AT = ("means", "draws")
 DTYPES = ("float32", "float64")
 
@@ -267,7 +269,8 @@ class FitConfig:
     """
 
     method: str = _opt("nuts", flag=None, check=_choice(*METHODS),
-                       help="inference method: svi, hmc, nuts or smc")
+                       help="inference method: svi, hmc, nuts or smc; prior draws the "
+                            "prior predictive (no fit) and checks it against the data")
     seed: Optional[int] = _opt(0, parse=parse_optional(parse_int),
                                check=lambda v: None if v is None or (
                                    isinstance(v, int) and not isinstance(v, bool)) else
@@ -301,7 +304,7 @@ class FitConfig:
                                 help="Monte-Carlo draws of a composite's intermediate in "
                                      "its density (runtime spec 4.1; default 100)")
     # ---- the start (SVI, HMC, NUTS started from a run)
-    start_at: str = _opt("means", methods=FITTING, choices=START_AT,
+    start_at: str = _opt("means", methods=FITTING - {"prior"}, choices=START_AT,
                          check=_choice(*START_AT),
                          help="from an HMC/NUTS run (--from): its posterior means, or its "
                               "draws (chains continue from their last draws; SVI's guide "
@@ -320,9 +323,9 @@ class FitConfig:
     num_warmup: int = _opt(500, methods=MCMC, flag="--warmup", parse=parse_int,
                            check=_int_at_least(0), metavar="N",
                            help="HMC/NUTS: warmup iterations per chain")
-    num_samples: int = _opt(500, methods=MCMC, flag="--samples", parse=parse_int,
-                            check=_int_at_least(1), metavar="N",
-                            help="HMC/NUTS: draws per chain")
+    num_samples: int = _opt(500, methods=MCMC | {"prior"}, flag="--samples",
+                            parse=parse_int, check=_int_at_least(1), metavar="N",
+                            help="HMC/NUTS: draws per chain; prior: prior draws")
     num_chains: int = _opt(4, methods=MCMC, flag="--chains", parse=parse_int,
                            check=_int_at_least(1), metavar="C",
                            help="HMC/NUTS: chains")
@@ -390,6 +393,13 @@ class FitConfig:
     top: int = _opt(10, methods=frozenset({"smc"}), parse=parse_int, check=_int_at_least(1),
                     metavar="K", help="SMC: number of top sequences kept in the summary "
                                       "(default 10)")
+    # ---- after the fit (qvr.inference.pointwise)
+    pointwise: bool = _opt(True, methods=FITTING, flag=None,
+                           check=lambda v: None if isinstance(v, bool) else
+                           f"must be true or false, got {v!r}",
+                           help="record the pointwise log-likelihood and predictive "
+                                "replicates after the fit, and check them (LOO, predictive "
+                                "checks; --no-pointwise turns it off)")
     # ---- reporting
     progress_interval: float = _opt(0.1, flag=None, check=_non_negative_number,
                                     help="minimum seconds between progress events")
@@ -425,7 +435,7 @@ class FitConfig:
     def start_choice(self) -> Optional[str]:
         """`start_at` where it applies (an SVI, HMC or NUTS fit: what it takes from an
         HMC/NUTS run it starts from), None for SMC (which takes a run's parameters)."""
-        return self.start_at if self.method in FITTING else None
+        return self.start_at if self.method in FITTING - {"prior"} else None
 
     def errors(self) -> dict[str, str]:
         """Every invalid value as ``{field: message}`` (empty when valid)."""

@@ -152,8 +152,27 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
         return FitData(dict(data), {"kind": "given"})
     found = shipped_data(program_path)
     if found is not None:
-        return FitData(load_data_file(found), {"kind": "shipped", "path": str(found.resolve())})
+        values, notes = _for_export(model, load_data_file(found))
+        return FitData(values, {"kind": "shipped", "path": str(found.resolve())}, None, notes)
     return FitData()
+
+
+def _for_export(model, values: dict) -> tuple[dict, list]:
+    """The shipped data of a program serves all its exports: the entries the chosen export
+    reads none of (`dock_of` for a Poisson export that has no station effect) are left out,
+    with a note; a data file given by the user stays checked strictly (a misspelt name is
+    an error there)."""
+    known = set(getattr(model, "bound_names", ()) or ()) | set(
+        getattr(model, "host_names", ()) or ())
+    if not known or getattr(model, "python_built", False):
+        return values, []
+    unused = [k for k in values if k not in known and k not in (INPUT_KEY, "x")]
+    if not unused:
+        return values, []
+    kept = {k: v for k, v in values.items() if k not in unused}
+    label = getattr(model, "label", "the export")
+    return kept, [f"the shipped data's {', '.join(f'`{k}`' for k in unused)} "
+                  f"{'is' if len(unused) == 1 else 'are'} not read by `{label}`: left out"]
 
 
 def split_data(model, data: Optional[dict], device="cpu") -> tuple:

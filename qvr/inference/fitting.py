@@ -357,6 +357,8 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
                        potential, vocab)
         result = _run_method(ctx)
         result.config = config
+        if writer is not None and result.status == "finished":
+            _after_fit(ctx, result, writer)
         result.run_dir = str(writer.path) if writer is not None else None
     except KeyboardInterrupt:
         _save(writer, result, "cancelled", "interrupted (Ctrl-C)")
@@ -451,6 +453,9 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
                                     **{f"data.{k}": v for k, v in numpy_dict(fd.values).items()}})
         x, observations = split_data(model, fd.values, device)
         check_data(model, x, observations)
+        if writer is not None:  # `qvr compare` refuses runs on different data
+            from qvr.inference.pointwise import data_sha256
+            writer.meta["data_sha256"] = data_sha256(x, observations)
     if writer is not None:
         if start is not None:
             writer.meta["start_from"] = start.record()
@@ -474,9 +479,33 @@ def _run_method(ctx: FitContext) -> FitResult:
         from qvr.inference.methods.svi import run
     elif ctx.config.method == "smc":
         from qvr.inference.methods.smc import run
+    elif ctx.config.method == "prior":
+        from qvr.inference.methods.prior import run
     else:
         from qvr.inference.methods.mcmc import run
     return run(ctx)
+
+
+#: the methods whose finished fits record pointwise terms (`qvr.inference.pointwise`)
+POINTWISE_METHODS = ("hmc", "nuts", "svi", "prior")
+
+
+def _after_fit(ctx: FitContext, result: FitResult, writer) -> None:
+    """The pointwise log-likelihood, predictive replicates and checks of a finished fit
+    (issue 25); a failure there is a warning, never the fit's failure."""
+    if ctx.config.method not in POINTWISE_METHODS or ctx.model is None \
+            or not ctx.config.pointwise:
+        return
+    from qvr.inference.pointwise import record
+    try:
+        note = record(ctx, result, writer)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        note = (f"the pointwise log-likelihood and predictive checks were not recorded: "
+                f"{type(exc).__name__}: {message_of(exc)}")
+    if note:
+        ctx.report(FitWarning(note))
 
 
 def _save(writer, result: FitResult, status: str, message: str) -> None:

@@ -40,6 +40,32 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
   (query x key) of layer L on them, averaged over ``draws`` forward draws (the layer's
   input is random when an earlier link draws); ``draws`` and ``tokens`` (1 when the
   inputs are token ids) are scalars in the file.
+
+After the fit (issue 25, `qvr.inference.pointwise` writes them; `qvr.inference.checks`
+reads them; a fit of HMC/NUTS/SVI that finished, and every ``--method prior`` run):
+
+* ``run.json`` gains ``data_sha256`` (sha256 over the observed values and host data the
+  fit conditioned on, keys sorted, dtype and shape included: two runs on the same data
+  have the same hash) and ``pointwise``: ``{"kind": "posterior" | "guide" | "prior",
+  "chains": C, "draws": N (per chain), "log_lik": {site: shape}, "y_rep": {site: shape},
+  "rows": {site: "local" | "plate" | "global" | "enumerated" | "marginalized"},
+  "importance": true when the chunks hold ``log_p``/``log_q`` (SVI: PSIS from the guide)}``
+  (the run.json is rewritten atomically when the pointwise phase starts);
+* ``observed.npz`` — the observed values by site name (float64 or int64, as given), and
+  ``group.NAME`` for every integer host-data array of one entry per data row (a grouping
+  index such as ``hour_of``: per-group predictive checks);
+* ``pointwise/c{chain}-{start:08d}.npz`` — chunks of draws of chain `chain` from draw
+  `start`: ``log_lik.SITE`` (count, *shape) float32, the log-likelihood of each observed
+  element at each draw (finite latents summed out exactly stay summed out: a program with
+  enumerated finite latents has one term per data row, the site named by its observed
+  sites joined with ``+``, shape ``(B,)``); ``y_rep.SITE`` (count, *shape) float32, one
+  replicate of the observed values per draw (posterior or prior predictive); for SVI also
+  ``log_p`` (count,) and ``log_q`` (count,): the log joint and the guide's log density at
+  each draw (PSIS importance weights).  Each file is complete before it appears (temp file
+  + rename), so a record killed mid-phase reads cleanly with the chunks it has;
+* ``loo.json`` — PSIS-LOO (arviz-stats) over the rows of the pointwise terms;
+  ``ppc.json`` — posterior (or prior) predictive checks and LOO-PIT (written by
+  `qvr.inference.checks`, which documents their fields).
 """
 FORMAT = 1
 RUN_JSON = "run.json"
@@ -56,6 +82,13 @@ TRUTH = "synthetic_truth.npz"
 ERROR = "error.txt"
 CIRCUITS = "circuits.npz"
 PATTERNS = "patterns.npz"
+OBSERVED = "observed.npz"
+POINTWISE_DIR = "pointwise"
+LOO = "loo.json"
+PPC = "ppc.json"
+LOG_LIK_PREFIX = "log_lik."
+Y_REP_PREFIX = "y_rep."
+GROUP_PREFIX = "group."
 #: recorded quantities (`record v = e`, design E9.6) sit beside the sites' draws under
 #: ``recorded.NAME`` in the draws chunks, ``samples.npz`` and a fit's flat draws dicts
 #: (as sampler statistics sit under ``sample_stats.NAME``): the record says which arrays
@@ -68,6 +101,11 @@ STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
 def draws_file(chain: int, start: int) -> str:
     """The chunk file of chain `chain`'s draws from index `start` (relative path)."""
     return f"{DRAWS_DIR}/c{int(chain)}-{int(start):08d}.npz"
+
+
+def pointwise_file(chain: int, start: int) -> str:
+    """The chunk file of chain `chain`'s pointwise terms from draw `start` (relative)."""
+    return f"{POINTWISE_DIR}/c{int(chain)}-{int(start):08d}.npz"
 
 
 def nothing_sampled(stats) -> bool:

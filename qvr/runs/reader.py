@@ -368,6 +368,100 @@ class Run:
         record has none."""
         return self._npz(layout.PATTERNS) if (self.path / layout.PATTERNS).exists() else None
 
+    # ------------------------------------------------------------ after the fit (issue 25)
+    @property
+    def data_sha256(self) -> Optional[str]:
+        """The hash of the data the fit conditioned on (`layout`), None in older records."""
+        return self.meta.get("data_sha256")
+
+    @property
+    def pointwise_meta(self) -> Optional[dict]:
+        """``run.json``'s ``pointwise`` entry (kind, chains, draws, shapes), or None."""
+        return self.meta.get("pointwise")
+
+    def observed(self) -> dict:
+        """``observed.npz``: the observed values by site, ``group.NAME`` grouping indices."""
+        return self._npz(layout.OBSERVED)
+
+    def _pointwise_chunks(self) -> dict:
+        """``{chain: [(start, path), ...]}`` of the complete pointwise chunk files."""
+        folder = self.path / layout.POINTWISE_DIR
+        per: dict = {}
+        if not folder.is_dir():
+            return per
+        for p in folder.glob("c*-*.npz"):
+            name = p.name[:-4]
+            try:
+                chain, start = name[1:].split("-")
+                per.setdefault(int(chain), []).append((int(start), p))
+            except ValueError:
+                continue  # a temp file, or not ours
+        return {c: sorted(v) for c, v in sorted(per.items())}
+
+    def _pointwise(self, prefix: Optional[str]) -> dict:
+        """Arrays of the pointwise chunks whose key starts with `prefix` (all when None;
+        keys kept), ``(chains, draws, *shape)``: chains cut to the shortest one."""
+        import numpy as np
+        per = self._pointwise_chunks()
+        if not per:
+            return {}
+        chains = []
+        for c, files in per.items():
+            parts: dict = {}
+            expected = 0
+            for start, path in files:
+                if start != expected:
+                    break  # a gap (a chunk not written): keep the prefix that is whole
+                try:
+                    with np.load(path, allow_pickle=False) as f:
+                        arrays = {k: f[k] for k in f.files
+                                  if prefix is None or k.startswith(prefix)}
+                        n = len(f[f.files[0]]) if f.files else 0
+                except (OSError, ValueError) as exc:
+                    raise RunRecordError(f"{path}: unreadable: {exc}") from None
+                for k, v in arrays.items():
+                    parts.setdefault(k, []).append(v)
+                expected = start + n
+            chains.append({k: np.concatenate(v) for k, v in parts.items()})
+        keys = set(chains[0])
+        for ch in chains[1:]:
+            keys &= set(ch)
+        n = min(len(next(iter(ch.values()))) for ch in chains if ch) if keys else 0
+        return {k: np.stack([ch[k][:n] for ch in chains]) for k in sorted(keys)}
+
+    def log_likelihood(self) -> dict:
+        """``{site: (chains, draws, *shape)}``: the pointwise log-likelihood (float32)."""
+        p = layout.LOG_LIK_PREFIX
+        return {k[len(p):]: v for k, v in self._pointwise(p).items()}
+
+    def predictive(self) -> dict:
+        """``{site: (chains, draws, *shape)}``: the predictive replicates of the observed
+        values (posterior, or prior for a ``--method prior`` run)."""
+        p = layout.Y_REP_PREFIX
+        return {k[len(p):]: v for k, v in self._pointwise(p).items()}
+
+    def importance(self) -> dict:
+        """SVI: ``{"log_p", "log_q"}`` per draw ``(1, draws)``; {} for other methods."""
+        return {k: v for k, v in self._pointwise(None).items() if k in ("log_p", "log_q")}
+
+    def loo(self) -> Optional[dict]:
+        """PSIS-LOO of the run (``loo.json``; computed from the pointwise terms and
+        written when the record has them but not the file); None without pointwise terms.
+        Fields: `qvr.inference.checks`."""
+        found = self._json(layout.LOO)
+        if found is not None:
+            return found
+        from qvr.inference import checks
+        return checks.loo_of_run(self)
+
+    def ppc(self) -> Optional[dict]:
+        """The predictive checks (``ppc.json``; computed like `loo` when absent)."""
+        found = self._json(layout.PPC)
+        if found is not None:
+            return found
+        from qvr.inference import checks
+        return checks.ppc_of_run(self)
+
     @property
     def sequences(self) -> Optional[dict]:
         return self._json(layout.SEQUENCES)

@@ -88,7 +88,8 @@ def run_marginalize(program, step: MarginalizeStep, frame):
                 col = col.index_add(0, idx.reshape(-1), rows.to(S.dtype))
             cols.append(col)
         S = S + torch.stack(cols, dim=-1)
-        contribution = reduce(S, -1).sum()
+        per_group = reduce(S, -1)
+        contribution = per_group.sum()
     else:
         ell = []
         for k in range(K):
@@ -112,7 +113,10 @@ def run_marginalize(program, step: MarginalizeStep, frame):
             totals = torch.stack([e.sum() for e in ell])
             contribution = reduce(log_pi + totals, -1)
     lp = frame.add(contribution)
-    program._record(frame, SiteRecord(step.site_name, "marginalize", contribution, lp,
+    # the value is the block's terms before they are summed (one per group of a grouped
+    # block: `qvr.inference.pointwise` reads them as the block's pointwise terms)
+    value = per_group if step.group_size is not None else contribution
+    program._record(frame, SiteRecord(step.site_name, "marginalize", value, lp,
                                    contribution, is_deterministic=True))
 
 def forward_marginalize(program, step: MarginalizeStep, frame) -> dict:

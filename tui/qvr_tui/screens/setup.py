@@ -51,7 +51,8 @@ from qvr_tui.fit_runner import FitRequest
 
 __all__ = ["SetupPane", "ParamRow", "COMMON", "METHOD_LABELS"]
 
-METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC"}
+METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC",
+                 "prior": "Prior predictive"}
 # shown in the common section (not generated per method), or not shown at all
 # (`args`: the "parameters" section, a row per parameter of a parametric export)
 COMMON = ("method", "seed", "device", "dtype", "args", "data", "synthetic",

@@ -1,0 +1,316 @@
+"""After the fit: the pointwise log-likelihood and predictive replicates of every draw.
+
+`record(ctx, result, writer)` runs once a fit has draws of its latent sites — HMC/NUTS's
+chains, S draws of SVI's fitted guide (`GUIDE_DRAWS`, 1,000), the prior draws of
+``--method prior`` — and writes, in chunks (`qvr.runs.layout`, "After the fit"):
+
+* ``log_lik.SITE`` — for every observed element, ``log p(y_i | theta_s)``: per draw and per
+  observed row (a row-wise ``observe``), per plate element, or one term (a global
+  ``observe``).  A ``marginalize`` block's rows are its exact marginals
+  ``log sum_c p(c) p(y_i | c, theta)`` (named by the block's observed sites).  A program
+  whose finite latents are summed out by enumeration (`qvr.inference.enumerate`) keeps
+  them summed out: its term per row is the enumerated log joint of the row minus the
+  row-attributed prior terms of the continuous latents, ``log p(y_row | theta)`` (one term
+  per row, named by the observed sites joined with ``+``);
+* ``y_rep.SITE`` — one replicate of the observed values per draw: the program run forward
+  from the draw with the observed values left out (the generative model; as NumPyro's and
+  PyMC's predictive functions do), so a finite latent is drawn from its prior given the
+  draw, and a series whose later steps read earlier observed values reads the replicated
+  ones.  Where the program cannot run without its observed values (a ``data`` step reads
+  them), each site is drawn from its own conditional given the draw and the observed
+  values of the others, and the record says so (``"replicates": "conditional"``);
+* SVI also ``log_p`` and ``log_q`` per draw (the log joint and the guide's log density):
+  PSIS-LOO reweights the guide's draws towards the posterior (Magnusson et al. 2019).
+
+Computed with `torch.func.vmap` over chunks of draws (``randomness="different"``), or
+one program run per draw when vmap cannot run the program.  Then `qvr.inference.checks
+.write_checks` writes ``loo.json`` and ``ppc.json``.
+
+A failure here never fails the fit: it becomes a `FitWarning` and the record keeps what it
+had.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+import numpy as np
+import torch
+
+from qvr.runs import layout
+
+#: draws of the fitted guide an SVI run's pointwise terms are made of
+GUIDE_DRAWS = 1000
+#: float32 elements per chunk file (log_lik + y_rep of all sites): ~32 MB
+CHUNK_ELEMENTS = 4_000_000
+
+
+def data_sha256(x, observations: dict) -> str:
+    """sha256 over the input and the observed values/host data (keys sorted; dtype and
+    shape included): equal for two fits on the same data."""
+    h = hashlib.sha256()
+
+    def add(name, v):
+        a = np.ascontiguousarray(v.detach().cpu().numpy() if isinstance(v, torch.Tensor)
+                                 else np.asarray(v))
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    if x is not None:
+        add("@x", x)
+    for k in sorted(observations or {}):
+        add(k, observations[k])
+    return h.hexdigest()
+
+
+def _model(model):
+    return getattr(model, "morphism", model)
+
+
+def observed_sites(model, observations: dict) -> list[str]:
+    """The program's observe sites that the data gives, in program order."""
+    m = _model(model)
+    names = [i.name for i in m.site_infos() if i.step == "observe"]
+    return [n for n in names if n in observations]
+
+
+class Pointwise:
+    """The pointwise terms of `model` at input `x` with `observations` (observed values
+    and host data), for draws of the latent sites `latent` (the fit's)."""
+
+    def __init__(self, model, x, observations: dict, latent, chunk: int = 128):
+        from qvr.inference.enumerate import enumerated_names, prepare
+        self.model = _model(model)
+        self.x = x
+        self.observations = dict(observations)
+        self.observed = observed_sites(self.model, self.observations)
+        self.host = {k: v for k, v in self.observations.items() if k not in self.observed}
+        self.latent = list(latent)
+        given = {**self.observations, **{n: None for n in self.latent}}
+        self.enumerated = enumerated_names(self.model, given)
+        if self.enumerated:
+            prepare(self.model, x, self.observations, missing=self.enumerated)
+        self.chunk = max(1, int(chunk))
+        self.vmap_failed = False
+        self.replicates = "generative"
+        self.rows: dict = {}  # site -> local | plate | global | enumerated | marginalized
+
+    # ------------------------------------------------------------ one draw
+    def log_lik(self, values: dict) -> dict:
+        """`{site: terms}` at one draw (`values`: the latent sites' values)."""
+        m = self.model
+        full = {**self.observations, **values}
+        ex = m.execute(self.x, full, score=True, record=True)
+        if self.enumerated:
+            from qvr.inference.enumerate import enumerated_log_joint
+            total = enumerated_log_joint(m, self.x, full)
+            prior = torch.zeros_like(total)
+            for n, r in ex.sites.items():
+                if r.step == "sample" and n in values and r.log_prob is not None:
+                    prior = prior + r.log_prob
+            name = "+".join(self.observed)
+            self.rows[name] = "enumerated"
+            return {name: total - prior}
+        out = {}
+        for n, r in ex.sites.items():
+            if r.step == "observe" and n in self.observed:
+                c = r.contribution
+                if r.site_kind == "plate" and r.distribution is not None:
+                    c = r.distribution.log_prob(r.value)
+                    self.rows[n] = "plate"
+                else:
+                    self.rows[n] = "local" if r.site_kind != "global" else "global"
+                out[n] = torch.as_tensor(c)
+            elif r.step == "marginalize":
+                body = [s.name for s in self._marg_body(n)]
+                name = "+".join(body) or n
+                out[name] = torch.as_tensor(r.value)
+                self.rows[name] = "marginalized"
+        return out
+
+    def _marg_body(self, site_name: str) -> list:
+        from qvr.runtime.steps import MarginalizeStep, SiteStep
+        for s in self.model.steps:
+            if isinstance(s, MarginalizeStep) and s.site_name == site_name:
+                return [b for b in s.body if isinstance(b, SiteStep) and b.observe
+                        and b.name in self.observations]
+        return []
+
+    def replicate(self, values: dict) -> dict:
+        """`{site: value}`: one replicate of the observed values at one draw."""
+        m = self.model
+        if self.replicates == "generative":
+            try:
+                ex = m.execute(self.x, {**self.host, **values}, score=False)
+                return {n: torch.as_tensor(ex.sites[n].value) for n in self.observed}
+            except Exception:
+                if self._in_vmap():
+                    raise
+                self.replicates = "conditional"
+        ex = m.execute(self.x, {**self.observations, **values}, score=True)
+        out = {}
+        for n in self.observed:
+            r = ex.sites[n]
+            if r.distribution is not None:
+                out[n] = r.distribution.sample()
+            else:
+                out[n] = r.morphism.rsample(self._input_of(n, ex))
+        return out
+
+    def _input_of(self, name, ex):  # pragma: no cover - morphism targets under data steps
+        raise NotImplementedError(f"conditional replicates of the morphism site `{name}`")
+
+    @staticmethod
+    def _in_vmap() -> bool:
+        try:
+            from torch._C._functorch import maybe_current_level
+            return maybe_current_level() is not None
+        except Exception:  # pragma: no cover
+            return False
+
+    def one(self, values: dict) -> dict:
+        out = {layout.LOG_LIK_PREFIX + k: v for k, v in self.log_lik(values).items()}
+        out.update({layout.Y_REP_PREFIX + k: v for k, v in self.replicate(values).items()})
+        return out
+
+    # ------------------------------------------------------------ many draws
+    def many(self, values: dict) -> dict:
+        """`{site: (N, *shape)}` draws -> `{key: (N, *shape)}` (keys as in the chunks)."""
+        n = int(next(iter(values.values())).shape[0]) if values else 0
+        parts = []
+        for start in range(0, n, self.chunk):
+            part = {k: v[start:start + self.chunk] for k, v in values.items()}
+            parts.append(self._part(part))
+        keys = parts[0].keys() if parts else ()
+        return {k: torch.cat([p[k] for p in parts]) for k in keys}
+
+    def _part(self, part: dict) -> dict:
+        with torch.no_grad():
+            if not self.vmap_failed and not self.enumerated:
+                try:
+                    from torch.func import vmap
+                    out = vmap(self.one, randomness="different")(part)
+                    return {k: v.detach() for k, v in out.items()}
+                except Exception:
+                    self.vmap_failed = True
+            n = int(next(iter(part.values())).shape[0])
+            rows = [self.one({k: v[i] for k, v in part.items()}) for i in range(n)]
+            return {k: torch.stack([r[k] for r in rows]).detach() for k in rows[0]}
+
+
+def _latent_draws(samples: dict) -> dict:
+    """The latent sites' draws of a fit's flat samples dict (no recorded quantities, no
+    sampler statistics)."""
+    return {k: v for k, v in samples.items()
+            if not k.startswith(layout.RECORDED_PREFIX) and not k.startswith("sample_stats.")}
+
+
+def _groups(model, x, observations: dict, observed: list) -> dict:
+    """Integer host data with one entry per data row: grouping indices (``hour_of``)."""
+    B = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() else None
+    out = {}
+    for k, v in observations.items():
+        if k in observed:
+            continue
+        t = torch.as_tensor(v)
+        if t.dim() == 1 and not t.is_floating_point() and B is not None and t.shape[0] == B \
+                and t.numel() and int(t.min()) >= 0:
+            out[layout.GROUP_PREFIX + k] = t.cpu().numpy()
+    return out
+
+
+def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
+    """Write the pointwise terms of a finished fit into `writer`'s record, then the
+    checks (``loo.json``, ``ppc.json``).  Returns a warning text, or None."""
+    from qvr.inference.events import FitNote
+    model, x, observations = ctx.model, ctx.x, ctx.observations
+    if model is None or not observations:
+        return None
+    observed = observed_sites(model, observations)
+    if not observed:
+        scored = [s.name for s in getattr(_model(model), "steps", ())
+                  if getattr(s, "score", False)]
+        if scored:  # the likelihood is a sum: it has no terms per observation
+            return (f"no pointwise log-likelihood: the program has no `observe` site (its "
+                    f"likelihood is the `score` {', '.join(f'`{n}`' for n in scored)}, a "
+                    f"sum over the data), so there is no LOO and no predictive check; "
+                    f"write the likelihood as an `observe` step to get them")
+        return None
+    method = ctx.config.method
+    kind = kind or {"svi": "guide", "prior": "prior"}.get(method, "posterior")
+    importance = None
+    if method == "svi":
+        guide = result.guide
+        if guide is None or not guide.latent_names:
+            return None
+        with torch.no_grad():
+            draws = guide.rsample(x, observations, sample_shape=(GUIDE_DRAWS,))
+            log_q = guide.log_prob(x, draws, batch_ndims=1)
+        per_chain = [{k: v.detach() for k, v in draws.items()}]
+        importance = [log_q.detach()]
+    else:
+        latent = _latent_draws(result.samples or {})
+        if not latent:
+            return None
+        C = int(next(iter(latent.values())).shape[0])
+        dtype = torch.get_default_dtype()
+        per_chain = [{k: torch.as_tensor(v[c]).to(device=x.device,
+                                                   dtype=dtype if np.issubdtype(
+                                                       np.asarray(v).dtype, np.floating)
+                                                   else torch.long)
+                      for k, v in latent.items()} for c in range(C)]
+    names = list(per_chain[0])
+    pw = Pointwise(model, x, observations, names)
+    N = int(next(iter(per_chain[0].values())).shape[0])
+    writer.save_arrays(layout.OBSERVED, {
+        **{n: _np(observations[n]) for n in observed},
+        **_groups(model, x, observations, observed)})
+    what = ("the prior predictive replicates" if kind == "prior" else
+            "the pointwise log-likelihood and predictive replicates")
+    ctx.report(FitNote(f"recording {what} ({len(per_chain)} x {N} draws)"))
+    # shapes from one draw, then chunks sized to bound memory
+    probe = pw.one({k: v[0] for k, v in per_chain[0].items()})
+    elements = sum(int(v.numel()) for v in probe.values())
+    size = max(1, min(N, CHUNK_ELEMENTS // max(1, elements)))
+    log_lik = {k[len(layout.LOG_LIK_PREFIX):]: list(v.shape) for k, v in probe.items()
+               if k.startswith(layout.LOG_LIK_PREFIX)}
+    y_rep = {k[len(layout.Y_REP_PREFIX):]: list(v.shape) for k, v in probe.items()
+             if k.startswith(layout.Y_REP_PREFIX)}
+    writer.meta["pointwise"] = {"kind": kind, "chains": len(per_chain), "draws": N,
+                                "log_lik": log_lik if kind != "prior" else {},
+                                "y_rep": y_rep, "rows": dict(pw.rows),
+                                "importance": importance is not None,
+                                "replicates": pw.replicates}
+    writer.write_json(layout.RUN_JSON, writer.meta)
+    for c, draws in enumerate(per_chain):
+        for start in range(0, N, size):
+            if ctx.stop():
+                return "the pointwise terms were stopped early: the record keeps the " \
+                       "chunks written"
+            part = {k: v[start:start + size] for k, v in draws.items()}
+            out = pw.many(part)
+            arrays = {k: v.float().cpu().numpy() for k, v in out.items()
+                      if not (kind == "prior" and k.startswith(layout.LOG_LIK_PREFIX))}
+            if importance is not None:
+                arrays["log_q"] = importance[c][start:start + size].float().cpu().numpy()
+                arrays["log_p"] = _log_joint(model, x, observations, part, pw).float() \
+                    .cpu().numpy()
+            writer.save_arrays(layout.pointwise_file(c, start), arrays)
+    if pw.replicates != writer.meta["pointwise"]["replicates"]:
+        writer.meta["pointwise"]["replicates"] = pw.replicates
+        writer.write_json(layout.RUN_JSON, writer.meta)
+    from qvr.inference import checks
+    checks.write_checks(writer.path)
+    return None
+
+
+def _log_joint(model, x, observations, part: dict, pw: Pointwise) -> torch.Tensor:
+    """The log joint (finite latents summed out) at each draw of `part` (SVI's PSIS)."""
+    from qvr.inference.enumerate import enumerated_total
+    n = int(next(iter(part.values())).shape[0])
+    with torch.no_grad():
+        return torch.stack([enumerated_total(_model(model), x, {
+            **observations, **{k: v[i] for k, v in part.items()}}) for i in range(n)])
+
+
+def _np(v):
+    return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
