@@ -1,11 +1,12 @@
 """qvr: a toolchain for QVR, a typed probabilistic programming language compiling to PyTorch.
 
 `import qvr` is light: it loads neither torch nor the front end.  `qvr.load(...)` and
-`qvr.loads(...)` import the runtime (and torch) on first use.
+`qvr.loads(...)` import the runtime (and torch) on first use; `qvr.compare([...])`
+compares fitted runs by PSIS-LOO (torch-free; ArviZ's statistics imported on first use).
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load", "loads"]
+__all__ = ["__version__", "compare", "load", "loads"]
 
 
 def load(path_or_source, *, data=None):
@@ -18,3 +19,11 @@ def loads(source, *, data=None, path="<string>"):
     """Load QVR source text into a `qvr.runtime.Program`."""
     from qvr.runtime.load import loads as _loads
     return _loads(source, data=data, path=path)
+
+
+def compare(runs):
+    """Compare runs (`qvr.runs.Run` objects or run folders) fitted to the same data by
+    PSIS-LOO: ``{"runs": [...best first], "verdict", ...}`` (`qvr.inference.checks.compare`;
+    raises `qvr.inference.checks.CompareError` when they cannot be compared)."""
+    from qvr.inference.checks import compare as _compare
+    return _compare(list(runs))

@@ -10,6 +10,11 @@ followed by `RECORDED_MARK`.  The site rows are those the fit folded from every 
 (``summary.json`` ``"sites"``, `qvr.inference.diagnostics.site_row`); a record without
 them (written before they were) is grouped from its coordinate rows, which then may not
 cover every coordinate, and the closing line says so.
+
+A record with pointwise terms (after the fit: `qvr.inference.checks`) ends with a LOO line
+(elpd_loo, its SE, p_loo, the rows, the rows with high Pareto k, at most 5 named) and one
+line of predictive checks per observed site (each statistic's p-value, ``(extreme)``
+outside 0.025..0.975, the LOO-PIT uniformity p-value, extreme groups).
 """
 from __future__ import annotations
 
@@ -17,9 +22,11 @@ import math
 import re
 from typing import Optional
 
-from qvr.runs.layout import RECORDED_PREFIX
+from qvr.runs.layout import LOO, PPC, RECORDED_PREFIX
 
 MAX_ROWS = 20
+#: observed sites given a predictive-checks line (`ppc_lines`)
+MAX_CHECK_SITES = 8
 #: after a recorded quantity's name (``record v = e``, design E9.6) in the summary table
 RECORDED_MARK = " (recorded)"
 _LABEL = re.compile(r"^(?P<site>[^\[]+)(\[(?P<idx>[0-9,]+)\])?$")
@@ -143,6 +150,9 @@ def headline(run, summary: Optional[dict]) -> str:
     if method == "svi":
         return (f"svi: {stats.get('steps', '?')} steps, final loss "
                 f"{_f(stats.get('final_loss'), '.6g')}{state}")
+    if method == "prior":
+        return (f"prior: {stats.get('num_samples', '?')} draws from the prior predictive "
+                f"(nothing fitted){state}")
     if method == "smc" and "log_Z" in stats:
         return (f"smc: log Z = {_f(stats.get('log_Z'), '.6f')}, {stats.get('num_steps', '?')} "
                 f"steps, {stats.get('num_finished', '?')} finished, "
@@ -194,7 +204,78 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
                        f"{run.path / 'summary.txt'}; the rows above cover those only)")
         elif params:
             out.append(f"({more}every coordinate ({n}) in {run.path / 'summary.txt'})")
+    if run.method != "smc":
+        out += checks_lines(run)
     return "\n".join(out)
+
+
+def checks_lines(run, max_sites: int = MAX_CHECK_SITES) -> list[str]:
+    """The LOO line and one predictive-checks line per observed site (`loo_line`,
+    `ppc_lines`) of a record with pointwise terms (``loo.json``/``ppc.json``, computed by
+    `qvr.runs.Run.loo`/`ppc` when missing); none for a record without them."""
+    lines = []
+    try:
+        if run.pointwise_meta is None and not (run.path / LOO).exists() and \
+                not (run.path / PPC).exists():
+            return []
+        found = run.loo()
+        if found is not None:
+            lines.append(loo_line(found))
+        checked = run.ppc()
+        if checked is not None:
+            lines += ppc_lines(checked, max_sites)
+    except Exception as exc:  # a damaged record: say so, show the rest
+        lines.append(f"checks: unreadable ({type(exc).__name__}: {exc})")
+    return lines
+
+
+def loo_line(found: dict) -> str:
+    """``LOO: elpd_loo -1234.5 (SE 20.1), p_loo 12.3, 72 rows; Pareto k: ...``."""
+    if "error" in found:
+        return f"LOO: failed: {found['error']}"
+    good = found.get("good_k", 0.7)
+    n_high = int(found.get("n_high_k", len(found.get("high_k", []))))
+    if not n_high:
+        k_text = f"all below {good:.2f}"
+    else:
+        shown = ", ".join(f"{h['label']} {h['k']:.2f}" for h in found.get("high_k", [])[:5])
+        more = f", {n_high - 5} more" if n_high > 5 else ""
+        k_text = f"{n_high} row{'s' if n_high != 1 else ''} above {good:.2f} ({shown}{more})"
+    guide = " (guide draws, PSIS-corrected)" if found.get("method") == "psis-guide" else ""
+    return (f"LOO: elpd_loo {_f(found.get('elpd_loo'), '.1f')} (SE "
+            f"{_f(found.get('se'), '.1f')}), p_loo {_f(found.get('p_loo'), '.1f')}, "
+            f"{found.get('n_rows', '?')} {'rows' if found.get('rows') == 'row' else 'terms'}"
+            f"{guide}; Pareto k: {k_text}")
+
+
+def ppc_lines(checked: dict, max_sites: int = MAX_CHECK_SITES) -> list[str]:
+    """``Predictive checks (posterior, 4000 draws):`` then per site ``y: mean p=0.48, sd
+    p=0.01 (extreme), ...; LOO-PIT uniformity p=0.32; hour_of: 3 of 24 groups extreme``."""
+    if "error" in checked:
+        return [f"Predictive checks: failed: {checked['error']}"]
+    sites = checked.get("sites") or {}
+    if not sites:
+        return []
+    lines = [f"Predictive checks ({checked.get('kind', 'posterior')}, "
+             f"{checked.get('draws', '?')} draws):"]
+    for name, site in list(sites.items())[:max_sites]:
+        if "error" in site:
+            lines.append(f"  {name}: failed: {site['error']}")
+            continue
+        parts = [f"{k} p={_f(v.get('p_value'), '.2f')}" + (" (extreme)" if v.get("extreme")
+                                                          else "")
+                 for k, v in (site.get("stats") or {}).items()]
+        text = f"  {name}: " + ", ".join(parts)
+        pit = site.get("loo_pit")
+        if pit:
+            text += (f"; LOO-PIT uniformity p={_f(pit.get('p_value'), '.2f')}"
+                     + (" (outside the band)" if pit.get("outside") else ""))
+        for gname, g in (site.get("groups") or {}).items():
+            text += f"; {gname}: {g.get('n_extreme', 0)} of {g.get('n_groups', 0)} groups extreme"
+        lines.append(text)
+    if len(sites) > max_sites:
+        lines.append(f"  ({len(sites) - max_sites} more sites in ppc.json)")
+    return lines
 
 
 def failure_message(run, summary: Optional[dict] = None) -> str:

@@ -50,12 +50,15 @@ the importance ratios ``p/q`` times the LOO ratios, arviz's ``loo_approximate_po
 posterior's coordinates, as arviz does by default; 1 for one chain or guide draws; from the
 rows' log-likelihood when no posterior draws of the same shape are given), ``var`` (the
 site name, or names joined by ``+``), ``kind`` (posterior / guide), ``rows`` (``row`` or
-``element``), ``labels`` (element rows only).
+``element``), ``labels`` (element rows only), ``n_constant`` (rows whose term is equal at
+every draw, such as a missing value's exact zero: they get equal weights, k = 0 and
+``elpd_i`` equal to the term; arviz's PSIS refuses them).
 
 ``ppc.json``
 ------------
 
-``kind`` (posterior / prior / guide), ``draws`` (replicates used), ``sites``:
+``kind`` (posterior / prior / guide), ``draws`` (replicates used), ``replicates`` (the
+record's ``pointwise.replicates``, how they were drawn, when it says), ``sites``:
 ``{site: {...}}`` with, per observed site:
 
 * ``shape``, ``n`` (finite observed elements: NaN marks a missing value and is left out),
@@ -233,6 +236,10 @@ def _psis(ll_cols: np.ndarray, reff: float, corr: Optional[np.ndarray]) \
     as arviz's ``loo_approximate_posterior``), smoothed by arviz's ``psislw``."""
     from arviz_stats.base import array_stats
     s, n = ll_cols.shape
+    bad = np.isnan(ll_cols).any(axis=0)
+    if bad.any():
+        raise ValueError(f"{int(bad.sum())} of {n} log-likelihood terms are NaN at some "
+                         f"draw (the first: column {int(np.argmax(bad))})")
     lw = np.empty((n, s))
     k = np.empty(n)
     step = max(1, _BLOCK // max(s, 1))
@@ -245,7 +252,13 @@ def _psis(ll_cols: np.ndarray, reff: float, corr: Optional[np.ndarray]) \
             r = 1.0
         else:
             r = reff
-        w, kk = array_stats.psislw(block, r_eff=r, axis=-1)
+        # a term equal at every draw (a missing value's exact zero) leaves the posterior
+        # as it is: equal weights, k = 0 (arviz's psislw refuses a constant tail)
+        flat = np.ptp(block, axis=1) == 0
+        w = np.full(block.shape, -np.log(s))
+        kk = np.zeros(block.shape[0])
+        if not flat.all():
+            w[~flat], kk[~flat] = array_stats.psislw(block[~flat], r_eff=r, axis=-1)
         lw[i:i + step] = w
         k[i:i + step] = kk
     return lw, k
@@ -277,27 +290,22 @@ def _loo(log_lik, meta, importance=None, *, posterior=None, reff=None):
     s = chains * draws
     corr = _importance_correction(importance, chains, draws)
     dt = arviz_base.from_dict({"log_likelihood": {"ll": ll}})
+    if corr is not None:
+        method, r = "psis-guide", 1.0
+    else:
+        method = "psis"
+        r = float(reff) if reff is not None else \
+            _reff(posterior, chains, draws, fallback=ll if chains > 1 else None)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        if corr is not None:
-            method = "psis-guide"
-            r = 1.0
-            res = arviz_stats.loo_approximate_posterior(
-                dt, log_p=np.asarray(importance["log_p"], dtype=np.float64).reshape(-1),
-                log_q=np.asarray(importance["log_q"], dtype=np.float64).reshape(-1),
-                pointwise=True, var_name="ll")
-            lw, _ = _psis(ll.reshape(s, n_rows), 1.0, corr)
-        else:
-            method = "psis"
-            r = float(reff) if reff is not None else \
-                _reff(posterior, chains, draws, fallback=ll if chains > 1 else None)
-            lw, k = _psis(ll.reshape(s, n_rows), r, None)
-            # the weights once, handed to arviz (it would compute them twice)
-            lw_da = xr.DataArray(lw.T.reshape(chains, draws, n_rows),
-                                 dims=("chain", "draw", "ll_dim_0"))
-            k_da = xr.DataArray(k, dims=("ll_dim_0",))
-            res = arviz_stats.loo(dt, pointwise=True, var_name="ll", reff=r,
-                                  log_weights=lw_da, pareto_k=k_da)
+        # the PSIS weights once (arviz would smooth twice), handed to arviz's loo: for
+        # guide draws the ratios hold log p - log q, as in its loo_approximate_posterior
+        lw, k = _psis(ll.reshape(s, n_rows), r, corr)
+        lw_da = xr.DataArray(lw.T.reshape(chains, draws, n_rows),
+                             dims=("chain", "draw", "ll_dim_0"))
+        k_da = xr.DataArray(k, dims=("ll_dim_0",))
+        res = arviz_stats.loo(dt, pointwise=True, var_name="ll", reff=r,
+                              log_weights=lw_da, pareto_k=k_da)
     pareto_k = np.asarray(res.pareto_k, dtype=np.float64).reshape(-1)
     elpd_i = np.asarray(res.elpd_i, dtype=np.float64).reshape(-1)
     good_k = _f(res.good_k)
@@ -312,7 +320,8 @@ def _loo(log_lik, meta, importance=None, *, posterior=None, reff=None):
            "high_k": [{"row": int(i), "label": label(int(i)), "k": _f(pareto_k[i])}
                       for i in high[:HIGH_K_LISTED]],
            "n_high_k": len(high), "warning": bool(res.warning), "method": method,
-           "reff": _f(r), "var": var, "kind": meta.get("kind", "posterior"), "rows": mode}
+           "reff": _f(r), "var": var, "kind": meta.get("kind", "posterior"), "rows": mode,
+           "n_constant": int(np.sum(np.ptp(ll, axis=(0, 1)) == 0))}
     if labels is not None:
         out["labels"] = labels
     return out, lw
@@ -377,9 +386,19 @@ def _thin(s: int, k: int) -> np.ndarray:
     return np.arange(s) if s <= k else np.linspace(0, s - 1, k).astype(int)
 
 
+def _draw_blocks(rows: np.ndarray, n: int):
+    """Index blocks of `rows` (draws) holding at most `_BLOCK` values of `n` each."""
+    step = max(1, _BLOCK // max(n, 1))
+    for i in range(0, len(rows), step):
+        yield rows[i:i + step]
+
+
 def _hist(y: np.ndarray, yr: np.ndarray, discrete: bool) -> dict:
-    sub = yr[_thin(len(yr), HIST_DRAWS)].astype(np.float64)
-    fin = sub[np.isfinite(sub)]
+    rows = _thin(len(yr), HIST_DRAWS)
+    n = yr.shape[1]
+    # the replicates' 0.5%..99.5% range, from at most about a million of their values
+    sample = yr[rows[:: max(1, len(rows) * n // (1 << 20))]].astype(np.float64)
+    fin = sample[np.isfinite(sample)]
     lo_r, hi_r = (np.quantile(fin, [0.005, 0.995]) if fin.size else (y.min(), y.max()))
     lo, hi = min(y.min(), lo_r), max(y.max(), hi_r)
     if discrete:
@@ -397,33 +416,39 @@ def _hist(y: np.ndarray, yr: np.ndarray, discrete: bool) -> dict:
     def idx(v):
         return np.clip(np.searchsorted(edges, v, side="right") - 1, 0, nb - 1)
     obs = np.bincount(idx(y), minlength=nb)
-    d = len(sub)
-    finite = np.isfinite(sub)
-    ii = idx(np.where(finite, sub, edges[0]))
-    counts = np.bincount((ii + nb * np.arange(d)[:, None]).reshape(-1),
-                         weights=finite.reshape(-1).astype(np.float64),  # NaN counts nowhere
-                         minlength=nb * d).reshape(d, nb)
+    parts = []
+    for block in _draw_blocks(rows, n):
+        sub = yr[block].astype(np.float64)
+        d = len(sub)
+        finite = np.isfinite(sub)
+        ii = idx(np.where(finite, sub, edges[0]))
+        parts.append(np.bincount((ii + nb * np.arange(d)[:, None]).reshape(-1),
+                                 weights=finite.reshape(-1).astype(np.float64),  # NaN: none
+                                 minlength=nb * d).reshape(d, nb))
+    counts = np.concatenate(parts)
     q5, q95 = np.quantile(counts, [0.05, 0.95], axis=0)
     return {"edges": edges.tolist(), "observed": obs.astype(int).tolist(),
             "replicated_mean": counts.mean(axis=0).tolist(), "replicated_q5": q5.tolist(),
-            "replicated_q95": q95.tolist(), "draws": int(d)}
+            "replicated_q95": q95.tolist(), "draws": int(len(rows))}
 
 
 def _groups(y: np.ndarray, yr: np.ndarray, g_elem: np.ndarray) -> dict:
-    sub = yr[_thin(len(yr), GROUP_DRAWS)].astype(np.float64)
+    rows = _thin(len(yr), GROUP_DRAWS)
     order = np.argsort(g_elem, kind="stable")
     gs = g_elem[order]
     keys, starts, counts = np.unique(gs, return_index=True, return_counts=True)
     obs = np.add.reduceat(y[order], starts) / counts
-    rep = np.add.reduceat(sub[:, order], starts, axis=1) / counts[None, :]
+    rep = np.concatenate([np.add.reduceat(yr[block][:, order].astype(np.float64), starts,
+                                          axis=1)
+                          for block in _draw_blocks(rows, yr.shape[1])]) / counts[None, :]
     p = np.mean(rep > obs[None, :], axis=0) + 0.5 * np.mean(rep == obs[None, :], axis=0)
     q5, q95 = np.quantile(rep, [0.05, 0.95], axis=0)
     ext = (p < 0.025) | (p > 0.975)
-    rows = [{"group": int(keys[j]), "n": int(counts[j]), "observed": _f(obs[j]),
-             "q5": _f(q5[j]), "q95": _f(q95[j]), "p_value": _f(p[j]),
-             "extreme": bool(ext[j])} for j in range(min(len(keys), GROUPS_LISTED))]
-    return {"n_groups": int(len(keys)), "n_extreme": int(ext.sum()), "groups": rows,
-            "truncated": bool(len(keys) > GROUPS_LISTED), "draws": int(len(sub))}
+    listed = [{"group": int(keys[j]), "n": int(counts[j]), "observed": _f(obs[j]),
+               "q5": _f(q5[j]), "q95": _f(q95[j]), "p_value": _f(p[j]),
+               "extreme": bool(ext[j])} for j in range(min(len(keys), GROUPS_LISTED))]
+    return {"n_groups": int(len(keys)), "n_extreme": int(ext.sum()), "groups": listed,
+            "truncated": bool(len(keys) > GROUPS_LISTED), "draws": int(len(rows))}
 
 
 def _pit(yr: np.ndarray, y: np.ndarray, lw: np.ndarray, rng) -> np.ndarray:
@@ -450,9 +475,17 @@ def _pit(yr: np.ndarray, y: np.ndarray, lw: np.ndarray, rng) -> np.ndarray:
 def _gamma(counts: np.ndarray, n: int, z: np.ndarray) -> np.ndarray:
     """arviz's simultaneous-band statistic of ECDF counts at `z` (last axis)."""
     from scipy.special import bdtr
-    lower = np.min(bdtr(counts, n, z), axis=-1)
-    upper = np.min(1 - bdtr(counts - 1, n, z), axis=-1)
-    return 1 - 2 * np.minimum(lower, upper)
+    counts = np.asarray(counts, dtype=np.int64)
+    cols = np.arange(len(z))
+    if (n + 1) < counts.size // max(len(z), 1):  # a table of every count is cheaper
+        cdf = bdtr(np.arange(n + 1)[:, None], n, z[None, :])  # Pr(count <= c) at z
+        below = cdf[counts, cols]
+        above = np.where(counts > 0, 1 - cdf[np.maximum(counts - 1, 0), cols], 1.0)
+    else:
+        below = bdtr(counts, n, z)
+        # Pr(count >= c); 1 at c = 0 (scipy's bdtr is NaN at -1)
+        above = np.where(counts > 0, 1 - bdtr(np.maximum(counts - 1, 0), n, z), 1.0)
+    return 1 - 2 * np.minimum(np.min(below, axis=-1), np.min(above, axis=-1))
 
 
 def uniformity(pit: np.ndarray, prob: float = PIT_BAND_PROB, rng=None) -> dict:
@@ -522,6 +555,8 @@ def ppc(observed: Mapping[str, Any], y_rep: Mapping[str, Any],
     obs = {k: v for k, v in observed.items() if not k.startswith(GROUP_PREFIX)}
     sites = [s for s in y_rep if s in obs]
     out: dict = {"kind": kind, "draws": 0, "sites": {}}
+    if meta.get("replicates"):
+        out["replicates"] = meta["replicates"]
     if not sites:
         return out
     chains, draws = np.shape(y_rep[sites[0]])[:2]
@@ -593,7 +628,11 @@ def _site_ppc(site, y_full, yrep_full, grp, log_lik, meta, corr, reff, cached) -
             res["groups"] = gres
     res["hist"] = _hist(y, yr, discrete)
     if log_lik is not None:
-        lw, how = _pit_weights(site, shape, log_lik, meta, corr, reff, chains, draws, cached)
+        try:
+            lw, how = _pit_weights(site, shape, log_lik, meta, corr, reff, chains, draws,
+                                   cached)
+        except Exception as exc:  # PSIS failed (e.g. constant terms): the rest stands
+            lw, how = None, f"LOO-PIT failed: {type(exc).__name__}: {exc}"
         if lw is None:
             res["loo_pit_note"] = how
         else:

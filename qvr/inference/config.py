@@ -400,6 +400,11 @@ class FitConfig:
                            help="record the pointwise log-likelihood and predictive "
                                 "replicates after the fit, and check them (LOO, predictive "
                                 "checks; --no-pointwise turns it off)")
+    pointwise_draws: Optional[int] = _opt(
+        None, methods=FITTING, parse=parse_optional(parse_int),
+        check=_int_or_none_at_least(1), metavar="N",
+        help="draws per chain the pointwise terms are computed for (evenly thinned; "
+             "default: all that fit in a tenth of the fit's time, at least 10 s)")
     # ---- reporting
     progress_interval: float = _opt(0.1, flag=None, check=_non_negative_number,
                                     help="minimum seconds between progress events")

@@ -13,7 +13,9 @@ Draws are arrays of shape `(chains, draws, *param_shape)`.
 * `summary(draws)` — a `Summary` table (mean, sd, 5/50/95% quantiles, MCSE, bulk and
   tail ESS, R-hat) per scalar coordinate, printable, and one row per site folded from all
   its coordinates (`Summary.sites`: shape, range of the means, worst ESS and R-hat).
-* `to_arviz(result)` — an ArviZ `InferenceData`/`DataTree` when ArviZ is installed.
+* `to_arviz(result)` — an ArviZ `InferenceData`/`DataTree` when ArviZ is installed;
+  `run_to_arviz(run)` — a run record as an `arviz_base` `DataTree` (posterior, sample
+  statistics, log-likelihood, predictive replicates, observed data).
 
 Why our own code rather than a library: ArviZ's statistics (`arviz-stats`) need scipy and,
 on Python 3.11, resolve to a pre-1.0 API; the formulas are short and are checked against
@@ -495,10 +497,13 @@ def e_bfmi(energy) -> list:
 
 
 def to_arviz(result):
-    """The draws and sampler statistics of an `MCMCResult` as ArviZ data.
+    """The draws and sampler statistics of an `MCMCResult` as ArviZ data; a run record
+    (`qvr.runs.Run` or its folder) goes to `run_to_arviz`.
 
     Raises `ImportError` when ArviZ is not installed (it is optional: ``pip install arviz``).
     """
+    if _is_run(result):
+        return run_to_arviz(result)
     try:
         import arviz
     except ImportError as exc:
@@ -516,3 +521,79 @@ def to_arviz(result):
         return arviz.from_dict(posterior=posterior, sample_stats=stats)
     except TypeError:  # ArviZ >= 1.0: one dict of groups
         return arviz.from_dict({"posterior": posterior, "sample_stats": stats})
+
+
+def _is_run(x) -> bool:
+    from pathlib import Path
+    from qvr.runs.reader import Run
+    return isinstance(x, (Run, str, Path))
+
+
+#: sampler statistics of ``samples.npz`` under ArviZ's names
+_ARVIZ_STATS = {"log_density": "lp", "accept_prob": "acceptance_rate",
+                "num_steps": "n_steps"}
+
+
+def run_to_arviz(run):
+    """A run record (`qvr.runs.Run` or folder) as an ArviZ `DataTree` (`arviz_base.from_dict`):
+
+    * ``posterior`` — the draws (``samples.npz``, else the draws chunks; recorded quantities
+      under their own names; a scalar site ``(chain, draw, 1)`` as in the record);
+    * ``sample_stats`` — the sampler statistics (``lp``, ``diverging`` as booleans,
+      ``acceptance_rate``, ``tree_depth``, ``n_steps``, ``step_size``, ``energy``);
+    * ``log_likelihood``, ``posterior_predictive`` and ``observed_data`` — the pointwise
+      terms, replicates and observed values of the record (after the fit), and
+      ``constant_data`` its grouping indices (``group.NAME``, under ``NAME``);
+    * a ``--method prior`` run: ``prior`` and ``prior_predictive`` instead of ``posterior``
+      and ``posterior_predictive``.
+
+    Groups the record lacks are left out.  Raises `ImportError` without ``arviz-base``.
+    """
+    try:
+        import arviz_base
+    except ImportError as exc:
+        raise ImportError("run_to_arviz needs arviz-base (pip install arviz-base)") from exc
+    from qvr.runs import open_run
+    from qvr.runs.layout import GROUP_PREFIX
+    from qvr.runs.reader import Run
+    rec = run if isinstance(run, Run) else open_run(run)
+    samples = rec.samples()
+    draws = {k[len(RECORDED_PREFIX):] if k.startswith(RECORDED_PREFIX) else k: np.asarray(v)
+             for k, v in samples.items() if not k.startswith("sample_stats.")}
+    if not draws:
+        draws = {k: np.asarray(v) for k, v in rec.draws().items()}
+    stats = {}
+    for k, v in samples.items():
+        if k.startswith("sample_stats."):
+            name = k[len("sample_stats."):]
+            v = np.asarray(v)
+            if v.ndim == 1 and draws:  # one value per chain (the adapted step size)
+                n = next(iter(draws.values())).shape[1]
+                v = np.repeat(v[:, None], n, axis=1)
+            stats[_ARVIZ_STATS.get(name, name)] = v.astype(bool) if name == "diverging" else v
+    meta = rec.pointwise_meta or {}
+    prior = meta.get("kind") == "prior"
+    observed = rec.observed()
+    groups: dict = {}
+    if draws:
+        groups["prior" if prior else "posterior"] = draws
+    if stats:
+        groups["sample_stats"] = stats
+    log_lik = rec.log_likelihood()
+    if log_lik:
+        groups["log_likelihood"] = {k: np.asarray(v, dtype=np.float64)
+                                    for k, v in log_lik.items()}
+    y_rep = rec.predictive()
+    if y_rep:
+        groups["prior_predictive" if prior else "posterior_predictive"] = \
+            {k: np.asarray(v) for k, v in y_rep.items()}
+    obs = {k: np.asarray(v) for k, v in observed.items() if not k.startswith(GROUP_PREFIX)}
+    if obs:
+        groups["observed_data"] = obs
+    const = {k[len(GROUP_PREFIX):]: np.asarray(v) for k, v in observed.items()
+             if k.startswith(GROUP_PREFIX)}
+    if const:
+        groups["constant_data"] = const
+    # the observed dims named once for every group that holds the site
+    dims = {k: [f"{k}_dim_{i}" for i in range(np.ndim(v))] for k, v in obs.items()}
+    return arviz_base.from_dict(groups, dims=dims or None)

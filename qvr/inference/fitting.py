@@ -224,6 +224,11 @@ def model_of(program, args: Optional[dict] = None, name: Optional[str] = None):
     for anything but a parametric program are a `DataError` (`args_error`)."""
     if isinstance(getattr(program, "exports", None), dict) and not _is_program(program):
         exports = program.exports  # a loaded module
+        if name is not None:  # `fit(module, export=NAME)`: that export, not the first
+            if name not in exports:
+                raise DataError(f"no export named `{name}` (exports: "
+                                f"{', '.join(exports) or 'none'})")
+            return model_of(exports[name], args, name)
         try:
             name = choose_export(program)
         except ValueError as exc:
@@ -454,8 +459,11 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         x, observations = split_data(model, fd.values, device)
         check_data(model, x, observations)
         if writer is not None:  # `qvr compare` refuses runs on different data
-            from qvr.inference.pointwise import data_sha256
-            writer.meta["data_sha256"] = data_sha256(x, observations)
+            from qvr.inference.pointwise import data_sha256, observed_sites
+            # the observed values only: two models of the same observations compare, also
+            # when they read different covariates (host data, the input)
+            writer.meta["data_sha256"] = data_sha256(None, {
+                k: observations[k] for k in observed_sites(model, observations)})
     if writer is not None:
         if start is not None:
             writer.meta["start_from"] = start.record()

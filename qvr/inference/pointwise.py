@@ -32,6 +32,7 @@ had.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Optional
 
 import numpy as np
@@ -43,16 +44,29 @@ from qvr.runs import layout
 GUIDE_DRAWS = 1000
 #: float32 elements per chunk file (log_lik + y_rep of all sites): ~32 MB
 CHUNK_ELEMENTS = 4_000_000
+#: the pointwise phase's time budget (unless `FitConfig.pointwise_draws` says how many
+#: draws): this share of the fit's wall time, and at least this many seconds; past it the
+#: draws are thinned evenly, keeping at least `MIN_DRAWS` over all chains
+BUDGET_SHARE = 0.1
+BUDGET_MIN_SECONDS = 10.0
+MIN_DRAWS = 100
+#: draws timed to estimate the cost of one
+PROBE_DRAWS = 8
 
 
 def data_sha256(x, observations: dict) -> str:
-    """sha256 over the input and the observed values/host data (keys sorted; dtype and
-    shape included): equal for two fits on the same data."""
+    """sha256 over `x` (when given) and the arrays of `observations` (keys sorted; shape
+    included; floats as float32 and integers as int64, so that a float32 and a float64
+    fit of the same data agree): equal for two fits on the same data."""
     h = hashlib.sha256()
 
     def add(name, v):
         a = np.ascontiguousarray(v.detach().cpu().numpy() if isinstance(v, torch.Tensor)
                                  else np.asarray(v))
+        if a.dtype.kind == "f":  # a float32 and a float64 fit of the same data agree
+            a = a.astype(np.float32)
+        elif a.dtype.kind in "iub":
+            a = a.astype(np.int64)
         h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
         h.update(a.tobytes())
     if x is not None:
@@ -91,6 +105,8 @@ class Pointwise:
             prepare(self.model, x, self.observations, missing=self.enumerated)
         self.chunk = max(1, int(chunk))
         self.vmap_failed = False
+        self.with_log_p = False  # SVI's PSIS: the log joint at each draw too (`log_p`)
+        self._log_p = None
         self.replicates = "generative"
         self.rows: dict = {}  # site -> local | plate | global | enumerated | marginalized
 
@@ -109,7 +125,11 @@ class Pointwise:
                     prior = prior + r.log_prob
             name = "+".join(self.observed)
             self.rows[name] = "enumerated"
+            if self.with_log_p:
+                self._log_p = total.sum()
             return {name: total - prior}
+        if self.with_log_p:
+            self._log_p = ex.log_joint.sum()
         out = {}
         for n, r in ex.sites.items():
             if r.step == "observe" and n in self.observed:
@@ -169,6 +189,8 @@ class Pointwise:
 
     def one(self, values: dict) -> dict:
         out = {layout.LOG_LIK_PREFIX + k: v for k, v in self.log_lik(values).items()}
+        if self.with_log_p:
+            out["log_p"] = self._log_p
         out.update({layout.Y_REP_PREFIX + k: v for k, v in self.replicate(values).items()})
         return out
 
@@ -260,15 +282,28 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
                       for k, v in latent.items()} for c in range(C)]
     names = list(per_chain[0])
     pw = Pointwise(model, x, observations, names)
-    N = int(next(iter(per_chain[0].values())).shape[0])
+    pw.with_log_p = importance is not None
+    total = int(next(iter(per_chain[0].values())).shape[0])
     writer.save_arrays(layout.OBSERVED, {
         **{n: _np(observations[n]) for n in observed},
         **_groups(model, x, observations, observed)})
     what = ("the prior predictive replicates" if kind == "prior" else
             "the pointwise log-likelihood and predictive replicates")
-    ctx.report(FitNote(f"recording {what} ({len(per_chain)} x {N} draws)"))
-    # shapes from one draw, then chunks sized to bound memory
-    probe = pw.one({k: v[0] for k, v in per_chain[0].items()})
+    # the cost of a draw, measured on a few (vmapped when the program allows it), sets
+    # how many draws fit the budget: kept draws are evenly spaced (thinned), never cut
+    k = min(total, PROBE_DRAWS)
+    t0 = time.perf_counter()
+    probe_out = pw.many({n: v[:k] for n, v in per_chain[0].items()})
+    cost = (time.perf_counter() - t0) / k
+    N, stride = _kept_draws(total, len(per_chain), cost, ctx.config.pointwise_draws,
+                            float(getattr(result, "elapsed", 0.0) or 0.0))
+    if stride > 1:
+        per_chain = [{n: v[::stride][:N] for n, v in d.items()} for d in per_chain]
+        if importance is not None:
+            importance = [q[::stride][:N] for q in importance]
+    ctx.report(FitNote(f"recording {what} ({len(per_chain)} x {N} draws"
+                       + (f", every {stride}th of {total}" if stride > 1 else "") + ")"))
+    probe = {n: v[0] for n, v in probe_out.items()}
     elements = sum(int(v.numel()) for v in probe.values())
     size = max(1, min(N, CHUNK_ELEMENTS // max(1, elements)))
     log_lik = {k[len(layout.LOG_LIK_PREFIX):]: list(v.shape) for k, v in probe.items()
@@ -276,6 +311,8 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     y_rep = {k[len(layout.Y_REP_PREFIX):]: list(v.shape) for k, v in probe.items()
              if k.startswith(layout.Y_REP_PREFIX)}
     writer.meta["pointwise"] = {"kind": kind, "chains": len(per_chain), "draws": N,
+                                "thinned_from": total if stride > 1 else None,
+                                "stride": stride, "seconds_per_draw": cost,
                                 "log_lik": log_lik if kind != "prior" else {},
                                 "y_rep": y_rep, "rows": dict(pw.rows),
                                 "importance": importance is not None,
@@ -292,8 +329,6 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
                       if not (kind == "prior" and k.startswith(layout.LOG_LIK_PREFIX))}
             if importance is not None:
                 arrays["log_q"] = importance[c][start:start + size].float().cpu().numpy()
-                arrays["log_p"] = _log_joint(model, x, observations, part, pw).float() \
-                    .cpu().numpy()
             writer.save_arrays(layout.pointwise_file(c, start), arrays)
     if pw.replicates != writer.meta["pointwise"]["replicates"]:
         writer.meta["pointwise"]["replicates"] = pw.replicates
@@ -303,13 +338,20 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     return None
 
 
-def _log_joint(model, x, observations, part: dict, pw: Pointwise) -> torch.Tensor:
-    """The log joint (finite latents summed out) at each draw of `part` (SVI's PSIS)."""
-    from qvr.inference.enumerate import enumerated_total
-    n = int(next(iter(part.values())).shape[0])
-    with torch.no_grad():
-        return torch.stack([enumerated_total(_model(model), x, {
-            **observations, **{k: v[i] for k, v in part.items()}}) for i in range(n)])
+def _kept_draws(total: int, chains: int, cost: float, asked, fit_seconds: float) \
+        -> tuple[int, int]:
+    """`(draws kept per chain, stride)`: all of them when `asked` (the config's
+    ``pointwise_draws``) allows it or, unasked, when they fit the budget — `BUDGET_SHARE`
+    of the fit's time, at least `BUDGET_MIN_SECONDS`; else every stride-th draw, at
+    least `MIN_DRAWS` in all (a few are better than none: PSIS's k says how reliable)."""
+    if asked is not None:
+        keep = max(1, min(total, int(asked)))
+    else:
+        budget = max(BUDGET_MIN_SECONDS, BUDGET_SHARE * fit_seconds)
+        keep = int(budget / max(cost, 1e-9) / max(chains, 1))
+        keep = max(min(total, -(-MIN_DRAWS // max(chains, 1))), min(total, keep))
+    stride = -(-total // keep)
+    return len(range(0, total, stride)), stride
 
 
 def _np(v):

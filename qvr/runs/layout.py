@@ -44,9 +44,10 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
 After the fit (issue 25, `qvr.inference.pointwise` writes them; `qvr.inference.checks`
 reads them; a fit of HMC/NUTS/SVI that finished, and every ``--method prior`` run):
 
-* ``run.json`` gains ``data_sha256`` (sha256 over the observed values and host data the
-  fit conditioned on, keys sorted, dtype and shape included: two runs on the same data
-  have the same hash) and ``pointwise``: ``{"kind": "posterior" | "guide" | "prior",
+* ``run.json`` gains ``data_sha256`` (sha256 over the observed values the fit conditioned
+  on — by site name, keys sorted, dtype and shape included —, not the covariates: two
+  models of the same observations have the same hash, also when they read different host
+  data, as the Poisson and negative-binomial exports of ``count_regression`` do) and ``pointwise``: ``{"kind": "posterior" | "guide" | "prior",
   "chains": C, "draws": N (per chain), "log_lik": {site: shape}, "y_rep": {site: shape},
   "rows": {site: "local" | "plate" | "global" | "enumerated" | "marginalized"},
   "importance": true when the chunks hold ``log_p``/``log_q`` (SVI: PSIS from the guide)}``

@@ -218,10 +218,11 @@ def test_svi_records_importance_terms(tmp_path):
     run = open_run(tmp_path / "s")
     assert run.pointwise_meta["kind"] == "guide" and run.pointwise_meta["importance"]
     imp = run.importance()
-    assert imp["log_p"].shape == (1, 1000) and imp["log_q"].shape == (1, 1000)
+    n = imp["log_p"].shape[1]
+    assert imp["log_p"].shape == imp["log_q"].shape == (1, n) and n >= 100
     mu = None  # log_p is the log joint at the draw: check one against the closed form
     ll = run.log_likelihood()["y"]
-    assert ll.shape == (1, 1000, 40)
+    assert ll.shape == (1, n, 40)
     # log_p - sum(log_lik) is the prior term log N(mu; 0, 10): a function of mu alone,
     # so it is at most the prior's mode
     prior = imp["log_p"][0] - ll[0].sum(-1)
@@ -242,3 +243,52 @@ def test_pointwise_off_and_scored_likelihood(tmp_path):
         on_event=seen.append)
     warnings = [e.message for e in seen if isinstance(e, FitWarning)]
     assert any("no `observe` site" in w and "`likelihood`" in w for w in warnings), warnings
+
+
+def test_elpd_loo_matches_exact_leave_one_out(conjugate_run):
+    """Exact LOO of the conjugate model: y_i | y_-i ~ N(m_-i, 1 + v_-i)."""
+    y, run = conjugate_run
+    n = len(y)
+    v = 1.0 / (1.0 / 100.0 + (n - 1))
+    m = v * (y.sum() - y)
+    exact = stats.norm.logpdf(y, m, np.sqrt(1.0 + v))
+    loo = run.loo()
+    assert loo["n_rows"] == n and loo["n_draws"] == 2000
+    assert abs(loo["elpd_loo"] - exact.sum()) < loo["se"]
+    # tighter: PSIS's Monte Carlo error for 2,000 draws of a one-parameter posterior
+    assert abs(loo["elpd_loo"] - exact.sum()) < 0.05 * n ** 0.5
+    assert np.abs(np.asarray(loo["elpd_i"]) - exact).max() < 0.05
+    assert not loo["high_k"]
+
+
+def test_loo_pit_of_a_correct_model_is_uniform(conjugate_run):
+    _, run = conjugate_run
+    pit = run.ppc()["sites"]["y"]["loo_pit"]
+    assert len(pit["values"]) == 40
+    assert pit["p_value"] > 0.01 and not pit["outside"]
+
+
+def test_draws_are_thinned_to_the_budget():
+    from qvr.inference.pointwise import BUDGET_MIN_SECONDS, _kept_draws
+    assert _kept_draws(1000, 4, 1e-5, None, 60.0) == (1000, 1)  # cheap: all of them
+    # 0.1 s a draw, a 60 s fit: 10 s of budget for 4 chains -> 25 per chain, at least 100
+    assert _kept_draws(1000, 4, 0.1, None, 60.0) == (25, 40)
+    # a long fit buys more: 10% of 2,000 s = 200 s -> 500 per chain (every 2nd)
+    assert _kept_draws(1000, 4, 0.1, None, 2000.0) == (500, 2)
+    assert _kept_draws(1000, 4, 10.0, 50, 1.0) == (50, 20)  # asked: exactly that
+    assert BUDGET_MIN_SECONDS == 10.0
+
+
+def test_pointwise_draws_option_thins_evenly(tmp_path):
+    y = _normal_data()
+    fit(qvr.loads(NORMAL), data={"y": y},
+        config=FitConfig(method="nuts", num_warmup=100, num_samples=200, num_chains=2,
+                         seed=0, pointwise_draws=50), run_dir=tmp_path / "t")
+    run = open_run(tmp_path / "t")
+    meta = run.pointwise_meta
+    assert (meta["draws"], meta["stride"], meta["thinned_from"]) == (50, 4, 200)
+    ll = run.log_likelihood()["y"]
+    assert ll.shape == (2, 50, 40)
+    mu = run.samples()["mu"].reshape(2, 200)[:, ::4]
+    assert np.abs(ll - stats.norm.logpdf(y, mu[..., None], 1.0)).max() < 1e-3
+    assert run.loo()["n_draws"] == 100

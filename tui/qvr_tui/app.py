@@ -4,8 +4,9 @@ Tabs: Program (1), Setup (2), Live (3), Results (4), Runs (5).  Keys: ``r`` star
 set up in Setup (``ctrl+r`` from a text field), ``x`` or ``ctrl+c`` cancels the running
 fit cleanly (the first ``ctrl+c`` cancels, it does not quit), ``g`` sets up SMC generation
 from the run shown (then ``r``), ``l`` log scale and ``v`` next trace on Live, ``c``
-the attention circuits on Results, ``d`` light/dark, ``?`` the keys, ``q`` quits (asking first while a fit runs; the worker then
-stops after its step and saves everything).
+the attention circuits and ``p`` the predictive checks on Results, ``C`` compares the
+marked runs by PSIS-LOO on Runs, ``d`` light/dark, ``?`` the keys, ``q`` quits (asking
+first while a fit runs; the worker then stops after its step and saves everything).
 
 Data flow: a `FitRunner` (worker process + record tail) or the tail of a record opened
 while another process writes it feeds a `RunState`; a 10 Hz timer drains what arrived,
@@ -87,6 +88,7 @@ class QvrDash(App):
         Binding("l", "live('toggle_log')", "Log scale"),
         Binding("v", "live('next_trace')", "Trace"),
         Binding("c", "results('toggle_circuits')", "Circuits"),
+        Binding("p", "results('toggle_predictive')", "Predictive"),
         Binding("d", "toggle_dark", "Theme", show=False),
         Binding("question_mark", "help", "Keys"),
         Binding("q", "quit_app", "Quit"),
@@ -338,8 +340,8 @@ class QvrDash(App):
     def check_action(self, action: str, parameters) -> Optional[bool]:
         """A pane's keys are shown (and work) while its tab is shown and they apply to
         what it shows: ``l`` for an SVI run, ``v`` for HMC/NUTS, ``c`` for a run with
-        circuits (asked of the Results pane); neither ``v`` nor ``g`` for an MCMC fit
-        with nothing to sample (no chain, no draw).  False hides a key from the footer;
+        circuits, ``p`` for any run shown (asked of the Results pane); neither ``v`` nor
+        ``g`` for an MCMC fit with nothing to sample (no chain, no draw).  False hides a key from the footer;
         `tick` and the Results pane call `refresh_bindings` when that changes."""
         if action in ("live", "results"):  # a pane's keys, shown while it is the tab
             try:

@@ -16,7 +16,10 @@ that ended before their summary was written).  Nothing here draws; the panes ren
     their posterior mean and sd over the guide's draws (`GuideSite.recorded`); the five
     checks are the sites' only;
   - SMC: top sequences (`SequenceRow`, text through the record's vocabulary), log Z-hat;
-  - any method, a program with attention: `Results.circuits` (`qvr_tui.circuits_model`).
+  - any method, a program with attention: `Results.circuits` (`qvr_tui.circuits_model`);
+  - a finished fit that recorded them (issue 25): `Results.predictive` (the predictive
+    checks) and `Results.loo` (PSIS-LOO), `qvr_tui.predictive_model`; else
+    `Results.predictive_note` says why there are none.
 * `table_rows(sites, sort, query, expanded)`: what the summary table shows, sorted
   (`SORT_KEYS`) and filtered by a substring.
 * `run_rows(runs_dir, program)` → `RunRow`s for the Runs table (status, method, start,
@@ -253,6 +256,16 @@ class Results:
     circuits: Optional[object] = None
     # recorded quantities (`record v = e`, E9.6): names in `sites`/`draws`/`guide`
     recorded: tuple = ()
+    # after the fit (issue 25; `qvr_tui.predictive_model`): None when the record has none,
+    # `predictive_note` then says why
+    predictive: Optional[object] = None     # predictive_model.Predictive
+    loo: Optional[object] = None            # predictive_model.LooView
+    predictive_note: str = ""
+
+    @property
+    def has_checks(self) -> bool:
+        """The record holds predictive checks or PSIS-LOO (issue 25)."""
+        return self.predictive is not None or self.loo is not None
 
     @property
     def is_mcmc(self) -> bool:
@@ -310,6 +323,8 @@ def load_results(run) -> Results:
         res.partial_note = _partial_note(res)
     from qvr_tui.circuits_model import load_circuits
     res.circuits = load_circuits(run, res.program_path)
+    from qvr_tui.predictive_model import load_predictive
+    res.predictive, res.loo, res.predictive_note = load_predictive(run)
     return res
 
 

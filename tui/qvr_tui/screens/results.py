@@ -32,6 +32,12 @@ from `qvr_tui.results_model.load_results` (torch-free); this module only lays it
   ``c`` switches to the `CircuitsView` (per layer and head the QK and OV circuit heatmaps
   and the attention pattern of a recorded input sequence; its keys in its own docstring)
   and back.  A record read again while it is written keeps the view and the choice.
+* Predictive checks (issue 25; any run): ``p`` switches to the `PredictiveView` and back:
+  per observed site the observed distribution against its replicates, the test
+  statistics with p-values (red where extreme), the per-group summary, the LOO-PIT, and
+  the `LooPanel` (elpd_loo, SE, p_loo, the Pareto-k plot, the high-k rows); a record
+  without them says why in one line.  The checks are read from the finished record
+  (``ppc.json``, ``loo.json``), by the live view and a reopened run alike.
 
 The record is read in a worker thread (`show_run` returns at once; the newest request
 wins); a record still being written (status running) is read again every
@@ -63,6 +69,7 @@ from qvr_tui.widgets.checks import ChecksRow
 from qvr_tui.widgets.circuits import CircuitsView
 from qvr_tui.widgets.heatmap import Heatmap
 from qvr_tui.widgets.param_plots import ParamPlots, decimate, make_plot, points_for
+from qvr_tui.widgets.predictive import PredictiveView
 from qvr_tui.widgets.summary_table import SummaryTable, fmt
 
 __all__ = ["ResultsPane", "stale_note", "status_text", "display_path"]
@@ -144,7 +151,7 @@ class ResultsPane(Vertical):
     ResultsPane > #results-notes.-empty { display: none; }
     ResultsPane #results-switcher { height: 1fr; }
     ResultsPane #mcmc, ResultsPane #svi, ResultsPane #smc, ResultsPane #empty { height: 1fr; }
-    ResultsPane #circuits { height: 1fr; }
+    ResultsPane #circuits, ResultsPane #predictive { height: 1fr; }
     ResultsPane #results-filter { height: 1; border: none; padding: 0 1; display: none; }
     ResultsPane #results-filter.-shown { display: block; }
     ResultsPane #summary-bar { height: 1; padding: 0 1; color: $text-muted; }
@@ -168,6 +175,7 @@ class ResultsPane(Vertical):
         Binding("m", "toggle_stat", "Mean/sd"),
         Binding("e", "export", "ArviZ"),
         Binding("c", "toggle_circuits", "Circuits"),
+        Binding("p", "toggle_predictive", "Predictive"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -208,6 +216,7 @@ class ResultsPane(Vertical):
         self.selected: Optional[str] = None  # coordinate label or site shown in the detail
         self.last_export = ""
         self.circuits_on = False  # the Circuits view is shown instead of the method's view
+        self.predictive_on = False  # the predictive checks are shown instead
         self._generation = 0
 
     # ------------------------------------------------------------------ layout
@@ -232,6 +241,7 @@ class ResultsPane(Vertical):
             with Vertical(id="smc"):
                 yield DataTable(id="smc-table", cursor_type="row", zebra_stripes=True)
             yield CircuitsView(id="circuits")
+            yield PredictiveView(id="predictive")
         yield Static("", id="results-footer")
 
     def on_mount(self) -> None:
@@ -244,7 +254,7 @@ class ResultsPane(Vertical):
         self.run_path = Path(path) if path is not None else None
         self.sort, self.query_text, self.expanded = "order", "", set()
         self.heatmap_on, self.stat, self.selected = False, "mean", None
-        self.circuits_on = False
+        self.circuits_on = self.predictive_on = False
         box = self.query_one("#results-filter", Input)  # the filter was reset: so is its box
         with box.prevent(Input.Changed):
             box.value = ""
@@ -305,6 +315,13 @@ class ResultsPane(Vertical):
             self.circuits_on = False
         elif self.circuits_on:
             switcher.current = "circuits"
+        self.query_one("#predictive", PredictiveView).show(
+            res.predictive if res is not None else None, res.loo if res is not None else None,
+            res.predictive_note if res is not None else "", keep=same)
+        if res is None:
+            self.predictive_on = False
+        elif self.predictive_on:
+            switcher.current = "predictive"
         if res is not None and res.status == "running":
             # a fit still writing this record: read it again shortly (newest read wins)
             self.set_timer(self.RUNNING_REFRESH, lambda: self._reload_running(gen))
@@ -330,6 +347,8 @@ class ResultsPane(Vertical):
             return chains or (res is not None and res.method == "svi")
         if action == "toggle_circuits":
             return res is not None and res.circuits is not None
+        if action == "toggle_predictive":  # any run: the view says when it has none
+            return res is not None
         return True
 
     def _reload_running(self, gen: int) -> None:
@@ -365,6 +384,7 @@ class ResultsPane(Vertical):
         keys = "  e: export draws to ArviZ" if res.is_mcmc and res.num_chains else ""
         if res.circuits is not None:
             keys += "  c: circuits"
+        keys += "  p: predictive checks"
         footer.update(Text(f"run folder: {display_path(res.path)}{keys}", overflow="ellipsis",
                            no_wrap=True))
 
@@ -588,14 +608,33 @@ class ResultsPane(Vertical):
             return
         switcher = self.query_one("#results-switcher", ContentSwitcher)
         self.circuits_on = not self.circuits_on
+        self.predictive_on = False
         switcher.current = "circuits" if self.circuits_on else self._method_view()
         if self.circuits_on:
             self.query_one("#circuits", CircuitsView).focus()
         else:
-            view = {"mcmc": "#summary", "svi": "#guide-table", "smc": "#smc-table"}.get(
-                switcher.current)
-            if view:
-                self.query_one(view).focus()
+            self._focus_method_view()
+
+    def _focus_method_view(self) -> None:
+        view = {"mcmc": "#summary", "svi": "#guide-table", "smc": "#smc-table"}.get(
+            self._method_view())
+        if view:
+            self.query_one(view).focus()
+
+    # ------------------------------------------------------------------ predictive checks
+    def action_toggle_predictive(self) -> None:
+        """``p``: the predictive checks and PSIS-LOO of the run (`PredictiveView`; a run
+        without them: the view's one line says why), and back."""
+        if self.results is None:
+            return
+        switcher = self.query_one("#results-switcher", ContentSwitcher)
+        self.predictive_on = not self.predictive_on
+        self.circuits_on = False
+        switcher.current = "predictive" if self.predictive_on else self._method_view()
+        if self.predictive_on:
+            self.query_one("#predictive", PredictiveView).focus()
+        else:
+            self._focus_method_view()
 
     # ------------------------------------------------------------------ SVI
     def _fill_svi(self) -> None:
