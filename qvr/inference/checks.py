@@ -786,6 +786,9 @@ def compare(runs) -> dict:
     loos = []
     for r in runs:
         meta = r.pointwise_meta
+        if meta and meta.get("kind") == "prior":
+            raise CompareError(f"run {r.run_id} is a prior predictive run: it has no LOO "
+                               f"to compare")
         if not meta or not meta.get("log_lik"):
             raise CompareError(
                 f"run {r.run_id} ({r.path}) has no pointwise log-likelihood terms (it was "

@@ -393,9 +393,10 @@ class Run:
             name = p.name[:-4]
             try:
                 chain, start = name[1:].split("-")
-                per.setdefault(int(chain), []).append((int(start), p))
+                key = (int(chain), int(start))
             except ValueError:
-                continue  # a temp file, or not ours
+                continue  # a temp file (a writer killed mid-write), or not ours
+            per.setdefault(key[0], []).append((key[1], p))
         return {c: sorted(v) for c, v in sorted(per.items())}
 
     def _pointwise(self, prefix: Optional[str]) -> dict:
@@ -445,9 +446,9 @@ class Run:
         return {k: v for k, v in self._pointwise(None).items() if k in ("log_p", "log_q")}
 
     def loo(self) -> Optional[dict]:
-        """PSIS-LOO of the run (``loo.json``; computed from the pointwise terms and
-        written when the record has them but not the file); None without pointwise terms.
-        Fields: `qvr.inference.checks`."""
+        """PSIS-LOO of the run (``loo.json``; computed from the pointwise terms — not
+        written — when the record has them but not the file, e.g. a fit killed before its
+        checks); None without pointwise terms.  Fields: `qvr.inference.checks`."""
         found = self._json(layout.LOO)
         if found is not None:
             return found

@@ -66,6 +66,8 @@ def test_svi_on_the_seed_transformer_by_keys(tmux, tmp_path):
     tmux.wait_for(r"transformer_lm\.qvr — checks clean")
     tmux.keys("2")  # Setup: the method selector is focused
     tmux.wait_for(r"SVI options")
+    tmux.wait_for(r"elbo_particles\s+1\b")  # the method's rows are mounted (a busy
+    # machine mounts them after the title: Tabs sent before would stop short)
     # Tab: export, data kind, seed, device, dtype, start from, draws, steps (the shipped
     # data is chosen)
     tmux.keys(*["Tab"] * 8, "C-a", "C-k")  # to `steps`, then clear it

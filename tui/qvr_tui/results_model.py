@@ -315,7 +315,7 @@ def load_results(run) -> Results:
         res.partial = True
     if res.is_mcmc:
         _load_mcmc(run, res, summary, events)
-    elif res.method == "svi":
+    elif res.method in ("svi", "prior"):  # prior draws: a table of draws, as SVI's guide
         _load_svi(run, res, events, losses)
     elif res.method == "smc":
         _load_smc(run, res, events)
@@ -424,12 +424,13 @@ def _mark_recorded(sites: tuple, recorded) -> tuple:
     return tuple(replace(s, recorded=True) if s.site in names else s for s in sites)
 
 
-def recorded_guide_rows(sites) -> tuple:
+def recorded_guide_rows(sites, every: bool = False) -> tuple:
     """SVI: a `GuideSite` per recorded quantity of `sites` (`recorded=True`), its `loc`
-    and `scale` the posterior mean and sd of each coordinate (the summary's rows)."""
+    and `scale` the posterior mean and sd of each coordinate (the summary's rows);
+    `every`: every site so (a ``--method prior`` run: the prior draws' mean and sd)."""
     out = []
     for s in sites:
-        if not s.recorded:
+        if not (s.recorded or every):
             continue
         shape = tuple(s.shape) or (1,)
         loc, sd = np.full(shape, np.nan), np.full(shape, np.nan)
@@ -437,7 +438,7 @@ def recorded_guide_rows(sites) -> tuple:
             at = c.index if c.index else (0,) * len(shape)
             loc[at], sd[at] = c.get("mean"), c.get("sd")
         out.append(GuideSite(site=s.site, loc=loc, scale=sd, site_shape=tuple(s.shape),
-                             recorded=True))
+                             recorded=s.recorded))
     return tuple(out)
 
 
@@ -631,7 +632,7 @@ def _load_svi(run, res: Results, events, losses) -> None:
             guide.append(GuideSite(site=name, loc=np.asarray(v, dtype=float),
                                    scale=None if ls is None else np.exp(np.asarray(ls, float)),
                                    site_shape=shapes.get(name)))
-    res.guide = tuple(guide) + recorded_guide_rows(res.sites)
+    res.guide = tuple(guide) + recorded_guide_rows(res.sites, every=run.method == "prior")
 
 
 def _text(tokens, vocab) -> Optional[str]:
@@ -836,6 +837,9 @@ def run_key_number(run) -> tuple[str, Optional[float]]:
         if v is None:
             v = _last_metric(run, "smc", "log_Z")
         return "log Z", None if v is None else float(v)
+    if method == "prior":
+        v = stats.get("num_samples")
+        return "draws", None if v is None else float(v)
     return "", None
 
 

@@ -303,7 +303,7 @@ class ResultsPane(Vertical):
         elif res.is_mcmc:
             switcher.current = "mcmc"
             self._fill_mcmc()
-        elif res.method == "svi":
+        elif res.method in ("svi", "prior"):  # prior draws: shown as SVI's guide draws
             switcher.current = "svi"
             self._fill_svi()
         else:
@@ -594,7 +594,7 @@ class ResultsPane(Vertical):
         res = self.results
         if res is None:
             return "empty"
-        return "mcmc" if res.is_mcmc else "svi" if res.method == "svi" else "smc"
+        return "mcmc" if res.is_mcmc else "svi" if res.method in ("svi", "prior") else "smc"
 
     def action_toggle_circuits(self) -> None:
         """``c``: the Circuits view of a run with attention circuits, and back."""
@@ -646,7 +646,10 @@ class ResultsPane(Vertical):
             x, y = decimate(np.arange(1, len(y) + 1, dtype=float), y, points_for(loss))
             loss.plot(x, y, line_style="#1f77b4", hires_mode=HiResMode.BRAILLE, label="loss")
         title = "loss"
-        if res.final_loss is None and (res.losses is None or not len(res.losses)) and \
+        if res.method == "prior":
+            title = (f"prior predictive: {res.stats.get('num_samples', '?')} draws, nothing "
+                     f"fitted · p: the checks against the data")
+        elif res.final_loss is None and (res.losses is None or not len(res.losses)) and \
                 res.status != "running":
             title = "no step was taken: no loss"
         elif res.final_loss is not None:
@@ -657,8 +660,12 @@ class ResultsPane(Vertical):
         table = self.query_one("#guide-table", DataTable)
         table.clear(columns=True)
         rec = any(g.recorded for g in res.guide)  # E9.6: recorded rows give mean and sd
-        table.add_columns("site", "shape", "guide loc" + (" · mean" if rec else ""),
-                          "guide scale" + (" · sd" if rec else ""))
+        loss.display = res.method != "prior"  # prior draws: nothing was optimised
+        if res.method == "prior":
+            table.add_columns("site", "shape", "prior mean", "prior sd")
+        else:
+            table.add_columns("site", "shape", "guide loc" + (" · mean" if rec else ""),
+                              "guide scale" + (" · sd" if rec else ""))
         for g in res.guide:
             loc = g.loc.reshape(-1)
             sc = g.scale.reshape(-1) if g.scale is not None else None
