@@ -116,6 +116,7 @@ class Pointwise:
         self.chunk = max(1, int(chunk))
         self.vmap_failed = False
         self.rep_vmap_failed = False  # replicates one draw at a time (see `_part`)
+        self._vmapping = False  # inside `_part`'s vmap of `one`
         self.with_log_p = False  # SVI's PSIS: the log joint at each draw too (`log_p`)
         self._log_p = None
         self.replicates = "generative"
@@ -174,29 +175,19 @@ class Pointwise:
                 ex = m.execute(self.x, {**self.host, **values}, score=False)
                 return {n: torch.as_tensor(ex.sites[n].value) for n in self.observed}
             except Exception:
-                if self._in_vmap():
+                if self._vmapping:  # `_part` tells a vmap failure from the program's
                     raise
                 self.replicates = "conditional"
         ex = m.execute(self.x, {**self.observations, **values}, score=True)
         out = {}
         for n in self.observed:
             r = ex.sites[n]
-            if r.distribution is not None:
-                out[n] = r.distribution.sample()
-            else:
-                out[n] = r.morphism.rsample(self._input_of(n, ex))
+            if r.distribution is None:  # a morphism target: its input is not recorded
+                raise ValueError(f"`{n}` cannot be replicated: the program does not run "
+                                 f"without its observed values, and `{n}` is observed "
+                                 f"through a morphism")
+            out[n] = r.distribution.sample()
         return out
-
-    def _input_of(self, name, ex):  # pragma: no cover - morphism targets under data steps
-        raise NotImplementedError(f"conditional replicates of the morphism site `{name}`")
-
-    @staticmethod
-    def _in_vmap() -> bool:
-        try:
-            from torch._C._functorch import maybe_current_level
-            return maybe_current_level() is not None
-        except Exception:  # pragma: no cover
-            return False
 
     def one(self, values: dict) -> dict:
         return {**self._terms(values), **self._replicates(values)}
@@ -225,10 +216,13 @@ class Pointwise:
             from torch.func import vmap
             out = None
             if not self.rep_vmap_failed:
+                self._vmapping = True
                 try:
                     out = vmap(self.one, randomness="different")(part)
                 except Exception:
                     self.rep_vmap_failed = True
+                finally:
+                    self._vmapping = False
             if out is None:
                 try:
                     out = vmap(self._terms, randomness="error")(part)
