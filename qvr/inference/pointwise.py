@@ -252,7 +252,9 @@ def _latent_draws(samples: dict) -> dict:
 
 
 def _groups(model, x, observations: dict, observed: list) -> dict:
-    """Integer host data with one entry per data row: grouping indices (``hour_of``)."""
+    """Integer host data with one entry per data row that reads as a grouping index
+    (``hour_of``): values in ``[0, B)`` with repeats.  An integer covariate (eight
+    schools' standard errors ``sigma``: 15, 10, 16, ... over 8 rows) is not one."""
     B = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() else None
     out = {}
     for k, v in observations.items():
@@ -260,7 +262,8 @@ def _groups(model, x, observations: dict, observed: list) -> dict:
             continue
         t = torch.as_tensor(v)
         if t.dim() == 1 and not t.is_floating_point() and B is not None and t.shape[0] == B \
-                and t.numel() and int(t.min()) >= 0:
+                and t.numel() and int(t.min()) >= 0 and int(t.max()) < B \
+                and int(torch.unique(t).numel()) < B:
             out[layout.GROUP_PREFIX + k] = t.cpu().numpy()
     return out
 

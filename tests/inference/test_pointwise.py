@@ -309,3 +309,12 @@ def test_a_record_cut_mid_phase_reads_the_chunks_it_has(conjugate_run, tmp_path)
     assert r.predictive()["y"].shape == (3, 500, 40)
     loo = r.loo()  # recomputed from what is there
     assert loo["n_draws"] == 1500 and abs(loo["elpd_loo"] - run.loo()["elpd_loo"]) < 1.0
+
+
+def test_grouping_indices_are_told_from_integer_covariates():
+    from qvr.inference.pointwise import _groups
+    x = torch.zeros(8, 1)
+    found = _groups(None, x, {"sigma": torch.tensor([15, 10, 16, 11, 9, 11, 10, 18]),
+                              "g": torch.tensor([0, 1, 1, 2, 0, 2, 1, 0]),
+                              "perm": torch.arange(8), "y": torch.zeros(8)}, ["y"])
+    assert list(found) == ["group.g"]
