@@ -28,6 +28,7 @@ def main(argv=None) -> int:
             raise
         module.register(sub)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `qvr run --nproc` relaunches
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -160,7 +160,7 @@ class Progress:
                       f"divergences {div}", f"ETA {_eta(eta)}"]
         elif self.method == "svi":
             parts += [f"{rate} steps/s", f"loss {m.get('loss', float('nan')):.5g}",
-                      f"ETA {_eta(ch.eta())}"]
+                      *([epoch_text(m)] if "epoch" in m else []), f"ETA {_eta(ch.eta())}"]
         else:
             parts += [f"ESS {m.get('ess', float('nan')):.1f}",
                       f"finished {int(m.get('num_finished', 0))}", f"ETA {_eta(ch.eta())}"]
@@ -198,8 +198,21 @@ class Progress:
             elif self.method == "svi":
                 t.add_row(self.method, bar, step, rate, f"{m.get('loss', float('nan')):.5g}",
                           _eta(ch.eta()))
+                if "epoch" in m:
+                    t.caption = epoch_text(m)
             else:
                 t.add_row(self.method, bar, step, f"{m.get('ess', float('nan')):.1f}",
                           f"{int(m.get('num_finished', 0))}",
                           f"{m.get('log_Z', float('nan')):.4f}", _eta(ch.eta()))
         return t
+
+
+def epoch_text(m: dict) -> str:
+    """Where a minibatch SVI fit is in its epochs (`qvr.inference.minibatch` metrics):
+    ``epoch 3 (step 120/400), batches of 256 of 1,000,000 rows``."""
+    text = (f"epoch {int(m['epoch'])} (step {int(m.get('epoch_step', 0))}/"
+            f"{int(m.get('steps_per_epoch', 0))}), batches of {int(m.get('batch_size', 0)):,} "
+            f"of {int(m.get('rows', 0)):,} rows")
+    if int(m.get("world_size", 1)) > 1:
+        text += f" over {int(m['world_size'])} processes"
+    return text

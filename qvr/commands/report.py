@@ -148,8 +148,14 @@ def headline(run, summary: Optional[dict]) -> str:
     stats = (summary or {}).get("stats", {})
     state = "" if status == "finished" else f" [{status}]"
     if method == "svi":
+        batch = ""
+        if stats.get("batch_size"):  # minibatch SVI (qvr.inference.minibatch)
+            batch = (f", batches of {stats['batch_size']:,} of {stats.get('rows', 0):,} rows "
+                     f"({_f(stats.get('epochs'), '.4g')} epochs)")
+        if int(stats.get("world_size", 1) or 1) > 1:
+            batch += f", {stats['world_size']} processes"
         return (f"svi: {stats.get('steps', '?')} steps, final loss "
-                f"{_f(stats.get('final_loss'), '.6g')}{state}")
+                f"{_f(stats.get('final_loss'), '.6g')}{batch}{state}")
     if method == "prior":
         return (f"prior: {stats.get('num_samples', '?')} draws from the prior predictive "
                 f"(nothing fitted){state}")

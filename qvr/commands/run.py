@@ -29,6 +29,7 @@ traceback), 2 usage or I/O errors, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -218,6 +219,12 @@ def register(sub) -> None:
                    help="start from a saved run's fitted parameters (e.g. SMC generation "
                         "from an SVI-fitted language model); from an HMC/NUTS run, "
                         "--start-at chooses its means or its draws")
+    p.add_argument("--nproc", type=int, metavar="N",
+                   help="run the fit on N processes of this machine, started by torch's "
+                        "launcher (torchrun --standalone --nproc-per-node N): SVI "
+                        "data-parallel, HMC/NUTS with --chain-method distributed; rank 0 "
+                        "writes the run record (for several machines run torchrun "
+                        "yourself, see the README)")
     p.add_argument("--vocab", metavar="FILE",
                    help="a vocabulary (JSON list of strings, index = token id) for SMC's "
                         "text, --forbid/--require words and attention patterns (default: "
@@ -278,7 +285,11 @@ def load_program(file: str, export, data_file=None):
 
 
 def run(args) -> int:
-    tool = "qvr run"
+    from qvr.inference.distributed import env_rank, launched
+    rank = env_rank()
+    tool = "qvr run" if rank == 0 else f"qvr run [rank {rank}]"
+    if getattr(args, "nproc", None) is not None and not launched():
+        return _launch(args, tool)
     try:
         config = config_from_args(args)
         if not Path(args.file).is_file():
@@ -294,7 +305,9 @@ def run(args) -> int:
             raise UsageError(problem)
         from qvr.runs import RecordError, new_run_dir
         try:
-            if args.run_dir:
+            if rank != 0:  # rank 0 alone writes the record (qvr.inference.distributed)
+                folder = None
+            elif args.run_dir:
                 folder = Path(args.run_dir)
                 if (folder / "run.json").exists():
                     raise UsageError(f"--run-dir {folder}: already holds a run record")
@@ -308,6 +321,8 @@ def run(args) -> int:
     except ModelError as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 1
+    if rank != 0:
+        return _fit(args, config, program, export, None, tool)
     print(f"{tool}: run folder {folder}", file=sys.stderr)
     if start_run is not None:
         from qvr.inference.start import describe
@@ -317,6 +332,42 @@ def run(args) -> int:
     _say_shipped(args, config, tool)
     args.internal_error_dir = folder  # a bug's traceback goes to the run folder
     return _fit(args, config, program, export, folder, tool)
+
+
+def _launch(args, tool) -> int:
+    """`qvr run --nproc N`: the same command on N processes started by torch's launcher
+    (``python -m torch.distributed.run --standalone --nproc-per-node N -m qvr run ...``),
+    into a run folder chosen here (given to every rank as ``--run-dir``; rank 0 writes
+    it).  Returns the launcher's exit status."""
+    import subprocess
+    n = args.nproc
+    if n < 1:
+        print(f"{tool}: --nproc {n}: must be at least 1", file=sys.stderr)
+        return 2
+    argv, skip = [], False
+    for a in args.argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            argv.append(a)
+    if not args.run_dir:
+        from qvr.runs import RecordError, new_run_dir
+        try:
+            folder = new_run_dir(args.runs_dir, args.name or Path(args.file).stem)
+        except RecordError as exc:
+            print(f"{tool}: {exc}", file=sys.stderr)
+            return 2
+        argv += ["--run-dir", str(folder)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={n}", "-m", "qvr", *argv]
+    print(f"{tool}: starting {n} processes: torchrun --standalone --nproc-per-node {n} "
+          f"-m qvr {' '.join(argv)}", file=sys.stderr)
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:  # the launcher got it too and stops the ranks
+        return 130
 
 
 def _vocab(path):
@@ -331,6 +382,21 @@ def _vocab(path):
         return load_vocab(path)
     except (DataFileError, OSError, ValueError) as exc:
         raise UsageError(f"--vocab {exc}") from None
+
+
+def _on_launcher_stop():
+    """Under torchrun: the launcher stops the other ranks with SIGTERM when one fails;
+    turned into `RankLost` so that rank 0's record ends as failed, naming the lost rank
+    (`qvr.inference.distributed.lost_message`).  Returns the previous handler."""
+    from qvr.inference.distributed import RankLost, lost_message, world
+
+    def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+        raise RankLost(lost_message(world(), "(the launcher stopped this process)"))
+    try:
+        return signal.signal(signal.SIGTERM, on_term)
+    except ValueError:
+        return None
 
 
 def _fit(args, config, program, export, folder, tool) -> int:
@@ -355,22 +421,34 @@ def _fit(args, config, program, export, folder, tool) -> int:
         previous = signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not the main thread: Ctrl-C is not ours to handle
         previous = None
-    progress = Progress(sys.stderr)
+    from qvr.inference.distributed import RankLost, launched
+    term = _on_launcher_stop() if launched() else None
+    progress = Progress(sys.stderr) if folder is not None else contextlib.nullcontext()
     status = 0
     try:
         with progress:
-            fit(program, config=config, on_event=progress.update, should_stop=stop,
+            fit(program, config=config,
+                on_event=progress.update if folder is not None else None, should_stop=stop,
                 run_dir=folder, start_from=args.start_from, program_path=args.file,
                 export=export, vocab=getattr(args, "vocab_tokens", None))
     except KeyboardInterrupt:
-        print(f"{tool}: interrupted; what was reported is in {folder}", file=sys.stderr)
+        if folder is not None:
+            print(f"{tool}: interrupted; what was reported is in {folder}", file=sys.stderr)
         return 130
-    except (QvrRuntimeError, DataError, StartError, ConfigError, RecordError) as exc:
+    except (QvrRuntimeError, DataError, StartError, ConfigError, RecordError,
+            RankLost) as exc:
         print(f"{tool}: {args.file}: {exc}", file=sys.stderr)
         status = 1
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
+        if launched():
+            from qvr.inference.distributed import finish
+            finish()
+    if folder is None:  # another rank than 0: it writes nothing and says nothing more
+        return status
     if status == 0:
         run = open_run(folder)
         print(render_run(run))

@@ -51,6 +51,7 @@ ALL = frozenset(METHODS)
 FITTING = frozenset({"svi", "hmc", "nuts", "prior"})
 START_AT = ("means", "draws")
 DTYPES = ("float32", "float64")
+CHAIN_METHODS = ("vectorized", "sequential", "parallel", "distributed")
 
 
 class ConfigError(ValueError):
@@ -260,7 +261,8 @@ class FitConfig:
     ``args`` (a parametric
     program's parameters, ``{name: number}``), ``progress_interval``.
     SVI, HMC and NUTS: ``data``, ``synthetic``, ``draws`` (Monte-Carlo draws of every
-    composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``.  HMC/NUTS: ``num_warmup``, ``num_samples``,
+    composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``, ``batch_size``
+    (`qvr.inference.minibatch`).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
     ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``.  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
@@ -319,6 +321,11 @@ class FitConfig:
     elbo_particles: int = _opt(1, methods=frozenset({"svi"}), parse=parse_int,
                                check=_int_at_least(1), metavar="K",
                                help="SVI: ELBO particles per step")
+    batch_size: Optional[int] = _opt(
+        None, methods=frozenset({"svi"}), parse=parse_optional(parse_int),
+        check=_int_or_none_at_least(1), metavar="B",
+        help="SVI: rows of the data per step (minibatches drawn without replacement "
+             "within an epoch, their likelihood scaled by rows / B; default: all rows)")
     # ---- HMC / NUTS
     num_warmup: int = _opt(500, methods=MCMC, flag="--warmup", parse=parse_int,
                            check=_int_at_least(0), metavar="N",
@@ -349,10 +356,10 @@ class FitConfig:
                               check=_choice("prior", "zero"),
                               help="HMC/NUTS: initial positions")
     chain_method: str = _opt("vectorized", methods=MCMC,
-                             choices=("vectorized", "sequential", "parallel"),
-                             check=_choice("vectorized", "sequential", "parallel"),
+                             choices=CHAIN_METHODS, check=_choice(*CHAIN_METHODS),
                              help="HMC/NUTS: run chains as one batch (vectorized), one after "
-                                  "the other, or over worker processes")
+                                  "the other, over worker processes (parallel), or over the "
+                                  "ranks of torchrun / qvr run --nproc (distributed)")
     # ---- SMC
     particles: int = _opt(64, methods=frozenset({"smc"}), parse=parse_int,
                           check=_int_at_least(1), metavar="N",

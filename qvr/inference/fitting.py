@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,9 @@ class FitContext:
     start: Any = None  # `qvr.inference.start.StartState` or None
     potential: Any = None  # SMC: a Python potential (multiplied with the config's)
     vocab: Optional[list] = None  # token id -> text (SMC's text, attention patterns' axes)
+    world: Any = None  # `qvr.inference.distributed.World` (None: one process)
+    rows: Any = None  # `qvr.inference.minibatch.RowData`: the data as rows (minibatch SVI)
+    batches: Any = None  # `qvr.inference.minibatch.Batches`, None for full-data steps
 
 
 def _is_program(obj) -> bool:
@@ -307,9 +311,33 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
     if isinstance(config, dict):
         config = FitConfig.from_dict(config)
     config = (config or FitConfig()).validate()
+    world = _world_of(config)
+    if not world.is_writer:  # rank 0 alone writes the record (`qvr.inference.distributed`)
+        run_dir = None
     with fit_dtype(config.dtype):
         return _fit(program, data, config, on_event, should_stop, run_dir, start_from,
-                    potential, source, program_path, export, vocab)
+                    potential, source, program_path, export, vocab, world)
+
+
+def _world_of(config: FitConfig):
+    """This process's `World` for the fit: a launch by torchrun (``WORLD_SIZE`` > 1) runs
+    SVI data-parallel and HMC/NUTS with ``chain_method="distributed"``; any other method
+    under a launch would run N copies of one fit, and is refused."""
+    from qvr.inference import distributed
+    if not distributed.launched():
+        return distributed.World()
+    size = os.environ.get("WORLD_SIZE")
+    if config.method in ("hmc", "nuts") and config.chain_method != "distributed":
+        raise ConfigError({"chain_method": f"this process is one of {size} started by "
+                                           f"torchrun: HMC/NUTS across processes need "
+                                           f"--chain-method distributed (got "
+                                           f"{config.chain_method})"})
+    if config.method not in ("svi", "hmc", "nuts"):
+        raise ConfigError({"method": f"this process is one of {size} started by torchrun: "
+                                     f"only SVI (data-parallel) and HMC/NUTS with "
+                                     f"--chain-method distributed run across processes, "
+                                     f"not {config.method}"})
+    return distributed.world(config.device)
 
 
 @contextlib.contextmanager
@@ -328,16 +356,18 @@ def fit_dtype(name: str):
 
 
 def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start_from,
-         potential, source, program_path, export, vocab) -> FitResult:
+         potential, source, program_path, export, vocab, world) -> FitResult:
     emit = Emitter(on_event)
     stop = should_stop or never
     info = _source_info(program, source, program_path, export)
     writer = None
     if run_dir is not None:
         from qvr.runs import RunWriter
-        writer = RunWriter(run_dir, {"program": info, "method": config.method,
-                                     "config": config.to_dict(), "seed": config.seed,
-                                     "data": None, "start_from": None})
+        meta = {"program": info, "method": config.method, "config": config.to_dict(),
+                "seed": config.seed, "data": None, "start_from": None}
+        if world.distributed:
+            meta["world_size"] = world.size
+        writer = RunWriter(run_dir, meta)
     last_step = [None]
 
     def report(event: FitEvent) -> None:
@@ -359,7 +389,7 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
         if config.seed is not None:
             torch.manual_seed(config.seed)
         ctx = _prepare(program, data, config, info, report, stop, writer, start_from,
-                       potential, vocab)
+                       potential, vocab, world)
         result = _run_method(ctx)
         result.config = config
         if writer is not None and result.status == "finished":
@@ -372,6 +402,9 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
         raise
     except BaseException as exc:
         msg = message_of(exc)
+        if world.distributed and _is_collective_failure(exc):
+            from qvr.inference.distributed import lost_message
+            msg = lost_message(world, "during the fit", exc)
         report(FitFailed(message=msg, step=last_step[0], error_type=type(exc).__name__,
                          elapsed=emit.elapsed))
         if writer is not None:
@@ -397,10 +430,23 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
     return result
 
 
+def _is_collective_failure(exc: BaseException) -> bool:
+    """A torch.distributed collective that failed (its peer is gone), not our own
+    `RankLost` (which already names the rank)."""
+    from qvr.inference.distributed import RankLost
+    if isinstance(exc, RankLost):
+        return False
+    dist_error = getattr(getattr(torch, "distributed", None), "DistError", None)
+    return (dist_error is not None and isinstance(exc, dist_error)) or (
+        isinstance(exc, RuntimeError) and any(w in str(exc) for w in (
+            "Connection closed by peer", "Connection reset", "Broken pipe", "gloo")))
+
+
 def _is_user_error(exc: BaseException) -> bool:
+    from qvr.inference.distributed import RankLost
     from qvr.inference.start import StartError
     from qvr.runtime.errors import QvrRuntimeError
-    return isinstance(exc, (DataError, StartError, ConfigError, QvrRuntimeError))
+    return isinstance(exc, (DataError, StartError, ConfigError, QvrRuntimeError, RankLost))
 
 
 def _plain_stats(stats: dict) -> dict:
@@ -425,7 +471,7 @@ def set_draws(model, n: int) -> None:
 
 
 def _prepare(program, data, config, info, report, stop, writer, start_from, potential,
-             vocab) -> FitContext:
+             vocab, world=None) -> FitContext:
     from qvr.inference.start import load_start, require_start
     if config.method == "smc":
         model, program = None, _smc_program(program, config.args)
@@ -443,6 +489,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         if model is not None:
             start.apply_to_model(model)
     x, observations = None, {}
+    rows = batches = None
     if model is not None and config.draws is not None:
         set_draws(model, config.draws)
     if model is not None:
@@ -456,14 +503,21 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
                 writer.save_arrays("synthetic_truth.npz",
                                    {**numpy_dict(fd.truth),
                                     **{f"data.{k}": v for k, v in numpy_dict(fd.values).items()}})
-        x, observations = split_data(model, fd.values, device)
+        batched = config.method == "svi" and (config.batch_size is not None or (
+            world is not None and world.distributed))
+        if batched:
+            x, observations, rows, batches = _minibatches(model, fd, config, device, world,
+                                                          report, writer)
+        else:
+            x, observations = split_data(model, _read_whole(fd, report), device)
         check_data(model, x, observations)
         if writer is not None:  # `qvr compare` refuses runs on different data
             from qvr.inference.pointwise import data_sha256, observed_sites
             # the observed values only: two models of the same observations compare, also
             # when they read different covariates (host data, the input)
+            whole = rows.values if rows is not None else observations  # mapped: streamed
             writer.meta["data_sha256"] = data_sha256(None, {
-                k: observations[k] for k in observed_sites(model, observations)})
+                k: whole[k] for k in observed_sites(model, whole)})
     if writer is not None:
         if start is not None:
             writer.meta["start_from"] = start.record()
@@ -471,7 +525,51 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
     if vocab is None:  # the record's text (SMC) and pattern axes (attention) use it
         vocab = _shipped_vocab(info.get("path"))
     return FitContext(program, model, x, observations, config, report, stop, start, potential,
-                      vocab)
+                      vocab, world, rows, batches)
+
+
+def _read_whole(fd: FitData, report) -> dict:
+    """The data with memory-mapped arrays read into memory (every method but minibatch
+    SVI needs the data whole), said in a note when there were any."""
+    from qvr.inference.minibatch import is_mapped
+    mapped = [k for k, v in fd.values.items() if is_mapped(v)]
+    if not mapped:
+        return fd.values
+    import numpy as np
+    report(FitWarning(f"the memory-mapped {', '.join(f'`{k}`' for k in mapped)} "
+                      f"{'is' if len(mapped) == 1 else 'are'} read whole into memory: only "
+                      f"SVI with --batch-size reads a batch at a time"))
+    return {k: np.asarray(v) if k in mapped else v for k, v in fd.values.items()}
+
+
+def _minibatches(model, fd: FitData, config, device, world, report, writer) -> tuple:
+    """``(x, observations, rows, batches)`` of a minibatch (or data-parallel) SVI fit
+    (`qvr.inference.minibatch`).  `x`/`observations` are the whole data when it is in
+    memory; with memory-mapped data they are one batch of rows (what the data check,
+    the guide's shapes and the summaries after the fit read)."""
+    import numpy as np
+    from qvr.inference.distributed import World, broadcast_int
+    from qvr.inference.minibatch import Batches, RowData, check_supported, describe, \
+        split_rows
+    world = world or World()
+    x_all, obs_all = split_rows(model, fd.values, device)
+    rows = RowData(x_all, obs_all, device)
+    check_supported(model, obs_all)
+    seed = config.seed if config.seed is not None else int(torch.randint(0, 2 ** 62, ()))
+    seed = broadcast_int(world, seed)  # the same batches on every rank
+    batches = Batches(rows.n, config.batch_size or rows.n, seed, world.rank, world.size)
+    if config.batch_size is not None and batches.full:
+        report(FitWarning(f"--batch-size {config.batch_size} is at least the {rows.n} rows "
+                          f"of the data: every step uses all of them"))
+    if not rows.row_keys and rows.n == 1 and not batches.full:
+        raise DataError("--batch-size: the data has no rows to draw batches from")
+    if writer is not None:
+        writer.meta["batch"] = {**describe(batches, world.size), "mapped": rows.mapped}
+    if rows.mapped:
+        x, observations = rows.take(np.arange(min(batches.batch_size, rows.n)))
+    else:
+        x, observations = x_all, obs_all
+    return x, observations, rows, batches
 
 
 def _shipped_vocab(path: Optional[str]) -> Optional[list]:
@@ -503,6 +601,11 @@ def _after_fit(ctx: FitContext, result: FitResult, writer) -> None:
     (issue 25); a failure there is a warning, never the fit's failure."""
     if ctx.config.method not in POINTWISE_METHODS or ctx.model is None \
             or not ctx.config.pointwise:
+        return
+    if ctx.rows is not None and ctx.rows.mapped:
+        ctx.report(FitWarning(f"the pointwise log-likelihood and predictive checks were not "
+                              f"recorded: the data is memory-mapped ({ctx.rows.n:,} rows), "
+                              f"and its terms would hold draws x rows values"))
         return
     from qvr.inference.pointwise import record
     try:

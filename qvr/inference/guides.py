@@ -147,8 +147,12 @@ class AutoNormalGuide(nn.Module):
 
         Sites absent from `values` are skipped.  `batch_ndims` leading axes of the values
         are kept (one log-density per particle); `detach_params` evaluates the density with
-        gradient-free parameters (the sticking-the-landing estimator).
+        gradient-free parameters (the sticking-the-landing estimator).  Under
+        `qvr.runtime.frame.rows_scaled(s)` (a minibatch) local sites' terms are multiplied
+        by `s`, as the model's row terms are.
         """
+        from qvr.runtime.frame import current_row_scale
+        row_scale = current_row_scale()
         total = None
         dependent = None
         if any(s.dependent and s.name in values for s in self.specs):  # E9.2
@@ -171,6 +175,8 @@ class AutoNormalGuide(nn.Module):
                 z = z.unsqueeze(-1)
                 lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
                 lq = lq.reshape((*lead, -1)).sum(-1) - logdet
+                if s.kind == "local" and row_scale != 1.0:
+                    lq = lq * row_scale
                 total = lq if total is None else total + lq
                 continue
             if len(s.event_shape) > 1:  # E9.2: a matrix event (`CholeskyFactor K`)
@@ -189,6 +195,8 @@ class AutoNormalGuide(nn.Module):
             lq = lq.reshape((*lead, -1)).sum(-1)
             if not identity:  # the identity's log-Jacobian is zero: nothing to subtract
                 lq = lq - s.transform.log_abs_det_jacobian(z, v).reshape((*lead, -1)).sum(-1)
+            if s.kind == "local" and row_scale != 1.0:  # a minibatch's rows (`rows_scaled`)
+                lq = lq * row_scale
             total = lq if total is None else total + lq
         if total is None:
             p = next(iter(self.parameters()), None)

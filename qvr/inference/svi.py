@@ -164,8 +164,17 @@ class SVI:
         with torch.no_grad():
             return float(self.loss(x, observations))
 
-    def step(self, x, observations=None) -> float:
-        """One gradient step.  The Monte-Carlo densities of composites (runtime spec 4.1)
+    def step(self, x, observations=None, *, row_scale: float = 1.0, loss_scale: float = 1.0,
+             reduce=None) -> float:
+        """One gradient step.
+
+        Minibatches (`qvr.inference.minibatch`): `row_scale` multiplies every
+        row-attributed term of the objective (`qvr.runtime.frame.rows_scaled`),
+        `loss_scale` the whole loss before `backward`; `reduce(loss)`, called after
+        `backward` and before the optimiser's step, may change the gradients (the
+        data-parallel all-reduce) and returns the step's loss value.
+
+        The Monte-Carlo densities of composites (runtime spec 4.1)
         use fresh common random numbers at every step: step `i` runs with every
         composite's `mc_seed` set to `i` (1, 2, ...) and restored afterwards.
 
@@ -182,13 +191,21 @@ class SVI:
             for c, _ in seeds:
                 c.mc_seed = self._steps
             self.optim.zero_grad()
-            loss = self.loss(x, observations)
+            if row_scale != 1.0:
+                from qvr.runtime.frame import rows_scaled
+                with rows_scaled(row_scale):
+                    loss = self.loss(x, observations)
+            else:
+                loss = self.loss(x, observations)
+            if loss_scale != 1.0:
+                loss = loss * loss_scale
             loss.backward()
+            value = reduce(loss.detach()) if reduce is not None else loss.item()
             self.optim.step()
         finally:
             for c, seed in seeds:
                 c.mc_seed = seed
-        return loss.item()
+        return value
 
     def _composites(self) -> list:
         if self._comps is None:

@@ -7,6 +7,8 @@ returns (the basis of `qvr.inference.trace`).  Nothing here runs steps.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -79,6 +81,7 @@ class Frame:
         # returned by `add` are then None
         self.reduce = reduce
         self._total = None  # the running sum, None until the first contribution
+        self.row_scale = _ROW_SCALE.get()  # minibatches: rows stand for N / B rows each
         self._host = {k: v for k, v in values.items() if k not in program.bound_names}
 
     def literal(self, v):
@@ -122,13 +125,41 @@ class Frame:
 
     def add(self, c: torch.Tensor) -> torch.Tensor:
         """Row attribution of a contribution (spec 5.5); returns the `(B,)` share (None in
-        reduce mode, where only the scalar total is kept)."""
+        reduce mode, where only the scalar total is kept).  Under `rows_scaled(s)` a
+        contribution attributed row by row (leading size B) is multiplied by `s`; one
+        spread evenly (global and plate sites) is not."""
+        if self.row_scale != 1.0:
+            c = torch.as_tensor(c, device=self.device)
+            if c.dim() >= 1 and c.shape[0] == self.B:
+                c = c * self.row_scale
         if self.reduce:
             self._accumulate(torch.as_tensor(c, device=self.device).sum().to(self.dtype))
             return None
         share = attribute(c, self.B, self.dtype, self.device)
         self._accumulate(share)
         return share
+
+
+_ROW_SCALE: contextvars.ContextVar = contextvars.ContextVar("qvr_row_scale", default=1.0)
+
+
+@contextlib.contextmanager
+def rows_scaled(scale: float):
+    """Run the block with every row-attributed contribution of a program run multiplied by
+    `scale` (`Frame.add`): a minibatch of B of N rows stands for the whole data when
+    `scale = N / B`, the rule of subsampled plates (Pyro's `plate(subsample_size=...)`),
+    which keeps the ELBO and its gradient unbiased.  Global and plate terms, spread evenly
+    over the rows by the attribution rule, are not scaled.  `current_row_scale()` reads it
+    (the guide scales its local sites' densities likewise)."""
+    token = _ROW_SCALE.set(float(scale))
+    try:
+        yield
+    finally:
+        _ROW_SCALE.reset(token)
+
+
+def current_row_scale() -> float:
+    return _ROW_SCALE.get()
 
 
 def _host_value(v, device):

@@ -1,7 +1,9 @@
 """SVI behind `fit`: `AutoNormalGuide` + `ELBO(elbo_particles)` + Adam on the model's and
 guide's parameters (a `start_from` run initialises them: an SVI run's guide, an MCMC
 run's posterior means, or with ``start_at="draws"`` the moments of its draws,
-`qvr.inference.start`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
+`qvr.inference.start`).  With `FitConfig.batch_size` (or several ranks of a launch) each
+step scores a minibatch of rows (`qvr.inference.minibatch`; progress says the epoch), and
+across ranks gradients are summed (`qvr.inference.distributed`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
 the steps since the previous report) is throttled; a non-finite loss stops the fit with
 status ``"failed"`` and a message naming the step."""
 from __future__ import annotations
@@ -27,6 +29,10 @@ def run(ctx: FitContext) -> FitResult:
     params = list(model.parameters()) + list(guide.parameters())
     if not params:
         raise DataError("nothing to fit: the program has no parameters and no latent sites")
+    world, batches = ctx.world, ctx.batches
+    if world is not None and world.distributed:
+        from qvr.inference.distributed import broadcast_parameters
+        broadcast_parameters(world, params)  # every rank starts from rank 0's values
     optim = adam(params, config.lr)
     svi = SVI(model, guide, optim, ELBO(num_particles=config.elbo_particles))
     throttle = Throttle(config.progress_interval)
@@ -37,7 +43,19 @@ def run(ctx: FitContext) -> FitResult:
         if ctx.stop():
             result.status = "cancelled"
             break
-        loss = svi.step(x, observations)
+        extra = {}
+        if batches is None:
+            loss = svi.step(x, observations)
+        else:
+            epoch, epoch_step, rows, row_scale = batches.next()
+            xb, ob = ctx.rows.take(rows)
+            loss = _batch_step(svi, world, params, xb, ob, row_scale, step)
+            if not batches.full:
+                extra = {"epoch": epoch, "epoch_step": epoch_step,
+                         "steps_per_epoch": batches.steps_per_epoch, "rows": batches.n,
+                         "batch_size": batches.batch_size}
+            if world is not None and world.distributed:
+                extra["world_size"] = world.size
         result.losses.append(loss)
         result.step = step
         window += loss
@@ -46,7 +64,8 @@ def run(ctx: FitContext) -> FitResult:
         if not finite or throttle.due(step, config.steps):
             ctx.report(FitProgress(method="svi", phase="optimization", step=step,
                                    total=config.steps,
-                                   metrics={"loss": loss, "loss_mean": window / since},
+                                   metrics={"loss": loss, "loss_mean": window / since,
+                                            **extra},
                                    elapsed=time.perf_counter() - t0))
             window, since = 0.0, 0
         if not finite:
@@ -64,9 +83,32 @@ def run(ctx: FitContext) -> FitResult:
         result.circuits = record_circuits(model, x, vocab=ctx.vocab)
     result.stats = {"final_loss": result.losses[-1] if result.losses else float("nan"),
                     "steps": len(result.losses), "elapsed": result.elapsed}
+    if batches is not None and not batches.full:
+        result.stats.update(batch_size=batches.batch_size, rows=batches.n,
+                            epochs=round(len(result.losses) / batches.steps_per_epoch, 3))
+    if world is not None and world.distributed:
+        result.stats["world_size"] = world.size
     if result.status == "failed":
         result.stats["error_type"] = "NonFiniteLoss"
     return result
+
+
+def _batch_step(svi, world, params, x, observations, row_scale: float, step: int) -> float:
+    """One minibatch step (`qvr.inference.minibatch`); with several ranks the loss is
+    divided by their number and gradients and loss are summed over them before the
+    optimiser's step (`qvr.inference.distributed.all_reduce_sum`), so every rank takes
+    the one-process step of the global batch."""
+    if world is None or not world.distributed:
+        return svi.step(x, observations, row_scale=row_scale)
+    from qvr.inference.distributed import RankLost, all_reduce_sum, lost_message
+
+    def reduce(loss):
+        try:
+            return all_reduce_sum(world, params, loss)
+        except RuntimeError as exc:  # a rank died or failed: gloo's connection is gone
+            raise RankLost(lost_message(world, f"at SVI step {step}", exc)) from None
+    return svi.step(x, observations, row_scale=row_scale, loss_scale=1.0 / world.size,
+                    reduce=reduce)
 
 
 def svi_params(model, guide) -> dict:
