@@ -10,6 +10,8 @@ that ended before their summary was written).  Nothing here draws; the panes ren
     (`SiteRow` with its coordinates `Coord`), per-parameter series (`param_series`),
     posterior mean/sd matrices of 2-D sites (`site_matrix`);
   - SVI: final loss, the loss curve, guide locations/scales per site (`GuideSite`);
+    a minibatch fit's batch (run.json's ``batch``: rows, batch size, steps per epoch,
+    epochs, processes) as `Results.batch` / `Results.world_size`, said by `batch_facts`;
   - MCMC and SVI: recorded quantities (``record v = e``, design E9.6) as rows of the
     summary like sites, marked `SiteRow.recorded` (listed in `Results.recorded`); MCMC
     draws them like sites (`param_series`, `site_matrix`, the ArviZ posterior), SVI gives
@@ -52,7 +54,7 @@ __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "squeeze_sha
            "load_results", "table_rows", "SORT_KEYS", "param_series", "site_matrix",
            "run_key_number", "curve", "export_arviz", "ArvizMissing", "RHAT_MAX",
            "ESS_PER_CHAIN", "EBFMI_MIN", "TREE_DEPTH_SHARE_MAX", "MCMC", "STAT_COLUMNS",
-           "RunRow", "run_rows", "TableRow", "recorded_guide_rows"]
+           "RunRow", "run_rows", "TableRow", "recorded_guide_rows", "batch_facts"]
 
 MCMC = ("hmc", "nuts")
 RHAT_MAX = 1.01
@@ -248,6 +250,8 @@ class Results:
     final_loss: Optional[float] = None
     losses: Optional[np.ndarray] = None
     guide: tuple = ()                       # GuideSite
+    batch: dict = field(default_factory=dict)  # run.json's "batch" (minibatch SVI)
+    world_size: int = 1                     # processes of a torchrun launch
     # SMC
     sequences: tuple = ()                   # SequenceRow
     log_Z: Optional[float] = None
@@ -313,6 +317,11 @@ def load_results(run) -> Results:
                   stats=dict((summary or {}).get("stats") or {}))
     if summary is None:
         res.partial = True
+    meta = getattr(run, "meta", None) or {}
+    batch = meta.get("batch")
+    res.batch = dict(batch) if isinstance(batch, dict) else {}
+    ws = res.batch.get("world_size", meta.get("world_size"))
+    res.world_size = int(ws) if isinstance(ws, (int, float)) and ws >= 1 else 1
     if res.is_mcmc:
         _load_mcmc(run, res, summary, events)
     elif res.method in ("svi", "prior"):  # prior draws: a table of draws, as SVI's guide
@@ -593,6 +602,36 @@ def _worst_label(sites, key: str, largest: bool) -> str:
             if best is None or (v > best if largest else v < best):
                 best, label = v, c.label
     return label
+
+
+def batch_facts(res: Results) -> str:
+    """A minibatch fit's facts, from run.json's ``batch`` (``{"rows", "batch_size",
+    "steps_per_epoch", "epochs", "world_size"}``; the epochs done, when run.json has
+    none, from the summary's ``stats``): ``batch 256 of 1,000,000 rows · 3 epochs of
+    3,907 steps · 2 processes``; empty for a full-batch fit in one process."""
+    b = res.batch
+    parts = []
+
+    def num(key):
+        v = b.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    size, rows, k, epochs = num("batch_size"), num("rows"), num("steps_per_epoch"), \
+        num("epochs")
+    if epochs is None and b:  # not in run.json: the summary's stats say it
+        e = res.stats.get("epochs")
+        epochs = e if isinstance(e, (int, float)) and not isinstance(e, bool) else None
+    if size is not None:
+        parts.append(f"batch {size:,}" + (f" of {rows:,} rows" if rows is not None else ""))
+    if epochs is not None:
+        e = f"{int(epochs):,}" if float(epochs).is_integer() else f"{epochs:,.2f}"
+        parts.append(f"{e} epoch{'' if epochs == 1 else 's'}"
+                     + (f" of {k:,} step{'' if k == 1 else 's'}" if k is not None else ""))
+    elif k is not None:
+        parts.append(f"{k:,} steps per epoch")
+    if res.world_size > 1:
+        parts.append(f"{res.world_size} processes")
+    return " · ".join(parts)
 
 
 def _load_svi(run, res: Results, events, losses) -> None:

@@ -16,6 +16,10 @@ What is kept, by method:
   lower than the mean over the 20% before by more than two standard errors of that
   difference (``drop = mean(prev) - mean(last) <= 2 * sqrt(var(prev)/n_prev +
   var(last)/n_last)``) nor by more than 1% (``drop <= 0.01 * |mean(prev)|``).
+  Minibatch SVI (``FitConfig.batch_size``): `batch`, the last progress event's
+  `BATCH_KEYS` (epoch, step within it, steps per epoch, rows, batch size), and
+  `world_size` (processes of a torchrun launch, 1 without one); `batch_text()` says them
+  in one line.  Full-batch progress carries none of them: `batch` stays empty.
 * HMC/NUTS — one `ChainRow` per chain (phase, step/total, draws/s in its phase,
   acceptance, step size, tree depth, max-depth hits, divergences, first divergence),
   per-chain `accept`, `step_size` and `log_density` series on a common x (iterations
@@ -49,9 +53,11 @@ from qvr.runs.layout import EVENTS, nothing_sampled
 
 __all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "ChainRow",
            "Series", "ParticleRow", "decimate", "tokens_text",
-           "EMA_BETA", "PLATEAU_MIN_STEPS", "MIN_DRAWS_FOR_DIAGNOSTICS"]
+           "EMA_BETA", "PLATEAU_MIN_STEPS", "MIN_DRAWS_FOR_DIAGNOSTICS", "BATCH_KEYS"]
 
 EMA_BETA = 0.9
+#: the metrics of a minibatch SVI progress event (`qvr.inference.methods.svi`)
+BATCH_KEYS = ("epoch", "epoch_step", "steps_per_epoch", "rows", "batch_size")
 PLATEAU_MIN_STEPS = 50
 PLATEAU_MIN_POINTS = 5  # per window
 PLATEAU_MIN_DROP = 0.01  # a relative drop of 1% between the windows still counts as falling
@@ -236,6 +242,8 @@ class RunState:
         self.eta: Optional[float] = None
         self.plateau = False
         self.nonfinite_step: Optional[int] = None
+        self.batch: dict[str, int] = {}  # minibatch SVI: the last event's BATCH_KEYS
+        self.world_size = 1  # processes of a torchrun launch
         # MCMC
         self.chains: dict[int, ChainRow] = {}
         self.accept: dict[int, Series] = {}
@@ -346,7 +354,12 @@ class RunState:
 
     # ------------------------------------------------------------ SVI
     def _svi(self, ev: FitProgress) -> None:
-        loss = ev.metrics.get("loss")
+        m = ev.metrics
+        if m.get("epoch") is not None:
+            self.batch = {k: int(m[k]) for k in BATCH_KEYS if m.get(k) is not None}
+        if m.get("world_size") is not None:
+            self.world_size = int(m["world_size"])
+        loss = m.get("loss")
         if loss is None:
             return
         loss = float(loss)
@@ -552,6 +565,26 @@ class RunState:
         self.particles_step = ev.step
 
     # ------------------------------------------------------------ text
+    def batch_text(self) -> str:
+        """Minibatch SVI's place: ``epoch 3 of 10 · step 120/400 of this epoch · batch 256
+        of 1,000,000 rows`` (and ``· 2 processes`` in a launch of two); empty for a
+        full-batch fit in one process."""
+        b = self.batch
+        parts = []
+        if "epoch" in b:
+            k = b.get("steps_per_epoch")
+            epochs = -(-self.total_steps // k) if k and self.total_steps else None
+            parts.append(f"epoch {b['epoch']:,}" + (f" of {epochs:,}" if epochs else ""))
+            if "epoch_step" in b:
+                parts.append(f"step {b['epoch_step']:,}" + (f"/{k:,}" if k else "")
+                             + " of this epoch")
+            if "batch_size" in b:
+                rows = f" of {b['rows']:,} rows" if "rows" in b else ""
+                parts.append(f"batch {b['batch_size']:,}{rows}")
+        if self.world_size > 1:
+            parts.append(f"{self.world_size} processes")
+        return " · ".join(parts)
+
     @property
     def nothing_sampled(self) -> bool:
         """An MCMC fit of a program with no continuous latent site: it reports the log

@@ -5,7 +5,10 @@
 kind of method, switched by `ContentSwitcher`:
 
 * SVI — `LossPlot` (raw faint, smoothed bold; `l` toggles the log scale) and a line with
-  steps/s, ETA and the note when the loss has stopped falling;
+  steps/s, ETA and the note when the loss has stopped falling; with minibatches
+  (``--batch-size``) the line starts with the epoch, the step within it and the batch
+  (`RunState.batch_text`: "epoch 3 of 10 · step 120/400 of this epoch · batch 256 of
+  1,000,000 rows"), and the number of processes of a torchrun launch;
 * HMC/NUTS — `ChainTable` (a row per chain, red from its first divergence), a `TracePlot`
   of per-chain acceptance / step size / log density / tree depth (`v` cycles them; a
   vertical line marks the end of warmup) and `WorstParams` (running R-hat and ESS);
@@ -131,6 +134,9 @@ class LivePane(Vertical):
         s = self.state
         parts = []
         if s.method == "svi":
+            batch = s.batch_text()  # minibatch SVI: epoch, step in it, batch of rows
+            if batch:
+                parts.append(batch)
             if s.rate:
                 parts.append(f"{s.rate:,.1f} steps/s")
             if s.eta is not None and not s.finished:

@@ -22,7 +22,8 @@ from `qvr_tui.results_model.load_results` (torch-free); this module only lays it
   (``RUN/posterior.nc``) when ArviZ is installed, else says how to install it.
 * SVI: final loss and ELBO, the loss curve, the guide's locations/scales per site (in
   the site's unconstrained space: ``u 3×3`` beside a 3×4 simplex plate); on a matrix
-  the heatmap of its location (``m``: scale).
+  the heatmap of its location (``m``: scale).  A minibatch fit's header adds its batch
+  and epochs, and the processes of a torchrun launch (`results_model.batch_facts`).
 * Recorded quantities (``record v = e``, E9.6) are rows like sites, their names followed
   by `RECORDED_MARK`: MCMC plots their draws as a site's; SVI lists their posterior mean
   and sd over the guide's draws in the guide table (a matrix: its heatmap).
@@ -62,9 +63,9 @@ from textual_plot import HiResMode, PlotWidget
 
 from qvr.runs import RunRecordError, open_run
 from qvr_tui.program_model import read_program, source_sha256
-from qvr_tui.results_model import (ArvizMissing, Results, SORT_KEYS, export_arviz,
-                                   load_results, param_series, site_matrix, squeeze_shape,
-                                   table_rows)
+from qvr_tui.results_model import (ArvizMissing, Results, SORT_KEYS, batch_facts,
+                                   export_arviz, load_results, param_series, site_matrix,
+                                   squeeze_shape, table_rows)
 from qvr_tui.widgets.checks import ChecksRow
 from qvr_tui.widgets.circuits import CircuitsView
 from qvr_tui.widgets.heatmap import Heatmap
@@ -371,6 +372,9 @@ class ResultsPane(Vertical):
         t.append(f"{res.method.upper()} ", style="bold")
         t.append(res.path.name + "  ")
         t.append_text(status_text(res))
+        facts = batch_facts(res)  # minibatch SVI, processes of a launch; else empty
+        if facts:
+            t.append(f" · {facts}", style="dim")
         header.update(t)
         lines = []
         if self.stale:

@@ -5,7 +5,10 @@ The options of a method are generated from `FitConfig.options(method)` (name, de
 help and parser come from the one declaration `qvr run` also reads): each is a compact
 `Input` (or a `Select` for a choice), prefilled with its default; an invalid value is
 shown in place, beside the option, as the parser or `FitConfig.errors()` words it.
-Values typed for one method are kept when switching to another and back.
+Values typed for one method are kept when switching to another and back.  An optional
+number left empty is its default, said by the placeholder (SVI's ``batch_size``: "all
+rows").  HMC/NUTS's ``chain_method`` does not offer "distributed" (`LEFT_OUT_CHOICES`:
+the dashboard runs one worker process, not a torchrun launch).
 
 When the chosen export is a parametric program (a template, ``program p(spread : Real)``),
 a "parameters" section has one row per parameter (names and types from the checked
@@ -49,7 +52,8 @@ from textual.widgets import Input, Label, Select, Static
 from qvr.inference.config import METHODS, FitConfig, parse_arg_value
 from qvr_tui.fit_runner import FitRequest
 
-__all__ = ["SetupPane", "ParamRow", "COMMON", "METHOD_LABELS"]
+__all__ = ["SetupPane", "ParamRow", "COMMON", "METHOD_LABELS", "LEFT_OUT_CHOICES",
+           "EMPTY_MEANS"]
 
 METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC",
                  "prior": "Prior predictive"}
@@ -60,6 +64,16 @@ COMMON = ("method", "seed", "device", "dtype", "args", "data", "synthetic",
 # the rows of the "common" section: options of every method, shown whatever the method
 COMMON_ROWS = ("seed", "device", "dtype")
 LIST_SEPARATOR = ";"
+# choices `FitConfig` has that the form does not offer, with the reason.  The dashboard
+# starts one worker process (``qvr run --config``, never under torchrun / ``--nproc``):
+# chains "distributed" over the ranks of a launch would be a world of one there, which
+# runs as "vectorized" — offering it would promise processes that never start.  A value
+# shipped with the program (``data/NAME.fit.json``) that is left out here shows as the
+# default instead (`OptionRow.value`).
+LEFT_OUT_CHOICES = {"chain_method": ("distributed",)}
+# what an empty field means, for options whose default is None and reads better said
+# (the placeholder; others say "default")
+EMPTY_MEANS = {"batch_size": "all rows"}
 
 
 def _text_of(value) -> str:
@@ -103,13 +117,21 @@ class OptionRow(FieldRow):
         super().__init__(**kw)
         self.opt_name = name
         self.opt = opt
+        if value in LEFT_OUT_CHOICES.get(name, ()):
+            value = FitConfig.default(name)  # not offered here (see LEFT_OUT_CHOICES)
         self.value = value  # the first value: also what an emptied field means
+
+    @property
+    def choices(self) -> tuple:
+        """The choices the form offers (`FitConfig`'s, less `LEFT_OUT_CHOICES`)."""
+        left_out = LEFT_OUT_CHOICES.get(self.opt_name, ())
+        return tuple(c for c in self.opt.choices or () if c not in left_out)
 
     def compose(self) -> ComposeResult:
         yield Label(self.opt_name, classes="opt-name")
         if self.opt.choices or isinstance(FitConfig.default(self.opt_name), bool):
             if self.opt.choices:
-                choices = [(str(c), c) for c in self.opt.choices]
+                choices = [(str(c), c) for c in self.choices]
                 allow_blank = FitConfig.default(self.opt_name) is None
             else:
                 choices = [("on", True), ("off", False)]
@@ -119,8 +141,9 @@ class OptionRow(FieldRow):
                          allow_blank=allow_blank, prompt="default", compact=True,
                          id=f"opt-{self.opt_name}")
         else:
-            yield Input(_text_of(self.value), placeholder="default", compact=True,
-                        id=f"opt-{self.opt_name}")
+            yield Input(_text_of(self.value), compact=True, id=f"opt-{self.opt_name}",
+                        placeholder=EMPTY_MEANS.get(self.opt_name, "default")
+                        if self.value is None else "default")
         yield Static("", classes="opt-error -empty")
         yield Static(Text(FitConfig.help_of(self.opt_name)), classes="opt-help")
 
@@ -132,8 +155,9 @@ class OptionRow(FieldRow):
 
     def parse(self):
         """The option's value, or raises ValueError with the message to show.  An empty
-        field is the row's default (its placeholder says "default"): the value shipped with
-        the program when there is one, else FitConfig's."""
+        field is the row's default (its placeholder says "default", or what the default
+        means, `EMPTY_MEANS`: ``batch_size`` empty is all rows): the value shipped with the
+        program when there is one, else FitConfig's."""
         raw = self.raw()
         if not isinstance(raw, str):
             return raw
