@@ -384,21 +384,6 @@ def _vocab(path):
         raise UsageError(f"--vocab {exc}") from None
 
 
-def _on_launcher_stop():
-    """Under torchrun: the launcher stops the other ranks with SIGTERM when one fails;
-    turned into `RankLost` so that rank 0's record ends as failed, naming the lost rank
-    (`qvr.inference.distributed.lost_message`).  Returns the previous handler."""
-    from qvr.inference.distributed import RankLost, lost_message, world
-
-    def on_term(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
-        raise RankLost(lost_message(world(), "(the launcher stopped this process)"))
-    try:
-        return signal.signal(signal.SIGTERM, on_term)
-    except ValueError:
-        return None
-
-
 def _fit(args, config, program, export, folder, tool) -> int:
     from qvr.commands.progress import Progress
     from qvr.commands.report import render_run
@@ -422,7 +407,6 @@ def _fit(args, config, program, export, folder, tool) -> int:
     except ValueError:  # not the main thread: Ctrl-C is not ours to handle
         previous = None
     from qvr.inference.distributed import RankLost, launched
-    term = _on_launcher_stop() if launched() else None
     progress = Progress(sys.stderr) if folder is not None else contextlib.nullcontext()
     status = 0
     try:
@@ -442,8 +426,6 @@ def _fit(args, config, program, export, folder, tool) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-        if term is not None:
-            signal.signal(signal.SIGTERM, term)
         if launched():
             from qvr.inference.distributed import finish
             finish()

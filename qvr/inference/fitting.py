@@ -314,9 +314,32 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
     world = _world_of(config)
     if not world.is_writer:  # rank 0 alone writes the record (`qvr.inference.distributed`)
         run_dir = None
-    with fit_dtype(config.dtype):
+    with fit_dtype(config.dtype), _launcher_stop(world):
         return _fit(program, data, config, on_event, should_stop, run_dir, start_from,
                     potential, source, program_path, export, vocab, world)
+
+
+@contextlib.contextmanager
+def _launcher_stop(world):
+    """Under a launch: torchrun stops the other ranks with SIGTERM when one exits; during
+    the fit that becomes `RankLost` (naming the lost rank, `lost_message`), so rank 0's
+    record ends as failed instead of being cut off.  Outside the main thread, or in a
+    world of one, nothing changes."""
+    import signal
+    import threading
+    if not world.distributed or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from qvr.inference.distributed import RankLost, lost_message
+
+    def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+        raise RankLost(lost_message(world, "(the launcher stopped this process)"))
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _world_of(config: FitConfig):

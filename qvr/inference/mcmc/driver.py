@@ -10,7 +10,10 @@ gradient evaluation serves every chain (the program is mapped over the chain axi
 vmap, see `potential.py`), and chains stay independent (own momenta, own adaptation
 state, own mass matrices).  ``"sequential"`` runs them one after the other, as the spec
 describes; ``"parallel"`` splits them over processes, each batch vectorised
-(`parallel.py`).  All target the same posterior with the same per-chain algorithm.
+(`parallel.py`); ``"distributed"`` splits them over the ranks of a torch.distributed launch
+(``torchrun --nproc-per-node N``), every rank ending with every chain's draws
+(`distributed.py`; without a launch it runs as ``"vectorized"``).  All target the same
+posterior with the same per-chain algorithm.
 
 Initial positions (spec 6.6.2): ``"prior"`` -> `0.1 N(0, I)` from a private generator
 seeded with the chain index (the global RNG is untouched); ``"zero"``; ``"guide"`` ->
@@ -43,7 +46,7 @@ from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitNote, F
 from qvr.inference.potential import Target, make_target
 
 _INIT = ("prior", "zero", "guide")
-_CHAIN_METHODS = ("vectorized", "sequential", "parallel")
+_CHAIN_METHODS = ("vectorized", "sequential", "parallel", "distributed")
 
 
 @dataclass
@@ -150,9 +153,13 @@ class MCMC:
       num_samples: recorded iterations per chain (>= 1).
       num_chains: independent chains (>= 1).
       init_strategy: ``"prior"``, ``"zero"`` or ``"guide"``.
-      chain_method: ``"vectorized"`` (default), ``"sequential"`` or ``"parallel"``
+      chain_method: ``"vectorized"`` (default), ``"sequential"``, ``"parallel"``
         (chains split over `num_workers` processes, each batch vectorised; see
-        `qvr.inference.mcmc.parallel`).
+        `qvr.inference.mcmc.parallel`) or ``"distributed"`` (chains split over the ranks
+        of a torch.distributed launch, every rank running the same `run`, rank 0's
+        callback receiving every chain's events and every rank the whole result; a
+        process not launched runs ``"vectorized"``; see
+        `qvr.inference.mcmc.distributed`).
       num_workers: processes for ``"parallel"`` (default: the CPU count, at most one
         per chain).
       on_event, should_stop: fit events callback and cancellation poll (also accepted
@@ -274,6 +281,9 @@ class _Run:
         if self.mc.chain_method == "parallel":
             from qvr.inference.mcmc.parallel import run_parallel
             raw = run_parallel(self, z0)
+        elif self.mc.chain_method == "distributed":
+            from qvr.inference.mcmc.distributed import run_distributed
+            raw = run_distributed(self, z0)
         else:
             raw = self.collect(z0)
         return self._result(**raw)
