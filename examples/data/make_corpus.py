@@ -1,6 +1,8 @@
 """Generate the text corpora of the token examples, and their vocabularies.
 
     python examples/data/make_corpus.py        # rewrites the files below (deterministic)
+    python examples/data/make_corpus.py --tokens 50000000 --out DIR [--seed S]
+                                               # a large corpus for decoder_lm (below)
 
 Every sentence is drawn from a small probabilistic grammar written here (an extension of
 the phrase-structure grammar of `pcfg_deduction.qvr`: determiners, adjectives, nouns,
@@ -28,13 +30,29 @@ text is copied from anywhere.  Outputs, all in this folder:
   document uses.  ``topic_model.json`` — ``doc_of`` and ``word``: 40 documents of 30 words,
   each drawn from a mixture of two of eight themes (LDA's own generative story).
 
+A large corpus for ``decoder_lm.qvr`` (data larger than memory, issue 26): ``--tokens N
+--out DIR`` writes ``DIR/x.npy`` and ``DIR/next_token.npy``, int16 arrays of ``N // 16``
+rows of 16 word ids (``--length``), cut as in ``decoder_lm.json`` from the stream ``<eos>
+sentence <eos> sentence ...``, ``next_token`` the same rows shifted by one; a fit opens
+the folder memory-mapped (``qvr.datafiles.open_arrays``).  How it is drawn (fast:
+50 million tokens in seconds): a pool of ``min(100000, N // 4)`` sentences (``--pool``)
+is drawn once from the grammar with ``random.Random(seed)``, then the stream is a
+sequence of pool sentences drawn uniformly with replacement by
+``numpy.random.default_rng(seed)`` — sentences follow the grammar's distribution as
+sampled by the pool (about half of a 100000-sentence pool are distinct sentences).  The
+stream is generated and written in blocks of 65536 rows, so generation memory stays
+bounded (a few tens of MB) whatever `N`; progress goes to stderr.  Same seed, same
+bytes.
+
 Sentences use only ids inside the vocabulary sizes the programs declare (``Token : FinSet
 32``, ``Char : FinSet 64``, ``Vocab : FinSet 1000``, ``Doc : FinSet 100``).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -221,5 +239,103 @@ def main(out: Path = HERE) -> None:
     write_json(out, "topic_model.json", topics)
 
 
+# ---------------------------------------------------------------- a large corpus
+
+POOL = 100_000         # sentences drawn from the grammar for a large corpus (at most)
+BLOCK_ROWS = 1 << 16   # rows generated and written at a time
+
+
+def corpus(tokens: int, out: Path, seed: int = SEED, length: int = 16,
+           pool: int | None = None, progress=sys.stderr) -> tuple[int, int]:
+    """Write ``out/x.npy`` and ``out/next_token.npy`` (int16, ``tokens // length`` rows of
+    `length`) for ``decoder_lm.qvr``, drawn as the module docstring says; returns
+    ``(rows, length)``.  `progress`: a text stream for a progress line, or None."""
+    import numpy as np
+
+    rows = int(tokens) // int(length)
+    if rows < 1:
+        raise ValueError(f"--tokens {tokens}: fewer than one row of {length}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = {w: i for i, w in enumerate(WORD_VOCAB)}
+    rng = random.Random(seed)
+    n_pool = int(pool) if pool else min(POOL, max(1, tokens // 4))
+    flat, lens = [], np.empty(n_pool, dtype=np.int32)
+    for j in range(n_pool):
+        s = [ids[EOS]] + [ids[w] for w in sentence(rng)]
+        flat += s
+        lens[j] = len(s)
+    flat = np.array(flat, dtype=np.int16)
+    starts = np.cumsum(lens, dtype=np.int32) - lens
+    draw = np.random.default_rng(seed)
+    mean = float(lens.mean())
+
+    paths = [out / "x.npy", out / "next_token.npy"]
+    offsets = []
+    for path in paths:  # the .npy header, and the file at its full size
+        m = np.lib.format.open_memmap(path, mode="w+", dtype=np.int16, shape=(rows, length))
+        offsets.append(m.offset)
+        del m
+    row_bytes = length * np.dtype(np.int16).itemsize
+    carry = np.empty(0, dtype=np.int16)  # stream drawn but not yet written
+    files = [open(path, "r+b") for path in paths]
+    try:
+        done = 0
+        while done < rows:
+            block = min(BLOCK_ROWS, rows - done)
+            need = block * length + 1  # the last row's next token too
+            parts = [carry]
+            have = len(carry)
+            while have < need:
+                k = int((need - have) / mean * 1.05) + 16
+                pick = draw.integers(0, n_pool, k)
+                n = lens[pick]
+                total = int(n.sum())
+                shift = np.repeat(starts[pick] - (np.cumsum(n, dtype=np.int32) - n), n)
+                shift += np.arange(total, dtype=np.int32)  # the pool index of each token
+                parts.append(flat[shift])
+                have += total
+            stream = np.concatenate(parts)
+            cut = block * length
+            for f, offset, values in zip(files, offsets, (stream[:cut], stream[1:cut + 1])):
+                f.seek(offset + done * row_bytes)
+                f.write(values.tobytes())
+            carry = stream[cut:].copy()
+            done += block
+            if progress is not None:
+                print(f"\r{done * length:,} / {rows * length:,} tokens", end="",
+                      file=progress, flush=True)
+        if progress is not None:
+            print(f"\rwrote {out}/x.npy and next_token.npy: {rows:,} rows of {length} "
+                  f"({rows * length:,} tokens)", file=progress, flush=True)
+    finally:
+        for f in files:
+            f.close()
+    return rows, length
+
+
+def cli(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Rewrite the token examples' data (no options), or write a large "
+                    "corpus for decoder_lm.qvr (--tokens N --out DIR).")
+    parser.add_argument("--tokens", type=int, help="tokens of the large corpus (rows of "
+                        "--length: N // length rows)")
+    parser.add_argument("--out", type=Path, help="the folder to write (x.npy, "
+                        "next_token.npy; without --tokens: the shipped files)")
+    parser.add_argument("--seed", type=int, default=SEED, help=f"default {SEED}")
+    parser.add_argument("--length", type=int, default=16, help="tokens per row (16)")
+    parser.add_argument("--pool", type=int, default=None,
+                        help=f"sentences drawn from the grammar (default min({POOL}, N // 4))")
+    args = parser.parse_args(argv)
+    if args.tokens is None:
+        main(args.out or HERE)
+        return
+    if args.out is None:
+        parser.error("--tokens needs --out DIR")
+    if args.tokens < args.length:
+        parser.error(f"--tokens {args.tokens}: fewer than one row of {args.length}")
+    corpus(args.tokens, args.out, args.seed, args.length, args.pool)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -23,11 +23,18 @@ Where the data of a fit comes from (`resolve_data`), first match wins:
 
 1. ``FitConfig.synthetic = N`` — `N` rows drawn from the program's prior predictive
    (`synthesize`); the drawn latents are kept as the ground truth;
-2. ``FitConfig.data = FILE`` — a data file (``.npz``, ``.json``, ``.pt``);
+2. ``FitConfig.data = FILE`` — a data file (``.npz``, ``.json``, ``.pt``) or a folder of
+   ``NAME.npy`` files, one per key;
 3. a mapping given to `fit(..., data=...)`;
 4. the data shipped beside the program (`qvr.datafiles.find_data`: ``data/NAME.json`` or
    ``.npz`` next to ``NAME.qvr``);
 5. nothing (a program without observations, or SMC generation).
+
+Data larger than memory (issue 26): `load_data_file(path, mapped=True)` opens a folder of
+``.npy`` files or a stored (``np.savez``) ``.npz`` memory-mapped: its numeric values are
+`qvr.datafiles.MappedArray`s (`mapped_values` names them), of which a minibatch fit
+copies only the rows of each batch into memory; a compressed member is an error, never a
+silent read of the whole file.
 """
 from __future__ import annotations
 
@@ -74,12 +81,20 @@ class FitData:
     notes: list = field(default_factory=list)  # what the user should know (fit warnings)
 
 
-def load_data_file(path) -> dict:
-    """Arrays by name from ``.npz``, ``.json`` or ``.pt`` (raises `DataError` naming the
-    file and the cause)."""
+def load_data_file(path, mapped: bool = False) -> dict:
+    """Arrays by name from ``.npz``, ``.json`` or ``.pt``, or a folder of ``NAME.npy``
+    files (raises `DataError` naming the file and the cause).
+
+    Numbers become tensors, words (string arrays) lists of strings.  `mapped=True` (a
+    folder or an ``.npz`` only): the numeric values are `qvr.datafiles.MappedArray`s,
+    memory-mapped, none read whole (words are still read whole: a deduction parses them
+    whole); an ``.npz`` with a compressed member, or a ``.json``/``.pt`` file, is a
+    `DataError` — data asked for memory-mapped is never silently read into memory."""
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"{path}: no such data file")
+    if mapped:
+        return _load_mapped(p, path)
+    if not p.is_file() and not p.is_dir():
+        raise DataError(f"{path}: no such data file or folder")
     try:
         if p.suffix == ".pt":
             obj = torch.load(p, map_location="cpu", weights_only=True)
@@ -105,6 +120,39 @@ def load_data_file(path) -> dict:
         raise
     except Exception as exc:
         raise DataError(f"{path}: cannot read data: {exc}") from None
+
+
+def _load_mapped(p: Path, path) -> dict:
+    from qvr.datafiles import DataFileError, open_arrays
+    if not p.exists():
+        raise DataError(f"{path}: no such data file or folder")
+    if not p.is_dir() and p.suffix.lower() != ".npz":
+        raise DataError(f"{path}: a {p.suffix or 'suffix-less'} data file cannot be "
+                        f"memory-mapped: give a folder of .npy files (one NAME.npy per key) "
+                        f"or an .npz written by np.savez")
+    try:
+        arrays = open_arrays(p)
+    except DataFileError as exc:
+        raise DataError(str(exc)) from None
+    except Exception as exc:
+        raise DataError(f"{path}: cannot read data: {exc}") from None
+    out = {}
+    for k, a in arrays.items():
+        if k.startswith(RELATION_PREFIX):
+            continue
+        if a.dtype.kind in "US":  # words (host data a deduction parses) stay a list
+            w = np.asarray(a)
+            out[k] = [str(s) for s in w.tolist()] if w.ndim else str(w)
+        else:
+            out[k] = a
+    return out
+
+
+def mapped_values(values: dict) -> list[str]:
+    """The keys of `values` whose value is a memory-mapped array (`load_data_file(...,
+    mapped=True)`), in order."""
+    from qvr.datafiles import MappedArray
+    return [k for k, v in (values or {}).items() if isinstance(v, MappedArray)]
 
 
 RELATION_PREFIX = "from_data/"
@@ -146,8 +194,14 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
             source["requested"] = config.synthetic
         return FitData(values, source, truth, [note] if note else [])
     if config.data is not None:
-        return FitData(load_data_file(config.data),
-                       {"kind": "file", "path": str(Path(config.data).resolve())})
+        p = Path(config.data)
+        # minibatch SVI reads a folder of .npy or an .npz memory-mapped, a batch at a time
+        # (`qvr.inference.minibatch`); every other fit reads the data whole
+        mapped = config.method == "svi" and getattr(config, "batch_size", None) is not None \
+            and (p.is_dir() or p.suffix == ".npz")
+        return FitData(load_data_file(config.data, mapped=mapped),
+                       {"kind": "file", "path": str(p.resolve()),
+                        **({"mapped": True} if mapped else {})})
     if data is not None:
         return FitData(dict(data), {"kind": "given"})
     found = shipped_data(program_path)

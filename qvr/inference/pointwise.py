@@ -67,16 +67,31 @@ PROBE_DRAWS = 8
 def data_sha256(x, observations: dict) -> str:
     """sha256 over `x` (when given) and the arrays of `observations` (keys sorted; shape
     included; floats as float32 and integers as int64, so that a float32 and a float64
-    fit of the same data agree): equal for two fits on the same data."""
+    fit of the same data agree): equal for two fits on the same data.  A memory-mapped
+    value (`qvr.datafiles.MappedArray`) is hashed block by block, never read whole, to
+    the same digest as the same data in memory."""
+    from qvr.datafiles import MappedArray
     h = hashlib.sha256()
 
+    def converted(a):
+        if a.dtype.kind == "f":  # a float32 and a float64 fit of the same data agree
+            return a.astype(np.float32)
+        if a.dtype.kind in "iub":
+            return a.astype(np.int64)
+        return a
+
     def add(name, v):
+        if isinstance(v, MappedArray):  # sha256 streams: header, then each block's bytes
+            dtype = converted(np.empty(0, v.dtype)).dtype
+            shape = tuple(v.shape) or (1,)  # as np.ascontiguousarray has it
+            h.update(f"{name}|{dtype.str}|{shape}|".encode())
+            row = max(1, v.row_nbytes // max(1, v.dtype.itemsize)) * dtype.itemsize
+            for block in v.chunks(max(1, (16 << 20) // row)):  # ~16 MB converted
+                h.update(np.ascontiguousarray(converted(block)))  # its bytes, uncopied
+            return
         a = np.ascontiguousarray(v.detach().cpu().numpy() if isinstance(v, torch.Tensor)
                                  else np.asarray(v))
-        if a.dtype.kind == "f":  # a float32 and a float64 fit of the same data agree
-            a = a.astype(np.float32)
-        elif a.dtype.kind in "iub":
-            a = a.astype(np.int64)
+        a = converted(a)
         h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
         h.update(a.tobytes())
     if x is not None:
