@@ -344,6 +344,23 @@ def _launch(args, tool) -> int:
     if n < 1:
         print(f"{tool}: --nproc {n}: must be at least 1", file=sys.stderr)
         return 2
+    try:  # what every rank would refuse, said once before any process or folder is made
+        config = config_from_args(args)
+    except UsageError as exc:
+        print(f"{tool}: {exc}", file=sys.stderr)
+        return 2
+    if config.method in ("hmc", "nuts") and config.chain_method != "distributed" and n > 1:
+        print(f"{tool}: --nproc {n}: HMC/NUTS across processes need --chain-method "
+              f"distributed", file=sys.stderr)
+        return 2
+    if config.method not in ("svi", "hmc", "nuts") and n > 1:
+        print(f"{tool}: --nproc {n}: only SVI (data-parallel) and HMC/NUTS with "
+              f"--chain-method distributed run across processes, not {config.method}",
+              file=sys.stderr)
+        return 2
+    if not Path(args.file).is_file():
+        print(f"{tool}: {args.file}: no such file", file=sys.stderr)
+        return 2
     argv, skip = [], False
     for a in args.argv:
         if skip:

@@ -100,19 +100,23 @@ def world(device: str = "cpu") -> World:
 _PROCS: list = []  # (host, pid) of every rank, gathered when the group is joined
 
 
-def lost_ranks(w: World) -> list:
+def lost_ranks(w: World, wait: float = 2.0) -> list:
     """The ranks (other than this one) whose process on this machine has exited; ranks on
-    other machines are not checked."""
+    other machines are not checked.  Called when a collective failed: the peer's sockets
+    close while it is still exiting, so a rank is looked for during up to `wait` seconds
+    before none is named."""
     if not w.distributed:
         return []
+    import time
     here = socket.gethostname()
-    out = []
-    for r, proc in enumerate(_PROCS):
-        if r == w.rank or proc is None or proc[0] != here:
-            continue
-        if not _alive(int(proc[1])):
-            out.append(r)
-    return out
+    deadline = time.monotonic() + wait
+    while True:
+        out = [r for r, proc in enumerate(_PROCS)
+               if r != w.rank and proc is not None and proc[0] == here
+               and not _alive(int(proc[1]))]
+        if out or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:

@@ -146,3 +146,25 @@ def test_other_methods_are_refused_under_a_launch(program, tmp_path):
     assert out.stdout.count("REFUSED chain_method: this process is one of 2 started by "
                             "torchrun: HMC/NUTS across processes need --chain-method "
                             "distributed (got vectorized)") == 2
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--method", "nuts"], "--nproc 2: HMC/NUTS across processes need --chain-method "
+                           "distributed"),
+    (["--method", "prior"], "--nproc 2: only SVI (data-parallel) and HMC/NUTS with "
+                            "--chain-method distributed run across processes, not prior"),
+    (["--method", "svi", "--nproc", "0"], "--nproc 0: must be at least 1"),
+])
+def test_nproc_refusals_come_before_any_process_or_folder(program, tmp_path, extra, said):
+    from qvr.cli import main
+    prog, _ = program
+    argv = ["run", str(prog), "--runs-dir", str(tmp_path / "runs"), *extra]
+    if "--nproc" not in extra:
+        argv += ["--nproc", "2"]
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(argv) == 2
+    assert f"qvr run: {said}" in err.getvalue()
+    assert not (tmp_path / "runs").exists()

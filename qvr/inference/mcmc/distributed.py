@@ -360,7 +360,7 @@ class _Link:
         from qvr.inference import distributed
         if not ranks:
             return
-        gone = [r for r in lost_ranks(self.w) if r in ranks]
+        gone = [r for r in lost_ranks(self.w, wait=0.0) if r in ranks]
         if gone:
             raise RankLost(lost_message(self.w, where))
         now = time.monotonic()
