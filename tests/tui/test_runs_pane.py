@@ -135,3 +135,35 @@ async def test_all_five_statuses(runs):
                 assert str(cell) == r.status and cell.style == STATUS_STYLE[r.status]
     finally:
         lock.close()
+
+
+async def test_refresh_if_changed_follows_runs_written_elsewhere(runs):
+    """A run that appears (another process writes it) or changes status is picked up by
+    `refresh_if_changed` (the app calls it every few seconds while the tab is shown); an
+    unchanged folder is not redrawn."""
+    import fcntl
+    import shutil
+
+    from qvr.inference.events import FitCancelled, to_json
+    runs_dir, program = runs
+    pane = RunsPane(program, runs_dir)
+    app = RunsHarness(pane)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        table = pane.query_one(RunsTable)
+        assert table.row_count == 4
+        assert pane.refresh_if_changed() is False
+        shutil.copytree(runs_dir / "interrupted", runs_dir / "elsewhere")
+        lock = open(runs_dir / "elsewhere" / "writer.lock", "a+")
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            assert pane.refresh_if_changed() is True
+            assert {r.name: r.status for r in table.runs}["elsewhere"] == "running"
+            assert pane.refresh_if_changed() is False
+            with open(runs_dir / "elsewhere" / "events.jsonl", "a") as fh:
+                fh.write("\n" + to_json(FitCancelled(step=30, elapsed=1.0)) + "\n")
+        finally:
+            lock.close()
+        assert pane.refresh_if_changed() is True
+        assert {r.name: r.status for r in table.runs}["elsewhere"] == "cancelled"
+        assert table.row_count == 5

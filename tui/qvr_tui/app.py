@@ -31,6 +31,9 @@ from qvr_tui.screens.live import LivePane
 from qvr_tui.screens.setup import SetupPane
 from qvr_tui.state import CANCELLED_BEFORE_RECORD, RunState, fold_record
 
+#: seconds between re-reads of the runs folder while the Runs tab is shown
+RUNS_POLL_SECONDS = 2.0
+
 __all__ = ["QvrDash", "TABS"]
 
 TABS = ("program", "setup", "live", "results", "runs")
@@ -196,6 +199,9 @@ class QvrDash(App):
             self.setup_pane.set_blocker(pane.run_blocker())
             self.setup_pane.set_exports(_exports_of(pane), prefer=self.export)
         self.set_interval(self.poll_interval, self.tick)
+        # the Runs list follows runs written by other processes (a `qvr run` in another
+        # terminal, a torchrun launch): re-read while its tab is shown
+        self.set_interval(RUNS_POLL_SECONDS, self._poll_runs)
         if self.run_path is not None:
             self.open_run(self.run_path)
         self.ready.set()
@@ -273,6 +279,21 @@ class QvrDash(App):
             self.query_one("#results-pane").show_run(path)
         except Exception as exc:  # the Results pane must not take the app down
             self.notify(f"cannot show results: {exc}", severity="error")
+
+    def _poll_runs(self) -> None:
+        try:
+            if self.query_one(TabbedContent).active != "runs":
+                return
+            runs = self.query_one("#runs-pane")
+        except Exception:
+            return
+        poll = getattr(runs, "refresh_if_changed", None)
+        if poll is not None:
+            poll()
+
+    def on_tabbed_content_tab_activated(self, event) -> None:
+        if getattr(getattr(event, "pane", None), "id", None) == "runs":
+            self._poll_runs()
 
     def _refresh_runs(self) -> None:
         self.setup_pane.refresh_runs()

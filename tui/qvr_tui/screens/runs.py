@@ -14,7 +14,9 @@ per draw, SMC log Z-hat per step; `results_model.curve`) and posts
 `RunsPane.Compared(comparison)`; runs that cannot be compared (fitted to different data,
 no pointwise terms) get the refusal as the message line.  The overlay and the
 comparison take the same place: showing one hides the other.  F5 calls
-`refresh_runs()` (the app calls it too, e.g. when a fit ends).  Torch-free.
+`refresh_runs()` (the app calls it too, e.g. when a fit ends, and `refresh_if_changed()`
+every few seconds while the tab is shown: runs written by other processes appear and
+their statuses follow).  Torch-free.
 """
 from __future__ import annotations
 
@@ -127,6 +129,18 @@ class RunsPane(Vertical):
 
     def action_refresh_runs(self) -> None:
         self.refresh_runs()
+
+    def refresh_if_changed(self) -> bool:
+        """Re-read the runs folder and redraw the table only when a run appeared, went or
+        changed status or key number (the app calls it every few seconds while the tab
+        is shown); returns whether it redrew."""
+        rows = run_rows(self.runs_dir, self.program_path)
+        def key(rs):  # str: a NaN key number equals itself
+            return [(r.path, r.status, str(r.key_value)) for r in rs]
+        if key(rows) == key(self.table.runs):
+            return False
+        self.refresh_runs()
+        return True
 
     def _say(self, text: str) -> None:
         self.query_one("#runs-message", Static).update(text)
