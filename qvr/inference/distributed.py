@@ -140,7 +140,13 @@ def lost_message(w: World, where: str, exc: BaseException = None) -> str:
     lost = lost_ranks(w)
     who = (f"rank {lost[0]}" if len(lost) == 1 else
            "ranks " + ", ".join(map(str, lost)) if lost else "another rank")
-    why = f" ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})" if exc else ""
+    why = ""
+    if exc is not None:
+        import re
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", text)  # gloo's source line
+        text = text.split(". ")[0][:160]
+        why = f" ({type(exc).__name__}: {text})"
     return f"{who} of {w.size} stopped {where}: the distributed fit cannot go on{why}"
 
 
@@ -163,6 +169,16 @@ def broadcast_int(w: World, value: int) -> int:
     t = torch.tensor([int(value)], dtype=torch.int64)
     dist.broadcast(t, src=0)
     return int(t.item())
+
+
+def broadcast_object(w: World, value):
+    """Rank 0's `value` (any picklable object) on every rank."""
+    if not w.distributed:
+        return value
+    import torch.distributed as dist
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def all_reduce_sum(w: World, params, loss: torch.Tensor) -> float:

@@ -312,11 +312,16 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
         config = FitConfig.from_dict(config)
     config = (config or FitConfig()).validate()
     world = _world_of(config)
+    rank0_record = None
+    if world.distributed:  # every rank knows rank 0's record: to end it if rank 0 dies
+        from qvr.inference.distributed import broadcast_object
+        rank0_record = broadcast_object(world, str(Path(run_dir).resolve()) if (
+            run_dir is not None and world.is_writer) else None)
     if not world.is_writer:  # rank 0 alone writes the record (`qvr.inference.distributed`)
         run_dir = None
     with fit_dtype(config.dtype), _launcher_stop(world):
         return _fit(program, data, config, on_event, should_stop, run_dir, start_from,
-                    potential, source, program_path, export, vocab, world)
+                    potential, source, program_path, export, vocab, world, rank0_record)
 
 
 @contextlib.contextmanager
@@ -379,7 +384,8 @@ def fit_dtype(name: str):
 
 
 def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start_from,
-         potential, source, program_path, export, vocab, world) -> FitResult:
+         potential, source, program_path, export, vocab, world,
+         rank0_record=None) -> FitResult:
     emit = Emitter(on_event)
     stop = should_stop or never
     info = _source_info(program, source, program_path, export)
@@ -436,6 +442,8 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
                               "".join(traceback.format_exception(exc)))
         _save(writer, result, "failed", msg)
         _release(writer)
+        if rank0_record is not None and not world.is_writer:
+            _end_rank0_record(world, rank0_record, msg, last_step[0], exc, emit.elapsed)
         raise
     if writer is not None and writer.failed:
         emit(FitWarning(writer.failed))
@@ -451,6 +459,21 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
         report(FitFinished(summary=_plain_stats(result.stats), elapsed=emit.elapsed))
     _release(writer)
     return result
+
+
+def _end_rank0_record(world, record: str, msg: str, step, exc, elapsed) -> None:
+    """Another rank's failure because rank 0 died: rank 0's record, left without its
+    terminal event, is ended as failed with the message naming rank 0
+    (`qvr.runs.end_abandoned` writes only if no live process holds the record)."""
+    from qvr.inference.distributed import lost_ranks
+    if 0 not in lost_ranks(world):
+        return
+    from qvr.runs import end_abandoned
+    try:
+        end_abandoned(record, FitFailed(message=msg, step=step, error_type=type(exc).__name__,
+                                        elapsed=elapsed))
+    except OSError:
+        pass
 
 
 def _is_collective_failure(exc: BaseException) -> bool:

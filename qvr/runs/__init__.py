@@ -11,9 +11,9 @@ Torch-free (numpy for arrays): the dashboard's UI process reads records with it.
 """
 from qvr.runs.layout import FORMAT, STATUSES
 from qvr.runs.reader import Run, RunRecordError, Tail, list_runs, open_run
-from qvr.runs.writer import RecordError, RunWriter, new_run_dir
+from qvr.runs.writer import RecordError, RunWriter, end_abandoned, new_run_dir
 
 open = open_run  # noqa: A001 - `qvr.runs.open(path)` reads a record
 
 __all__ = ["FORMAT", "STATUSES", "Run", "RunRecordError", "Tail", "list_runs", "open",
-           "open_run", "RecordError", "RunWriter", "new_run_dir"]
+           "open_run", "RecordError", "RunWriter", "end_abandoned", "new_run_dir"]

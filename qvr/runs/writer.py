@@ -180,3 +180,28 @@ def _lock(fh) -> None:
     except ImportError:  # pragma: no cover - not POSIX: the pid in run.json is used
         return
     fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def end_abandoned(path, event: FitEvent) -> bool:
+    """End a record whose writer died without its terminal event (rank 0 of a
+    distributed fit, killed: another rank says why, `qvr.inference.fitting`): append
+    `event` (a `FitFailed`) to ``events.jsonl`` — only if no live process holds the
+    writer lock, which this call then holds while it writes.  Returns whether it wrote."""
+    path = Path(path)
+    events = path / layout.EVENTS
+    if not events.is_file():
+        return False
+    try:
+        lock = open(path / layout.LOCK, "a+")
+    except OSError:
+        return False
+    try:
+        try:
+            _lock(lock)
+        except OSError:  # the writer lives: it ends its own record
+            return False
+        with open(events, "a", encoding="utf-8") as fh:
+            fh.write("\n" + to_json(event) + "\n")  # after a torn last line, if any
+        return True
+    finally:
+        lock.close()

@@ -94,10 +94,11 @@ import qvr
 from qvr.inference import fit, FitConfig
 from qvr.inference.events import FitProgress
 rank = int(os.environ["RANK"])
+victim = int(sys.argv[4])
 prog = qvr.load(sys.argv[1])
 
 def on_event(e):
-    if rank == 1 and isinstance(e, FitProgress) and e.step == 5:
+    if rank == victim and isinstance(e, FitProgress) and e.step == 5:
         os.kill(os.getpid(), signal.SIGKILL)
 
 try:
@@ -110,20 +111,28 @@ except BaseException as exc:
 """
 
 
-def test_a_killed_rank_fails_the_run_naming_the_rank(program, tmp_path):
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_killed_rank_fails_the_run_naming_the_rank(program, tmp_path, victim):
+    """Rank 1 killed: rank 0 ends its record as failed.  Rank 0 (the writer) killed: the
+    surviving rank ends rank 0's abandoned record (`qvr.runs.end_abandoned`)."""
     prog, data = program
     script = tmp_path / "killer.py"
     script.write_text(KILLER)
     run_dir = tmp_path / "run"
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc-per-node=2", str(script), str(prog), str(data),
-                          str(run_dir)], capture_output=True, text=True, env=_env(),
+                          str(run_dir), str(victim)], capture_output=True, text=True,
+                         env=_env(),
                          timeout=240)
     assert out.returncode != 0
     run = open_run(run_dir)
     assert run.status == "failed"
     message = (run.summary or {}).get("message", "")
-    assert "rank 1 of 2 stopped" in message, (message, out.stderr[-3000:])
+    if not message:  # rank 0 died: the message is the terminal event's
+        from qvr.inference.events import FitFailed
+        ends = [e for e in run.events(load_draws=False) if isinstance(e, FitFailed)]
+        message = ends[-1].message if ends else ""
+    assert f"rank {victim} of 2 stopped" in message, (message, out.stderr[-3000:])
     assert run.meta["world_size"] == 2
 
 
