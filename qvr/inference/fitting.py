@@ -22,6 +22,13 @@ worker call nothing else.  `fit`
    in the record (``summary.json``, ``samples.npz``/``params.npz``/``losses.npy``,
    ``sequences.json``) and closes it.
 
+Under torch's launcher (`torchrun`, `qvr run --nproc N`; `qvr.inference.distributed`)
+every rank calls `fit` with the same config: SVI runs data-parallel (minibatches,
+`qvr.inference.minibatch`), HMC/NUTS need ``chain_method="distributed"``, other methods
+are a `ConfigError`; rank 0 alone writes the record (``run.json`` says ``world_size``),
+SIGTERM from the launcher ends it as failed naming the lost rank, and if rank 0 itself
+dies a surviving rank ends its abandoned record (`qvr.runs.end_abandoned`).
+
 Errors of the model or its data (`DataError`, `StartError`, the runtime's
 `QvrRuntimeError`) are reported as `FitFailed` and raised; a non-finite SVI loss ends
 the fit with status ``"failed"`` and no exception; Ctrl-C (`KeyboardInterrupt`) is

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -136,25 +135,23 @@ def test_a_killed_rank_fails_the_run_naming_the_rank(program, tmp_path, victim):
     assert run.meta["world_size"] == 2
 
 
-def test_other_methods_are_refused_under_a_launch(program, tmp_path):
+@pytest.mark.parametrize("config, field, said", [
+    ({"method": "nuts"}, "chain_method", "this process is one of 2 started by torchrun: "
+     "HMC/NUTS across processes need --chain-method distributed (got vectorized)"),
+    ({"method": "prior"}, "method", "this process is one of 2 started by torchrun: only "
+     "SVI (data-parallel) and HMC/NUTS with --chain-method distributed run across "
+     "processes, not prior"),
+])
+def test_other_methods_are_refused_under_a_launch(program, monkeypatch, config, field, said):
+    """Refused before the process group is joined (the launcher's variables are enough)."""
+    import qvr
+    from qvr.inference import ConfigError, FitConfig, fit
     prog, data = program
-    script = tmp_path / "nuts.py"
-    script.write_text(textwrap.dedent("""\
-        import sys
-        import qvr
-        from qvr.inference import fit, FitConfig, ConfigError
-        try:
-            fit(qvr.load(sys.argv[1]), config=FitConfig(method="nuts", data=sys.argv[2]))
-        except ConfigError as exc:
-            print("REFUSED", exc)
-        """))
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc-per-node=2", str(script), str(prog), str(data)],
-                         capture_output=True, text=True, env=_env(), timeout=240)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.count("REFUSED chain_method: this process is one of 2 started by "
-                            "torchrun: HMC/NUTS across processes need --chain-method "
-                            "distributed (got vectorized)") == 2
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ConfigError) as err:
+        fit(qvr.load(str(prog)), config=FitConfig(data=str(data), **config))
+    assert err.value.errors == {field: said}
 
 
 @pytest.mark.parametrize("extra, said", [
