@@ -181,17 +181,21 @@ def broadcast_object(w: World, value):
     return box[0]
 
 
-def all_reduce_sum(w: World, params, loss: torch.Tensor) -> float:
-    """Sum every parameter's gradient and the loss over the ranks, in one collective (one
-    flat buffer); returns the summed loss.  A parameter without a gradient counts zero."""
+def all_reduce_sum(w: World, params, loss: torch.Tensor, stop: bool = False) -> tuple:
+    """Sum every parameter's gradient, the loss and the ranks' stop requests over the
+    ranks, in one collective (one flat buffer); returns ``(summed loss, whether any rank
+    asked to stop)`` — so that every rank stops after the same step.  A parameter without
+    a gradient counts zero."""
     if not w.distributed:
-        return float(loss)
+        return float(loss), bool(stop)
     import torch.distributed as dist
     params = list(params)
     parts = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
              for p in params]
-    flat = torch.cat([*parts, loss.detach().reshape(1).to(parts[0].dtype if parts
-                                                           else loss.dtype)])
+    dtype = parts[0].dtype if parts else loss.dtype
+    flat = torch.cat([*parts, loss.detach().reshape(1).to(dtype),
+                      torch.tensor([1.0 if stop else 0.0], dtype=dtype,
+                                   device=loss.device)])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     offset = 0
     for p in params:
@@ -202,7 +206,7 @@ def all_reduce_sum(w: World, params, loss: torch.Tensor) -> float:
         else:
             p.grad.copy_(g)
         offset += n
-    return float(flat[-1])
+    return float(flat[-2]), bool(flat[-1] > 0)
 
 
 def finish() -> None:

@@ -200,6 +200,12 @@ def end_abandoned(path, event: FitEvent) -> bool:
             _lock(lock)
         except OSError:  # the writer lives: it ends its own record
             return False
+        from qvr.runs.reader import Tail, open_run
+        tail = Tail(open_run(path), load_draws=False)
+        for _ in tail.pieces():
+            pass
+        if tail.terminal is not None:  # it ended before it went (finished, cancelled...)
+            return False
         with open(events, "a", encoding="utf-8") as fh:
             fh.write("\n" + to_json(event) + "\n")  # after a torn last line, if any
         return True

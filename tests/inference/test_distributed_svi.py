@@ -174,3 +174,59 @@ def test_nproc_refusals_come_before_any_process_or_folder(program, tmp_path, ext
         assert main(argv) == 2
     assert f"qvr run: {said}" in err.getvalue()
     assert not (tmp_path / "runs").exists()
+
+
+STOPPER = """\
+import os, sys
+import qvr
+from qvr.inference import fit, FitConfig
+rank = int(os.environ["RANK"])
+seen = []
+res = fit(qvr.load(sys.argv[1]),
+          config=FitConfig(method="svi", steps=400, batch_size=16, seed=1, data=sys.argv[2],
+                           pointwise=False, progress_interval=0.0),
+          on_event=lambda e: seen.append(e),
+          should_stop=lambda: rank == 1 and len(seen) > 6, run_dir=sys.argv[3])
+print(f"rank {rank}: {res.status} after {len(res.losses)} steps")
+"""
+
+
+def test_a_stop_on_one_rank_stops_every_rank_after_the_same_step(program, tmp_path):
+    """Ctrl-C (or the dashboard's cancel) reaches the ranks at different moments: the
+    request travels with the gradients, so every rank stops after the same step and the
+    record ends cancelled."""
+    prog, data = program
+    script = tmp_path / "stopper.py"
+    script.write_text(STOPPER)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node=2", str(script), str(prog), str(data),
+                          str(tmp_path / "run")], capture_output=True, text=True,
+                         env=_env(), timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = sorted(line for line in out.stdout.splitlines() if line.startswith("rank "))
+    assert len(said) == 2
+    steps = {line.split(" after ")[1] for line in said}
+    assert len(steps) == 1 and all("cancelled" in line for line in said), said
+    assert int(steps.pop().split()[0]) < 400
+    assert open_run(tmp_path / "run").status == "cancelled"
+
+
+def test_an_ended_record_is_never_ended_twice(tmp_path):
+    from qvr.inference import FitConfig, fit
+    from qvr.inference.events import FitFailed
+    from qvr.runs import end_abandoned
+    from qvr.runtime import loads
+    model = loads(PROGRAM).morphism
+    g = np.random.default_rng(0)
+    data = {"y": g.normal(size=60), "income": g.normal(size=60),
+            "group_of": g.integers(0, 4, 60)}
+    fit(model, data=data, config=FitConfig(method="svi", steps=3, pointwise=False),
+        run_dir=tmp_path / "run")
+    assert not end_abandoned(tmp_path / "run", FitFailed(message="rank 0 of 2 stopped"))
+    assert open_run(tmp_path / "run").status == "finished"
+    # a record cut off before its terminal event (its writer gone) is ended
+    lines = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    (tmp_path / "run" / "events.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    assert open_run(tmp_path / "run").status == "interrupted"
+    assert end_abandoned(tmp_path / "run", FitFailed(message="rank 0 of 2 stopped"))
+    assert open_run(tmp_path / "run").status == "failed"

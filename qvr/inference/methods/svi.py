@@ -39,17 +39,21 @@ def run(ctx: FitContext) -> FitResult:
     result = FitResult("svi", guide=guide)
     t0 = time.perf_counter()
     window, since = 0.0, 0
+    distributed = world is not None and world.distributed
     for step in range(1, config.steps + 1):
-        if ctx.stop():
+        # across ranks a stop request travels with the gradients: all stop after one step
+        if not distributed and ctx.stop():
             result.status = "cancelled"
             break
         extra = {}
+        stopping = False
         if batches is None:
             loss = svi.step(x, observations)
         else:
             epoch, epoch_step, rows, row_scale = batches.next()
             xb, ob = ctx.rows.take(rows)
-            loss = _batch_step(svi, world, params, xb, ob, row_scale, step)
+            loss, stopping = _batch_step(svi, world, params, xb, ob, row_scale, step,
+                                         ctx.stop)
             if not batches.full:
                 extra = {"epoch": epoch, "epoch_step": epoch_step,
                          "steps_per_epoch": batches.steps_per_epoch, "rows": batches.n,
@@ -68,6 +72,9 @@ def run(ctx: FitContext) -> FitResult:
                                             **extra},
                                    elapsed=time.perf_counter() - t0))
             window, since = 0.0, 0
+        if stopping and finite:
+            result.status = "cancelled"
+            break
         if not finite:
             result.status = "failed"
             result.message = (f"the loss is {loss} at step {step}: the model's log density "
@@ -93,22 +100,27 @@ def run(ctx: FitContext) -> FitResult:
     return result
 
 
-def _batch_step(svi, world, params, x, observations, row_scale: float, step: int) -> float:
-    """One minibatch step (`qvr.inference.minibatch`); with several ranks the loss is
-    divided by their number and gradients and loss are summed over them before the
-    optimiser's step (`qvr.inference.distributed.all_reduce_sum`), so every rank takes
-    the one-process step of the global batch."""
+def _batch_step(svi, world, params, x, observations, row_scale: float, step: int,
+                stop) -> tuple:
+    """One minibatch step (`qvr.inference.minibatch`): ``(loss, stop)``.  With several
+    ranks the loss is divided by their number and gradients and loss are summed over them
+    before the optimiser's step (`qvr.inference.distributed.all_reduce_sum`), so every
+    rank takes the one-process step of the global batch; a stop request of any rank
+    (`stop()`, e.g. Ctrl-C) rides along, and every rank stops after this step."""
     if world is None or not world.distributed:
-        return svi.step(x, observations, row_scale=row_scale)
+        return svi.step(x, observations, row_scale=row_scale), False
     from qvr.inference.distributed import RankLost, all_reduce_sum, lost_message
+    asked = [False]
 
     def reduce(loss):
         try:
-            return all_reduce_sum(world, params, loss)
+            value, asked[0] = all_reduce_sum(world, params, loss, stop=stop())
         except RuntimeError as exc:  # a rank died or failed: gloo's connection is gone
             raise RankLost(lost_message(world, f"at SVI step {step}", exc)) from None
-    return svi.step(x, observations, row_scale=row_scale, loss_scale=1.0 / world.size,
+        return value
+    loss = svi.step(x, observations, row_scale=row_scale, loss_scale=1.0 / world.size,
                     reduce=reduce)
+    return loss, asked[0]
 
 
 def svi_params(model, guide) -> dict:
