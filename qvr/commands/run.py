@@ -349,14 +349,10 @@ def _launch(args, tool) -> int:
     except UsageError as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 2
-    if config.method in ("hmc", "nuts") and config.chain_method != "distributed" and n > 1:
-        print(f"{tool}: --nproc {n}: HMC/NUTS across processes need --chain-method "
-              f"distributed", file=sys.stderr)
-        return 2
-    if config.method not in ("svi", "hmc", "nuts") and n > 1:
-        print(f"{tool}: --nproc {n}: only SVI (data-parallel) and HMC/NUTS with "
-              f"--chain-method distributed run across processes, not {config.method}",
-              file=sys.stderr)
+    from qvr.inference.distributed import launch_refusal
+    refused = launch_refusal(config.method, config.chain_method, n) if n > 1 else None
+    if refused is not None:
+        print(f"{tool}: --nproc {n}: {refused[1]}", file=sys.stderr)
         return 2
     if not Path(args.file).is_file():
         print(f"{tool}: {args.file}: no such file", file=sys.stderr)

@@ -59,6 +59,20 @@ class RankLost(RuntimeError):
     """Another rank stopped during a distributed fit (killed, crashed, or it failed)."""
 
 
+def launch_refusal(method: str, chain_method: str, size) -> Optional[tuple]:
+    """``(option, message)`` when a fit with `method` (and `chain_method`) cannot run on
+    `size` processes — it would run `size` copies of one fit —, None when it can: SVI
+    (data-parallel) and HMC/NUTS with ``chain_method="distributed"`` only.  Checked by
+    `qvr run --nproc` before it launches and by `fit` in every launched rank."""
+    if method in ("hmc", "nuts") and chain_method != "distributed":
+        return "chain_method", (f"HMC/NUTS across {size} processes need --chain-method "
+                                f"distributed (got {chain_method})")
+    if method not in ("svi", "hmc", "nuts"):
+        return "method", (f"only SVI (data-parallel) and HMC/NUTS with --chain-method "
+                          f"distributed run across {size} processes, not {method}")
+    return None
+
+
 def launched() -> bool:
     """Whether this process was started by torch's launcher with more than one process."""
     try:
@@ -159,16 +173,6 @@ def broadcast_parameters(w: World, params) -> None:
     with torch.no_grad():
         for p in params:
             dist.broadcast(p.data, src=0)
-
-
-def broadcast_int(w: World, value: int) -> int:
-    """Rank 0's `value` on every rank."""
-    if not w.distributed:
-        return value
-    import torch.distributed as dist
-    t = torch.tensor([int(value)], dtype=torch.int64)
-    dist.broadcast(t, src=0)
-    return int(t.item())
 
 
 def broadcast_object(w: World, value):

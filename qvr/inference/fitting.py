@@ -361,17 +361,11 @@ def _world_of(config: FitConfig):
     from qvr.inference import distributed
     if not distributed.launched():
         return distributed.World()
-    size = os.environ.get("WORLD_SIZE")
-    if config.method in ("hmc", "nuts") and config.chain_method != "distributed":
-        raise ConfigError({"chain_method": f"this process is one of {size} started by "
-                                           f"torchrun: HMC/NUTS across processes need "
-                                           f"--chain-method distributed (got "
-                                           f"{config.chain_method})"})
-    if config.method not in ("svi", "hmc", "nuts"):
-        raise ConfigError({"method": f"this process is one of {size} started by torchrun: "
-                                     f"only SVI (data-parallel) and HMC/NUTS with "
-                                     f"--chain-method distributed run across processes, "
-                                     f"not {config.method}"})
+    refused = distributed.launch_refusal(config.method, config.chain_method,
+                                         os.environ.get("WORLD_SIZE"))
+    if refused is not None:
+        option, message = refused
+        raise ConfigError({option: f"this process was started by torchrun: {message}"})
     return distributed.world(config.device)
 
 
@@ -601,7 +595,7 @@ def _minibatches(model, fd: FitData, config, device, world, report, writer) -> t
     memory; with memory-mapped data they are one batch of rows (what the data check,
     the guide's shapes and the summaries after the fit read)."""
     import numpy as np
-    from qvr.inference.distributed import World, broadcast_int
+    from qvr.inference.distributed import World, broadcast_object
     from qvr.inference.minibatch import Batches, RowData, check_supported, describe, \
         split_rows
     world = world or World()
@@ -609,7 +603,7 @@ def _minibatches(model, fd: FitData, config, device, world, report, writer) -> t
     rows = RowData(x_all, obs_all, device)
     check_supported(model, obs_all)
     seed = config.seed if config.seed is not None else int(torch.randint(0, 2 ** 62, ()))
-    seed = broadcast_int(world, seed)  # the same batches on every rank
+    seed = int(broadcast_object(world, seed))  # the same batches on every rank
     batches = Batches(rows.n, config.batch_size or rows.n, seed, world.rank, world.size)
     if config.batch_size is not None and batches.full:
         report(FitWarning(f"--batch-size {config.batch_size} is at least the {rows.n} rows "
@@ -617,7 +611,7 @@ def _minibatches(model, fd: FitData, config, device, world, report, writer) -> t
     if not rows.row_keys and rows.n == 1 and not batches.full:
         raise DataError("--batch-size: the data has no rows to draw batches from")
     if writer is not None:
-        writer.meta["batch"] = {**describe(batches, world.size), "mapped": rows.mapped}
+        writer.meta["batch"] = {**describe(batches), "mapped": rows.mapped}
     if rows.mapped:
         x, observations = rows.take(np.arange(min(batches.batch_size, rows.n)))
     else:

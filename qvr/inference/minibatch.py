@@ -35,7 +35,6 @@ data without rows (no value has the input's leading size).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -53,19 +52,6 @@ def _lead(v) -> Optional[int]:
 
 def is_mapped(v) -> bool:
     return hasattr(v, "rows") and hasattr(v, "chunks") and not isinstance(v, torch.Tensor)
-
-
-@dataclass
-class Batch:
-    """One step's rows: the position in the epoch, the rows (this rank's share), the
-    input and observations of those rows, and the row scale of the step."""
-
-    epoch: int  # 1-based
-    step: int  # 1-based, within the epoch
-    rows: np.ndarray
-    x: torch.Tensor
-    observations: dict
-    row_scale: float
 
 
 class RowData:
@@ -162,10 +148,10 @@ def check_supported(model, observations: dict) -> None:
                         f"rows (no --batch-size)")
 
 
-def describe(batches: Batches, world: int = 1) -> dict:
+def describe(batches: Batches) -> dict:
     """The record's ``batch`` entry (``run.json``)."""
     return {"rows": batches.n, "batch_size": batches.batch_size,
-            "steps_per_epoch": batches.steps_per_epoch, "world_size": int(world)}
+            "steps_per_epoch": batches.steps_per_epoch, "world_size": batches.world}
 
 
 class _Zeros:

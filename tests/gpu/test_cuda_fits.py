@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "inference"))  # the inference tests' helpers
 
-from helpers import check_moments, normal_normal_case  # noqa: E402
+from helpers import check_moments, normal_normal_case, normal_normal_rows  # noqa: E402
 
 from qvr.inference import FitConfig, fit  # noqa: E402
 from qvr.runs import open_run  # noqa: E402
@@ -87,12 +87,8 @@ def test_svi_conjugate_posterior_on_cuda_as_on_cpu():
 
 def test_minibatch_svi_on_cuda(tmp_path):
     from qvr.inference.events import FitProgress
-    g = torch.Generator().manual_seed(3)
     n = 400
-    y = 1.7 + 1.5 * torch.randn(n, generator=g)
-    m0, s0, s = 1.0, 2.0, 1.5
-    prec = 1 / s0 ** 2 + n / s ** 2
-    mean, sd = (m0 / s0 ** 2 + float(y.sum()) / s ** 2) / prec, prec ** -0.5
+    y, mean, sd = normal_normal_rows(n)
     model = normal_normal_case()[0]
     events = []
     res = fit(model, data={"y": y},

@@ -88,6 +88,54 @@ def normal_normal_case(seed: int = 0):
     return model, torch.zeros(20, 1), {"y": y}, {"mu": ([mean], [prec ** -0.5])}
 
 
+def normal_normal_rows(n: int, seed: int = 3):
+    """`n` observations for `NORMAL_NORMAL`'s model (any row count: it observes the rows
+    given) and their exact posterior ``(y, mean, sd)`` (prior Normal(1, 2), noise 1.5):
+    the minibatch fits' conjugate case."""
+    g = torch.Generator().manual_seed(seed)
+    y = 1.7 + 1.5 * torch.randn(n, generator=g)
+    m0, s0, s = 1.0, 2.0, 1.5
+    prec = 1 / s0 ** 2 + n / s ** 2
+    return y, (m0 / s0 ** 2 + float(y.sum()) / s ** 2) / prec, prec ** -0.5
+
+
+#: global latents, a plate, a local latent (one per row), host covariates and an index:
+#: what minibatches cut and scale (`tests/inference/test_minibatch.py`)
+RANDOM_EFFECTS = """\
+object Group : FinSet 4
+object Row : FinSet 60
+
+program effects : Row -> Row
+    sample mu <- Normal(0.0, 3.0)
+    sample tau <- HalfNormal(1.0)
+    sample level : Group <- Normal(mu, tau) [iid_over=Group]
+    sample slope <- Normal(0.0, 1.0)
+    let centre = level[group_of] + slope * income
+    sample u <- Normal(centre, 0.5)
+    observe y : Row <- Normal(u, 0.8)
+    return u
+
+export effects
+"""
+
+#: `RANDOM_EFFECTS` without its local latent: a guide draw is the same for any rows
+#: (data-parallel fits give the one-process parameters exactly)
+GROUP_EFFECTS = RANDOM_EFFECTS.replace("    sample u <- Normal(centre, 0.5)\n", "") \
+    .replace("observe y : Row <- Normal(u, 0.8)", "observe y : Row <- Normal(centre, 0.8)") \
+    .replace("return u", "return y")
+
+
+def effects_data(n: int = 60, seed: int = 0) -> dict:
+    """Rows for `RANDOM_EFFECTS` / `GROUP_EFFECTS`: ``y``, ``income``, ``group_of``."""
+    g = np.random.default_rng(seed)
+    group_of = g.integers(0, 4, n)
+    income = g.normal(size=n).astype(np.float32)
+    y = (np.array([0.5, -1.0, 1.5, 0.0])[group_of] + 0.7 * income
+         + g.normal(scale=1.0, size=n)).astype(np.float32)
+    return {"y": torch.tensor(y), "income": torch.tensor(income),
+            "group_of": torch.tensor(group_of)}
+
+
 def beta_bernoulli_case(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     flips = (torch.rand(30, generator=g) < 0.3).long()

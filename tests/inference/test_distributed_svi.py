@@ -12,21 +12,7 @@ import pytest
 
 from qvr.runs import open_run
 
-PROGRAM = """\
-object Group : FinSet 4
-object Row : FinSet 60
-
-program effects : Row -> Row
-    sample mu <- Normal(0.0, 3.0)
-    sample tau <- HalfNormal(1.0)
-    sample level : Group <- Normal(mu, tau) [iid_over=Group]
-    sample slope <- Normal(0.0, 1.0)
-    let centre = level[group_of] + slope * income
-    observe y : Row <- Normal(centre, 0.8)
-    return y
-
-export effects
-"""
+from helpers import GROUP_EFFECTS as PROGRAM, effects_data
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="gloo over torchrun on POSIX")
 
@@ -34,14 +20,9 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="gloo over torch
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
     d = tmp_path_factory.mktemp("dist")
-    g = np.random.default_rng(0)
-    group_of = g.integers(0, 4, 60)
-    income = g.normal(size=60)
-    y = np.array([0.5, -1.0, 1.5, 0.0])[group_of] + 0.7 * income + g.normal(size=60)
     (d / "effects.qvr").write_text(PROGRAM)
     data = d / "effects.json"
-    data.write_text(json.dumps({"y": y.tolist(), "income": income.tolist(),
-                                "group_of": group_of.tolist()}))
+    data.write_text(json.dumps({k: v.tolist() for k, v in effects_data().items()}))
     return d / "effects.qvr", data
 
 
@@ -136,10 +117,10 @@ def test_a_killed_rank_fails_the_run_naming_the_rank(program, tmp_path, victim):
 
 
 @pytest.mark.parametrize("config, field, said", [
-    ({"method": "nuts"}, "chain_method", "this process is one of 2 started by torchrun: "
-     "HMC/NUTS across processes need --chain-method distributed (got vectorized)"),
-    ({"method": "prior"}, "method", "this process is one of 2 started by torchrun: only "
-     "SVI (data-parallel) and HMC/NUTS with --chain-method distributed run across "
+    ({"method": "nuts"}, "chain_method", "this process was started by torchrun: HMC/NUTS "
+     "across 2 processes need --chain-method distributed (got vectorized)"),
+    ({"method": "prior"}, "method", "this process was started by torchrun: only SVI "
+     "(data-parallel) and HMC/NUTS with --chain-method distributed run across 2 "
      "processes, not prior"),
 ])
 def test_other_methods_are_refused_under_a_launch(program, monkeypatch, config, field, said):
@@ -155,10 +136,10 @@ def test_other_methods_are_refused_under_a_launch(program, monkeypatch, config, 
 
 
 @pytest.mark.parametrize("extra, said", [
-    (["--method", "nuts"], "--nproc 2: HMC/NUTS across processes need --chain-method "
-                           "distributed"),
+    (["--method", "nuts"], "--nproc 2: HMC/NUTS across 2 processes need --chain-method "
+                           "distributed (got vectorized)"),
     (["--method", "prior"], "--nproc 2: only SVI (data-parallel) and HMC/NUTS with "
-                            "--chain-method distributed run across processes, not prior"),
+                            "--chain-method distributed run across 2 processes, not prior"),
     (["--method", "svi", "--nproc", "0"], "--nproc 0: must be at least 1"),
 ])
 def test_nproc_refusals_come_before_any_process_or_folder(program, tmp_path, extra, said):
@@ -217,10 +198,7 @@ def test_an_ended_record_is_never_ended_twice(tmp_path):
     from qvr.runs import end_abandoned
     from qvr.runtime import loads
     model = loads(PROGRAM).morphism
-    g = np.random.default_rng(0)
-    data = {"y": g.normal(size=60), "income": g.normal(size=60),
-            "group_of": g.integers(0, 4, 60)}
-    fit(model, data=data, config=FitConfig(method="svi", steps=3, pointwise=False),
+    fit(model, data=effects_data(), config=FitConfig(method="svi", steps=3, pointwise=False),
         run_dir=tmp_path / "run")
     assert not end_abandoned(tmp_path / "run", FitFailed(message="rank 0 of 2 stopped"))
     assert open_run(tmp_path / "run").status == "finished"

@@ -11,34 +11,8 @@ from qvr.inference.trace import trace
 from qvr.runtime import loads
 from qvr.runtime.frame import rows_scaled
 
-# global latents, a plate, a local latent (one per row), host covariates and an index
-RANDOM_EFFECTS = """\
-object Group : FinSet 4
-object Row : FinSet 60
-
-program effects : Row -> Row
-    sample mu <- Normal(0.0, 3.0)
-    sample tau <- HalfNormal(1.0)
-    sample level : Group <- Normal(mu, tau) [iid_over=Group]
-    sample slope <- Normal(0.0, 1.0)
-    let centre = level[group_of] + slope * income
-    sample u <- Normal(centre, 0.5)
-    observe y : Row <- Normal(u, 0.8)
-    return u
-
-export effects
-"""
-
-
-def effects_data(n=60, seed=0):
-    g = np.random.default_rng(seed)
-    group_of = g.integers(0, 4, n)
-    income = g.normal(size=n).astype(np.float32)
-    y = (np.array([0.5, -1.0, 1.5, 0.0])[group_of] + 0.7 * income
-         + g.normal(scale=1.0, size=n)).astype(np.float32)
-    return {"y": torch.tensor(y), "income": torch.tensor(income),
-            "group_of": torch.tensor(group_of)}
-
+from helpers import GROUP_EFFECTS, RANDOM_EFFECTS, effects_data, normal_normal_case, \
+    normal_normal_rows
 
 def model_and_rows():
     model = loads(RANDOM_EFFECTS).morphism
@@ -126,11 +100,7 @@ def _grads(model, guide, x, obs, scale, seed):
 
 
 def _global_model():
-    """The model without its local latent: the guide's draw is the same for any rows."""
-    src = RANDOM_EFFECTS.replace("    sample u <- Normal(centre, 0.5)\n", "") \
-        .replace("observe y : Row <- Normal(u, 0.8)", "observe y : Row <- Normal(centre, 0.8)") \
-        .replace("return u", "return y")
-    return loads(src).morphism
+    return loads(GROUP_EFFECTS).morphism
 
 
 def test_an_epochs_gradients_average_to_the_full_data_gradient():
@@ -190,14 +160,8 @@ def test_minibatch_gradients_are_unbiased_with_local_latents():
 
 
 def test_minibatch_svi_fit_recovers_the_conjugate_posterior(tmp_path):
-    from helpers import NORMAL_NORMAL  # noqa: F401  (the model of normal_normal_case)
-    from helpers import normal_normal_case
-    g = torch.Generator().manual_seed(3)
     n = 400
-    y = 1.7 + 1.5 * torch.randn(n, generator=g)
-    m0, s0, s = 1.0, 2.0, 1.5
-    prec = 1 / s0 ** 2 + n / s ** 2
-    mean, sd = (m0 / s0 ** 2 + float(y.sum()) / s ** 2) / prec, prec ** -0.5
+    y, mean, sd = normal_normal_rows(n)
     model = normal_normal_case()[0]
     res = fit(model, data={"y": y}, config=FitConfig(method="svi", steps=1500, lr=0.01,
                                                       batch_size=40, seed=0,
@@ -215,7 +179,6 @@ def test_minibatch_svi_fit_recovers_the_conjugate_posterior(tmp_path):
 
 
 def test_progress_reports_epochs_and_a_too_large_batch_is_said():
-    from helpers import normal_normal_case
     from qvr.inference.events import FitProgress, FitWarning
     model, x, obs, _ = normal_normal_case()
     events = []
@@ -234,7 +197,6 @@ def test_progress_reports_epochs_and_a_too_large_batch_is_said():
 
 
 def test_same_seed_same_fit_different_seed_different_batches():
-    from helpers import normal_normal_case
     model, x, obs, _ = normal_normal_case()
 
     def losses(seed):
@@ -245,7 +207,6 @@ def test_same_seed_same_fit_different_seed_different_batches():
 
 
 def test_enumerated_finite_latents_are_refused_with_batches():
-    from helpers import normal_normal_case  # noqa: F401
     src = """\
 object Coin : FinSet 2
 object Row : FinSet 30

@@ -3,6 +3,7 @@ composes one widget and records the messages the tests wait on (no sleeps)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,32 @@ class Harness(App):
 @pytest.fixture
 def transformer_path() -> Path:
     return EXAMPLES / "transformer_lm.qvr"
+
+
+def text_of(app, selector) -> str:
+    """The rendered text of the widget `selector` finds in `app`."""
+    return str(app.query_one(selector).render())
+
+
+async def settle(pilot):
+    await pilot.app.ready.wait()  # every tab mounted, the run opened
+    await pilot.pause()
+    await pilot.pause()
+
+
+def option_error(setup, name) -> str:
+    """The in-place error text of the Setup row of option `name`."""
+    return str(setup.query_one(f"#row-{name} .opt-error").render())
+
+
+@contextlib.asynccontextmanager
+async def setup_tab(tmp_path, program: str = "regression_plates.qvr", size=(100, 40)):
+    """A dashboard on `examples/PROGRAM` (runs under `tmp_path/runs`) with its Setup tab
+    shown: yields ``(app, pilot, setup pane)``."""
+    from qvr_tui.app import QvrDash
+    from qvr_tui.screens.setup import SetupPane
+    app = QvrDash(program=str(EXAMPLES / program), runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=size) as pilot:
+        await app.ready.wait()
+        await pilot.press("2")
+        yield app, pilot, app.query_one(SetupPane)

@@ -17,7 +17,7 @@ from qvr_tui.widgets.particles import ParticlesTable
 from qvr_tui.widgets.trace_plot import TracePlot
 from qvr_tui.widgets.worst_params import WorstParams
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, settle, text_of
 
 RECORDED = Path(__file__).parent / "recorded"
 
@@ -29,16 +29,6 @@ def recorded(tmp_path):
         shutil.copytree(RECORDED / name, dst)
         return dst
     return copy
-
-
-def text_of(app, selector) -> str:
-    return str(app.query_one(selector).render())
-
-
-async def settle(pilot):
-    await pilot.app.ready.wait()  # every tab mounted, the run opened
-    await pilot.pause()
-    await pilot.pause()
 
 
 @pytest.mark.asyncio

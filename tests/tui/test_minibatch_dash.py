@@ -14,39 +14,19 @@ from textual.widgets import Input, Select
 from qvr.inference.events import FitFinished, FitProgress, FitStarted
 from qvr_tui.app import QvrDash
 from qvr_tui.results_model import Results, batch_facts
-from qvr_tui.screens.setup import SetupPane
 from qvr_tui.state import RunState
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, option_error as err, settle, setup_tab, text_of
 
 RECORDED = Path(__file__).parent / "recorded"
 MINIBATCH = {"rows": 40, "batch_size": 8, "steps_per_epoch": 5}
-
-
-def err(setup, name) -> str:
-    return str(setup.query_one(f"#row-{name} .opt-error").render())
-
-
-def text_of(app, selector) -> str:
-    return str(app.query_one(selector).render())
-
-
-async def settle(pilot):
-    await pilot.app.ready.wait()  # every tab mounted, the run opened
-    await pilot.pause()
-    await pilot.pause()
 
 
 # ---------------------------------------------------------------- Setup
 
 @pytest.mark.asyncio
 async def test_setup_batch_size_row_for_svi(tmp_path):
-    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
-                  runs_dir=tmp_path / "runs", watch=False)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await app.ready.wait()
-        await pilot.press("2")
-        setup = app.query_one(SetupPane)
+    async with setup_tab(tmp_path) as (app, pilot, setup):
         await pilot.pause()
         row = setup.query_one("#row-batch_size")
         assert row.display  # SVI is the first method
@@ -81,12 +61,7 @@ async def test_setup_batch_size_row_for_svi(tmp_path):
 
 @pytest.mark.asyncio
 async def test_setup_chain_method_leaves_out_distributed(tmp_path):
-    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
-                  runs_dir=tmp_path / "runs", watch=False)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await app.ready.wait()
-        await pilot.press("2")
-        setup = app.query_one(SetupPane)
+    async with setup_tab(tmp_path) as (app, pilot, setup):
         setup.preset("nuts")
         await pilot.pause()
         sel = setup.query_one("#opt-chain_method", Select)

@@ -4,21 +4,14 @@ import pytest
 from textual.widgets import Select
 
 from qvr.inference.config import FitConfig
-from qvr_tui.app import QvrDash
-from qvr_tui.screens.setup import SetupPane
 
-from conftest import EXAMPLES
+from conftest import setup_tab
 
 pytestmark = pytest.mark.asyncio
 
 
 async def test_the_dtype_row_is_a_common_select(tmp_path):
-    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
-                  runs_dir=tmp_path / "runs", watch=False)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await app.ready.wait()
-        await pilot.press("2")
-        setup = app.query_one(SetupPane)
+    async with setup_tab(tmp_path) as (app, pilot, setup):
         row = setup.query_one("#row-dtype")
         select = setup.query_one("#opt-dtype", Select)
         assert select.value == FitConfig.default("dtype") == "float32"

@@ -11,13 +11,9 @@ from textual.widgets import Input
 from qvr_tui.app import QvrDash
 from qvr_tui.screens.setup import SetupPane
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, option_error as err, setup_tab
 
 pytestmark = pytest.mark.asyncio
-
-
-def err(setup, name) -> str:
-    return str(setup.query_one(f"#row-{name} .opt-error").render())
 
 
 async def type_into(pilot, setup, name, text):
@@ -29,12 +25,7 @@ async def type_into(pilot, setup, name, text):
 
 
 async def test_a_field_is_checked_as_it_changes(tmp_path):
-    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
-                  runs_dir=tmp_path / "runs", watch=False)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await app.ready.wait()
-        await pilot.press("2")
-        setup = app.query_one(SetupPane)
+    async with setup_tab(tmp_path) as (app, pilot, setup):
         setup.preset("nuts")
         await pilot.pause()
         await type_into(pilot, setup, "num_chains", "0")
@@ -108,12 +99,7 @@ async def test_switching_the_data_kind_drops_the_old_kinds_error(tmp_path):
     `errors` and drew the shipped hint in the error colour until another field
     changed."""
     from textual.widgets import Select
-    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
-                  runs_dir=tmp_path / "runs", watch=False)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await app.ready.wait()
-        await pilot.press("2")
-        setup = app.query_one(SetupPane)
+    async with setup_tab(tmp_path) as (app, pilot, setup):
         kind = setup.query_one("#data-kind", Select)
         shown = setup.query_one("#data-error")
         kind.value = "file"
