@@ -26,6 +26,7 @@ from torch import nn
 from torch.distributions.transforms import ComposeTransform, identity_transform
 
 from qvr.inference.sites import SiteSpec, build_registry, static_sites
+from qvr.runtime.frame import current_row_scale
 
 _MIN_SCALE = 1e-6  # spec 9.4: guide scales >= 1e-6
 
@@ -151,7 +152,6 @@ class AutoNormalGuide(nn.Module):
         `qvr.runtime.frame.rows_scaled(s)` (a minibatch) local sites' terms are multiplied
         by `s`, as the model's row terms are.
         """
-        from qvr.runtime.frame import current_row_scale
         row_scale = current_row_scale()
         total = None
         dependent = None
