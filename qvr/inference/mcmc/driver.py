@@ -330,34 +330,40 @@ class _Run:
             max_depth = getattr(self.kernel, "max_tree_depth", None)
             emitted = 0
             last_chunk = time.perf_counter()
-            for it in range(W + S):
+            it = 0
+            while it < W + S:
                 if self.stop():
                     cancelled = True
                     break
-                self.iteration = it + 1
                 warm = it < W
                 if it == W:
                     acc_sum.zero_()
                     div_sum.zero_()
-                state = self.kernel.sample(state, self.target)
-                acc_sum += state.accept_prob
-                div_sum += state.diverging.to(dtype)
-                depths[idx, it] = state.tree_depth
+                # a block of iterations (NUTS compiled: up to 64; else one), never
+                # across the end of warmup
+                state, steps = self.kernel.sample_block(state, self.target,
+                                                        (W if warm else W + S) - it)
+                k = len(steps)
+                self.iteration = it + k
+                acc_sum += steps.accept_prob.sum(0)
+                div_sum += steps.diverging.to(dtype).sum(0)
+                depths[idx, it:it + k] = steps.tree_depth.t()
                 if warm:
-                    warm_div[idx] += state.diverging.to(warm_div.dtype)
-                    step, total = it + 1, W
+                    warm_div[idx] += steps.diverging.to(warm_div.dtype).sum(0)
+                    step, total = it + k, W
                 else:
                     s = it - W
-                    zs[idx, s] = state.z
-                    rec["log_density"][idx, s] = state.log_density
-                    rec["accept_prob"][idx, s] = state.accept_prob
-                    rec["energy"][idx, s] = state.energy
-                    rec_l["num_steps"][idx, s] = state.num_steps
-                    rec_b["diverging"][idx, s] = state.diverging
-                    rec_b["accepted"][idx, s] = state.accepted
+                    zs[idx, s:s + k] = steps.z.transpose(0, 1)
+                    rec["log_density"][idx, s:s + k] = steps.log_density.t()
+                    rec["accept_prob"][idx, s:s + k] = steps.accept_prob.t()
+                    rec["energy"][idx, s:s + k] = steps.energy.t()
+                    rec_l["num_steps"][idx, s:s + k] = steps.num_steps.t()
+                    rec_b["diverging"][idx, s:s + k] = steps.diverging.t()
+                    rec_b["accepted"][idx, s:s + k] = steps.accepted.t()
                     for c in group:
-                        done[c] = s + 1
-                    step, total = s + 1, S
+                        done[c] = s + k
+                    step, total = s + k, S
+                it += k
                 now = time.perf_counter()
                 if warm:
                     t_warm += now - t0
@@ -367,7 +373,7 @@ class _Run:
                 due = self.throttle.due(step, total)
                 if due:
                     hits = None if max_depth is None else \
-                        (depths[idx, it + 1 - step:it + 1] >= max_depth).sum(1)
+                        (depths[idx, it - step:it] >= max_depth).sum(1)
                     self._progress(group, "warmup" if warm else "sampling", step, total,
                                    acc_sum / step, state, div_sum, hits)
                 # draws go out every `draws_chunk` draws, or after a second (a live view's

@@ -13,6 +13,10 @@ The kernel protocol (`MCMCKernel`; the driver uses nothing else):
   iterations then `num_samples` draws.  A kernel may use it to plan (NUTS decides from it
   whether compiling its steps pays off); every kernel takes both.
 * ``sample(state, target) -> state`` — one iteration.
+* ``sample_block(state, target, max_n) -> (state, Steps)`` — between 1 and `max_n`
+  iterations (never past the end of warmup when `max_n` stops there), with what each
+  recorded (`Steps`); the driver calls this one.  The default is one `sample`; NUTS runs
+  up to 64 iterations in one compiled call (`transition.py`).
 * ``diagnostics(state) -> dict`` — per-chain statistics of the last iteration.
 * ``prepare(state, target, note)`` — once after `init`, before the first iteration (NUTS
   compiles its whole transition there, saying so through `note(message)` when the
@@ -129,6 +133,31 @@ class Transition:
     energy: torch.Tensor
 
 
+@dataclass
+class Steps:
+    """What `k` consecutive iterations recorded, per iteration and chain: `z` `(k, C, D)`,
+    the rest `(k, C)` (`accepted`: the position moved; `tree_depth` 0 for HMC)."""
+
+    z: torch.Tensor
+    log_density: torch.Tensor
+    accept_prob: torch.Tensor
+    accepted: torch.Tensor
+    diverging: torch.Tensor
+    num_steps: torch.Tensor
+    tree_depth: torch.Tensor
+    energy: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.z.shape[0]
+
+    @staticmethod
+    def of(state) -> "Steps":
+        """The last iteration of `state` as a block of one."""
+        return Steps(*(getattr(state, k).unsqueeze(0) for k in (
+            "z", "log_density", "accept_prob", "accepted", "diverging", "num_steps",
+            "tree_depth", "energy")))
+
+
 class MCMCKernel:
     """Base of MCMC kernels: `init` a state, `sample` the next one (the protocol in the
     module docstring)."""
@@ -139,6 +168,11 @@ class MCMCKernel:
 
     def sample(self, state, target):  # pragma: no cover
         raise NotImplementedError
+
+    def sample_block(self, state, target, max_n: int):
+        """`(state, Steps)` after between 1 and `max_n` iterations (default: one)."""
+        state = self.sample(state, target)
+        return state, Steps.of(state)
 
     def diagnostics(self, state) -> dict:
         return {}
@@ -255,13 +289,22 @@ class HMCBase(MCMCKernel):
     # ------------------------------------------------------------------ adaptation
     def _adapt(self, state: HMCState, target, i: int) -> HMCState:
         """Adaptation after warmup iteration `i` (0-based)."""
-        last = i == state.num_warmup - 1
         if state.da is not None:
             state.da = self.dual_averaging.update(state.da, state.accept_prob)
             state.step_size = torch.exp(state.da.log_step)
         lo, hi = state.slow_range
         if state.welford is not None and lo <= i <= hi:
             state.welford.update(state.z)
+        return self._adapt_window(state, target, i)
+
+    def _adapt_window(self, state: HMCState, target, i: int) -> HMCState:
+        """What warmup iteration `i` ends, after its dual-averaging and Welford updates
+        (`_adapt`, or a compiled block that made them): a slow window (a new metric, a
+        step-size search, dual averaging restarted) and the warmup itself (the averaged
+        step size)."""
+        last = i == state.num_warmup - 1
+        lo, hi = state.slow_range
+        if state.welford is not None and lo <= i <= hi:
             if i in state.mass_updates and state.welford.n >= 2:
                 state.mass = self._mass_from(state.welford)
                 state.welford = Welford(*state.z.shape, dense=state.welford.dense,

@@ -53,13 +53,15 @@ from __future__ import annotations
 import functools
 import math
 import weakref
+from dataclasses import replace
 
 import torch
 
 from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc import transition as transitions
+from qvr.inference.mcmc.adaptation import DualAveragingState, Welford
 from qvr.inference.mcmc.ops import fused
-from qvr.inference.mcmc.kernel import HMCBase, HMCState, Transition
+from qvr.inference.mcmc.kernel import HMCBase, HMCState, Steps, Transition
 
 
 class NUTSKernel(HMCBase):
@@ -204,8 +206,9 @@ class NUTSKernel(HMCBase):
                 transitions.AUTO_MIN_ITERATIONS:
             return None
         cache = self.tick_cache(target)
+        T = transitions.block_size(*z0.shape, K)
         key = ("transition", *cache.key(z0, dense, self.divergence_threshold,
-                                        self.uturn == "momentum", K), self.transition)
+                                        self.uturn == "momentum", K), self.transition, T)
         if key not in cache.transitions:
             cache.transitions[key] = None
             graph_for = getattr(target, "density_graph", None)
@@ -217,11 +220,11 @@ class NUTSKernel(HMCBase):
             else:
                 if note is not None and not transitions.is_cached(
                         graph, z0, dense, self.divergence_threshold,
-                        self.uturn == "momentum", K, self.transition == "biased"):
+                        self.uturn == "momentum", K, self.transition == "biased", T):
                     note("compiling NUTS to C++ (once per model: tens of seconds)")
                 compiled, said = transitions.compile_transition(
                     graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
-                    K, self.transition == "biased")
+                    K, self.transition == "biased", T)
                 cache.notes.append(said)
                 cache.transitions[key] = compiled
         compiled = cache.transitions[key]
@@ -229,15 +232,74 @@ class NUTSKernel(HMCBase):
             cache.last = "transition"
         return compiled
 
-    def _run_whole(self, compiled, state, target, z0, logp0, grad0, p0, inv):
-        """One iteration by the compiled transition; None if it raised (it is then
-        dropped for good, the reason noted, and the iteration runs as ticks)."""
-        C = z0.shape[0]
-        u = torch.rand(C, transitions.table_width(self.max_tree_depth), dtype=z0.dtype,
-                       device=z0.device)
+    # ------------------------------------------------------------------ compiled blocks
+    def sample(self, state: HMCState, target) -> HMCState:
+        """One iteration: a block of one when the whole transition is compiled."""
+        compiled = self._whole_transition(state, target, state.z.contiguous(),
+                                          state.mass.dense, self.max_tree_depth)
+        if compiled is not None:
+            done = self._run_block(compiled, state, target, 1)
+            if done is not None:
+                return done[0]
+        return super().sample(state, target)
+
+    def sample_block(self, state: HMCState, target, max_n: int):
+        """Up to `max_n` iterations as one compiled call (`transition.block_function`:
+        momenta and uniforms drawn here, dual averaging and the Welford window inside the
+        loop), cut at the end of warmup and of each slow window, whose new metric and
+        step-size search follow in Python (`_adapt_window`).  Without a compiled
+        transition: one iteration."""
+        compiled = self._whole_transition(state, target, state.z.contiguous(),
+                                          state.mass.dense, self.max_tree_depth)
+        if compiled is not None:
+            k = min(int(max_n), compiled.T)
+            if state.warming_up:
+                k = min(k, state.num_warmup - state.i)
+                ends = [m for m in state.mass_updates if m >= state.i]
+                if state.welford is not None and ends:
+                    k = min(k, min(ends) - state.i + 1)
+            done = self._run_block(compiled, state, target, max(k, 1))
+            if done is not None:
+                return done
+        return super().sample_block(state, target, max_n)
+
+    def _run_block(self, compiled, state: HMCState, target, k: int):
+        """`(state, Steps)` after `k` iterations by the compiled block, or None if it
+        raised (it is then dropped for good, the reason noted, and the steps run as
+        ticks)."""
+        z0, lp0, g0 = (t.contiguous() for t in (state.z, state.log_density, state.grad))
+        C, D = z0.shape
+        T = compiled.T
+        dtype, device = z0.dtype, z0.device
+        mass = state.mass
+        inv = mass.as_tensor(z0).contiguous()
+        P = torch.zeros(T, C, D, dtype=dtype, device=device)
+        P[:k] = mass.sample_momentum(P[:k])
+        U = torch.empty(T, C, transitions.table_width(self.max_tree_depth), dtype=dtype,
+                        device=device)
+        U[:k].uniform_()
+        U[k:].zero_()
+        warm = state.warming_up
+        da = state.da if warm else None
+        welford = state.welford if warm else None
+        args = transitions.idle_adaptation(C, D, mass.dense, dtype, device)
+        if da is not None:
+            args[0] = torch.stack([da.log_step, da.log_step_avg, da.h_bar, da.mu,
+                                   torch.full_like(da.log_step, float(da.t))], -1)
+        lo, hi = state.slow_range if welford is not None else (0, -1)
+        if welford is not None:
+            args[1] = torch.cat([welford.mean, welford.m2.reshape(C, -1)], -1)
+            args[2] = torch.full((C,), float(welford.n), dtype=dtype, device=device)
+        args[3] = torch.tensor([state.i, state.num_warmup if da is not None else 0, lo, hi],
+                               dtype=torch.long, device=device)
+        d = self.dual_averaging
+        args[4] = torch.tensor([d.target, d.gamma, d.t0, d.kappa], dtype=dtype,
+                               device=device)
+        limit = torch.tensor(k, dtype=torch.long, device=device)
         try:
             with torch.no_grad():
-                out = compiled(z0, logp0, grad0, p0, inv, state.step_size.contiguous(), u)
+                out = compiled(z0, lp0, g0, inv, state.step_size.contiguous(), P, U, limit,
+                               *args)
         except Exception as exc:
             cache = self.tick_cache(target)
             for key, value in cache.transitions.items():
@@ -248,9 +310,31 @@ class NUTSKernel(HMCBase):
                                f"on ticks")
             return None
         target.num_evals += int(out.passes)
-        accepted = (out.z != z0).any(-1)
-        return Transition(out.z, out.log_density, out.grad, out.accept_prob, accepted,
-                          out.diverged, out.num_steps, out.depth, out.energy)
+        rec = out.rec[:k]
+        z = rec[..., :D]
+        before = torch.cat([z0.unsqueeze(0), z[:-1]], 0)
+        steps = Steps(z, rec[..., D], rec[..., D + 1], (z != before).any(-1),
+                      rec[..., D + 3] != 0, rec[..., D + 4].to(torch.long),
+                      rec[..., D + 5].to(torch.long), rec[..., D + 2])
+        new = replace(state, i=state.i + k, z=out.z, log_density=out.log_density,
+                      grad=out.grad, accept_prob=steps.accept_prob[-1],
+                      accepted=steps.accepted[-1], diverging=steps.diverging[-1],
+                      num_steps=steps.num_steps[-1], tree_depth=steps.tree_depth[-1],
+                      energy=steps.energy[-1])
+        if da is not None:
+            new.step_size = out.eps
+            new.da = DualAveragingState(out.da[:, 0], out.da[:, 1], out.da[:, 2],
+                                        out.da[:, 3], da.t + k)
+        if welford is not None:
+            folded = max(0, min(hi, state.i + k - 1) - max(lo, state.i) + 1)
+            w = Welford(C, D, dense=welford.dense, dtype=dtype, device=device)
+            w.n = welford.n + folded
+            w.mean = out.welford[:, :D]
+            w.m2 = out.welford[:, D:].reshape(welford.m2.shape)
+            new.welford = w
+        if warm:
+            new = self._adapt_window(new, target, state.i + k - 1)
+        return new, steps
 
     def _transition(self, state: HMCState, target) -> Transition:
         mass = state.mass
@@ -260,11 +344,6 @@ class NUTSKernel(HMCBase):
         K = self.max_tree_depth
         momentum = self.uturn == "momentum"
         inv, dense = mass.as_tensor(z0).contiguous(), mass.dense
-        compiled = self._whole_transition(state, target, z0, dense, K)
-        if compiled is not None:
-            out = self._run_whole(compiled, state, target, z0, logp0, grad0, p0, inv)
-            if out is not None:
-                return out
         h0 = -logp0 + mass.kinetic(p0)
         tick = self._tick(state, target, z0, dense, K)
         # a compiled tick computes gradients itself: no autograd graph through the leaves

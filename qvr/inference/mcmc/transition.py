@@ -97,7 +97,7 @@ def table_width(K: int) -> int:
 
 def transition_function(density: Callable, dense: bool, thr: float, momentum: bool,
                         K: int, biased: bool, loop: Callable = None) -> Callable:
-    """The NUTS transition as a function of tensors only:
+    """One NUTS transition as a function of tensors only:
 
         f(z0, lp0, g0, p0, inv, eps, u, store_tab, check_tab) -> TransitionOut fields
 
@@ -105,26 +105,118 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
     are mapped here); `z0, g0, p0` are `(C, D)`, `lp0`, `eps` `(C,)`, `inv` the inverse
     mass matrices, `u` the `(C, table_width(K))` uniforms, the tables `mask_tables(K)`.
     `loop` is `torch.while_loop` (for compiling) or `eager_loop` (the default: Python).
+    It is `block_function` run for one transition without adaptation.
+    """
+    block = block_function(density, dense, thr, momentum, K, biased, loop)
+
+    def f(z0, lp0, g0, p0, inv, eps, u, store_tab, check_tab):
+        C, D = z0.shape
+        args = idle_adaptation(C, D, dense, z0.dtype, z0.device)
+        out = BlockOut(*block(z0, lp0, g0, inv, eps, p0.unsqueeze(0), u.unsqueeze(0),
+                              torch.ones((), dtype=torch.long, device=z0.device),
+                              store_tab, check_tab, *args))
+        row = out.rec[0]
+        return (out.z, out.log_density, out.grad, row[:, D + 1], row[:, D + 3] != 0,
+                row[:, D + 4].to(torch.long), row[:, D + 5].to(torch.long), row[:, D + 2],
+                out.passes)
+
+    return f
+
+
+class BlockOut(NamedTuple):
+    """What `block_function` returns (`C` chains, `T` transitions at most)."""
+
+    z: Tensor  # (C, D) the position after the last transition
+    log_density: Tensor  # (C,)
+    grad: Tensor  # (C, D)
+    rec: Tensor  # (T, C, D + 6): per transition z, log density, acceptance statistic,
+    #              energy, diverged, leaves, depth (see `REC_COLUMNS`); rows >= limit zero
+    da: Tensor  # (C, 5) dual averaging: log step, log averaged step, h-bar, mu, updates
+    eps: Tensor  # (C,) the step size after the block (changed only by dual averaging)
+    welford: Tensor  # (C, D + M) running mean and M2 (M = D, or D * D when dense)
+    welford_n: Tensor  # (C,) positions folded in
+    passes: Tensor  # () long: loop passes (batched density evaluations)
+
+
+#: the columns of a block's record after the `D` position columns
+REC_COLUMNS = ("log_density", "accept_prob", "energy", "diverged", "num_steps", "depth")
+
+
+def idle_adaptation(C: int, D: int, dense: bool, dtype, device) -> list:
+    """`block_function`'s adaptation inputs that adapt nothing (dual averaging and the
+    Welford window both empty)."""
+    M = D * D if dense else D
+    return [torch.zeros(C, 5, dtype=dtype, device=device),
+            torch.zeros(C, D + M, dtype=dtype, device=device),
+            torch.zeros(C, dtype=dtype, device=device),
+            torch.tensor([0, 0, 0, -1], dtype=torch.long, device=device),
+            torch.tensor([0.8, 0.05, 10.0, 0.75], dtype=dtype, device=device)]
+
+
+def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K: int,
+                   biased: bool, loop: Callable = None) -> Callable:
+    """Up to `T` NUTS transitions per chain as one flat loop (many transitions per call):
+
+        f(z0, lp0, g0, inv, eps, P, U, limit, store_tab, check_tab,
+          da, welford, welford_n, sched, hyper) -> BlockOut fields
+
+    `P` `(T, C, D)` are the momenta and `U` `(T, C, table_width(K))` the uniforms of
+    each transition, drawn outside; `limit` (a long scalar, `<= T`) the transitions to
+    run.  Every pass is a leaf for every chain still building; a chain whose transition
+    ends writes it to its row of the record, adapts, and starts its next transition at
+    the next pass with its own momentum and numbers, whatever the other chains do: the
+    loop costs the chain with the most leaves over the whole block, not the sum of each
+    transition's slowest chain.
+
+    Adaptation inside the loop, per chain, after each transition `t` (the run's
+    iteration `sched[0] + t`): dual averaging (Hoffman & Gelman's Algorithm 5, as
+    `adaptation.DualAveraging`; `da` `(C, 5)`: log step, log averaged step, h-bar, mu,
+    updates; `hyper`: target, gamma, t0, kappa) while the iteration is below `sched[1]`,
+    the next transition then using `exp(log step)`; the Welford mean and M2 of the
+    positions (as `adaptation.Welford`) while it is within `[sched[2], sched[3]]`.  What
+    happens at a window's end (a new metric, a step-size search) is the caller's: a
+    block never runs past one.
     """
     loop = loop or eager_loop
 
     def velocity(inv, p):
         return ops.velocity(inv, p, dense)
 
-    def f(z0, lp0, g0, p0, inv, eps, u, store_tab, check_tab):
-        C, D = z0.shape
-        dtype = z0.dtype
-        h0 = -lp0 + 0.5 * (p0 * velocity(inv, p0)).sum(-1)
+    def f(z0, lp0, g0, inv, eps0, P, U, limit, store_tab, check_tab, da, wf, wn, sched,
+          hyper):
+        T, C, D = P.shape
+        Wu = U.shape[-1]
+        dtype, device = z0.dtype, z0.device
         lead = 2 ** K  # columns: leaves [0, 2^K), directions [2^K, 2^K + K), merges
         last_row = store_tab.shape[0] - 1
-        zeros = torch.zeros(C, dtype=dtype, device=z0.device)
-        izeros = torch.zeros(C, dtype=torch.long, device=z0.device)
+        chains = torch.arange(C, device=device)
+        rows = torch.arange(T, device=device).unsqueeze(-1)  # (T, 1)
+        zeros = torch.zeros(C, dtype=dtype, device=device)
+        izeros = torch.zeros(C, dtype=torch.long, device=device)
         neg_inf = zeros - math.inf
-        done = ~torch.isfinite(h0)
-        # the first subtree's direction
-        direction = torch.where(u[:, lead] < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
+        M = wf.shape[1] - D
+        # (views of the inputs are taken inside the loop's body: a view captured from
+        # outside is an aliased input, which torch.while_loop refuses)
+
+        def take_u(t, cols):
+            # each chain's uniform at column `cols` of its transition `t`'s row
+            base = (t.clamp(max=T - 1) * C + chains) * Wu
+            return torch.take(U, base + cols.clamp(max=Wu - 1))
+
+        def momenta(t):
+            return P.reshape(T * C, D).index_select(0, t.clamp(max=T - 1) * C + chains)
+
+        def energy(lp, p):
+            return -lp + 0.5 * (p * velocity(inv, p)).sum(-1)
+
+        def new_direction(t, j):
+            u_dir = take_u(t, lead + j)
+            return torch.where(u_dir < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
+
+        p0 = momenta(izeros)
+        h0 = energy(lp0, p0)
         state = dict(
-            j=izeros, n=izeros, done=done,
+            j=izeros, n=izeros, done=~torch.isfinite(h0), t=izeros,
             zl=z0, pl=p0, gl=g0,  # the backward end
             zr=z0, pr=p0, gr=g0,  # the forward end
             zp=z0, gp=g0, lpp=lp0, hp=h0,  # the proposal
@@ -132,29 +224,33 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             rho=p0,  # momenta summed over the trajectory
             depth=izeros,
             z=z0, p=p0, g=g0, lp=lp0,  # the last leaf of the subtree being built
-            sum_acc=zeros, n_leaves=izeros, diverged=torch.zeros_like(done),
+            sum_acc=zeros, n_leaves=izeros, diverged=torch.zeros_like(izeros, dtype=torch.bool),
             sub_w=neg_inf, sz=z0, sg=g0, slp=lp0, sh=h0,  # the subtree's weight, proposal
             psum=torch.zeros_like(z0),
             ck_a=z0.new_zeros(K, C, D), ck_v=z0.new_zeros(K, C, D),  # checkpoints
-            direction=direction,  # (C, 1)
+            direction=new_direction(izeros, izeros),  # (C, 1)
+            h0=h0, eps=eps0, log_step=da[:, 0], log_avg=da[:, 1], h_bar=da[:, 2],
+            mu=da[:, 3], da_t=da[:, 4], wmean=wf[:, :D], wm2=wf[:, D:], wn=wn,
+            rec=z0.new_zeros(T, C, D + len(REC_COLUMNS)),
             passes=izeros)
-        layout = _Layout(C, D, K)
+        layout = _Layout(C, D, K, M)
 
-        def cond(F, I, CK):
-            return (I[:, _INTS.index("done")] == 0).any()
+        def cond(F, I, CK, R):
+            return (I[:, layout.ints.index("t")] < limit).any()
 
-        def packed_body(F, I, CK):
-            return layout.pack(body(**layout.unpack(F, I, CK)))
+        def packed_body(F, I, CK, R):
+            return layout.pack(body(**layout.unpack(F, I, CK, R)))
 
-        def body(j, n, done, zl, pl, gl, zr, pr, gr, zp, gp, lpp, hp, log_w, rho, depth,
+        def body(j, n, done, t, zl, pl, gl, zr, pr, gr, zp, gp, lpp, hp, log_w, rho, depth,
                  z, p, g, lp, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                 ck_a, ck_v, direction, passes):
+                 ck_a, ck_v, direction, h0, eps, log_step, log_avg, h_bar, mu, da_t,
+                 wmean, wm2, wn, rec, passes):
             # one pass: a leaf for every chain still building (named tensors in and out)
             live = ~done
             lcol = live.unsqueeze(-1)
             step = eps.unsqueeze(-1) * direction
             # ---- the leaf (as tick.leaf_function with raw=True)
-            u_leaf = torch.gather(u, 1, n_leaves.clamp(max=lead - 1).unsqueeze(-1)).squeeze(-1)
+            u_leaf = take_u(t, n_leaves.clamp(max=lead - 1))
             z1, p_half = ops.kick_drift(z, p, g, step, inv, dense)
             g1, lp1 = density(z1)
             lp1 = torch.nan_to_num(lp1, nan=-math.inf, posinf=-math.inf)
@@ -178,8 +274,7 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             # ---- a subtree that ended is merged into its chain's trajectory
             ended = live & ((n >= torch.ones_like(j) << j) | ~still)
             completed = ended & still
-            u_merge = torch.gather(u, 1, (lead + K + j).clamp(max=lead + 2 * K - 1)
-                                   .unsqueeze(-1)).squeeze(-1)
+            u_merge = take_u(t, lead + K + j)
             new_log_w = torch.logaddexp(log_w, sub_w)
             against = log_w if biased else new_log_w
             take = completed & (torch.log(u_merge) < sub_w - against)
@@ -210,10 +305,7 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             # ---- the next subtree of a chain whose subtree ended and that goes on
             start = ended & ~done
             scol = start.unsqueeze(-1)
-            u_dir = torch.gather(u, 1, (lead + j).clamp(max=lead + 2 * K - 1)
-                                 .unsqueeze(-1)).squeeze(-1)
-            new_dir = torch.where(u_dir < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
-            direction = torch.where(scol, new_dir, direction)
+            direction = torch.where(scol, new_direction(t, j), direction)
             nfwd = direction > 0
             z = torch.where(scol, torch.where(nfwd, zr, zl), z)
             p = torch.where(scol, torch.where(nfwd, pr, pl), p)
@@ -221,56 +313,124 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             sub_w = torch.where(start, neg_inf, sub_w)
             psum = torch.where(scol, torch.zeros_like(psum), psum)
             n = torch.where(start, torch.zeros_like(n), n)
-            return dict(j=j, n=n, done=done, zl=zl, pl=pl, gl=gl, zr=zr, pr=pr, gr=gr, zp=zp,
-                        gp=gp, lpp=lpp, hp=hp, log_w=log_w, rho=rho, depth=depth, z=z, p=p,
-                        g=g, lp=lp, sum_acc=sum_acc, n_leaves=n_leaves, diverged=diverged,
-                        sub_w=sub_w, sz=sz, sg=sg, slp=slp, sh=sh, psum=psum, ck_a=ck_a,
-                        ck_v=ck_v, direction=direction, passes=passes + 1)
+            # ---- a chain whose transition ended: its record, adaptation, next transition
+            i0, w_da, lo, hi = sched.unbind()
+            target, gamma, t0, kappa = hyper.unbind()
+            fin = done & (t < limit)
+            acc = sum_acc / n_leaves.clamp(min=1).to(dtype)
+            line = torch.cat([zp, lpp.unsqueeze(-1), acc.unsqueeze(-1), hp.unsqueeze(-1),
+                              diverged.to(dtype).unsqueeze(-1),
+                              n_leaves.to(dtype).unsqueeze(-1),
+                              depth.to(dtype).unsqueeze(-1)], -1)
+            hit = ((rows == t) & fin).unsqueeze(-1)  # (T, C, 1)
+            rec = torch.where(hit, line.unsqueeze(0), rec)
+            it = i0 + t
+            # dual averaging (adaptation.DualAveraging.update)
+            on = fin & (it < w_da)
+            stat = torch.where(torch.isfinite(acc), acc, torch.zeros_like(acc)).clamp(0.0, 1.0)
+            tt = da_t + 1.0
+            w = 1.0 / (tt + t0)
+            h_new = (1.0 - w) * h_bar + w * (target - stat)
+            ls_new = mu - torch.sqrt(tt) / gamma * h_new
+            eta = torch.pow(tt, -kappa)
+            avg_new = eta * ls_new + (1.0 - eta) * log_avg
+            h_bar = torch.where(on, h_new, h_bar)
+            log_step = torch.where(on, ls_new, log_step)
+            log_avg = torch.where(on, avg_new, log_avg)
+            da_t = torch.where(on, tt, da_t)
+            eps = torch.where(on, torch.exp(ls_new), eps)
+            # the Welford window (adaptation.Welford.update)
+            won = fin & (lo <= it) & (it <= hi)
+            n1 = wn + 1.0
+            delta = zp - wmean
+            mean_new = wmean + delta / n1.unsqueeze(-1)
+            delta2 = zp - mean_new
+            if M == D:
+                m2_new = wm2 + delta * delta2
+            else:
+                m2_new = wm2 + (delta.unsqueeze(-1) * delta2.unsqueeze(-2)).reshape(C, M)
+            wcol = won.unsqueeze(-1)
+            wmean = torch.where(wcol, mean_new, wmean)
+            wm2 = torch.where(wcol, m2_new, wm2)
+            wn = torch.where(won, n1, wn)
+            t = t + fin.to(t.dtype)
+            # the next transition from the proposal
+            again = fin & (t < limit)
+            acol = again.unsqueeze(-1)
+            pn = momenta(t)
+            hn = energy(lpp, pn)
+            j = torch.where(again, torch.zeros_like(j), j)
+            n = torch.where(again, torch.zeros_like(n), n)
+            z, zl, zr, sz = (torch.where(acol, zp, x) for x in (z, zl, zr, sz))
+            g, gl, gr, sg = (torch.where(acol, gp, x) for x in (g, gl, gr, sg))
+            p, pl, pr, rho = (torch.where(acol, pn, x) for x in (p, pl, pr, rho))
+            lp = torch.where(again, lpp, lp)
+            slp = torch.where(again, lpp, slp)
+            hp, sh, h0 = (torch.where(again, hn, x) for x in (hp, sh, h0))
+            log_w = torch.where(again, zeros, log_w)
+            sum_acc = torch.where(again, zeros, sum_acc)
+            sub_w = torch.where(again, neg_inf, sub_w)
+            depth = torch.where(again, izeros, depth)
+            n_leaves = torch.where(again, izeros, n_leaves)
+            diverged = diverged & ~again
+            psum = torch.where(acol, torch.zeros_like(psum), psum)
+            direction = torch.where(acol, new_direction(t, izeros), direction)
+            done = torch.where(again, ~torch.isfinite(hn), done)
+            return dict(j=j, n=n, done=done, t=t, zl=zl, pl=pl, gl=gl, zr=zr, pr=pr, gr=gr,
+                        zp=zp, gp=gp, lpp=lpp, hp=hp, log_w=log_w, rho=rho, depth=depth,
+                        z=z, p=p, g=g, lp=lp, sum_acc=sum_acc, n_leaves=n_leaves,
+                        diverged=diverged, sub_w=sub_w, sz=sz, sg=sg, slp=slp, sh=sh,
+                        psum=psum, ck_a=ck_a, ck_v=ck_v, direction=direction, h0=h0,
+                        eps=eps, log_step=log_step, log_avg=log_avg, h_bar=h_bar, mu=mu,
+                        da_t=da_t, wmean=wmean, wm2=wm2, wn=wn, rec=rec,
+                        passes=passes + 1)
 
         out = layout.unpack(*loop(cond, packed_body, layout.pack(state)))
-        zp, gp, lpp, hp, depth = out["zp"], out["gp"], out["lpp"], out["hp"], out["depth"]
-        sum_acc, n_leaves, diverged = out["sum_acc"], out["n_leaves"], out["diverged"]
-        passes = out["passes"][0]
-        accept_prob = sum_acc / n_leaves.clamp(min=1).to(dtype)
-        return zp, lpp, gp, accept_prob, diverged, n_leaves, depth, hp, passes
+        da_out = torch.stack([out["log_step"], out["log_avg"], out["h_bar"], out["mu"],
+                              out["da_t"]], -1)
+        return (out["zp"], out["lpp"], out["gp"], out["rec"], da_out, out["eps"],
+                torch.cat([out["wmean"], out["wm2"]], -1), out["wn"], out["passes"][0])
 
     return f
 
 
-#: the carried state, packed into three tensors (a loop pass allocates a buffer per
-#: carried tensor: 33 separate tensors cost ~25 us a pass in allocations alone)
-_VECTORS = ("zl", "pl", "gl", "zr", "pr", "gr", "zp", "gp", "rho", "z", "p", "g", "sz",
-            "sg", "psum")  # (C, D) each
-_SCALARS = ("lpp", "hp", "log_w", "lp", "sum_acc", "sub_w", "slp", "sh")  # (C,) each
-_INTS = ("j", "n", "depth", "n_leaves", "done", "diverged", "passes")  # (C,) long each
-_BOOLS = ("done", "diverged")
-
-
 class _Layout:
-    """Packs the named state into `F` (C, 15 D + 9) floats (the `direction` column
-    last), `I` (C, 7) longs and `CK` (2K, C, D) checkpoints, and unpacks it (views)."""
+    """Packs the named state of `block_function` into four tensors and unpacks it
+    (views): `F` (C, 16 D + M + 16) floats (the `direction` column among them), `I`
+    (C, 8) longs, `CK` (2K, C, D) checkpoints and the record `R` (T, C, D + 6).  A loop
+    pass allocates a buffer per carried tensor: 45 separate tensors cost ~25 us a pass
+    in allocations alone."""
 
-    def __init__(self, C: int, D: int, K: int):
-        self.C, self.D, self.K = C, D, K
+    vectors = ("zl", "pl", "gl", "zr", "pr", "gr", "zp", "gp", "rho", "z", "p", "g", "sz",
+               "sg", "psum", "wmean")  # (C, D) each
+    scalars = ("lpp", "hp", "log_w", "lp", "sum_acc", "sub_w", "slp", "sh", "h0", "eps",
+               "log_step", "log_avg", "h_bar", "mu", "da_t", "wn")  # (C,) each
+    ints = ("j", "n", "depth", "n_leaves", "done", "diverged", "passes", "t")  # (C,) long
+    bools = ("done", "diverged")
+
+    def __init__(self, C: int, D: int, K: int, M: int):
+        self.C, self.D, self.K, self.M = C, D, K, M
 
     def pack(self, s: dict) -> tuple:
-        F = torch.cat([s[k] for k in _VECTORS] + [s[k].unsqueeze(-1) for k in _SCALARS]
-                      + [s["direction"]], -1)
-        I = torch.stack([s[k].to(torch.long) if k in _BOOLS else s[k] for k in _INTS], -1)
-        if I.shape[0] != self.C:  # pragma: no cover - shapes are fixed by construction
-            raise ValueError("bad state")
+        F = torch.cat([s[k] for k in self.vectors] + [s["wm2"]]
+                      + [s[k].unsqueeze(-1) for k in self.scalars] + [s["direction"]], -1)
+        I = torch.stack([s[k].to(torch.long) if k in self.bools else s[k]
+                         for k in self.ints], -1)
         CK = torch.cat([s["ck_a"], s["ck_v"]], 0)
-        return F, I, CK
+        return F, I, CK, s["rec"]
 
-    def unpack(self, F, I, CK) -> dict:
-        D, K = self.D, self.K
-        out = {k: F[:, i * D:(i + 1) * D] for i, k in enumerate(_VECTORS)}
-        base = len(_VECTORS) * D
-        out.update({k: F[:, base + i] for i, k in enumerate(_SCALARS)})
-        out["direction"] = F[:, base + len(_SCALARS):base + len(_SCALARS) + 1]
-        out.update({k: (I[:, i] != 0) if k in _BOOLS else I[:, i]
-                    for i, k in enumerate(_INTS)})
+    def unpack(self, F, I, CK, R) -> dict:
+        D, K, M = self.D, self.K, self.M
+        out = {k: F[:, i * D:(i + 1) * D] for i, k in enumerate(self.vectors)}
+        base = len(self.vectors) * D
+        out["wm2"] = F[:, base:base + M]
+        base += M
+        out.update({k: F[:, base + i] for i, k in enumerate(self.scalars)})
+        out["direction"] = F[:, base + len(self.scalars):base + len(self.scalars) + 1]
+        out.update({k: (I[:, i] != 0) if k in self.bools else I[:, i]
+                    for i, k in enumerate(self.ints)})
         out["ck_a"], out["ck_v"] = CK[:K], CK[K:]
+        out["rec"] = R
         return out
 
 
@@ -283,11 +443,29 @@ def eager_loop(cond, body, carry):
     return carry
 
 
-class CompiledTransition:
-    """A compiled transition for fixed shapes: `ct(z0, lp0, g0, p0, inv, eps, u) ->
-    TransitionOut` (an AOTInductor package loaded in this process)."""
+#: Inductor settings for the block: the packed state's `cat`s as one pointwise kernel
+#: (by default more than 8 pieces are written through a view each, and the C++ wrapper
+#: makes a tensor handle per view per pass)
+INDUCTOR_CONFIGS = {"max_pointwise_cat_inputs": 256, "force_pointwise_cat": True}
 
-    def __init__(self, runner, K: int, device, seconds: float, cached: bool):
+
+def block_size(C: int, D: int, K: int) -> int:
+    """Transitions per compiled call (`T`, fixed by the shapes so that a seeded run's
+    draws never depend on timing): up to 64, fewer when the record a pass rewrites
+    (`T x C x (D + 6)` values) or the uniform table (`T x C x table_width(K)`) grows
+    large; a call of 64 eight-schools transitions takes a few milliseconds, of 64 GARCH
+    ones about a second (the driver's progress, draws and stop checks come between
+    calls)."""
+    per = C * (D + len(REC_COLUMNS))
+    return int(max(1, min(64, 8192 // per, (1 << 20) // (C * table_width(K)))))
+
+
+class CompiledTransition:
+    """A compiled block of transitions for fixed shapes (an AOTInductor package loaded in
+    this process): `ct(z0, lp0, g0, inv, eps, P, U, limit, da, welford, welford_n,
+    sched, hyper) -> BlockOut` (`block_function`'s inputs without the mask tables)."""
+
+    def __init__(self, runner, K: int, T: int, device, seconds: float, cached: bool):
         self._run = runner
         # the package's loader called with the flat list of tensors: the public wrapper
         # parses its input and output tree specs from JSON at every call (~100 us of a
@@ -296,31 +474,42 @@ class CompiledTransition:
         boxed = getattr(loader, "boxed_run", None)
         if callable(boxed):
             self._run = lambda *args: boxed(list(args))
-        self.K = K
+        self.K, self.T = K, T
         self.store_tab, self.check_tab = mask_tables(K, device)
         self.seconds = seconds  # what compiling (or loading) took
         self.cached = cached  # loaded from the disk cache
 
-    def __call__(self, z0, lp0, g0, p0, inv, eps, u) -> TransitionOut:
-        return TransitionOut(*self._run(z0, lp0, g0, p0, inv, eps, u, self.store_tab,
-                                        self.check_tab))
+    def __call__(self, z0, lp0, g0, inv, eps, P, U, limit, da, wf, wn, sched,
+                 hyper) -> BlockOut:
+        return BlockOut(*self._run(z0, lp0, g0, inv, eps, P, U, limit, self.store_tab,
+                                   self.check_tab, da, wf, wn, sched, hyper))
 
 
-def example_inputs(density, z0: Tensor, dense: bool, K: int, seed: int = 5) -> list:
-    """Representative inputs at `z0`: momenta, step sizes and a uniform table from a
-    fixed generator (for tracing and checking)."""
+def example_inputs(density, z0: Tensor, dense: bool, K: int, T: int, seed: int = 5,
+                   limit: int = None) -> list:
+    """Representative `block_function` inputs at `z0`: momenta, step sizes, uniforms and
+    a warmup's adaptation state from a fixed generator (for tracing and checking)."""
     C, D = z0.shape
-    gen = torch.Generator(device=z0.device).manual_seed(seed)
+    dtype, device = z0.dtype, z0.device
+    gen = torch.Generator(device=device).manual_seed(seed)
     g0, lp0 = density(z0)
     g0 = torch.nan_to_num(g0).detach().clone()
     lp0 = torch.nan_to_num(lp0).detach().clone()
-    p0 = torch.randn(C, D, generator=gen, dtype=z0.dtype, device=z0.device)
-    inv = (torch.eye(D, dtype=z0.dtype, device=z0.device).expand(C, D, D).clone() if dense
-           else torch.ones(C, D, dtype=z0.dtype, device=z0.device))
-    eps = torch.full((C,), 0.1, dtype=z0.dtype, device=z0.device)
-    u = torch.rand(C, table_width(K), generator=gen, dtype=z0.dtype, device=z0.device)
-    store, check = mask_tables(K, z0.device)
-    return [z0.detach().clone(), lp0, g0, p0, inv, eps, u, store, check]
+    P = torch.randn(T, C, D, generator=gen, dtype=dtype, device=device)
+    inv = (torch.eye(D, dtype=dtype, device=device).expand(C, D, D).clone() if dense
+           else torch.ones(C, D, dtype=dtype, device=device))
+    eps = torch.full((C,), 0.1, dtype=dtype, device=device)
+    U = torch.rand(T, C, table_width(K), generator=gen, dtype=dtype, device=device)
+    store, check = mask_tables(K, device)
+    da, wf, wn, _, hyper = idle_adaptation(C, D, dense, dtype, device)
+    da[:, 0] = math.log(0.1)
+    da[:, 3] = math.log(1.0)
+    limit = T if limit is None else limit
+    # dual averaging for the whole block, the Welford window from its second transition
+    sched = torch.tensor([3, 3 + T, 4, 3 + T], dtype=torch.long, device=device)
+    return [z0.detach().clone(), lp0, g0, inv, eps, P, U,
+            torch.tensor(limit, dtype=torch.long, device=device), store, check, da, wf, wn,
+            sched, hyper]
 
 
 def cache_dir() -> Path:
@@ -334,7 +523,7 @@ def cache_dir() -> Path:
 
 
 def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
-              biased: bool) -> str:
+              biased: bool, T: int) -> str:
     """A digest of everything the compiled transition depends on: the density's graph
     (its code and every tensor it holds), the shapes, dtype and device, the settings,
     this module's and `ops`'s source and the PyTorch version."""
@@ -350,28 +539,29 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
                 h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
                 h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
-                   momentum, K, biased, torch.__version__)).encode())
+                   momentum, K, biased, T, sorted(INDUCTOR_CONFIGS.items()),
+                   torch.__version__)).encode())
     for module in (__file__, ops.__file__):
         h.update(Path(module).read_bytes())
     return h.hexdigest()[:32]
 
 
 def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
-              biased: bool, directory: Path = None) -> bool:
+              biased: bool, T: int, directory: Path = None) -> bool:
     """Whether `compile_transition` will find its package on disk."""
     directory = Path(directory) if directory is not None else cache_dir()
     try:
-        key = cache_key(graph, z0, dense, thr, momentum, K, biased)
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
     except Exception:
         return False
     return (directory / f"{key}.pt2").is_file()
 
 
 def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
-                       K: int, biased: bool, directory: Path = None) -> tuple:
+                       K: int, biased: bool, T: int, directory: Path = None) -> tuple:
     """`(CompiledTransition, note)` or `(None, why not)`.
 
-    The transition around the density's FX `graph` (`ProgramTarget.density_graph`) is
+    The block of `T` transitions (`block_function`) around the density's FX `graph` (`ProgramTarget.density_graph`) is
     exported (`torch.export`) and compiled by AOTInductor into a package of C++ (the loop
     runs in C++), kept in `directory` (default `cache_dir()`) under `cache_key`: a later
     process with the same model loads it in milliseconds.  Whether compiled or loaded, it
@@ -379,21 +569,21 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     any disagreement beyond float rounding rejects it (and a cached package that
     disagrees or fails to load is deleted)."""
     directory = Path(directory) if directory is not None else cache_dir()
-    reference = transition_function(graph, dense, thr, momentum, K, biased)
+    reference = block_function(graph, dense, thr, momentum, K, biased)
     t0 = time.perf_counter()
     state = torch.get_rng_state()
     path = None
     try:
-        key = cache_key(graph, z0, dense, thr, momentum, K, biased)
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
         path = directory / f"{key}.pt2"
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             from torch._inductor import aoti_compile_and_package, aoti_load_package
             cached = path.is_file()
             if not cached:
-                example = example_inputs(graph, torch.full_like(z0, 0.1), dense, K)
-                fn = transition_function(graph, dense, thr, momentum, K, biased,
-                                         torch.while_loop)
+                example = example_inputs(graph, torch.full_like(z0, 0.1), dense, K, T)
+                fn = block_function(graph, dense, thr, momentum, K, biased,
+                                    torch.while_loop)
 
                 class Transition(torch.nn.Module):
                     def __init__(self):
@@ -407,16 +597,19 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
                 directory.mkdir(parents=True, exist_ok=True)
                 # written aside and renamed: a killed compile leaves no broken package
                 tmp = directory / f"{key}.{os.getpid()}.tmp.pt2"
-                aoti_compile_and_package(exported, package_path=str(tmp))
+                aoti_compile_and_package(exported, package_path=str(tmp),
+                                         inductor_configs=dict(INDUCTOR_CONFIGS))
                 os.replace(tmp, path)
             runner = aoti_load_package(str(path))
             seconds = time.perf_counter() - t0
-            for seed, at in ((5, torch.full_like(z0, 0.1)), (6, z0)):
-                args = example_inputs(graph, at, dense, K, seed=seed)
+            # a few transitions: over many, float rounding (an ulp of a step size from dual
+            # averaging) grows into different trajectories, as any two builds' would
+            for seed, at, limit in ((5, torch.full_like(z0, 0.1), min(T, 3)),
+                                    (6, z0, min(T, 2))):
+                args = example_inputs(graph, at, dense, K, T, seed=seed, limit=limit)
                 want, got = reference(*args), runner(*args)
                 if not all(_agree(a, b) for a, b in zip(want, got)):
-                    if cached:
-                        path.unlink(missing_ok=True)
+                    path.unlink(missing_ok=True)
                     return None, "the compiled transition disagrees with PyTorch on test inputs"
     except Exception as exc:  # no C++ compiler, an unsupported operation, ...
         if path is not None and path.is_file() and "cached" in locals() and cached:
@@ -425,5 +618,6 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     finally:
         torch.set_rng_state(state)
     how = "loaded from the disk cache" if cached else "compiled by AOTInductor"
-    return (CompiledTransition(runner, K, z0.device, seconds, cached),
-            f"the whole NUTS transition {how} (a C++ loop; {seconds:.1f} s)")
+    return (CompiledTransition(runner, K, T, z0.device, seconds, cached),
+            f"the whole NUTS transition {how} (a C++ loop of up to {T} transitions "
+            f"a call; {seconds:.1f} s)")
