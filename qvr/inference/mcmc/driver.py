@@ -15,6 +15,11 @@ describes; ``"parallel"`` splits them over processes, each batch vectorised
 (`distributed.py`; without a launch it runs as ``"vectorized"``).  All target the same
 posterior with the same per-chain algorithm.
 
+Blocks.  The loop asks the kernel for blocks of iterations (`kernel.sample_block`, never
+across the end of warmup): one at a time for HMC and for NUTS on ticks, up to 64 in one
+call for NUTS's compiled transition (`transition.py`); a stop request, progress events
+and draws chunks are handled between blocks, every iteration of a block is recorded.
+
 Initial positions (spec 6.6.2): ``"prior"`` -> `0.1 N(0, I)` from a private generator
 seeded with the chain index (the global RNG is untouched); ``"zero"``; ``"guide"`` ->
 `T^-1` of one `guide.rsample` draw.  `run(..., initial=z0)` gives the positions
@@ -370,7 +375,8 @@ class _Run:
                 else:
                     t_samp += now - t0
                 t0 = now
-                due = self.throttle.due(step, total)
+                # the first block of a phase always reports (as its first step would)
+                due = self.throttle.due(1 if step == k else step, total)
                 if due:
                     hits = None if max_depth is None else \
                         (depths[idx, it - step:it] >= max_depth).sum(1)
