@@ -175,8 +175,8 @@ def _adaptation(C, D, da_state, lo, hi, W):
 def test_a_block_is_its_transitions_one_after_another_with_adaptation():
     """`block_function` over `T` transitions = `T` single transitions fed the same rows of
     momenta and uniforms, with `DualAveraging.update` and `Welford.update` between them
-    (float rounding of the step sizes aside); the loop runs as many passes as the chain
-    with the most leaves over the whole block, fewer than lockstep transitions."""
+    (float rounding of the step sizes aside); each transition costs its longest chain's
+    leaves."""
     from qvr.inference.mcmc.adaptation import DualAveraging, Welford
     K, T, C, D = 6, 7, 3, 3
     gen = torch.Generator().manual_seed(3)
@@ -219,8 +219,8 @@ def test_a_block_is_its_transitions_one_after_another_with_adaptation():
     assert out.welford_n.tolist() == [float(w.n)] * C
     assert torch.allclose(out.z, z, atol=1e-4) and torch.allclose(out.grad, g, atol=1e-3)
     leaves = out.rec[:, :, D + 4]
-    assert int(out.passes) == int(leaves.sum(0).max())
-    assert int(out.passes) < int(leaves.max(1).values.sum())  # lockstep would cost this
+    assert int(out.passes) == int(leaves.max(1).values.sum())
+    assert len(set(leaves[:, 0].tolist())) > 1
 
 
 def test_a_block_stops_at_its_limit_and_adapts_only_inside_its_windows():

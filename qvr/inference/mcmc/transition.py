@@ -2,27 +2,26 @@
 (issue 24).
 
 `nuts.py` builds the tree from Python, one batched leaf per call (`tick.py`), all chains
-in lockstep through each subtree.  Here a block of up to `T` iterations is a single flat
-`torch.while_loop` (`block_function`) whose every pass is one leaf for every chain that
-is still building, and in which each chain advances on its own: when a chain's subtree
-ends (its `2^j` leaves are built, or a leaf diverged or turned) it is merged into that
-chain's trajectory, the whole trajectory is checked for a U-turn and the chain's next
-subtree starts at the next pass; when its transition ends, the chain writes its row of
-the block's record, adapts, and starts its next transition at the next pass, whatever
-the other chains are doing.  A block costs the chain with the most leaves over the whole
-block, not the sum of each transition's (or subtree's) slowest chain: on the benchmark's
-normal-normal model 25% fewer passes than one call per transition.
+in lockstep through each subtree.  Here one transition is a single flat
+`torch.while_loop` (`transition_function`) whose every pass is one leaf for every chain
+that is still building, and in which each chain advances on its own: when a chain's
+subtree ends (its `2^j` leaves are built, or a leaf diverged or turned) it is merged into
+that chain's trajectory, the whole trajectory is checked for a U-turn and the chain's next
+subtree starts at the next pass, whatever the other chains are doing.  A transition
+costs the *longest* chain's leaves, not the sum of the slowest chain's subtrees as in
+lockstep.  A block of up to `T` transitions (`block_function`) is an outer
+`torch.while_loop` around it that records each transition and adapts: the driver gets
+64 iterations from one call.
 
 The algorithm is `nuts.py`'s exactly (multinomial, iterative, NumPyro's checkpoint
 scheme; `transition="biased"` or ``"uniform"`` merges, ``"momentum"`` or
 ``"position"`` U-turns), written with masks (`torch.where`) instead of branches:
 
-* per chain, the carried state is the transition's index `t`, the subtree's depth `j`
-  and leaf index `n`, a `done` flag, the trajectory's two ends, its proposal and log
-  weight, the summed momenta `rho`, the subtree's record (`tick.TickState`'s fields, the
-  `(K, C, D)` checkpoint stacks included), the step size, the dual-averaging state and
-  the Welford accumulators, packed into four tensors (`_Layout`: a loop pass allocates a
-  buffer per carried tensor);
+* per chain, the carried state is the subtree's depth `j` and leaf index `n`, a `done`
+  flag, the trajectory's two ends, its proposal and log weight, the summed momenta
+  `rho`, and the subtree's record (`tick.TickState`'s fields, the `(K, C, D)`
+  checkpoint stacks included), packed into three tensors (`_Layout`: a loop pass
+  allocates a buffer per carried tensor);
 * the checkpoints a leaf stores and checks come from two tables indexed by `n`
   (`tick.checkpoint_masks` for every `n`), gathered per chain;
 * the random numbers are drawn outside the loop: `(T, C, D)` momenta and a
@@ -31,26 +30,28 @@ scheme; `transition="biased"` or ``"uniform"`` merges, ``"momentum"`` or
   by `j`): the compiled code draws nothing, so it is deterministic and the same tables
   give the same draws whichever way the function runs (eagerly, or compiled; up to
   float rounding);
-* warmup adaptation runs inside the loop, per chain after each transition: dual
+* warmup adaptation runs in the outer loop, per chain after each transition: dual
   averaging of the step size and the Welford mean and M2 of the positions in a slow
   window, exactly as `adaptation.DualAveraging` / `Welford`; a block never runs past
   the end of a slow window or of warmup, where the kernel sets the new metric and
   searches a step size in Python (`HMCBase._adapt_window`).
 
-`transition_function` is one transition (a block of one without adaptation: the
-reference the tests hold to the Python tree builder); `compile_transition` exports
-`block_function` (`torch.export`, through the density's FX graph) and builds it with
-AOTInductor into a package whose loop is C++, kept on disk (`cache_dir`, keyed by
-`cache_key`: a later process loads it in under a second instead of compiling for
-~30-50 s), checks it against the reference on two short blocks, and returns a
-`CompiledTransition` or the reason it could not.
+`compile_transition` exports `block_function` (`torch.export`, through the density's FX
+graph) and builds it with AOTInductor into a package whose loops are C++, kept on disk
+(`cache_dir`, keyed by `cache_key`: a later process loads it in under a second instead of
+compiling for ~30-50 s), checks it against the same function run by PyTorch on two short
+blocks, and returns a `CompiledTransition` or the reason it could not.
 
-Measured (2-core x86 VM, one thread): a pass costs ~30 us with 4 chains on a small
-model, of which the loop's arithmetic is ~7 us; the rest is the C++ wrapper creating a
-tensor (handle and allocation) for each of ~40 intermediate values and each carried
-input per pass (glibc's allocator and c10's tensor creation lead a profile).  Inductor's
-stack allocation would remove them but does not compile with a while loop in PyTorch
-2.13 (the wrapper assigns a stack tensor to a heap handle).
+Measured (2-core x86 VM, one thread; eight schools, 4 chains): a pass costs ~30 us, of
+which the arithmetic is a fraction; the rest is the C++ wrapper creating a tensor (handle
+and allocation) for each of ~30 intermediate values and each carried input per pass
+(glibc's allocator and c10's tensor creation lead a profile).  Inductor's stack
+allocation would remove them but does not compile with a while loop in PyTorch 2.13 (the
+wrapper assigns a stack tensor to a heap handle).  A flat block was tried and dropped:
+one loop for all `T` transitions in which a chain starts its next transition as soon as
+its last ends took 25-45% fewer passes, but its record, restart and adaptation ran on
+every pass and made a pass ~2x dearer (eight schools 57 us; a 10-D funnel 2.5x slower
+than one call per transition).
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def table_width(K: int) -> int:
 
 def transition_function(density: Callable, dense: bool, thr: float, momentum: bool,
                         K: int, biased: bool, loop: Callable = None) -> Callable:
-    """One NUTS transition as a function of tensors only:
+    """The NUTS transition as a function of tensors only:
 
         f(z0, lp0, g0, p0, inv, eps, u, store_tab, check_tab) -> TransitionOut fields
 
@@ -121,22 +122,173 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
     are mapped here); `z0, g0, p0` are `(C, D)`, `lp0`, `eps` `(C,)`, `inv` the inverse
     mass matrices, `u` the `(C, table_width(K))` uniforms, the tables `mask_tables(K)`.
     `loop` is `torch.while_loop` (for compiling) or `eager_loop` (the default: Python).
-    It is `block_function` run for one transition without adaptation.
     """
-    block = block_function(density, dense, thr, momentum, K, biased, loop)
+    loop = loop or eager_loop
+
+    def velocity(inv, p):
+        return ops.velocity(inv, p, dense)
 
     def f(z0, lp0, g0, p0, inv, eps, u, store_tab, check_tab):
         C, D = z0.shape
-        args = idle_adaptation(C, D, dense, z0.dtype, z0.device)
-        out = BlockOut(*block(z0, lp0, g0, inv, eps, p0.unsqueeze(0), u.unsqueeze(0),
-                              torch.ones((), dtype=torch.long, device=z0.device),
-                              store_tab, check_tab, *args))
-        row = out.rec[0]
-        return (out.z, out.log_density, out.grad, row[:, D + 1], row[:, D + 3] != 0,
-                row[:, D + 4].to(torch.long), row[:, D + 5].to(torch.long), row[:, D + 2],
-                out.passes)
+        dtype = z0.dtype
+        h0 = -lp0 + 0.5 * (p0 * velocity(inv, p0)).sum(-1)
+        lead = 2 ** K  # columns: leaves [0, 2^K), directions [2^K, 2^K + K), merges
+        last_row = store_tab.shape[0] - 1
+        zeros = torch.zeros(C, dtype=dtype, device=z0.device)
+        izeros = torch.zeros(C, dtype=torch.long, device=z0.device)
+        neg_inf = zeros - math.inf
+        done = ~torch.isfinite(h0)
+        # the first subtree's direction
+        direction = torch.where(u[:, lead] < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
+        state = dict(
+            j=izeros, n=izeros, done=done,
+            zl=z0, pl=p0, gl=g0,  # the backward end
+            zr=z0, pr=p0, gr=g0,  # the forward end
+            zp=z0, gp=g0, lpp=lp0, hp=h0,  # the proposal
+            log_w=zeros,  # the trajectory's log weight (relative to H0)
+            rho=p0,  # momenta summed over the trajectory
+            depth=izeros,
+            z=z0, p=p0, g=g0, lp=lp0,  # the last leaf of the subtree being built
+            sum_acc=zeros, n_leaves=izeros, diverged=torch.zeros_like(done),
+            sub_w=neg_inf, sz=z0, sg=g0, slp=lp0, sh=h0,  # the subtree's weight, proposal
+            psum=torch.zeros_like(z0),
+            ck_a=z0.new_zeros(K, C, D), ck_v=z0.new_zeros(K, C, D),  # checkpoints
+            direction=direction,  # (C, 1)
+            passes=izeros)
+        layout = _Layout(C, D, K)
+
+        def cond(F, I, CK):
+            return (I[:, _INTS.index("done")] == 0).any()
+
+        def packed_body(F, I, CK):
+            return layout.pack(body(**layout.unpack(F, I, CK)))
+
+        def body(j, n, done, zl, pl, gl, zr, pr, gr, zp, gp, lpp, hp, log_w, rho, depth,
+                 z, p, g, lp, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
+                 ck_a, ck_v, direction, passes):
+            # one pass: a leaf for every chain still building (named tensors in and out)
+            live = ~done
+            lcol = live.unsqueeze(-1)
+            step = eps.unsqueeze(-1) * direction
+            # ---- the leaf (as tick.leaf_function with raw=True)
+            u_leaf = torch.gather(u, 1, n_leaves.clamp(max=lead - 1).unsqueeze(-1)).squeeze(-1)
+            z1, p_half = ops.kick_drift(z, p, g, step, inv, dense)
+            g1, lp1 = density(z1)
+            lp1 = torch.nan_to_num(lp1, nan=-math.inf, posinf=-math.inf)
+            g1 = torch.nan_to_num(g1, nan=0.0, posinf=0.0, neginf=0.0)
+            (p1, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
+             sh) = ops.nuts_leaf(z1, p_half, lp1, g1, step, inv, dense, h0, thr, live,
+                                 sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh,
+                                 torch.log(u_leaf))
+            z = torch.where(lcol, z1, z)
+            p = torch.where(lcol, p1, p)
+            g = torch.where(lcol, g1, g)
+            lp = torch.where(live, lp1, lp)
+            # ---- the checkpoints of leaf n and the U-turns of the sub-subtrees ending here
+            row = n.clamp(max=last_row)
+            store = (store_tab[row] & lcol).t().unsqueeze(-1)  # (K, C, 1)
+            check = check_tab[row].t()  # (K, C)
+            psum, ck_a, ck_v, still = ops.uturn_update(z, p, v, div, live, psum, ck_a,
+                                                       ck_v, store, check, direction,
+                                                       momentum)
+            n = n + live.to(n.dtype)
+            # ---- a subtree that ended is merged into its chain's trajectory
+            ended = live & ((n >= torch.ones_like(j) << j) | ~still)
+            completed = ended & still
+            u_merge = torch.gather(u, 1, (lead + K + j).clamp(max=lead + 2 * K - 1)
+                                   .unsqueeze(-1)).squeeze(-1)
+            new_log_w = torch.logaddexp(log_w, sub_w)
+            against = log_w if biased else new_log_w
+            take = completed & (torch.log(u_merge) < sub_w - against)
+            tcol = take.unsqueeze(-1)
+            zp = torch.where(tcol, sz, zp)
+            gp = torch.where(tcol, sg, gp)
+            lpp = torch.where(take, slp, lpp)
+            hp = torch.where(take, sh, hp)
+            log_w = torch.where(completed, new_log_w, log_w)
+            fwd = direction.squeeze(-1) > 0
+            right = (completed & fwd).unsqueeze(-1)
+            left = (completed & ~fwd).unsqueeze(-1)
+            zr, pr, gr = torch.where(right, z, zr), torch.where(right, p, pr), \
+                torch.where(right, g, gr)
+            zl, pl, gl = torch.where(left, z, zl), torch.where(left, p, pl), \
+                torch.where(left, g, gl)
+            j = j + ended.to(j.dtype)
+            depth = torch.where(ended, j, depth)
+            if momentum:
+                rho = torch.where(completed.unsqueeze(-1), rho + psum, rho)
+                uturn = ((velocity(inv, pl) * rho).sum(-1) <= 0) | \
+                    ((velocity(inv, pr) * rho).sum(-1) <= 0)
+            else:
+                dz = zr - zl
+                uturn = ((dz * velocity(inv, pl)).sum(-1) < 0) | \
+                    ((dz * velocity(inv, pr)).sum(-1) < 0)
+            done = done | (ended & (~completed | uturn | (j >= K)))
+            # ---- the next subtree of a chain whose subtree ended and that goes on
+            start = ended & ~done
+            scol = start.unsqueeze(-1)
+            u_dir = torch.gather(u, 1, (lead + j).clamp(max=lead + 2 * K - 1)
+                                 .unsqueeze(-1)).squeeze(-1)
+            new_dir = torch.where(u_dir < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
+            direction = torch.where(scol, new_dir, direction)
+            nfwd = direction > 0
+            z = torch.where(scol, torch.where(nfwd, zr, zl), z)
+            p = torch.where(scol, torch.where(nfwd, pr, pl), p)
+            g = torch.where(scol, torch.where(nfwd, gr, gl), g)
+            sub_w = torch.where(start, neg_inf, sub_w)
+            psum = torch.where(scol, torch.zeros_like(psum), psum)
+            n = torch.where(start, torch.zeros_like(n), n)
+            return dict(j=j, n=n, done=done, zl=zl, pl=pl, gl=gl, zr=zr, pr=pr, gr=gr, zp=zp,
+                        gp=gp, lpp=lpp, hp=hp, log_w=log_w, rho=rho, depth=depth, z=z, p=p,
+                        g=g, lp=lp, sum_acc=sum_acc, n_leaves=n_leaves, diverged=diverged,
+                        sub_w=sub_w, sz=sz, sg=sg, slp=slp, sh=sh, psum=psum, ck_a=ck_a,
+                        ck_v=ck_v, direction=direction, passes=passes + 1)
+
+        out = layout.unpack(*loop(cond, packed_body, layout.pack(state)))
+        zp, gp, lpp, hp, depth = out["zp"], out["gp"], out["lpp"], out["hp"], out["depth"]
+        sum_acc, n_leaves, diverged = out["sum_acc"], out["n_leaves"], out["diverged"]
+        passes = out["passes"][0]
+        accept_prob = sum_acc / n_leaves.clamp(min=1).to(dtype)
+        return zp, lpp, gp, accept_prob, diverged, n_leaves, depth, hp, passes
 
     return f
+
+
+#: the carried state, packed into three tensors (a loop pass allocates a buffer per
+#: carried tensor: 33 separate tensors cost ~25 us a pass in allocations alone)
+_VECTORS = ("zl", "pl", "gl", "zr", "pr", "gr", "zp", "gp", "rho", "z", "p", "g", "sz",
+            "sg", "psum")  # (C, D) each
+_SCALARS = ("lpp", "hp", "log_w", "lp", "sum_acc", "sub_w", "slp", "sh")  # (C,) each
+_INTS = ("j", "n", "depth", "n_leaves", "done", "diverged", "passes")  # (C,) long each
+_BOOLS = ("done", "diverged")
+
+
+class _Layout:
+    """Packs the named state into `F` (C, 15 D + 9) floats (the `direction` column
+    last), `I` (C, 7) longs and `CK` (2K, C, D) checkpoints, and unpacks it (views)."""
+
+    def __init__(self, C: int, D: int, K: int):
+        self.C, self.D, self.K = C, D, K
+
+    def pack(self, s: dict) -> tuple:
+        F = torch.cat([s[k] for k in _VECTORS] + [s[k].unsqueeze(-1) for k in _SCALARS]
+                      + [s["direction"]], -1)
+        I = torch.stack([s[k].to(torch.long) if k in _BOOLS else s[k] for k in _INTS], -1)
+        if I.shape[0] != self.C:  # pragma: no cover - shapes are fixed by construction
+            raise ValueError("bad state")
+        CK = torch.cat([s["ck_a"], s["ck_v"]], 0)
+        return F, I, CK
+
+    def unpack(self, F, I, CK) -> dict:
+        D, K = self.D, self.K
+        out = {k: F[:, i * D:(i + 1) * D] for i, k in enumerate(_VECTORS)}
+        base = len(_VECTORS) * D
+        out.update({k: F[:, base + i] for i, k in enumerate(_SCALARS)})
+        out["direction"] = F[:, base + len(_SCALARS):base + len(_SCALARS) + 1]
+        out.update({k: (I[:, i] != 0) if k in _BOOLS else I[:, i]
+                    for i, k in enumerate(_INTS)})
+        out["ck_a"], out["ck_v"] = CK[:K], CK[K:]
+        return out
 
 
 class BlockOut(NamedTuple):
@@ -171,178 +323,60 @@ def idle_adaptation(C: int, D: int, dense: bool, dtype, device) -> list:
 
 def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K: int,
                    biased: bool, loop: Callable = None) -> Callable:
-    """Up to `T` NUTS transitions per chain as one flat loop (many transitions per call):
+    """Up to `T` NUTS transitions as one loop (many transitions per call):
 
         f(z0, lp0, g0, inv, eps, P, U, limit, store_tab, check_tab,
           da, welford, welford_n, sched, hyper) -> BlockOut fields
 
     `P` `(T, C, D)` are the momenta and `U` `(T, C, table_width(K))` the uniforms of
     each transition, drawn outside; `limit` (a long scalar, `<= T`) the transitions to
-    run.  Every pass is a leaf for every chain still building; a chain whose transition
-    ends writes it to its row of the record, adapts, and starts its next transition at
-    the next pass with its own momentum and numbers, whatever the other chains do: the
-    loop costs the chain with the most leaves over the whole block, not the sum of each
-    transition's slowest chain.
-
-    Adaptation inside the loop, per chain, after each transition `t` (the run's
-    iteration `sched[0] + t`): dual averaging (Hoffman & Gelman's Algorithm 5, as
-    `adaptation.DualAveraging`; `da` `(C, 5)`: log step, log averaged step, h-bar, mu,
-    updates; `hyper`: target, gamma, t0, kappa) while the iteration is below `sched[1]`,
-    the next transition then using `exp(log step)`; the Welford mean and M2 of the
-    positions (as `adaptation.Welford`) while it is within `[sched[2], sched[3]]`.  What
-    happens at a window's end (a new metric, a step-size search) is the caller's: a
-    block never runs past one.
+    run.  An outer loop over the transitions runs `transition_function`'s loop (a leaf per
+    pass for every chain still building) for each, writes its row of the record, and
+    adapts, per chain (the run's iteration `sched[0] + t`): dual averaging (Hoffman &
+    Gelman's Algorithm 5, as `adaptation.DualAveraging`; `da` `(C, 5)`: log step, log
+    averaged step, h-bar, mu, updates; `hyper`: target, gamma, t0, kappa) while the
+    iteration is below `sched[1]`, the next transition then using `exp(log step)`; the
+    Welford mean and M2 of the positions (as `adaptation.Welford`) while it is within
+    `[sched[2], sched[3]]`.  What happens at a window's end (a new metric, a step-size
+    search) is the caller's: a block never runs past one.
     """
     loop = loop or eager_loop
-
-    def velocity(inv, p):
-        return ops.velocity(inv, p, dense)
+    one = transition_function(density, dense, thr, momentum, K, biased, loop)
 
     def f(z0, lp0, g0, inv, eps0, P, U, limit, store_tab, check_tab, da, wf, wn, sched,
           hyper):
         T, C, D = P.shape
-        Wu = U.shape[-1]
-        dtype, device = z0.dtype, z0.device
-        lead = 2 ** K  # columns: leaves [0, 2^K), directions [2^K, 2^K + K), merges
-        last_row = store_tab.shape[0] - 1
-        chains = torch.arange(C, device=device)
-        rows = torch.arange(T, device=device).unsqueeze(-1)  # (T, 1)
-        zeros = torch.zeros(C, dtype=dtype, device=device)
-        izeros = torch.zeros(C, dtype=torch.long, device=device)
-        neg_inf = zeros - math.inf
         M = wf.shape[1] - D
-        # (views of the inputs are taken inside the loop's body: a view captured from
-        # outside is an aliased input, which torch.while_loop refuses)
+        dtype, device = z0.dtype, z0.device
+        b = 3 * D + M  # F: z, grad, Welford mean and M2, then the scalars below
+        F0 = torch.cat([z0, g0, wf, lp0.unsqueeze(-1), eps0.unsqueeze(-1), da,
+                        wn.unsqueeze(-1)], -1)
+        I0 = torch.zeros(2, dtype=torch.long, device=device)  # t, passes
+        R0 = z0.new_zeros(T, C, D + len(REC_COLUMNS))
 
-        def take_u(t, cols):
-            # each chain's uniform at column `cols` of its transition `t`'s row
-            base = (t.clamp(max=T - 1) * C + chains) * Wu
-            return torch.take(U, base + cols.clamp(max=Wu - 1))
+        def cond(F, I, R):
+            return I[0] < limit
 
-        def momenta(t):
-            return P.reshape(T * C, D).index_select(0, t.clamp(max=T - 1) * C + chains)
-
-        def energy(lp, p):
-            return -lp + 0.5 * (p * velocity(inv, p)).sum(-1)
-
-        def new_direction(t, j):
-            u_dir = take_u(t, lead + j)
-            return torch.where(u_dir < 0.5, -1.0, 1.0).to(dtype).unsqueeze(-1)
-
-        p0 = momenta(izeros)
-        h0 = energy(lp0, p0)
-        state = dict(
-            j=izeros, n=izeros, done=~torch.isfinite(h0), t=izeros,
-            zl=z0, pl=p0, gl=g0,  # the backward end
-            zr=z0, pr=p0, gr=g0,  # the forward end
-            zp=z0, gp=g0, lpp=lp0, hp=h0,  # the proposal
-            log_w=zeros,  # the trajectory's log weight (relative to H0)
-            rho=p0,  # momenta summed over the trajectory
-            depth=izeros,
-            z=z0, p=p0, g=g0, lp=lp0,  # the last leaf of the subtree being built
-            sum_acc=zeros, n_leaves=izeros, diverged=torch.zeros_like(izeros, dtype=torch.bool),
-            sub_w=neg_inf, sz=z0, sg=g0, slp=lp0, sh=h0,  # the subtree's weight, proposal
-            psum=torch.zeros_like(z0),
-            ck_a=z0.new_zeros(K, C, D), ck_v=z0.new_zeros(K, C, D),  # checkpoints
-            direction=new_direction(izeros, izeros),  # (C, 1)
-            h0=h0, eps=eps0, log_step=da[:, 0], log_avg=da[:, 1], h_bar=da[:, 2],
-            mu=da[:, 3], da_t=da[:, 4], wmean=wf[:, :D], wm2=wf[:, D:], wn=wn,
-            rec=z0.new_zeros(T, C, D + len(REC_COLUMNS)),
-            passes=izeros)
-        layout = _Layout(C, D, K, M)
-
-        def cond(F, I, CK, R):
-            return (I[:, layout.ints.index("t")] < limit).any()
-
-        def packed_body(F, I, CK, R):
-            return layout.pack(body(**layout.unpack(F, I, CK, R)))
-
-        def body(j, n, done, t, zl, pl, gl, zr, pr, gr, zp, gp, lpp, hp, log_w, rho, depth,
-                 z, p, g, lp, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                 ck_a, ck_v, direction, h0, eps, log_step, log_avg, h_bar, mu, da_t,
-                 wmean, wm2, wn, rec, passes):
-            # one pass: a leaf for every chain still building (named tensors in and out)
-            live = ~done
-            lcol = live.unsqueeze(-1)
-            step = eps.unsqueeze(-1) * direction
-            # ---- the leaf (as tick.leaf_function with raw=True)
-            u_leaf = take_u(t, n_leaves.clamp(max=lead - 1))
-            z1, p_half = ops.kick_drift(z, p, g, step, inv, dense)
-            g1, lp1 = density(z1)
-            lp1 = torch.nan_to_num(lp1, nan=-math.inf, posinf=-math.inf)
-            g1 = torch.nan_to_num(g1, nan=0.0, posinf=0.0, neginf=0.0)
-            (p1, v, sum_acc, n_leaves, diverged, div, sub_w, sz, sg, slp,
-             sh) = ops.nuts_leaf(z1, p_half, lp1, g1, step, inv, dense, h0, thr, live,
-                                 sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh,
-                                 torch.log(u_leaf))
-            z = torch.where(lcol, z1, z)
-            p = torch.where(lcol, p1, p)
-            g = torch.where(lcol, g1, g)
-            lp = torch.where(live, lp1, lp)
-            # ---- the checkpoints of leaf n and the U-turns of the sub-subtrees ending here
-            row = n.clamp(max=last_row)
-            store = (store_tab[row] & lcol).t().unsqueeze(-1)  # (K, C, 1)
-            check = check_tab[row].t()  # (K, C)
-            psum, ck_a, ck_v, still = ops.uturn_update(z, p, v, div, live, psum, ck_a,
-                                                       ck_v, store, check, direction,
-                                                       momentum)
-            n = n + live.to(n.dtype)
-            # ---- a subtree that ended is merged into its chain's trajectory
-            ended = live & ((n >= torch.ones_like(j) << j) | ~still)
-            completed = ended & still
-            u_merge = take_u(t, lead + K + j)
-            new_log_w = torch.logaddexp(log_w, sub_w)
-            against = log_w if biased else new_log_w
-            take = completed & (torch.log(u_merge) < sub_w - against)
-            tcol = take.unsqueeze(-1)
-            zp = torch.where(tcol, sz, zp)
-            gp = torch.where(tcol, sg, gp)
-            lpp = torch.where(take, slp, lpp)
-            hp = torch.where(take, sh, hp)
-            log_w = torch.where(completed, new_log_w, log_w)
-            fwd = direction.squeeze(-1) > 0
-            right = (completed & fwd).unsqueeze(-1)
-            left = (completed & ~fwd).unsqueeze(-1)
-            zr, pr, gr = torch.where(right, z, zr), torch.where(right, p, pr), \
-                torch.where(right, g, gr)
-            zl, pl, gl = torch.where(left, z, zl), torch.where(left, p, pl), \
-                torch.where(left, g, gl)
-            j = j + ended.to(j.dtype)
-            depth = torch.where(ended, j, depth)
-            if momentum:
-                rho = torch.where(completed.unsqueeze(-1), rho + psum, rho)
-                uturn = ((velocity(inv, pl) * rho).sum(-1) <= 0) | \
-                    ((velocity(inv, pr) * rho).sum(-1) <= 0)
-            else:
-                dz = zr - zl
-                uturn = ((dz * velocity(inv, pl)).sum(-1) < 0) | \
-                    ((dz * velocity(inv, pr)).sum(-1) < 0)
-            done = done | (ended & (~completed | uturn | (j >= K)))
-            # ---- the next subtree of a chain whose subtree ended and that goes on
-            start = ended & ~done
-            scol = start.unsqueeze(-1)
-            direction = torch.where(scol, new_direction(t, j), direction)
-            nfwd = direction > 0
-            z = torch.where(scol, torch.where(nfwd, zr, zl), z)
-            p = torch.where(scol, torch.where(nfwd, pr, pl), p)
-            g = torch.where(scol, torch.where(nfwd, gr, gl), g)
-            sub_w = torch.where(start, neg_inf, sub_w)
-            psum = torch.where(scol, torch.zeros_like(psum), psum)
-            n = torch.where(start, torch.zeros_like(n), n)
-            # ---- a chain whose transition ended: its record, adaptation, next transition
+        def body(F, I, R):
+            t = I[0]
+            z, g = F[:, :D], F[:, D:2 * D]
+            wmean, wm2 = F[:, 2 * D:3 * D], F[:, 3 * D:b]
+            lp, eps = F[:, b], F[:, b + 1]
+            log_step, log_avg, h_bar, mu, da_t, n = (F[:, b + 2 + i] for i in range(6))
+            row = t.reshape(1)
+            zp, lpp, gp, acc, div, leaves, depth, hp, passes = one(
+                z, lp, g, P.index_select(0, row).squeeze(0), inv, eps,
+                U.index_select(0, row).squeeze(0), store_tab, check_tab)
+            line = torch.cat([zp, lpp.unsqueeze(-1), acc.unsqueeze(-1), hp.unsqueeze(-1),
+                              div.to(dtype).unsqueeze(-1), leaves.to(dtype).unsqueeze(-1),
+                              depth.to(dtype).unsqueeze(-1)], -1)
+            rows = torch.arange(T, device=device).view(T, 1, 1)
+            R = torch.where(rows == t, line.unsqueeze(0), R)
             i0, w_da, lo, hi = sched.unbind()
             target, gamma, t0, kappa = hyper.unbind()
-            fin = done & (t < limit)
-            acc = sum_acc / n_leaves.clamp(min=1).to(dtype)
-            line = torch.cat([zp, lpp.unsqueeze(-1), acc.unsqueeze(-1), hp.unsqueeze(-1),
-                              diverged.to(dtype).unsqueeze(-1),
-                              n_leaves.to(dtype).unsqueeze(-1),
-                              depth.to(dtype).unsqueeze(-1)], -1)
-            hit = ((rows == t) & fin).unsqueeze(-1)  # (T, C, 1)
-            rec = torch.where(hit, line.unsqueeze(0), rec)
             it = i0 + t
             # dual averaging (adaptation.DualAveraging.update)
-            on = fin & (it < w_da)
+            on = it < w_da
             stat = torch.where(torch.isfinite(acc), acc, torch.zeros_like(acc)).clamp(0.0, 1.0)
             tt = da_t + 1.0
             w = 1.0 / (tt + t0)
@@ -356,8 +390,8 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
             da_t = torch.where(on, tt, da_t)
             eps = torch.where(on, torch.exp(ls_new), eps)
             # the Welford window (adaptation.Welford.update)
-            won = fin & (lo <= it) & (it <= hi)
-            n1 = wn + 1.0
+            won = (lo <= it) & (it <= hi)
+            n1 = n + 1.0
             delta = zp - wmean
             mean_new = wmean + delta / n1.unsqueeze(-1)
             delta2 = zp - mean_new
@@ -365,89 +399,18 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
                 m2_new = wm2 + delta * delta2
             else:
                 m2_new = wm2 + (delta.unsqueeze(-1) * delta2.unsqueeze(-2)).reshape(C, M)
-            wcol = won.unsqueeze(-1)
-            wmean = torch.where(wcol, mean_new, wmean)
-            wm2 = torch.where(wcol, m2_new, wm2)
-            wn = torch.where(won, n1, wn)
-            t = t + fin.to(t.dtype)
-            # the next transition from the proposal
-            again = fin & (t < limit)
-            acol = again.unsqueeze(-1)
-            pn = momenta(t)
-            hn = energy(lpp, pn)
-            j = torch.where(again, torch.zeros_like(j), j)
-            n = torch.where(again, torch.zeros_like(n), n)
-            z, zl, zr, sz = (torch.where(acol, zp, x) for x in (z, zl, zr, sz))
-            g, gl, gr, sg = (torch.where(acol, gp, x) for x in (g, gl, gr, sg))
-            p, pl, pr, rho = (torch.where(acol, pn, x) for x in (p, pl, pr, rho))
-            lp = torch.where(again, lpp, lp)
-            slp = torch.where(again, lpp, slp)
-            hp, sh, h0 = (torch.where(again, hn, x) for x in (hp, sh, h0))
-            log_w = torch.where(again, zeros, log_w)
-            sum_acc = torch.where(again, zeros, sum_acc)
-            sub_w = torch.where(again, neg_inf, sub_w)
-            depth = torch.where(again, izeros, depth)
-            n_leaves = torch.where(again, izeros, n_leaves)
-            diverged = diverged & ~again
-            psum = torch.where(acol, torch.zeros_like(psum), psum)
-            direction = torch.where(acol, new_direction(t, izeros), direction)
-            done = torch.where(again, ~torch.isfinite(hn), done)
-            return dict(j=j, n=n, done=done, t=t, zl=zl, pl=pl, gl=gl, zr=zr, pr=pr, gr=gr,
-                        zp=zp, gp=gp, lpp=lpp, hp=hp, log_w=log_w, rho=rho, depth=depth,
-                        z=z, p=p, g=g, lp=lp, sum_acc=sum_acc, n_leaves=n_leaves,
-                        diverged=diverged, sub_w=sub_w, sz=sz, sg=sg, slp=slp, sh=sh,
-                        psum=psum, ck_a=ck_a, ck_v=ck_v, direction=direction, h0=h0,
-                        eps=eps, log_step=log_step, log_avg=log_avg, h_bar=h_bar, mu=mu,
-                        da_t=da_t, wmean=wmean, wm2=wm2, wn=wn, rec=rec,
-                        passes=passes + 1)
+            wmean = torch.where(won, mean_new, wmean)
+            wm2 = torch.where(won, m2_new, wm2)
+            n = torch.where(won, n1, n)
+            F = torch.cat([zp, gp, wmean, wm2] + [v.unsqueeze(-1) for v in (
+                lpp, eps, log_step, log_avg, h_bar, mu, da_t, n)], -1)
+            return F, torch.stack([t + 1, I[1] + passes]), R
 
-        out = layout.unpack(*loop(cond, packed_body, layout.pack(state)))
-        da_out = torch.stack([out["log_step"], out["log_avg"], out["h_bar"], out["mu"],
-                              out["da_t"]], -1)
-        return (out["zp"], out["lpp"], out["gp"], out["rec"], da_out, out["eps"],
-                torch.cat([out["wmean"], out["wm2"]], -1), out["wn"], out["passes"][0])
+        F, I, R = loop(cond, body, (F0, I0, R0))
+        return (F[:, :D], F[:, b], F[:, D:2 * D], R, F[:, b + 2:b + 7], F[:, b + 1],
+                F[:, 2 * D:b], F[:, b + 7], I[1])
 
     return f
-
-
-class _Layout:
-    """Packs the named state of `block_function` into four tensors and unpacks it
-    (views): `F` (C, 16 D + M + 16) floats (the `direction` column among them), `I`
-    (C, 8) longs, `CK` (2K, C, D) checkpoints and the record `R` (T, C, D + 6).  A loop
-    pass allocates a buffer per carried tensor: 45 separate tensors cost ~25 us a pass
-    in allocations alone."""
-
-    vectors = ("zl", "pl", "gl", "zr", "pr", "gr", "zp", "gp", "rho", "z", "p", "g", "sz",
-               "sg", "psum", "wmean")  # (C, D) each
-    scalars = ("lpp", "hp", "log_w", "lp", "sum_acc", "sub_w", "slp", "sh", "h0", "eps",
-               "log_step", "log_avg", "h_bar", "mu", "da_t", "wn")  # (C,) each
-    ints = ("j", "n", "depth", "n_leaves", "done", "diverged", "passes", "t")  # (C,) long
-    bools = ("done", "diverged")
-
-    def __init__(self, C: int, D: int, K: int, M: int):
-        self.C, self.D, self.K, self.M = C, D, K, M
-
-    def pack(self, s: dict) -> tuple:
-        F = torch.cat([s[k] for k in self.vectors] + [s["wm2"]]
-                      + [s[k].unsqueeze(-1) for k in self.scalars] + [s["direction"]], -1)
-        I = torch.stack([s[k].to(torch.long) if k in self.bools else s[k]
-                         for k in self.ints], -1)
-        CK = torch.cat([s["ck_a"], s["ck_v"]], 0)
-        return F, I, CK, s["rec"]
-
-    def unpack(self, F, I, CK, R) -> dict:
-        D, K, M = self.D, self.K, self.M
-        out = {k: F[:, i * D:(i + 1) * D] for i, k in enumerate(self.vectors)}
-        base = len(self.vectors) * D
-        out["wm2"] = F[:, base:base + M]
-        base += M
-        out.update({k: F[:, base + i] for i, k in enumerate(self.scalars)})
-        out["direction"] = F[:, base + len(self.scalars):base + len(self.scalars) + 1]
-        out.update({k: (I[:, i] != 0) if k in self.bools else I[:, i]
-                    for i, k in enumerate(self.ints)})
-        out["ck_a"], out["ck_v"] = CK[:K], CK[K:]
-        out["rec"] = R
-        return out
 
 
 def eager_loop(cond, body, carry):
@@ -459,17 +422,11 @@ def eager_loop(cond, body, carry):
     return carry
 
 
-#: Inductor settings for the block: the packed state's `cat`s as one pointwise kernel
-#: (by default more than 8 pieces are written through a view each, and the C++ wrapper
-#: makes a tensor handle per view per pass)
-INDUCTOR_CONFIGS = {"max_pointwise_cat_inputs": 256, "force_pointwise_cat": True}
-
-
 def block_size(C: int, D: int, K: int) -> int:
     """Transitions per compiled call (`T`, fixed by the shapes so that a seeded run's
-    draws never depend on timing): up to 64, fewer when the record a pass rewrites
-    (`T x C x (D + 6)` values) or the uniform table (`T x C x table_width(K)`) grows
-    large; a call of 64 eight-schools transitions takes a few milliseconds, of 64 GARCH
+    draws never depend on timing): up to 64, fewer when the record each transition
+    rewrites (`T x C x (D + 6)` values) or the uniform table (`T x C x table_width(K)`)
+    grows large; a call of 64 eight-schools transitions takes a few milliseconds, of 64 GARCH
     ones about a second (the driver's progress, draws and stop checks come between
     calls)."""
     per = C * (D + len(REC_COLUMNS))
@@ -580,8 +537,7 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
                 h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
                 h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
-                   momentum, K, biased, T, sorted(INDUCTOR_CONFIGS.items()),
-                   torch.__version__)).encode())
+                   momentum, K, biased, T, torch.__version__)).encode())
     for module in (__file__, ops.__file__):
         h.update(Path(module).read_bytes())
     return h.hexdigest()[:32]
@@ -634,12 +590,13 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
                     def forward(self, *args):
                         return fn(*args)
 
-                exported = torch.export.export(Transition(), tuple(example))
+                # strict (Dynamo) export: the non-strict one leaves the inner loop of the
+                # nested while_loop without the metadata the verifier asks for
+                exported = torch.export.export(Transition(), tuple(example), strict=True)
                 directory.mkdir(parents=True, exist_ok=True)
                 # written aside and renamed: a killed compile leaves no broken package
                 tmp = directory / f"{key}.{os.getpid()}.tmp.pt2"
-                aoti_compile_and_package(exported, package_path=str(tmp),
-                                         inductor_configs=dict(INDUCTOR_CONFIGS))
+                aoti_compile_and_package(exported, package_path=str(tmp))
                 os.replace(tmp, path)
             runner = aoti_load_package(str(path))
             seconds = time.perf_counter() - t0
