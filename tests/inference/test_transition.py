@@ -172,6 +172,17 @@ def _adaptation(C, D, da_state, lo, hi, W):
     return args
 
 
+def _block_inputs(K, T, C, D, seed):
+    """Starts, momenta, uniforms and mask tables for a block on `density`."""
+    gen = torch.Generator().manual_seed(seed)
+    z0 = torch.randn(C, D, generator=gen)
+    P = torch.randn(T, C, D, generator=gen)
+    U = torch.rand(T, C, TR.table_width(K), generator=gen)
+    store, check = TR.mask_tables(K)
+    g0, lp0 = density(z0)
+    return z0, P, U, store, check, g0, lp0
+
+
 def test_a_block_is_its_transitions_one_after_another_with_adaptation():
     """`block_function` over `T` transitions = `T` single transitions fed the same rows of
     momenta and uniforms, with `DualAveraging.update` and `Welford.update` between them
@@ -179,12 +190,7 @@ def test_a_block_is_its_transitions_one_after_another_with_adaptation():
     leaves."""
     from qvr.inference.mcmc.adaptation import DualAveraging, Welford
     K, T, C, D = 6, 7, 3, 3
-    gen = torch.Generator().manual_seed(3)
-    z0 = torch.randn(C, D, generator=gen)
-    P = torch.randn(T, C, D, generator=gen)
-    U = torch.rand(T, C, TR.table_width(K), generator=gen)
-    store, check = TR.mask_tables(K)
-    g0, lp0 = density(z0)
+    z0, P, U, store, check, g0, lp0 = _block_inputs(K, T, C, D, seed=3)
     eps0 = torch.tensor([0.1, 0.5, 1.5])
     dual = DualAveraging(0.8)
     s = dual.init(eps0)
@@ -225,12 +231,7 @@ def test_a_block_is_its_transitions_one_after_another_with_adaptation():
 
 def test_a_block_stops_at_its_limit_and_adapts_only_inside_its_windows():
     K, T, C, D = 5, 6, 2, 3
-    gen = torch.Generator().manual_seed(8)
-    z0 = torch.randn(C, D, generator=gen)
-    P = torch.randn(T, C, D, generator=gen)
-    U = torch.rand(T, C, TR.table_width(K), generator=gen)
-    store, check = TR.mask_tables(K)
-    g0, lp0 = density(z0)
+    z0, P, U, store, check, g0, lp0 = _block_inputs(K, T, C, D, seed=8)
     eps0 = torch.tensor([0.3, 0.6])
     from qvr.inference.mcmc.adaptation import DualAveraging
     s = DualAveraging(0.8).init(eps0)
