@@ -268,6 +268,23 @@ def test_blocks_agree_up_to_rounding_but_not_on_leaves_or_values():
     assert not TR.blocks_agree(out, out._replace(passes=out.passes + 1))
 
 
+def test_the_cache_key_digests_scalar_constants():
+    """A density graph holding a 0-d tensor (kid_scores' did) has a cache key, and the
+    constant's value is part of it."""
+    class Scaled(torch.nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.register_buffer("c", torch.tensor(c))
+
+        def forward(self, z):
+            return -self.c * z, -0.5 * self.c * (z * z).sum(-1)
+
+    z0 = torch.zeros(2, 3)
+    keys = [TR.cache_key(torch.fx.symbolic_trace(Scaled(c)), z0, False, 1000.0, True, 10,
+                         True, 8) for c in (2.0, 2.0, 3.0)]
+    assert keys[0] == keys[1] != keys[2]
+
+
 class _EagerBlock(TR.CompiledTransition):
     """The block run by PyTorch (the reference) in place of a compiled package: the
     kernel's block path without a C++ compile."""

@@ -535,7 +535,7 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
             if isinstance(obj, torch.Tensor):
                 t = obj.detach().cpu().contiguous()
                 h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
-                h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
                    momentum, K, biased, T, torch.__version__)).encode())
     for module in (__file__, ops.__file__):
