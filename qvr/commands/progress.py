@@ -141,10 +141,13 @@ class Progress:
     def plain_line(self) -> str:
         """One line of where the fit is (for a stream that is not a terminal): the chain
         furthest behind (warmup before sampling, then the fewest steps) stands for all."""
-        if not self.chains:
+        # chains that have not reported yet (their first progress event is on its way,
+        # e.g. after a compile that outlasted the first line's 10 s) do not stand for all
+        reported = {c: ch for c, ch in self.chains.items() if ch.total}
+        if not reported:
             return f"{PLAIN_PREFIX}{self.method or 'fit'} starting"
         order = {"warmup": 0, "sampling": 1}
-        cid, ch = min(self.chains.items(),
+        cid, ch = min(reported.items(),
                       key=lambda kv: (order.get(kv[1].phase, 0), kv[1].step))
         m = ch.metrics
         rate = f"{ch.rate:.1f}" if ch.rate else "-"

@@ -132,3 +132,16 @@ def test_a_note_is_the_tables_title_until_the_chains_move_and_a_line_without_a_t
     assert text_of(p).splitlines()[0].strip() == note
     p.update(FitProgress("nuts", "warmup", 1, 100, 0, {"accept_prob": 0.5}, 1.0))
     assert note not in text_of(p)
+
+
+def test_a_plain_line_before_every_chain_reported_follows_those_that_did():
+    """After a long compile the first progress event comes past the first line's 10 s:
+    the line follows the chains that reported, not a chain still at 0/0 with no rate."""
+    from qvr.commands.progress import PLAIN_PREFIX
+    out = io.StringIO()
+    p = Progress(out, force=False)
+    p.update(FitStarted("nuts", 200, 2, {"num_warmup": 100, "num_samples": 100}))
+    p.update(FitProgress("nuts", "warmup", 64, 100, 0,
+                         {"accept_prob": 0.75, "step_size": 0.3, "divergences": 1}, 36.0))
+    assert out.getvalue() == (f"{PLAIN_PREFIX}nuts warmup 64/100, - draws/s (chain 0), "
+                              f"accept 0.75, divergences 1, ETA --:--\n")
