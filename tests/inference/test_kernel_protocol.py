@@ -206,3 +206,43 @@ def test_torchscript_nuts_samples_the_exact_posterior(name):
         mcse = lt.std() / math.sqrt(np.asarray(ess_mean(lt[..., None])).item())
         assert abs(lt.mean() - exact["log_tau"][0][0]) < 5 * mcse
     assert r.compiler == "torchscript"
+
+
+def test_blocks_are_recorded_whole_and_the_first_divergence_is_named_exactly():
+    """A kernel answering `sample_block` with blocks of 5: every iteration is recorded
+    (the draws equal the blocks' positions), and a chain's first divergence is reported as
+    its draw (`first_divergence`), not as the step of the report that saw it."""
+    from qvr.inference.events import FitProgress
+    from qvr.inference.mcmc.kernel import Steps
+
+    fields = ("z", "log_density", "accept_prob", "accepted", "diverging", "num_steps",
+              "tree_depth", "energy")
+    seen = []
+
+    class Fives(NUTSKernel):
+        def sample_block(self, state, target, max_n):
+            out = []
+            for _ in range(min(5, max_n)):
+                state = self.sample(state, target)
+                out.append(Steps.of(state))
+            steps = Steps(*(torch.cat([getattr(o, f) for o in out]) for f in fields))
+            k = len(steps)
+            for j in range(k):  # chain 1 diverges at its 13th draw (W = 20)
+                if state.i - k + j == 20 + 12:
+                    steps.diverging[j, 1] = True
+            seen.append(steps.z)
+            return state, steps
+
+    model, x, obs, _ = normal_normal_case()
+    events = []
+    torch.manual_seed(0)
+    r = MCMC(Fives(compiler="torchscript"), num_warmup=20, num_samples=30, num_chains=2,
+             on_event=events.append, progress_interval=1e9).run(
+        None, target=make_target(model, x, obs))
+    assert torch.equal(r.unconstrained.transpose(0, 1), torch.cat(seen)[20:])
+    assert r.diverging[1, 12] and int(r.diverging.sum()) >= 1
+    reports = [e for e in events if isinstance(e, FitProgress) and e.phase == "sampling"]
+    assert [e.step for e in reports if e.chain == 1] == [5, 30]  # first block, last step
+    last = [e for e in reports if e.chain == 1][-1]
+    assert last.metrics["first_divergence"] == 13.0
+    assert "first_divergence" not in [e for e in reports if e.chain == 1][0].metrics

@@ -222,3 +222,17 @@ def test_a_note_shows_in_the_status_line_until_the_chains_move():
     assert "compiling the NUTS transition to C++" in st.status_line()
     st.apply([FitProgress("nuts", "warmup", 5, 100, 0, {}, elapsed=1.0)])
     assert "compiling" not in st.status_line()
+
+
+def test_the_first_divergence_is_the_draw_the_driver_names():
+    """A report can come many draws after the divergence (throttled, or at the end of a
+    compiled block of 64): the chain table shows the draw the driver names, and the
+    report's step only for records without it."""
+    st = RunState()
+    st.apply([FitStarted("nuts", 200, 2, {"num_warmup": 100, "num_samples": 100}),
+              FitProgress("nuts", "sampling", 64, 100, 0,
+                          {"divergences": 1.0, "first_divergence": 37.0}),
+              FitProgress("nuts", "sampling", 64, 100, 1, {"divergences": 1.0}),
+              FitProgress("nuts", "sampling", 100, 100, 0,
+                          {"divergences": 2.0, "first_divergence": 37.0})])
+    assert st.chains[0].first_divergence == 37 and st.chains[1].first_divergence == 64

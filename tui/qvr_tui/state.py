@@ -448,7 +448,9 @@ class RunState:
         hits = int(m.get("max_depth_hits", 0) or 0)
         if ev.phase == "sampling":
             if div > 0 and row.first_divergence is None:
-                row.first_divergence = ev.step
+                # the driver says which draw diverged first (a report can come many
+                # iterations after it); older records only give the report's step
+                row.first_divergence = int(m.get("first_divergence") or ev.step)
             row.divergences = div
             row.max_depth_hits = hits
         else:

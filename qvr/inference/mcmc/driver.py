@@ -31,7 +31,8 @@ acceptance, directions) uses the global torch RNG, so `torch.manual_seed` makes 
 Events (`qvr.inference.events`): throttled `FitProgress` per chain with ``accept_prob``
 (running mean of the acceptance statistic in the phase), ``step_size``, ``tree_depth``,
 ``num_steps``, ``divergences`` (cumulative in the phase), ``max_depth_hits`` (cumulative
-in the phase, NUTS) and ``log_density``; `DrawsChunk`s of constrained draws during
+in the phase, NUTS), ``log_density`` and, in sampling once a chain has diverged,
+``first_divergence`` (the 1-based draw of its first divergence); `DrawsChunk`s of constrained draws during
 sampling.  The start and the end of a fit (`FitStarted`, and one of `FitFinished`,
 `FitFailed`, `FitCancelled`) are reported by `qvr.inference.fit` alone; `run` returns a
 partial result with ``cancelled=True`` when `should_stop` turned true, and raises on
@@ -380,8 +381,13 @@ class _Run:
                 if due:
                     hits = None if max_depth is None else \
                         (depths[idx, it - step:it] >= max_depth).sum(1)
+                    # the draw (1-based) of each chain's first divergence in sampling,
+                    # 0 if none: exact, whatever the blocks and the throttle
+                    first = None if warm else torch.where(
+                        div_sum > 0, rec_b["diverging"][idx, :step].to(torch.int8)
+                        .argmax(1) + 1, 0)
                     self._progress(group, "warmup" if warm else "sampling", step, total,
-                                   acc_sum / step, state, div_sum, hits)
+                                   acc_sum / step, state, div_sum, hits, first)
                 # draws go out every `draws_chunk` draws, or after a second (a live view's
                 # running diagnostics), not with every progress event: a run record keeps
                 # one file per chunk
@@ -406,18 +412,22 @@ class _Run:
                     t_samp=t_samp, cancelled=cancelled, evals=self.target.num_evals - evals0)
 
     # ------------------------------------------------------------------ events
-    def _progress(self, group, phase, step, total, acc_mean, state, div_sum, hits) -> None:
+    def _progress(self, group, phase, step, total, acc_mean, state, div_sum, hits,
+                  first=None) -> None:
         acc_mean, eps, depth = acc_mean.tolist(), state.step_size.tolist(), \
             state.tree_depth.tolist()
         nsteps, divs, lp = state.num_steps.tolist(), div_sum.tolist(), \
             state.log_density.tolist()
         hits = hits.tolist() if hits is not None else None
+        first = first.tolist() if first is not None else None
         for k, c in enumerate(self.chain_ids[g] for g in group):
             metrics = {"accept_prob": float(acc_mean[k]), "step_size": float(eps[k]),
                        "tree_depth": float(depth[k]), "num_steps": float(nsteps[k]),
                        "divergences": float(divs[k]), "log_density": float(lp[k])}
             if hits is not None:
                 metrics["max_depth_hits"] = float(hits[k])
+            if first is not None and first[k]:
+                metrics["first_divergence"] = float(first[k])
             self.emit(FitProgress(method=self.method, phase=phase, step=step, total=total,
                                   chain=c, metrics=metrics, elapsed=self.emit.elapsed))
 
