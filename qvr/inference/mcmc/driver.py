@@ -32,8 +32,8 @@ Events (`qvr.inference.events`): throttled `FitProgress` per chain with ``accept
 (running mean of the acceptance statistic in the phase), ``step_size``, ``tree_depth``,
 ``num_steps``, ``divergences`` (cumulative in the phase), ``max_depth_hits`` (cumulative
 in the phase, NUTS), ``log_density`` and, in sampling once a chain has diverged,
-``first_divergence`` (the 1-based draw of its first divergence); `DrawsChunk`s of constrained draws during
-sampling.  The start and the end of a fit (`FitStarted`, and one of `FitFinished`,
+``first_divergence`` (the 1-based draw of its first divergence); `DrawsChunk`s of
+constrained draws during sampling.  The start and the end of a fit (`FitStarted`, and one of `FitFinished`,
 `FitFailed`, `FitCancelled`) are reported by `qvr.inference.fit` alone; `run` returns a
 partial result with ``cancelled=True`` when `should_stop` turned true, and raises on
 errors.
