@@ -50,8 +50,8 @@ allocation would remove them but does not compile with a while loop in PyTorch 2
 wrapper assigns a stack tensor to a heap handle).  A flat block was tried and dropped:
 one loop for all `T` transitions in which a chain starts its next transition as soon as
 its last ends took 25-45% fewer passes, but its record, restart and adaptation ran on
-every pass and made a pass ~2x dearer (eight schools 57 us; a 10-D funnel 2.5x slower
-than one call per transition).
+every pass and made a pass ~2x dearer (eight schools 57 us against 31 us; a 10-D funnel
+2.5x dearer per chain-leaf and 1.7x slower end to end).
 """
 from __future__ import annotations
 
