@@ -324,11 +324,10 @@ class NUTSKernel(HMCBase):
         if da is not None:
             new.step_size = out.eps
             new.da = DualAveragingState(out.da[:, 0], out.da[:, 1], out.da[:, 2],
-                                        out.da[:, 3], da.t + k)
+                                        out.da[:, 3], int(out.da[0, 4]))
         if welford is not None:
-            folded = max(0, min(hi, state.i + k - 1) - max(lo, state.i) + 1)
             w = Welford(C, D, dense=welford.dense, dtype=dtype, device=device)
-            w.n = welford.n + folded
+            w.n = int(out.welford_n[0])  # the block counts what it folded in
             w.mean = out.welford[:, :D]
             w.m2 = out.welford[:, D:].reshape(welford.m2.shape)
             new.welford = w
