@@ -36,3 +36,15 @@ def _one_torch_thread():
 #: asks for the transition (`tests/inference/test_transition.py`), and so do the commands
 #: it runs in subprocesses (they inherit the variable)
 os.environ.setdefault("QVR_MCMC_COMPILER", "torchscript")
+
+
+#: compiled densities and transitions are cached on disk (`qvr.inference.graph_cache`,
+#: `mcmc/transition.py`); the suite uses a fresh directory per test process (and the
+#: commands it starts inherit it), so no test depends on what an earlier run left there
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+_cache = tempfile.mkdtemp(prefix="qvr-test-cache-")
+os.environ["QVR_CACHE_DIR"] = _cache
+atexit.register(shutil.rmtree, _cache, True)

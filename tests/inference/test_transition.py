@@ -285,6 +285,33 @@ def test_the_cache_key_digests_scalar_constants():
     assert keys[0] == keys[1] != keys[2]
 
 
+def test_the_cache_key_digests_constant_folded_values():
+    """A constant-folded density keeps its folded values in a list attribute
+    (`_FX_CONST_FOLDED_ATTRS`); two graphs that differ only there (eight schools with the
+    same `y` and another `sigma`) get different keys."""
+    from torch.fx.experimental import const_fold
+
+    def folded(c):
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("c", torch.tensor([c, 1.0]))
+
+            def forward(self, z):
+                k = torch.log(self.c) + 1.0  # data-only: folded
+                return -k[0] * z, -0.5 * k[0] * (z * z).sum(-1)
+
+        gm = const_fold.split_const_subgraphs(torch.fx.symbolic_trace(Scaled()))
+        gm.run_folding()
+        return gm
+
+    z0 = torch.zeros(2, 3)
+    graphs = [folded(c) for c in (2.0, 2.0, 3.0)]
+    assert graphs[0].code == graphs[2].code  # the values differ only in the folded list
+    keys = [TR.cache_key(g, z0, False, 1000.0, True, 10, True, 8) for g in graphs]
+    assert keys[0] == keys[1] != keys[2]
+
+
 class _EagerBlock(TR.CompiledTransition):
     """The block run by PyTorch (the reference) in place of a compiled package: the
     kernel's block path without a C++ compile."""

@@ -66,6 +66,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
+from qvr.inference.graph_cache import cache_root
 from qvr.inference.mcmc import ops
 from qvr.inference.mcmc.tick import checkpoint_masks
 
@@ -513,11 +514,7 @@ def example_inputs(density, z0: Tensor, dense: bool, K: int, T: int, seed: int =
 def cache_dir() -> Path:
     """Where compiled transitions are kept: ``$QVR_CACHE_DIR/transitions``, else
     ``$XDG_CACHE_HOME/qvr/transitions``, else ``~/.cache/qvr/transitions``."""
-    root = os.environ.get("QVR_CACHE_DIR")
-    if root:
-        return Path(root) / "transitions"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg or Path.home() / ".cache") / "qvr" / "transitions"
+    return cache_root() / "transitions"
 
 
 def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
@@ -532,8 +529,12 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
             obj = graph
             for part in str(node.target).split("."):
                 obj = getattr(obj, part)
-            if isinstance(obj, torch.Tensor):
-                t = obj.detach().cpu().contiguous()
+            # a tensor, or a constant folder's list of them (`_FX_CONST_FOLDED_ATTRS`)
+            items = [obj] if isinstance(obj, torch.Tensor) else \
+                [t for t in obj if isinstance(t, torch.Tensor)] \
+                if isinstance(obj, (torch.nn.ParameterList, list, tuple)) else []
+            for t in items:
+                t = t.detach().cpu().contiguous()
                 h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
                 h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),

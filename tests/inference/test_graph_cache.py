@@ -1,0 +1,132 @@
+"""The disk cache of compiled densities (`qvr.inference.graph_cache`): a second target of
+the same program and data loads its compiled function instead of tracing, with the same
+values; anything else (other data, a broken or stale file) is traced afresh."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from qvr import loads
+from qvr.inference import graph_cache
+from qvr.inference.mcmc import transition as TR
+from qvr.inference.potential import ProgramTarget, make_target
+
+from helpers import mu_sigma
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("QVR_CACHE_DIR", str(tmp_path))
+    return tmp_path / "densities"
+
+
+def _target(y):
+    return make_target(loads(mu_sigma(len(y))).morphism, torch.zeros(len(y), 1),
+                       {"y": torch.tensor(y)})
+
+
+Y = [0.3, -1.2, 2.5, 0.8, 1.1]
+Z = torch.tensor([[0.1, -0.3], [1.0, 0.2], [-0.5, 0.4]])
+
+
+def _stored(cache) -> list:
+    return sorted(p.name for p in cache.iterdir()) if cache.is_dir() else []
+
+
+def test_a_second_target_loads_the_compiled_density_with_the_same_values(cache):
+    first = _target(Y)
+    g1, v1 = first.log_density_and_grad(Z)
+    assert first.graph_cache_notes == {3: "traced and stored in the disk cache"}
+    names = _stored(cache)
+    assert len(names) == 2 and {n.rsplit(".", 1)[1] for n in names} == {"pt", "ts"}
+    second = _target(Y)
+    g2, v2 = second.log_density_and_grad(Z)
+    assert second.graph_cache_notes == {3: "loaded from the disk cache"}
+    assert isinstance(second.compiled_for(Z), torch.jit.ScriptModule)
+    assert torch.equal(v1, v2) and torch.equal(g1, g2)
+    # the FX graph (for a whole-transition compile) is read when asked for: the same
+    # code, so the compiled transition the first run built is found by the second
+    assert second.density_graph(Z).code == first.density_graph(Z).code
+    keys = {TR.cache_key(t.density_graph(Z), Z, False, 1000.0, True, 10, True, 8)
+            for t in (first, second)}
+    assert len(keys) == 1
+    # another point is not another function; another chain count is
+    _target(Y).log_density_and_grad(Z + 1.0)
+    assert _stored(cache) == names
+    four = _target(Y)
+    four.log_density_and_grad(torch.zeros(4, 2))
+    assert four.graph_cache_notes == {4: "traced and stored in the disk cache"}
+
+
+def test_other_data_is_another_function(cache):
+    _target(Y).log_density_and_grad(Z)
+    other = _target([y + 1.0 for y in Y])
+    g, v = other.log_density_and_grad(Z)
+    assert other.graph_cache_notes == {3: "traced and stored in the disk cache"}
+    assert len(_stored(cache)) == 4
+    fresh = _target([y + 1.0 for y in Y])
+    fresh.compile = False  # the program's own (eager) values
+    g_ref, v_ref = fresh.log_density_and_grad(Z)
+    assert torch.allclose(v, v_ref, rtol=1e-5) and torch.allclose(g, g_ref, rtol=1e-5)
+
+
+def test_a_broken_file_is_deleted_and_the_density_traced_again(cache):
+    g1, v1 = _target(Y).log_density_and_grad(Z)
+    for path in cache.iterdir():
+        path.write_bytes(b"not a compiled function")
+    again = _target(Y)
+    g2, v2 = again.log_density_and_grad(Z)
+    assert again.graph_cache_notes == {3: "traced and stored in the disk cache"}
+    assert torch.equal(v1, v2) and torch.equal(g1, g2)
+    assert _target(Y).log_density_and_grad(Z) is not None
+    # rewritten: the next target loads it
+    last = _target(Y)
+    last.log_density_and_grad(Z)
+    assert last.graph_cache_notes == {3: "loaded from the disk cache"}
+
+
+def test_a_stale_file_fails_the_check_and_is_replaced(cache, tmp_path):
+    # another model's function under this model's key: its values differ
+    _target(Y).log_density_and_grad(Z)
+    mine = {p.suffix: p for p in cache.iterdir()}
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for p in mine.values():
+        shutil.move(p, aside / p.name)
+    _target([y + 1.0 for y in Y]).log_density_and_grad(Z)
+    for p in cache.iterdir():  # the other data's files, renamed to this model's key
+        p.rename(mine[p.suffix])
+    stale = _target(Y)
+    g, v = stale.log_density_and_grad(Z)
+    assert stale.graph_cache_notes == {3: "traced and stored in the disk cache"}
+    ref = _target(Y)
+    ref.compile = False
+    g_ref, v_ref = ref.log_density_and_grad(Z)
+    assert torch.allclose(v, v_ref, rtol=1e-5) and torch.allclose(g, g_ref, rtol=1e-5)
+
+
+def test_the_fingerprint_digests_constants_not_the_point():
+    def f(c):
+        const = torch.tensor([c, 2.0])
+
+        def fn(z):
+            return (z * const[0]).sum(-1) + const[1]
+        return fn
+
+    z = torch.randn(3, 2)
+    keys = [graph_cache.fingerprint(f(c), point)[1]
+            for c, point in ((1.5, z), (1.5, z + 1.0), (2.5, z))]
+    assert keys[0] is not None and keys[0] == keys[1] != keys[2]
+    out, key = graph_cache.fingerprint(f(1.5), z)
+    assert torch.equal(out, f(1.5)(z))
+    # the shape is part of it
+    assert graph_cache.fingerprint(f(1.5), torch.randn(4, 2))[1] != keys[0]
+
+
+def test_the_cache_can_be_turned_off(cache, monkeypatch):
+    monkeypatch.setattr(ProgramTarget, "graph_cache", False)
+    t = _target(Y)
+    t.log_density_and_grad(Z)
+    assert t.graph_cache_notes == {} and _stored(cache) == []
