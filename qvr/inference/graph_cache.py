@@ -62,6 +62,14 @@ def _source_digest() -> bytes:
     return h.digest()
 
 
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """A tensor's values as bytes (any strides: an expanded constant has stride 0)."""
+    t = t.detach().cpu()
+    flat = torch.empty(t.numel(), dtype=t.dtype)
+    flat.copy_(t.reshape(-1))
+    return flat.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
 def _recorder():
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -76,6 +84,7 @@ def _recorder():
             self.made: dict = {}  # id(tensor) -> (op index, output index)
             self.keep: list = []  # the tensors `made` refers to, kept alive (no id reuse)
             self.n = 0
+            self.failed = False  # never fails the evaluation: only the digest
 
         def _arg(self, a) -> str:
             if isinstance(a, torch.Tensor):
@@ -89,27 +98,28 @@ def _recorder():
                     return f"Z{meta}"  # the point itself: its values are not the function's
                 self.made[id(a)] = ("c", self.n)
                 self.keep.append(a)
-                t = a.detach()
-                if t.is_sparse or t.device.type == "meta":
-                    raise ValueError("cannot digest this tensor")
-                t = t.cpu().contiguous().reshape(-1)
                 self.h.update(meta.encode())
-                self.h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                self.h.update(tensor_bytes(a))
                 return f"C{meta}"
             return repr(a)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            leaves, spec = tree_flatten((args, kwargs))
-            self.h.update(f"{func}|{spec}|{'|'.join(self._arg(a) for a in leaves)}\n"
-                          .encode())
+            if not self.failed:
+                try:
+                    leaves, spec = tree_flatten((args, kwargs))
+                    self.h.update(f"{func}|{spec}|{'|'.join(map(self._arg, leaves))}\n"
+                                  .encode())
+                except Exception:  # a tensor it cannot digest (sparse, meta, ...)
+                    self.failed = True
             out = func(*args, **kwargs)
-            outs, _ = tree_flatten(out)
-            for i, o in enumerate(outs):
-                if isinstance(o, torch.Tensor):
-                    self.made[id(o)] = (self.n, i)
-                    self.keep.append(o)
-            self.n += 1
+            if not self.failed:
+                outs, _ = tree_flatten(out)
+                for i, o in enumerate(outs):
+                    if isinstance(o, torch.Tensor):
+                        self.made[id(o)] = (self.n, i)
+                        self.keep.append(o)
+                self.n += 1
             return out
 
     return Record
@@ -117,8 +127,8 @@ def _recorder():
 
 def fingerprint(fn: Callable, z: torch.Tensor) -> tuple:
     """`(result of fn(z), key or None)`: one eager evaluation of `fn` at `z` (autograd on),
-    digested as it runs.  An exception from `fn` itself propagates; a failure to digest
-    gives key None (and the result of a plain evaluation)."""
+    digested as it runs.  An exception from `fn` itself propagates; what cannot be
+    digested (a sparse or meta tensor, ...) gives key None, never an error."""
     z = z.detach()
     try:
         record = _recorder()(z)
@@ -129,14 +139,10 @@ def fingerprint(fn: Callable, z: torch.Tensor) -> tuple:
     try:
         with record:
             out = fn(z)
-    except ValueError as exc:
-        if str(exc) != "cannot digest this tensor":
-            raise
-        return fn(z), None
     finally:
         record.keep.clear()
         record.made.clear()
-    return out, record.h.hexdigest()[:32]
+    return out, (None if record.failed else record.h.hexdigest()[:32])
 
 
 def _path(key: str, directory, suffix: str) -> Path:

@@ -130,3 +130,14 @@ def test_the_cache_can_be_turned_off(cache, monkeypatch):
     t = _target(Y)
     t.log_density_and_grad(Z)
     assert t.graph_cache_notes == {} and _stored(cache) == []
+
+
+def test_what_cannot_be_digested_gives_no_key_and_the_same_values():
+    sparse = torch.eye(2).to_sparse()
+
+    def fn(z):
+        return torch.sparse.mm(sparse, z.t()).t().sum(-1)
+
+    z = torch.randn(3, 2)
+    out, key = graph_cache.fingerprint(fn, z)
+    assert key is None and torch.equal(out, fn(z))

@@ -287,29 +287,33 @@ def test_the_cache_key_digests_scalar_constants():
 
 def test_the_cache_key_digests_constant_folded_values():
     """A constant-folded density keeps its folded values in a list attribute
-    (`_FX_CONST_FOLDED_ATTRS`); two graphs that differ only there (eight schools with the
-    same `y` and another `sigma`) get different keys."""
-    from torch.fx.experimental import const_fold
+    (`_FX_CONST_FOLDED_ATTRS`, read by `getitem`, or as ``_FX_CONST_FOLDED_ATTRS.0`` once
+    the graph went through the disk cache); two graphs that differ only there (eight
+    schools with the same `y` and another `sigma`) get different keys.  A folded value
+    may be expanded (stride 0), as garch's is."""
+    import operator
 
-    def folded(c):
-        class Scaled(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.register_buffer("c", torch.tensor([c, 1.0]))
-
-            def forward(self, z):
-                k = torch.log(self.c) + 1.0  # data-only: folded
-                return -k[0] * z, -0.5 * k[0] * (z * z).sum(-1)
-
-        gm = const_fold.split_const_subgraphs(torch.fx.symbolic_trace(Scaled()))
-        gm.run_folding()
-        return gm
+    def folded(c, dotted):
+        root = torch.nn.Module()
+        root.consts = torch.nn.ParameterList([
+            torch.nn.Parameter(torch.tensor(c).expand(1), requires_grad=False),
+            torch.nn.Parameter(torch.tensor(2.0), requires_grad=False)])
+        g = torch.fx.Graph()
+        z = g.placeholder("z")
+        if dotted:
+            k = g.get_attr("consts.0")
+        else:
+            k = g.call_function(operator.getitem, (g.get_attr("consts"), 0))
+        grad = g.call_function(torch.mul, (z, k))
+        g.output((grad, g.call_function(torch.sum, (grad, -1))))
+        return torch.fx.GraphModule(root, g)
 
     z0 = torch.zeros(2, 3)
-    graphs = [folded(c) for c in (2.0, 2.0, 3.0)]
-    assert graphs[0].code == graphs[2].code  # the values differ only in the folded list
-    keys = [TR.cache_key(g, z0, False, 1000.0, True, 10, True, 8) for g in graphs]
-    assert keys[0] == keys[1] != keys[2]
+    for dotted in (False, True):
+        graphs = [folded(c, dotted) for c in (2.0, 2.0, 3.0)]
+        assert graphs[0].code == graphs[2].code  # only the listed value differs
+        keys = [TR.cache_key(g, z0, False, 1000.0, True, 10, True, 8) for g in graphs]
+        assert keys[0] == keys[1] != keys[2]
 
 
 class _EagerBlock(TR.CompiledTransition):
@@ -472,6 +476,15 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
                                          cache_dir)
     assert again.cached and note2.startswith("the whole NUTS transition loaded from the "
                                              "disk cache")
+    # a later run's target loads its density from the disk cache (`graph_cache`) and
+    # finds the same package: the graph it reads keys the same
+    model, x, obs, _ = normal_normal_case()
+    later = make_target(model, x, obs)
+    assert later.compiled_for(z0) is not None
+    assert later.graph_cache_notes == {4: "loaded from the disk cache"}
+    third, _ = TR.compile_transition(later.density_graph(z0), z0, False, 1000.0, True, 10,
+                                     True, T, cache_dir)
+    assert third is not None and third.cached
     # the compiled loop and the Python loop on fresh inputs, a few transitions with dual
     # averaging and the Welford window (over many, float rounding grows into different
     # trajectories)

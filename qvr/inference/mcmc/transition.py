@@ -66,7 +66,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from qvr.inference.graph_cache import cache_root
+from qvr.inference.graph_cache import cache_root, tensor_bytes
 from qvr.inference.mcmc import ops
 from qvr.inference.mcmc.tick import checkpoint_masks
 
@@ -534,9 +534,8 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
                 [t for t in obj if isinstance(t, torch.Tensor)] \
                 if isinstance(obj, (torch.nn.ParameterList, list, tuple)) else []
             for t in items:
-                t = t.detach().cpu().contiguous()
                 h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
-                h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                h.update(tensor_bytes(t))
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
                    momentum, K, biased, T, torch.__version__)).encode())
     for module in (__file__, ops.__file__):
