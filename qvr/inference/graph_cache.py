@@ -17,13 +17,17 @@ disk under a *fingerprint* of the function:
   also names this module's, `potential`'s and `graph_opt`'s source (the post-processing)
   and the PyTorch version.  It costs one eager evaluation and a few microseconds per
   operation;
-* `load(key)` / `store(key, graph)`: ``$QVR_CACHE_DIR/densities/KEY.pt`` (`cache_root`),
-  written aside and renamed, so a killed process leaves no broken file.  A file that
-  fails to load is deleted and the graph traced again.
+* `store(key, graph, function)`: the FX graph in ``$QVR_CACHE_DIR/densities/KEY.pt``
+  (`cache_root`) and its TorchScript function in ``KEY.ts``, each written aside and
+  renamed, so a killed process leaves no broken file; `load_function(key)` and
+  `load_graph(key)` read them (the graph only when a whole-transition compile asks for
+  it).  A file that fails to load is deleted and the density traced again.
 
-The cache is an optimisation only: the caller checks a loaded graph against the eager
-function at two points exactly as a freshly traced one (value-dependent control flow
-or a stale file is caught there), and any failure here means tracing as before.
+The cache is an optimisation only: the caller checks a loaded function against the eager
+one at the run's point (a freshly traced one is checked at two points, catching
+value-dependent control flow), a stale file is traced afresh and replaced, and any
+failure here means tracing as before.  Files are never evicted: delete the directory to
+reclaim the space.
 """
 from __future__ import annotations
 

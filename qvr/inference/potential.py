@@ -238,7 +238,10 @@ class ProgramTarget(Target):
         if isinstance(graph, _Stored):  # loaded with its function from the disk cache
             graph = graph_cache.load_graph(graph.key)
             if graph is None:  # gone since: trace it again
-                self._compiled[C], graph = _compile(self._vmapped_fn(), z)
+                try:
+                    self._compiled[C], graph = _compile(self._vmapped_fn(), z)
+                except Exception:
+                    graph = None
             self._graphs[C] = graph
         return graph
 
