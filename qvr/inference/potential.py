@@ -218,7 +218,7 @@ class ProgramTarget(Target):
     compile_enumerated_below_s = 5.0
     #: keep compiled graphs on disk (`graph_cache`): a second run of the same model at the
     #: same chain count skips tracing (eight schools 0.3 s, a 200-step GARCH 9 s)
-    graph_cache = True
+    cache_graphs = True
 
     def compiled_for(self, z: torch.Tensor):
         """The compiled `z -> (grad, log_density)` for `z`'s chain count, or None (the
@@ -253,7 +253,7 @@ class ProgramTarget(Target):
                 for i in range(2):  # the second call is free of first-call costs
                     t0 = time.process_time()  # CPU time: not fooled by a busy machine
                     with torch.enable_grad():
-                        if i == 0 and self.graph_cache:  # the first also digests the function
+                        if i == 0 and self.cache_graphs:  # the first also digests the function
                             _, key = graph_cache.fingerprint(self._vmapped_fn(), z)
                         else:
                             self._vmapped_fn()(z.detach())

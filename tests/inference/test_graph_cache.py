@@ -125,7 +125,7 @@ def test_the_fingerprint_digests_constants_not_the_point():
 
 
 def test_the_cache_can_be_turned_off(cache, monkeypatch):
-    monkeypatch.setattr(ProgramTarget, "graph_cache", False)
+    monkeypatch.setattr(ProgramTarget, "cache_graphs", False)
     t = _target(Y)
     t.log_density_and_grad(Z)
     assert t.graph_cache_notes == {} and _stored(cache) == []
