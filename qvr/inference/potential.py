@@ -250,13 +250,18 @@ class ProgramTarget(Target):
         if C not in self._compiled:
             key = None
             try:
-                for i in range(2):  # the second call is free of first-call costs
-                    t0 = time.process_time()  # CPU time: not fooled by a busy machine
-                    with torch.enable_grad():
-                        if i == 0 and self.cache_graphs:  # the first also digests the function
-                            _, key = graph_cache.fingerprint(self._vmapped_fn(), z)
-                        else:
-                            self._vmapped_fn()(z.detach())
+                with torch.enable_grad():  # the first call also digests the function
+                    if self.cache_graphs:
+                        _, key = graph_cache.fingerprint(self._vmapped_fn(), z)
+                    else:
+                        self._vmapped_fn()(z.detach())
+                # a function on disk is used whatever one evaluation costs: the eager
+                # path is kept only to spare slow densities the tracing, paid already
+                if key is not None and self._load_cached(C, key, z):
+                    return self._compiled[C]
+                t0 = time.process_time()  # CPU time: not fooled by a busy machine
+                with torch.enable_grad():  # the second call is free of first-call costs
+                    self._vmapped_fn()(z.detach())
             except Exception as exc:
                 self._compiled[C] = None
                 self.compile_notes[C] = f"eager evaluation failed: {type(exc).__name__}"
@@ -268,8 +273,6 @@ class ProgramTarget(Target):
                     "that the interpreter's overhead does not matter"
                 return None
             try:
-                if key is not None and self._load_cached(C, key, z):
-                    return self._compiled[C]
                 self._compiled[C], self._graphs[C] = _compile(self._vmapped_fn(), z)
                 if key is not None and graph_cache.store(key, self._graphs[C],
                                                          self._compiled[C]):
@@ -297,7 +300,7 @@ class ProgramTarget(Target):
             fn = graph
         try:  # it passed both points when it was stored: one checks that it loaded right
             _check(self._vmapped_fn(), z, fn, points=1)
-        except _NotCompilable:  # a stale file: traced afresh (and replaced)
+        except Exception:  # a stale file (or one that fails to run): traced afresh
             return False
         self._compiled[C] = fn
         self._graphs[C] = graph if graph is not None else _Stored(key)

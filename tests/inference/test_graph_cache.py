@@ -155,3 +155,18 @@ def test_a_graph_gone_from_disk_is_traced_again_when_asked_for(cache):
     g, v = graph(Z)
     v_ref, g_ref = first.log_density_and_grad(Z)
     assert torch.allclose(v, v_ref) and torch.allclose(g, g_ref)
+
+
+def test_a_function_on_disk_is_used_whatever_one_evaluation_costs(cache, monkeypatch):
+    """The eager path spares slow densities the tracing; a stored function costs none."""
+    _target(Y).log_density_and_grad(Z)
+    monkeypatch.setattr(ProgramTarget, "compile_below_s", 0.0)  # every density "slow" ...
+    monkeypatch.setattr(ProgramTarget, "compile_max_ops", 0)  # ... and "large"
+    cached = _target(Y)
+    cached.log_density_and_grad(Z)
+    assert cached.graph_cache_notes == {3: "loaded from the disk cache"}
+    assert cached.compiled_for(Z) is not None
+    fresh = _target([y + 1.0 for y in Y])
+    fresh.log_density_and_grad(Z)
+    assert fresh.compiled_for(Z) is None and fresh.graph_cache_notes == {}
+    assert fresh.compile_notes[3].startswith("evaluated eagerly")
