@@ -476,6 +476,34 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
                                          cache_dir)
     assert again.cached and note2.startswith("the whole NUTS transition loaded from the "
                                              "disk cache")
+    # a package from the cache is checked against the outputs it gave when it was built
+    # (kept beside it), without running PyTorch's loop; altered outputs reject it
+    kept = list(cache_dir.glob("*.check.pt"))
+    assert [p.name.split(".")[0] for p in kept] == [p.stem for p in cache_dir.glob("*.pt2")]
+    eager = []
+    real_loop = TR.eager_loop
+
+    def counted(*a):
+        eager.append(1)
+        return real_loop(*a)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TR, "eager_loop", counted)
+        loaded, _ = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
+                                          cache_dir)
+    assert loaded is not None and loaded.cached and eager == []
+    elsewhere = cache_dir.parent / "altered"
+    elsewhere.mkdir()
+    for p in [*cache_dir.glob("*.pt2"), *kept]:
+        shutil.copy(p, elsewhere / p.name)
+    check = elsewhere / kept[0].name
+    data = torch.load(check)
+    data["want"][0] = data["want"][0] + 1.0  # the positions it "gave"
+    torch.save(data, check)
+    bad, why = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T, elsewhere)
+    assert bad is None and why == ("the compiled transition disagrees with what it gave "
+                                   "when it was built")
+    assert list(elsewhere.iterdir()) == []  # the package and its check deleted
     # a later run's target loads its density from the disk cache (`graph_cache`) and
     # finds the same package: the graph it reads keys the same
     model, x, obs, _ = normal_normal_case()

@@ -40,7 +40,8 @@ scheme; `transition="biased"` or ``"uniform"`` merges, ``"momentum"`` or
 graph) and builds it with AOTInductor into a package whose loops are C++, kept on disk
 (`cache_dir`, keyed by `cache_key`: a later process loads it in under a second instead of
 compiling for ~30-50 s), checks it against the same function run by PyTorch on two short
-blocks, and returns a `CompiledTransition` or the reason it could not.
+blocks (a package from the cache: against the outputs it gave then, kept beside it), and
+returns a `CompiledTransition` or the reason it could not.
 
 Measured (2-core x86 VM, one thread; eight schools, 4 chains): a pass costs ~30 us, of
 which the arithmetic is a fraction; the rest is the C++ wrapper creating a tensor (handle
@@ -554,6 +555,31 @@ def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
     return (directory / f"{key}.pt2").is_file()
 
 
+def _write_check(path: Path, args: list, want) -> None:
+    """Keep a built package's last check (its inputs and PyTorch's outputs) beside it,
+    written aside and renamed; never raises."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save({"args": list(args), "want": [t.detach().cpu() for t in want]}, tmp)
+        os.replace(tmp, path)
+    except Exception:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_check(path: Path):
+    """`(args, want)` kept by `_write_check` (on the device of the args), or None."""
+    try:
+        data = torch.load(path, weights_only=True)
+        return data["args"], [w.to(data["args"][0].device) for w in data["want"]]
+    except Exception:
+        return None
+
+
+def _discard(*paths: Path) -> None:
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
 def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
                        K: int, biased: bool, T: int, directory: Path = None) -> tuple:
     """`(CompiledTransition, note)` or `(None, why not)`.
@@ -561,10 +587,13 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     The block of `T` transitions (`block_function`) around the density's FX `graph` (`ProgramTarget.density_graph`) is
     exported (`torch.export`) and compiled by AOTInductor into a package of C++ (the loop
     runs in C++), kept in `directory` (default `cache_dir()`) under `cache_key`: a later
-    process with the same model loads it in milliseconds.  Whether compiled or loaded, it
-    is checked against the same function run by PyTorch (`eager_loop`) at two points;
-    any disagreement beyond float rounding rejects it (and a cached package that
-    disagrees or fails to load is deleted)."""
+    process with the same model loads it in milliseconds.  A package it builds is
+    checked against the same function run by PyTorch (`eager_loop`) on two short
+    blocks, and the last check's inputs and outputs are kept beside it
+    (``KEY.check.pt``); one loaded from the cache is run on those inputs and must give
+    those outputs (without them: checked against PyTorch on one transition).  Any
+    disagreement beyond float rounding rejects it (and a cached package that disagrees
+    or fails to load is deleted, with its check)."""
     directory = Path(directory) if directory is not None else cache_dir()
     reference = block_function(graph, dense, thr, momentum, K, biased)
     t0 = time.perf_counter()
@@ -604,18 +633,32 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
             # averaging) grows into different trajectories, as any two builds' would.  A
             # package from the cache passed both checks when it was built: one transition
             # at the run's start checks that it loaded right (the PyTorch side runs
-            # eagerly: eight schools, 0.27 s for both checks, a third of a short run)
+            # eagerly: eight schools, 0.27 s for both checks, a third of a short run).
+            # Cheaper still, the package is run on the inputs of its last check when it
+            # was built and must give the outputs PyTorch gave then (`KEY.check.pt`)
             checks = [(6, z0, 1)] if cached else [(5, torch.full_like(z0, 0.1), min(T, 3)),
                                                   (6, z0, min(T, 2))]
+            kept = directory / f"{key}.check.pt"
+            if cached:
+                stored = _read_check(kept)
+                if stored is not None:
+                    args, want = stored
+                    if not blocks_agree(BlockOut(*want), BlockOut(*runner(*args))):
+                        _discard(path, kept)
+                        return None, ("the compiled transition disagrees with what it gave "
+                                      "when it was built")
+                    checks = []
             for seed, at, limit in checks:
                 args = example_inputs(graph, at, dense, K, T, seed=seed, limit=limit)
                 want, got = reference(*args), runner(*args)
                 if not blocks_agree(BlockOut(*want), BlockOut(*got)):
-                    path.unlink(missing_ok=True)
+                    _discard(path, kept)
                     return None, "the compiled transition disagrees with PyTorch on test inputs"
+            if not cached:
+                _write_check(kept, args, want)
     except Exception as exc:  # no C++ compiler, an unsupported operation, ...
         if path is not None and path.is_file() and "cached" in locals() and cached:
-            path.unlink(missing_ok=True)
+            _discard(path, path.with_name(f"{path.stem}.check.pt"))
         return None, f"the transition did not compile: {type(exc).__name__}: {str(exc)[:200]}"
     finally:
         torch.set_rng_state(state)
