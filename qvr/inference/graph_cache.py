@@ -31,6 +31,7 @@ reclaim the space.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import warnings
@@ -57,6 +58,7 @@ def cache_dir() -> Path:
     return cache_root() / "densities"
 
 
+@functools.lru_cache(maxsize=None)
 def _source_digest() -> bytes:
     h = hashlib.sha256()
     here = Path(__file__).parent
@@ -184,7 +186,9 @@ def load_function(key: str, directory: Path = None):
         return None
 
 
-def _write(path: Path, save) -> None:
+def write_aside(path: Path, save: Callable) -> None:
+    """`save(tmp)` to a file beside `path`, then renamed to `path`: a killed process
+    leaves no broken file (the temporary one is removed if `save` fails)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with warnings.catch_warnings():
@@ -204,8 +208,8 @@ def store(key: str, graph: torch.fx.GraphModule, function=None,
         Path(directory or cache_dir()).mkdir(parents=True, exist_ok=True)
         plain = torch.fx.GraphModule(graph, graph.graph)
         if isinstance(function, torch.jit.ScriptModule):
-            _write(_path(key, directory, ".ts"), lambda p: torch.jit.save(function, str(p)))
-        _write(_path(key, directory, ".pt"), lambda p: torch.save(plain, p))
+            write_aside(_path(key, directory, ".ts"), lambda p: torch.jit.save(function, str(p)))
+        write_aside(_path(key, directory, ".pt"), lambda p: torch.save(plain, p))
         return True
     except Exception:
         return False

@@ -252,12 +252,12 @@ class ProgramTarget(Target):
             try:
                 with torch.enable_grad():  # the first call also digests the function
                     if self.cache_graphs:
-                        _, key = graph_cache.fingerprint(self._vmapped_fn(), z)
+                        first, key = graph_cache.fingerprint(self._vmapped_fn(), z)
                     else:
                         self._vmapped_fn()(z.detach())
                 # a function on disk is used whatever one evaluation costs: the eager
                 # path is kept only to spare slow densities the tracing, paid already
-                if key is not None and self._load_cached(C, key, z):
+                if key is not None and self._load_cached(C, key, z, first):
                     return self._compiled[C]
                 t0 = time.process_time()  # CPU time: not fooled by a busy machine
                 with torch.enable_grad():  # the second call is free of first-call costs
@@ -288,9 +288,10 @@ class ProgramTarget(Target):
                 self.compile_notes[C] = f"{type(exc).__name__}: {str(exc)[:200]}"
         return self._compiled[C]
 
-    def _load_cached(self, C: int, key: str, z: torch.Tensor) -> bool:
-        """Use the function stored under `key` (`graph_cache`) if it passes `_finish`'s
-        check; its FX graph is read only when `density_graph` asks for it."""
+    def _load_cached(self, C: int, key: str, z: torch.Tensor, at_z: tuple) -> bool:
+        """Use the function stored under `key` (`graph_cache`) if it gives `at_z` (the
+        program's `(grad, value)` at `z`); its FX graph is read only when
+        `density_graph` asks for it."""
         fn = graph_cache.load_function(key)
         graph = None
         if fn is None:  # stored as an FX graph only (TorchScript could not trace it)
@@ -299,7 +300,7 @@ class ProgramTarget(Target):
                 return False
             fn = graph
         try:  # it passed both points when it was stored: one checks that it loaded right
-            _check(self._vmapped_fn(), z, fn, points=1)
+            _check(self._vmapped_fn(), z, fn, at_z=at_z)
         except Exception:  # a stale file (or one that fails to run): traced afresh
             return False
         self._compiled[C] = fn
@@ -409,15 +410,22 @@ class _Stored(NamedTuple):
     key: str
 
 
-def _check(batched, z: torch.Tensor, fn, points: int = 2) -> None:
+def _check(batched, z: torch.Tensor, fn, at_z: tuple = None) -> None:
     """Raise `_NotCompilable` unless `fn` gives `batched`'s values and gradients at `z`
-    and (`points=2`) at a perturbed point."""
+    and at a perturbed point; given `at_z` (`batched(z)`, already evaluated), at `z`
+    only (a stored function, which passed both when it was traced)."""
     z = z.detach()
-    gen = torch.Generator(device=z.device).manual_seed(12345)
-    for point in (z, z + 0.5 * torch.randn(z.shape, generator=gen, dtype=z.dtype,
-                                           device=z.device))[:points]:
-        with torch.enable_grad():
-            g_ref, v_ref = batched(point)
+    if at_z is not None:
+        points = [(z, at_z)]
+    else:
+        gen = torch.Generator(device=z.device).manual_seed(12345)
+        points = [(z, None), (z + 0.5 * torch.randn(z.shape, generator=gen, dtype=z.dtype,
+                                                     device=z.device), None)]
+    for point, ref in points:
+        if ref is None:
+            with torch.enable_grad():
+                ref = batched(point)
+        g_ref, v_ref = ref
         g, v = fn(point)
         if not (_close(v, v_ref) and _close(g, g_ref)):
             raise _NotCompilable("the compiled density differs from the program's "

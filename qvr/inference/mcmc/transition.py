@@ -67,7 +67,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from qvr.inference.graph_cache import cache_root, tensor_bytes
+from qvr.inference.graph_cache import cache_root, tensor_bytes, write_aside
 from qvr.inference.mcmc import ops
 from qvr.inference.mcmc.tick import checkpoint_masks
 
@@ -531,10 +531,11 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
             for part in str(node.target).split("."):
                 obj = getattr(obj, part)
             # a tensor, or a constant folder's list of them (`_FX_CONST_FOLDED_ATTRS`)
-            items = [obj] if isinstance(obj, torch.Tensor) else \
-                [t for t in obj if isinstance(t, torch.Tensor)] \
-                if isinstance(obj, (torch.nn.ParameterList, list, tuple)) else []
-            for t in items:
+            if isinstance(obj, torch.Tensor):
+                obj = [obj]
+            elif not isinstance(obj, (torch.nn.ParameterList, list, tuple)):
+                continue
+            for t in (t for t in obj if isinstance(t, torch.Tensor)):
                 h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
                 h.update(tensor_bytes(t))
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
@@ -558,12 +559,11 @@ def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
 def _write_check(path: Path, args: list, want) -> None:
     """Keep a built package's last check (its inputs and PyTorch's outputs) beside it,
     written aside and renamed; never raises."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    data = {"args": list(args), "want": [t.detach().cpu() for t in want]}
     try:
-        torch.save({"args": list(args), "want": [t.detach().cpu() for t in want]}, tmp)
-        os.replace(tmp, path)
+        write_aside(path, lambda tmp: torch.save(data, tmp))
     except Exception:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def _read_check(path: Path):
