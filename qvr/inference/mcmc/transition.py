@@ -52,7 +52,16 @@ wrapper assigns a stack tensor to a heap handle).  A flat block was tried and dr
 one loop for all `T` transitions in which a chain starts its next transition as soon as
 its last ends took 25-45% fewer passes, but its record, restart and adaptation ran on
 every pass and made a pass ~2x dearer (eight schools 57 us against 31 us; a 10-D funnel
-2.5x dearer per chain-leaf and 1.7x slower end to end).
+2.5x dearer per chain-leaf and 1.7x slower end to end).  So was a block of two nested
+loops that restarts finished chains only when they have waited a set number of passes
+(the restart outside the leaf loop, so a pass costs what it costs here; each chain's
+draws the same as here): on the funnel, 4 x (1000 + 1000), passes fell 74.2 -> 62.6 per
+iteration but a pass rose 34 -> 39 us with the restarts (4.85 s against 5.07 s, seed
+0; eight schools 1.32 s against 1.28 s).  The bound is the chains' own spread: over the
+funnel's 1,000 draws the busiest chain of each 64-draw block builds 58,256 leaves, a
+transition's longest chain summed 72,679, the mean chain 29,232 — chains stay in the
+neck or the mouth for many transitions, so no scheduling of chains that share a loop
+comes near the mean.
 """
 from __future__ import annotations
 
