@@ -172,6 +172,9 @@ def headline(run, summary: Optional[dict]) -> str:
                     f"{_f(stats['log_marginal_likelihood'], '.6g')}{state}")
         return (f"{method}: no continuous latent site to sample (finite latents summed out); "
                 f"log marginal likelihood {_f(stats['log_marginal_likelihood'], '.6g')}{state}")
+    if stats.get("num_samples") == 0 and status != "finished":
+        return (f"{method}: {stats.get('num_chains', '?')} chains, stopped before the first "
+                f"draw{state}")
     eps = ", ".join(_f(v) for v in stats.get("step_sizes", []))
     compiled = {"inductor": ", steps compiled by Inductor",
                 "transition": ", transitions compiled (C++ loop)"}.get(stats.get("compiler"), "")
@@ -202,6 +205,9 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
         truncated = int(summary.get("truncated", 0) or 0)
         table, hidden = summary_table(params, None if sites else _site_shapes(run), max_rows,
                                       sites=sites)
+        if not params and not sites and \
+                summary.get("stats", {}).get("num_samples") == 0 and status != "finished":
+            table = "(no draws to summarise)"
         out.append(table)
         n = len(params) + truncated
         more = f"{hidden} more sites; " if hidden else ""

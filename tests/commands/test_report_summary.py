@@ -151,6 +151,27 @@ def test_a_record_whose_summary_lists_only_some_coordinates_says_so(tmp_path):
                     f"the rows above cover those only)")
 
 
+def test_a_run_stopped_before_its_first_draw_says_so(tmp_path):
+    """Cancelled during warmup (or while NUTS compiled): the record keeps every chain
+    with no draws, and the report says it stopped before the first draw instead of
+    claiming the program has no latent sites."""
+    n = [0]
+
+    def stop():
+        n[0] += 1
+        return n[0] > 3  # a few warmup iterations, then stop
+
+    path = ROOT / "examples" / "eight_schools.qvr"
+    result = fit(load(path), config={"method": "nuts", "num_warmup": 50, "num_samples": 50,
+                                     "num_chains": 3, "seed": 0},
+                 run_dir=tmp_path / "r", program_path=str(path), should_stop=stop)
+    assert result.status == "cancelled"
+    run = open_run(tmp_path / "r")
+    lines = render_run(run).splitlines()
+    assert lines[:2] == ["nuts: 3 chains, stopped before the first draw [cancelled]",
+                         "(no draws to summarise)"]
+
+
 def test_show_of_a_failed_smc_run_says_what_happened(tmp_path):
     path = ROOT / "examples" / "recurrent_lm.qvr"
     with pytest.raises(ValueError, match="not in the program's vocabulary"):

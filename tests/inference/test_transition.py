@@ -14,6 +14,7 @@
 import math
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -283,6 +284,24 @@ def test_the_cache_key_digests_scalar_constants():
     keys = [TR.cache_key(torch.fx.symbolic_trace(Scaled(c)), z0, False, 1000.0, True, 10,
                          True, 8) for c in (2.0, 2.0, 3.0)]
     assert keys[0] == keys[1] != keys[2]
+
+
+def test_the_cache_key_is_digested_once_per_graph_and_settings(monkeypatch):
+    """A run asks for the key twice (is the package on disk? then compile or load it):
+    the graph is digested once; other settings or another graph digest again."""
+    calls = []
+    digest = TR._digest
+    monkeypatch.setattr(TR, "_digest", lambda *a: calls.append(a) or digest(*a))
+    graph = torch.fx.symbolic_trace(lambda z: (-z, -0.5 * (z * z).sum(-1)))
+    z0 = torch.zeros(2, 3)
+    first = TR.cache_key(graph, z0, False, 1000.0, True, 10, True, 8)
+    assert TR.is_cached(graph, z0, False, 1000.0, True, 10, True, 8) is False
+    assert TR.cache_key(graph, z0, False, 1000.0, True, 10, True, 8) == first
+    assert len(calls) == 1
+    assert TR.cache_key(graph, z0, False, 1000.0, True, 10, True, 16) != first
+    other = torch.fx.symbolic_trace(lambda z: (-z, -0.5 * (z * z).sum(-1)))
+    assert TR.cache_key(other, z0, False, 1000.0, True, 10, True, 8) == first
+    assert len(calls) == 3
 
 
 def test_the_cache_key_digests_constant_folded_values():
@@ -624,3 +643,35 @@ def test_the_driver_says_when_it_compiles_before_the_first_step(monkeypatch):
     MCMC(NUTSKernel(compiler="transition"), num_warmup=10, num_samples=10, num_chains=2,
          on_event=on_event).run(None, target=make_target(model, x, obs))
     assert not [e for e in events if isinstance(e, FitNote)]
+
+
+def test_a_cancelled_run_does_not_wait_for_the_compile(monkeypatch):
+    """Cancelling while the transition compiles (the dashboard's `x`, Ctrl-C) ends the run
+    at once, with nothing drawn and the reason noted, instead of after tens of seconds of
+    C++ compiling; the abandoned build is left to its thread and a later run compiles
+    again."""
+    import threading
+    release, entered = threading.Event(), threading.Event()
+
+    def export(*a, **k):  # a build that only ends when the test says so
+        entered.set()
+        release.wait()
+        raise RuntimeError("released")
+
+    monkeypatch.setattr(torch.export, "export", export)
+    monkeypatch.setattr(TR, "cache_dir", lambda: Path(os.environ["QVR_CACHE_DIR"]) / "t")
+    model, x, obs, _ = normal_normal_case()
+    target = make_target(model, x, obs)
+    kernel = NUTSKernel(compiler="transition")
+    try:
+        r = MCMC(kernel, num_warmup=10, num_samples=10, num_chains=2,
+                 on_event=lambda e: None,
+                 should_stop=lambda: entered.is_set()).run(None, target=target)
+        assert r.cancelled and r.num_samples == 0 and r.samples["mu"].shape[:2] == (2, 0)
+        assert r.num_grad_evals <= 1  # the starting point's evaluation only
+        assert TR.STOPPED in r.compiler_notes
+        assert not any(isinstance(v, TR.CompiledTransition)
+                       for v in kernel.tick_cache(target).transitions.values())
+        assert not kernel.tick_cache(target).transitions  # a later run tries again
+    finally:
+        release.set()

@@ -330,7 +330,8 @@ class _Run:
             state = self.kernel.init(self.target, z0[idx], W, S)
             prepare = getattr(self.kernel, "prepare", None)
             if prepare is not None:
-                prepare(state, self.target, lambda message: self.emit(FitNote(message)))
+                prepare(state, self.target, lambda message: self.emit(FitNote(message)),
+                        self.stop)
             acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
             div_sum = torch.zeros(len(group), dtype=dtype, device=device)
             max_depth = getattr(self.kernel, "max_tree_depth", None)
@@ -455,7 +456,8 @@ class _Run:
                 keep, n = full, S
             else:
                 n = max(done) if done else 0
-                keep = [c for c in range(C) if done[c] == n] if n else [0]
+                # every chain when none has drawn (shapes (C, 0): the run had C chains)
+                keep = [c for c in range(C) if done[c] == n] if n else list(range(C))
         idx = torch.tensor(keep, device=zs.device)
         zs = zs[idx, :n]
         samples = self.target.constrain(zs)

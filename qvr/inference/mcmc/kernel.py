@@ -18,9 +18,10 @@ The kernel protocol (`MCMCKernel`; the driver uses nothing else):
   recorded (`Steps`); the driver calls this one.  The default is one `sample`; NUTS runs
   up to 64 iterations in one compiled call (`transition.py`).
 * ``diagnostics(state) -> dict`` — per-chain statistics of the last iteration.
-* ``prepare(state, target, note)`` — once after `init`, before the first iteration (NUTS
-  compiles its whole transition there, saying so through `note(message)` when the
-  compile is not on disk); optional, a no-op by default.
+* ``prepare(state, target, note, should_stop)`` — once after `init`, before the first
+  iteration (NUTS compiles its whole transition there, saying so through `note(message)`
+  when the compile is not on disk, and gives it up when `should_stop()` turns true);
+  optional, a no-op by default.
 * ``compiler_used(target) -> str`` and ``compiler_notes(target) -> list[str]`` — how the
   kernel ran its steps on `target` (NUTS: ``"transition"`` — the whole transition
   compiled —, ``"inductor"``, ``"torchscript"`` or ``"eager"``, and sentences saying why, e.g. that Inductor failed and the steps ran on
@@ -177,9 +178,10 @@ class MCMCKernel:
     def diagnostics(self, state) -> dict:
         return {}
 
-    def prepare(self, state, target, note=None) -> None:
+    def prepare(self, state, target, note=None, should_stop=None) -> None:
         """Work the kernel does once before the first iteration (NUTS: compile its whole
-        transition), told to the user through `note(message)` when it will take a while.
+        transition), told to the user through `note(message)` when it will take a while,
+        and cut short when `should_stop()` turns true (the run is being cancelled).
         Optional: the default does nothing."""
 
     def compiler_used(self, target) -> str:

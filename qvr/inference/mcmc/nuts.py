@@ -185,15 +185,16 @@ class NUTSKernel(HMCBase):
             tick = cache.get(target, z0, dense, thr, momentum, K, want_inductor=True)
         return tick
 
-    def prepare(self, state: HMCState, target, note=None) -> None:
+    def prepare(self, state: HMCState, target, note=None, should_stop=None) -> None:
         """Compile (or load) the whole transition before the first iteration, when this
-        run will use it, saying so through `note` when it is not on disk."""
+        run will use it, saying so through `note` when it is not on disk; a compile
+        gives up as soon as `should_stop()` is true (the run is being cancelled)."""
         z0 = state.z.contiguous()
         self._whole_transition(state, target, z0, state.mass.dense, self.max_tree_depth,
-                               note)
+                               note, should_stop)
 
     def _whole_transition(self, state: HMCState, target, z0, dense: bool, K: int,
-                          note=None):
+                          note=None, should_stop=None):
         """The compiled whole transition (`transition.py`) for this run, or None (the
         leaves then run as ticks).  ``"transition"`` always asks for it; ``"auto"`` when
         the run has at least `transitions.AUTO_MIN_ITERATIONS` iterations (a rule on the
@@ -224,9 +225,12 @@ class NUTSKernel(HMCBase):
                     note("compiling NUTS to C++ (once per model: tens of seconds)")
                 compiled, said = transitions.compile_transition(
                     graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
-                    K, self.transition == "biased", T)
+                    K, self.transition == "biased", T, should_stop=should_stop)
                 cache.notes.append(said)
                 cache.transitions[key] = compiled
+                if said == transitions.STOPPED:  # cancelled: a later run compiles again
+                    del cache.transitions[key]
+                    return None
         compiled = cache.transitions[key]
         if compiled is not None:
             cache.last = "transition"

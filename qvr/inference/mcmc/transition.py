@@ -68,8 +68,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -527,11 +529,30 @@ def cache_dir() -> Path:
     return cache_root() / "transitions"
 
 
+#: `cache_key`'s digests per graph (a run asks twice: whether the package is on disk, to
+#: say that it compiles, then to compile or load it); a graph is never changed once made
+_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
               biased: bool, T: int) -> str:
     """A digest of everything the compiled transition depends on: the density's graph
     (its code and every tensor it holds), the shapes, dtype and device, the settings,
-    this module's and `ops`'s source and the PyTorch version."""
+    this module's and `ops`'s source and the PyTorch version (computed once per graph and
+    settings)."""
+    settings = (tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
+                momentum, K, biased, T)
+    try:
+        known = _KEYS.setdefault(graph, {})
+    except TypeError:  # not weakly referable: digested every time
+        known = {}
+    if settings not in known:
+        known[settings] = _digest(graph, z0, dense, thr, momentum, K, biased, T)
+    return known[settings]
+
+
+def _digest(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+            biased: bool, T: int) -> str:
     h = hashlib.sha256()
     h.update(graph.code.encode())
     for node in graph.graph.nodes:
@@ -565,6 +586,32 @@ def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
     return (directory / f"{key}.pt2").is_file()
 
 
+#: `compile_transition`'s reason when the run was stopped during the build
+STOPPED = "the transition's compile was stopped with the run"
+
+
+def _build_unless_stopped(build: Callable[[], None], should_stop: Callable[[], bool]) -> bool:
+    """Run `build()` in a daemon thread; True when it finished (its exception raised
+    here), False as soon as `should_stop()` is true (the thread is left to finish)."""
+    box = {}
+
+    def run():
+        try:
+            build()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="qvr-transition-compile", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        if should_stop():
+            return False
+        worker.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    return True
+
+
 def _write_check(path: Path, args: list, want) -> None:
     """Keep a built package's last check (its inputs and PyTorch's outputs) beside it,
     written aside and renamed; never raises."""
@@ -590,7 +637,8 @@ def _discard(*paths: Path) -> None:
 
 
 def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
-                       K: int, biased: bool, T: int, directory: Path = None) -> tuple:
+                       K: int, biased: bool, T: int, directory: Path = None,
+                       should_stop: Callable[[], bool] = None) -> tuple:
     """`(CompiledTransition, note)` or `(None, why not)`.
 
     The block of `T` transitions (`block_function`) around the density's FX `graph` (`ProgramTarget.density_graph`) is
@@ -602,7 +650,13 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     (``KEY.check.pt``); one loaded from the cache is run on those inputs and must give
     those outputs (without them: checked against PyTorch on one transition).  Any
     disagreement beyond float rounding rejects it (and a cached package that disagrees
-    or fails to load is deleted, with its check)."""
+    or fails to load is deleted, with its check).
+
+    With `should_stop`, a build runs in a thread of its own, and the call returns
+    `(None, STOPPED)` within a tenth of a second of `should_stop()` turning true (a
+    cancelled run does not wait tens of seconds for a C++ compile it will not use; the
+    abandoned build finishes or dies with the process, its package written aside, never
+    half)."""
     directory = Path(directory) if directory is not None else cache_dir()
     reference = block_function(graph, dense, thr, momentum, K, biased)
     t0 = time.perf_counter()
@@ -628,14 +682,22 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
                     def forward(self, *args):
                         return fn(*args)
 
-                # strict (Dynamo) export: the non-strict one leaves the inner loop of the
-                # nested while_loop without the metadata the verifier asks for
-                exported = torch.export.export(Transition(), tuple(example), strict=True)
-                directory.mkdir(parents=True, exist_ok=True)
-                # written aside and renamed: a killed compile leaves no broken package
-                tmp = directory / f"{key}.{os.getpid()}.tmp.pt2"
-                aoti_compile_and_package(exported, package_path=str(tmp))
-                os.replace(tmp, path)
+                def build():
+                    with torch.no_grad():  # (grad mode is per thread)
+                        # strict (Dynamo) export: the non-strict one leaves the inner loop
+                        # of the nested while_loop without the metadata the verifier asks for
+                        exported = torch.export.export(Transition(), tuple(example),
+                                                       strict=True)
+                        directory.mkdir(parents=True, exist_ok=True)
+                        # written aside and renamed: a killed compile leaves no broken package
+                        tmp = directory / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.pt2"
+                        aoti_compile_and_package(exported, package_path=str(tmp))
+                        os.replace(tmp, path)
+
+                if should_stop is None:
+                    build()
+                elif not _build_unless_stopped(build, should_stop):
+                    return None, STOPPED
             runner = aoti_load_package(str(path))
             seconds = time.perf_counter() - t0
             # a few transitions: over many, float rounding (an ulp of a step size from dual
