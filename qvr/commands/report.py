@@ -216,6 +216,10 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
                        f"{run.path / 'summary.txt'}; the rows above cover those only)")
         elif params:
             out.append(f"({more}every coordinate ({n}) in {run.path / 'summary.txt'})")
+    if run.method in ("hmc", "nuts") and summary is not None and status == "finished":
+        from qvr.inference.diagnostics import check_warnings
+        out += [f"warning: {w}" for w in check_warnings(
+            summary.get("stats", {}), run.method, (run.config or {}).get("mass_matrix"))]
     if run.method != "smc":
         out += checks_lines(run)
     return "\n".join(out)

@@ -493,6 +493,65 @@ def e_bfmi(energy) -> list:
     return out
 
 
+# ---------------------------------------------------------------- the checks of a run
+
+#: the thresholds of the MCMC checks (Stan's ``diagnose`` and Vehtari et al. 2021), shared
+#: by the dashboard's check panel and the command line's warnings
+RHAT_MAX = 1.01
+ESS_PER_CHAIN = 100.0
+EBFMI_MIN = 0.3
+
+
+def check_warnings(stats: Mapping[str, Any], method: str,
+                   mass_matrix: Optional[str] = None) -> list:
+    """What a finished MCMC run's statistics (``summary.json`` ``"stats"``) say is wrong,
+    one sentence each, with the usual remedy: divergences after warmup, R-hat above
+    `RHAT_MAX`, bulk or tail ESS below `ESS_PER_CHAIN` per chain, draws at the maximum
+    tree depth (NUTS), E-BFMI below `EBFMI_MIN`.  `mass_matrix` is the run's option (HMC
+    keeps the identity metric unless told otherwise: the remedy then names it).  Empty
+    when all is well or when the stats cannot tell (no draws)."""
+    out = []
+    chains = int(stats.get("num_chains") or 1)
+    draws = int(stats.get("num_samples") or 0)
+    if draws == 0:
+        return out
+    identity = method == "hmc" and mass_matrix in (None, "identity")
+    remedy = ("HMC keeps the identity metric unless told: try --mass-matrix diagonal, or "
+              "--method nuts" if identity else "try a longer --warmup, or reparameterise")
+    div = int(stats.get("total_divergences") or 0)
+    if div:
+        out.append(f"{div} divergent draw{'s' if div != 1 else ''} after warmup: the "
+                   f"sampler could not follow the posterior there, so the draws may be "
+                   f"biased; try --target-accept 0.95, or reparameterise (non-centred)")
+    rhat = stats.get("max_r_hat")
+    bad_rhat = rhat is not None and not math.isnan(float(rhat)) and float(rhat) > RHAT_MAX
+    if bad_rhat:
+        out.append(f"max R-hat {float(rhat):.3f} > {RHAT_MAX}: the chains disagree, "
+                   f"they have not converged to one posterior; {remedy}")
+    need = ESS_PER_CHAIN * chains
+    low = [(name, float(stats[key])) for name, key in (("bulk", "min_ess_bulk"),
+                                                        ("tail", "min_ess_tail"))
+           if stats.get(key) is not None and not math.isnan(float(stats[key]))
+           and float(stats[key]) < need]
+    if low:
+        said = " and ".join(f"{name} {v:.0f}" for name, v in low)
+        out.append(f"min ESS {said} < {need:.0f} ({ESS_PER_CHAIN:.0f} per chain): too few "
+                   f"effective draws for reliable means and quantiles; "
+                   + ("more --samples" if not bad_rhat else "the same remedy"))
+    hits = int(stats.get("max_depth_hits") or 0)
+    if method == "nuts" and hits:
+        depth = stats.get("max_tree_depth") or 10
+        out.append(f"{hits} draw{'s' if hits != 1 else ''} at the maximum tree depth "
+                   f"{depth}: trajectories were cut short; try --max-tree-depth "
+                   f"{int(depth) + 2}, or reparameterise")
+    bf = [float(b) for b in stats.get("e_bfmi") or () if b is not None
+          and not math.isnan(float(b))]
+    if bf and min(bf) < EBFMI_MIN:
+        out.append(f"E-BFMI {min(bf):.2f} < {EBFMI_MIN} in a chain: momentum resampling "
+                   f"explores the energy poorly (heavy tails, or a funnel); reparameterise")
+    return out
+
+
 # ---------------------------------------------------------------- ArviZ export
 
 

@@ -137,6 +137,25 @@ def test_grouped_summary_shows_at_most_20_sites_worst_r_hat_first(tmp_path):
     assert len(shown) == 2 + 3 + 1 and shown[-1].startswith("(22 more sites; ")
 
 
+def test_a_run_whose_checks_fail_gets_a_warning_per_check(tmp_path):
+    """Under the table, one `warning:` line per failed check, with its remedy (the
+    dashboard's thresholds); none for a run whose checks pass."""
+    run, _ = _record_with_sites(tmp_path, 3)
+    data = json.loads((run.path / "summary.json").read_text())
+    data["stats"] = {"num_chains": 2, "num_samples": 200, "total_divergences": 3,
+                     "max_r_hat": 1.002, "min_ess_bulk": 390.0, "min_ess_tail": 300.0}
+    (run.path / "summary.json").write_text(json.dumps(data))
+    warnings = [ln for ln in render_run(run).splitlines() if ln.startswith("warning: ")]
+    assert [w.split(":")[1].strip() for w in warnings] == ["3 divergent draws after warmup"]
+    data["stats"]["max_r_hat"] = 1.2
+    (run.path / "summary.json").write_text(json.dumps(data))
+    warnings = [ln for ln in render_run(run).splitlines() if ln.startswith("warning: ")]
+    assert warnings[1] == ("warning: max R-hat 1.200 > 1.01: the chains disagree, they have "
+                           "not converged to one posterior; try a longer --warmup, or "
+                           "reparameterise")
+    assert len(warnings) == 2
+
+
 def test_a_record_whose_summary_lists_only_some_coordinates_says_so(tmp_path):
     """A summary written before summaries were complete: no per-site rows, 200 of the
     coordinates; the closing line must not promise every coordinate."""

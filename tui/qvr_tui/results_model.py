@@ -46,7 +46,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from qvr.inference.diagnostics import e_bfmi
+from qvr.inference.diagnostics import EBFMI_MIN, ESS_PER_CHAIN, RHAT_MAX, e_bfmi
 from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
 from qvr.runs.layout import RECORDED_PREFIX, nothing_sampled
 
@@ -57,9 +57,6 @@ __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "squeeze_sha
            "RunRow", "run_rows", "TableRow", "recorded_guide_rows", "batch_facts"]
 
 MCMC = ("hmc", "nuts")
-RHAT_MAX = 1.01
-ESS_PER_CHAIN = 100.0
-EBFMI_MIN = 0.3
 TREE_DEPTH_SHARE_MAX = 0.0  # share of draws at the maximum tree depth above which it is red
 STAT_COLUMNS = ("mean", "sd", "q5", "q50", "q95", "mcse_mean", "ess_bulk", "ess_tail", "r_hat")
 
