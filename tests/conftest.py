@@ -31,6 +31,15 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
+#: the processes the tests start (`qvr run`, the dashboard's fit worker, `torchrun`
+#: ranks, the language server) run one intra-op thread too: on two cores, two workers
+#: each starting a two-thread torch process oversubscribe the machine, and OpenMP's
+#: spinning threads make it worse (a 12-step SVI fit of the seed transformer from the
+#: dashboard took 74 s in the suite, ~6 s alone)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+
 #: NUTS's ``compiler="auto"`` compiles the whole transition of runs of 400 iterations or
 #: more (seconds of C++ compiling per model); the suite keeps today's ticks unless a test
 #: asks for the transition (`tests/inference/test_transition.py`), and so do the commands

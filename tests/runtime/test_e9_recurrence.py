@@ -383,7 +383,7 @@ ODE_FIT = """
 object Obs : FinSet 4
 program decay : Obs -> Obs
     sample k <- HalfNormal(1.0)
-    let y = ode((u, t) -> -k * u, 2.0, times, 1e-5, 1e-5)
+    let y = ode((u, t) -> -k * u, 2.0, times, 1e-4, 1e-4)
     observe z : Obs <- Normal(y, 0.1)
     return y
 export decay
@@ -394,7 +394,9 @@ export decay
 def test_nuts_fits_an_ode_model_against_quadrature_of_the_exact_posterior():
     """Exponential decay with a latent rate: the density cannot be vmapped or traced (the
     solver's adaptive steps branch on values), so the target runs eagerly chain by chain;
-    the posterior of k is computed exactly by 1-D quadrature."""
+    the posterior of k is computed exactly by 1-D quadrature.  (Tolerances of 1e-4: the
+    solver's error, ~1e-4 of values near 2, is nothing beside the noise sd 0.1, and the
+    fit takes half the time it took at 1e-5.)"""
     import warnings
     from qvr.inference import FitConfig, fit
     times = np.array([0.0, 0.5, 1.5, 3.0])
@@ -411,7 +413,7 @@ def test_nuts_fits_an_ode_model_against_quadrature_of_the_exact_posterior():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # chains one by one: said once
         res = fit(qvr.loads(ODE_FIT), {"z": z.tolist(), "times": times.tolist()},
-                  FitConfig(method="nuts", num_warmup=100, num_samples=250, num_chains=2,
+                  FitConfig(method="nuts", num_warmup=60, num_samples=120, num_chains=2,
                             seed=0, dtype="float64"))
     assert res.status == "finished", res.message
     assert res.stats["compiler"] == "eager"
