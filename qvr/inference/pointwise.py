@@ -29,7 +29,8 @@ Computed with `torch.func.vmap` over chunks of draws (``randomness="different"``
 one program run per draw when vmap cannot run the program.  Then `qvr.inference.checks
 .write_checks` writes ``loo.json`` and ``ppc.json``.
 
-Cost: the phase times `PROBE_DRAWS` draws and keeps every draw that fits in
+Cost: the phase times `PROBE_DRAWS` draws (vmapped: later calls take as many draws as
+fit in `CALL_SECONDS`, at least as many as were timed) and keeps every draw that fits in
 `BUDGET_SHARE` of the fit's wall time (at least `BUDGET_MIN_SECONDS`), else every k-th
 draw (evenly thinned, at least `MIN_DRAWS` in all); ``FitConfig.pointwise_draws`` fixes the
 number, ``pointwise=False`` (``--no-pointwise``) skips the phase.  A 12-step SVI of
@@ -62,6 +63,12 @@ BUDGET_MIN_SECONDS = 10.0
 MIN_DRAWS = 100
 #: draws timed to estimate the cost of one
 PROBE_DRAWS = 8
+#: seconds one vmapped call should take at most: a program whose draw is dear (a language
+#: model) runs in vmapped chunks of `PROBE_DRAWS`, as timed, not of `Pointwise.chunk` (the
+#: seed LM's 200 guide draws vmapped at once cost 0.12 s a draw against 0.05 s in chunks
+#: of 8: the intermediates of 200 forward passes fall out of the caches, and the
+#: budget, set by the probe, was overrun 2.4 times)
+CALL_SECONDS = 0.1
 
 
 def data_sha256(x, observations: dict) -> str:
@@ -338,6 +345,7 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     t0 = time.perf_counter()
     probe_out = pw.many({n: v[:k] for n, v in per_chain[0].items()})
     cost = (time.perf_counter() - t0) / k
+    pw.chunk = _vmap_chunk(cost, pw.chunk)
     N, stride = _kept_draws(total, len(per_chain), cost, ctx.config.pointwise_draws,
                             float(getattr(result, "elapsed", 0.0) or 0.0))
     if stride > 1:
@@ -379,6 +387,12 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     from qvr.inference import checks
     checks.write_checks(writer.path)
     return None
+
+
+def _vmap_chunk(cost: float, chunk: int) -> int:
+    """Draws per vmapped call for draws of `cost` seconds each (as timed on
+    `PROBE_DRAWS`): as many as take `CALL_SECONDS`, between `PROBE_DRAWS` and `chunk`."""
+    return max(PROBE_DRAWS, min(chunk, int(CALL_SECONDS / max(cost, 1e-9))))
 
 
 def _kept_draws(total: int, chains: int, cost: float, asked, fit_seconds: float) \

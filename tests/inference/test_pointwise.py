@@ -279,6 +279,17 @@ def test_draws_are_thinned_to_the_budget():
     assert BUDGET_MIN_SECONDS == 10.0
 
 
+def test_dear_draws_are_vmapped_in_chunks_as_small_as_the_probe():
+    """A language model's draw (0.05 s) runs 8 at a time, as the probe timed it (vmapping
+    all its draws at once cost 2.4 times more a draw); a cheap one (1 ms) 100 at a time."""
+    from qvr.inference.pointwise import CALL_SECONDS, PROBE_DRAWS, _vmap_chunk
+    assert (PROBE_DRAWS, CALL_SECONDS) == (8, 0.1)
+    assert _vmap_chunk(0.05, 128) == 8
+    assert _vmap_chunk(0.001, 128) == 100
+    assert _vmap_chunk(1e-6, 128) == 128
+    assert _vmap_chunk(0.004, 16) == 16
+
+
 def test_pointwise_draws_option_thins_evenly(tmp_path):
     y = _normal_data()
     fit(qvr.loads(NORMAL), data={"y": y},
