@@ -370,7 +370,7 @@ def test_nuts_fits_a_garch_written_with_scan_on_the_compiled_target():
         y.append(p["mu"] + s * float(torch.randn((), generator=g, dtype=torch.float64)))
     data = {"y": y, "r": y, "sigma1": 0.8}
     res = fit(qvr.loads(GARCH.format(T=T, ret="sigma")), data,
-              FitConfig(method="nuts", num_warmup=300, num_samples=300, num_chains=2, seed=0,
+              FitConfig(method="nuts", num_warmup=150, num_samples=150, num_chains=2, seed=0,
                         dtype="float64"))
     assert res.status == "finished", res.message
     assert res.stats["compiler"] in ("torchscript", "inductor"), res.stats.get("compiler_notes")
