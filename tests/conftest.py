@@ -57,3 +57,19 @@ import tempfile  # noqa: E402
 _cache = tempfile.mkdtemp(prefix="qvr-test-cache-")
 os.environ["QVR_CACHE_DIR"] = _cache
 atexit.register(shutil.rmtree, _cache, True)
+
+
+#: modules whose tests take tens of seconds each, run first: with two workers, one of them
+#: started near the end leaves the other idle for its whole length
+HEAVY_FIRST = ("inference/test_posteriordb.py", "runtime/test_e9_recurrence.py",
+               "inference/test_start_from.py", "inference/test_model_comparison.py",
+               "tui/test_tmux.py", "inference/test_transition.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The `HEAVY_FIRST` modules first (in that order), each module's tests kept in
+    order (module fixtures stay shared); the rest as collected."""
+    def rank(item):
+        path = item.nodeid.split("::")[0].removeprefix("tests/")
+        return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
+    items[:] = sorted(items, key=rank)  # stable: collection order within each rank
