@@ -522,7 +522,7 @@ def check_warnings(stats: Mapping[str, Any], method: str,
     if div:
         out.append(f"{div} divergent draw{'s' if div != 1 else ''} after warmup: the "
                    f"sampler could not follow the posterior there, so the draws may be "
-                   f"biased; try --target-accept 0.95, or reparameterise (non-centred)")
+                   f"biased; try --target-accept 0.95 (smaller steps), or reparameterise")
     rhat = stats.get("max_r_hat")
     bad_rhat = rhat is not None and not math.isnan(float(rhat)) and float(rhat) > RHAT_MAX
     if bad_rhat:
