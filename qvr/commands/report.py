@@ -142,6 +142,11 @@ def _site_shapes(run) -> dict:
             for k, v in samples.items() if not k.startswith("sample_stats.") and v.ndim >= 2}
 
 
+def _stopped_before_drawing(summary: Optional[dict], status: str) -> bool:
+    """An MCMC run cancelled (or cut short) before its first draw."""
+    return status != "finished" and (summary or {}).get("stats", {}).get("num_samples") == 0
+
+
 def headline(run, summary: Optional[dict]) -> str:
     method = run.method
     status = run.status
@@ -172,7 +177,7 @@ def headline(run, summary: Optional[dict]) -> str:
                     f"{_f(stats['log_marginal_likelihood'], '.6g')}{state}")
         return (f"{method}: no continuous latent site to sample (finite latents summed out); "
                 f"log marginal likelihood {_f(stats['log_marginal_likelihood'], '.6g')}{state}")
-    if stats.get("num_samples") == 0 and status != "finished":
+    if _stopped_before_drawing(summary, status):
         return (f"{method}: {stats.get('num_chains', '?')} chains, stopped before the first "
                 f"draw{state}")
     eps = ", ".join(_f(v) for v in stats.get("step_sizes", []))
@@ -205,8 +210,7 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
         truncated = int(summary.get("truncated", 0) or 0)
         table, hidden = summary_table(params, None if sites else _site_shapes(run), max_rows,
                                       sites=sites)
-        if not params and not sites and \
-                summary.get("stats", {}).get("num_samples") == 0 and status != "finished":
+        if not params and not sites and _stopped_before_drawing(summary, status):
             table = "(no draws to summarise)"
         out.append(table)
         n = len(params) + truncated

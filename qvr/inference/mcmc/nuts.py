@@ -227,10 +227,10 @@ class NUTSKernel(HMCBase):
                     graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
                     K, self.transition == "biased", T, should_stop=should_stop)
                 cache.notes.append(said)
-                cache.transitions[key] = compiled
                 if said == transitions.STOPPED:  # cancelled: a later run compiles again
                     del cache.transitions[key]
                     return None
+                cache.transitions[key] = compiled
         compiled = cache.transitions[key]
         if compiled is not None:
             cache.last = "transition"
