@@ -18,7 +18,7 @@ from qvr.sema.context import LocalInfo
 from qvr.text import Span
 
 NAME_KINDS = ("def", "ref", "local", "localref", "local-binder", "family", "builtin", "host",
-              "option")
+              "option", "size")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def entity_of_fact(slot, f) -> Optional[Entity]:
     if k == "localref":
         info = local_info(slot, f.data)
         return Local(slot, f.data, info) if info is not None else None
-    if k in ("family", "builtin", "host", "option", "expr"):
+    if k in ("family", "builtin", "host", "option", "expr", "size"):
         return Builtin(k, f.data)
     return None
 

@@ -16,7 +16,7 @@ from qvr.ide.entities import Builtin, Local, Top, entity_at, pick
 from qvr.sema.families import BUILTINS, FAMILIES, space_of
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym,
                               UnknownSym)
-from qvr.sema.types import bounds_text, spell, spell_mor, structure, structure_mor
+from qvr.sema.types import bounds_text, size_names, spell, spell_mor, structure, structure_mor
 from qvr.text import Span
 
 
@@ -78,6 +78,9 @@ def symbol_lines(sym) -> tuple[str, str]:
         sig = f"{sym.name} : {spell(t)}{bounds_text(t)}"
         if structure(t) != spell(t) and structure(t) != "?":
             sig += f"\n= {structure(t)}"
+        names = size_names(t)
+        if names:  # `object Child : FinSet N`: the size is bound with the data
+            return sig, "object · size " + ", ".join(f"`{n}`" for n in names) + " read from the data"
         return sig, "object"
     if isinstance(sym, MorphismSym):
         facts = "morphism"
@@ -235,6 +238,10 @@ def _builtin(ent: Builtin) -> Optional[str]:
         return None
     if k == "host":
         return render(f"{data} : host data", "supplied at run time")
+    if k == "size":  # `object Row : FinSet N` (sizes read from the data)
+        return render(f"{data} : size", "read from the data when it is bound",
+                      (f"the data's `{data}` entry, else the leading size of the values typed "
+                       f"by the objects of size `{data}`",))
     if k == "option":
         position, key = data
         meaning = option_doc(position, key)

@@ -76,7 +76,7 @@ def _classify_fact(doc, f, locals_) -> Optional[tuple[str, tuple]]:
         return "class", ("defaultLibrary",)
     if k == "builtin":
         return "function", ("defaultLibrary",)
-    if k == "host":
+    if k in ("host", "size"):  # host data; a size read from the data (`FinSet N`)
         return "variable", ("readonly",)
     if k == "option":
         return "property", ()

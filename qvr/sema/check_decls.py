@@ -20,7 +20,7 @@ from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
                               ProgramSym, UnknownSym)
 from qvr.sema.types import (UNKNOWN, FinSet, MorType, Real, atoms, compatible, describe, dim, is_continuous,
-                            is_discrete, is_unknown, size, spell_mor, strip)
+                            is_discrete, is_sized, is_unknown, size, size_names, spell, spell_mor, strip)
 from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
@@ -63,13 +63,15 @@ def check_object(ctx: DeclContext, d: A.ObjectDecl) -> None:
     dup = check_duplicate(ctx, "type", d.name)
     if isinstance(d.type, A.TAtom) and d.type.kind not in ("FinSet", "Real"):
         t = _space(ctx, d.type)  # extension E9.2: `Ordered 2`, `Simplex 3`, …
+    elif isinstance(d.type, A.TSize):
+        t = _data_size(ctx, d.type)  # issue 36: `FinSet N`, a size read from the data
     else:
         t = resolve_type(ctx, d.type)
         if not isinstance(d.type, A.TName) and check_space_use(ctx, d.type, "a factor of a product type"):
             t = UNKNOWN
     opts = read_options(ctx, d.options, "object")
     if opts:
-        if not (isinstance(d.type, A.TAtom) and d.type.kind == "Real"):
+        if not (isinstance(d.type, (A.TAtom, A.TSize)) and d.type.kind == "Real"):
             first = d.options.entries[0]
             ctx.report(E.bounds_need_real(first.key.span))
         else:
@@ -91,6 +93,22 @@ def check_object(ctx: DeclContext, d: A.ObjectDecl) -> None:
     ctx.fact(d.name.span, "def", ("type", d.name.text))
     if not dup:
         ctx.bind("type", d.name.text, ObjectSym(d.name.text, t), d.name.span)
+
+
+# ---------------------------------------------------------------- sizes read from the data
+
+def _data_size(ctx: DeclContext, t: A.TSize):
+    """`FinSet N` / `Real N` on an object's right-hand side (docs/extensions.md, sizes from
+    the data): a finite set / space whose size is the name `N`, bound when data are
+    (`qvr.runtime.sizes.bind_sizes`).  QVR114 when `N` is an object's name."""
+    name = t.name.text
+    sym = ctx.object(name)
+    line = ctx.line_of("type", name) if sym is not None else ctx.later("type", name)
+    if sym is not None or line is not None:
+        ctx.report(E.size_name_is_object(t.name.span, name, line))
+        return UNKNOWN
+    ctx.fact(t.name.span, "size", name)
+    return FinSet(name) if t.kind == "FinSet" else Real(name)
 
 
 # ---------------------------------------------------------------- E9.2 constrained spaces
@@ -384,7 +402,10 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
             if not is_unknown(t) and not is_continuous(t):
                 ctx.report(E.role_signature(node.span, f"an attention morphism needs a Real {where}, "
                                                        f"got {describe(t)}"))
-        if not is_unknown(dom) and is_continuous(dom):
+        if not is_unknown(dom) and is_continuous(dom) and is_sized(dom):
+            ctx.report(E.size_name_literal(d.dom.span, "an attention morphism's width",
+                                           size_names(dom)[0], spell(dom)))
+        elif not is_unknown(dom) and is_continuous(dom):
             width = dim(dom)
             h = heads if heads is not None else (None if "heads" in opts else 1)
             if h is not None and head_dim is None and "head_dim" not in opts:

@@ -120,6 +120,24 @@ def not_visible(span: Span, name: str, line: int):
                                  f"on line {line})")
 
 
+# sizes read from the data (`FinSet N`, `Real N`; docs/extensions.md, sizes from the data)
+
+def size_name_placement(span: Span, kind: str, name: str):
+    return error("QVR113", span, f"`{kind} {name}` (a size read from the data) can only be an object's "
+                                 f"right-hand side: declare `object Row : {kind} {name}` and use `Row` here")
+
+
+def size_name_is_object(span: Span, name: str, line: Optional[int]):
+    where = f" (declared on line {line})" if line else ""
+    return error("QVR114", span, f"`{name}` is an object{where}; a size read from the data needs a "
+                                 f"name that is not an object's (e.g. `N_{name}`)")
+
+
+def size_name_literal(span: Span, what: str, name: str, obj: str):
+    return error("QVR115", span, f"{what} needs a size written in the program, but `{obj}` has the "
+                                 f"size `{name}` read from the data")
+
+
 # ---------------------------------------------------------------- options (QVR2xx)
 
 def unknown_option(span: Span, key: str, where: str, s: Optional[str]):

@@ -51,6 +51,9 @@ def resolve_type(ctx: DeclContext, t) -> Ty:
             ctx.report(E.size_zero(t.size_span, t.kind))
             return UNKNOWN
         return FinSet(t.size) if t.kind == "FinSet" else Real(t.size)
+    if isinstance(t, A.TSize):  # legal only as an object's right-hand side (check_object)
+        ctx.report(E.size_name_placement(t.span, t.kind, t.name.text))
+        return UNKNOWN
     if isinstance(t, A.TProd):
         return Prod(tuple(resolve_type(ctx, f) for f in t.factors))
     if isinstance(t, A.TParen):

@@ -12,12 +12,12 @@ from typing import Optional, Union
 
 @dataclass(frozen=True, slots=True)
 class FinSet:
-    n: int
+    n: Union[int, str]  # a str: a size named in the program, read from the data (`FinSet N`)
 
 
 @dataclass(frozen=True, slots=True)
 class Real:
-    n: int
+    n: Union[int, str]  # a str: `Real N`, a dimension read from the data
     low: Optional[float] = None
     high: Optional[float] = None
 
@@ -92,14 +92,30 @@ def is_continuous(t: Ty) -> bool:
     return not is_unknown(t) and all(isinstance(a, Real) for a in atoms(t))
 
 
-def size(t: Ty) -> int:
+def is_sized(t: Ty) -> bool:
+    """Whether an atom of `t` has a size read from the data (`FinSet N`, `Real N`)."""
+    return not is_unknown(t) and any(isinstance(a.n, str) for a in atoms(t))
+
+
+def size_names(t: Ty) -> list:
+    """The size names of `t`'s atoms, in order (`FinSet N * Coef` -> ["N"])."""
+    return [] if is_unknown(t) else [a.n for a in atoms(t) if isinstance(a.n, str)]
+
+
+def size(t: Ty) -> Optional[int]:
+    """The number of elements; None when a size is read from the data."""
+    if is_sized(t):
+        return None
     n = 1
     for a in atoms(t):
         n *= a.n
     return n
 
 
-def dim(t: Ty) -> int:
+def dim(t: Ty) -> Optional[int]:
+    """The dimension; None when a size is read from the data."""
+    if is_sized(t):
+        return None
     return sum(a.n for a in atoms(t))
 
 
@@ -109,7 +125,7 @@ def compatible(a: Ty, b: Ty) -> bool:
         return True
     if is_discrete(a) and is_discrete(b):
         return [x.n for x in atoms(a)] == [x.n for x in atoms(b)]
-    if is_continuous(a) and is_continuous(b):
+    if is_continuous(a) and is_continuous(b) and not (is_sized(a) or is_sized(b)):
         return dim(a) == dim(b)
     aa, bb = atoms(a), atoms(b)
     return len(aa) == len(bb) and all(type(x) is type(y) and x.n == y.n for x, y in zip(aa, bb))
@@ -136,8 +152,10 @@ def structure(t: Ty) -> str:
     """`FinSet n`, `Real d`, a product of FinSets, or the atom list for mixed types."""
     if is_unknown(t):
         return "?"
-    if is_continuous(t):
+    if is_continuous(t) and not is_sized(t):
         return f"Real {dim(t)}"
+    if is_continuous(t) and len(atoms(t)) == 1:
+        return spell(atoms(t)[0])
     return " * ".join(spell(a) for a in atoms(t))
 
 

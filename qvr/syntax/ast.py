@@ -77,7 +77,17 @@ class TParen:
     span: Span
 
 
-TypeExpr = Union[TName, TAtom, TProd, TParen]
+@dataclass(frozen=True, slots=True)
+class TSize:
+    """`FinSet N` / `Real N`: a size named `N`, read from the data when it is bound
+    (issue 36; legal only as an object's right-hand side, QVR113)."""
+    kind: str  # "FinSet" | "Real"
+    name: "Name"
+    kw_span: Span
+    span: Span
+
+
+TypeExpr = Union[TName, TAtom, TProd, TParen, TSize]
 
 
 # ---------------------------------------------------------------- options

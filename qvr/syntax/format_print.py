@@ -69,6 +69,9 @@ class Printer(Cursor):
         elif isinstance(t, A.TAtom):
             self.tk(t.kind)
             self.tk()
+        elif isinstance(t, A.TSize):
+            self.tk(t.kind)
+            self.name(t.name)
         elif isinstance(t, A.TProd):
             for k, f in enumerate(t.factors):
                 if k:

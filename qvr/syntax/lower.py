@@ -121,6 +121,12 @@ class ToAst(Transformer):
     def type_real(self, meta, children):
         return self._atom("Real", meta, children)
 
+    def type_finset_name(self, meta, children):
+        return A.TSize("FinSet", _name(children[1]), _tsp(children[0]), _msp(meta))
+
+    def type_real_name(self, meta, children):
+        return A.TSize("Real", _name(children[1]), _tsp(children[0]), _msp(meta))
+
     def type_paren(self, meta, children):
         return A.TParen(children[1], _msp(meta))
 

@@ -208,8 +208,6 @@ def _recognise_outside_core(tok, prev, tokens, keyword, text):
             return E.outside_core(Span(prev.start_pos, prev.end_pos), f"the type application `{prev}(…)`")
         if t in ("INT", "NAME") and prev.type == "NAME" and colon_seen:
             return E.outside_core(Span(prev.start_pos, prev.end_pos), f"the object constructor `{prev}`")
-        if t == "NAME" and prev.type in ("FINSET", "REAL"):
-            return E.outside_core(span, f"`{prev} NAME` (a size given by a name)")
         if t == "INT" and prev.type == "INT":
             return E.outside_core(span, "`Real` with several sizes", plural=True)
         if t == "LSQB" and keyword == "morphism" and prev.type == "INT":
