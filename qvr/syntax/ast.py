@@ -268,6 +268,15 @@ class EBinOp:
 
 
 @dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
+class ENot:
+    """`not e` (extension E9.10): 1 where e is 0, else 0."""
+
+    op: Span
+    operand: "Expr"
+    span: Span
+
+
 class ELambda:
     """`x -> e` (outside the core), or `(s, t) -> e` (extension E9: `fold`/`scan`)."""
 
@@ -309,7 +318,8 @@ class EFactor:
     span: Span
 
 
-Expr = Union[Number, StringLit, EName, ECall, EMethod, EIndex, EList, EParen, ENeg, EBinOp, ELambda, EFactor]
+Expr = Union[Number, StringLit, EName, ECall, EMethod, EIndex, EList, EParen, ENeg, ENot, EBinOp,
+             ELambda, EFactor]
 
 
 # ---------------------------------------------------------------- programs
@@ -341,14 +351,35 @@ class DAIndex:
     span: Span
 
 
-DrawArg = Union[Number, Name, DAIndex]
+def is_expr_arg(a) -> bool:
+    """A family argument that is neither a number, a name nor `a[z]` (E9.10)."""
+    return not isinstance(a, (Number, Name, DAIndex))
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    """A family argument written `a[z]`: the bracketed argument of 7.5 when z is the
+    coordinate of the enclosing grouped marginalize block, else (extension E9.10) the
+    let-expression `expr`, an ordinary index (`beta[k]`, `mu[group]`)."""
+
     name: Name
     args: Optional[tuple[DrawArg, ...]]
     span: Span
+    expr: Optional["EIndex"] = None
+
+
+#: a family argument: a number, a name, `a[z]`, or (extension E9.10) any other
+#: let-expression (`beta[0] + beta[1] * x`)
+DrawArg = Union[Number, Name, DAIndex, Expr]
+
+
+def arg_expr(a) -> "Expr":
+    """A family argument as the let-expression it is (E9.10): `let tmp = <arg>`."""
+    if isinstance(a, Name):
+        return EName(a, a.span)
+    if isinstance(a, DAIndex):
+        return a.expr if a.expr is not None else EIndex(a.base, (EName(a.index, a.index.span),), a.span)
+    return a
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ SPELLING = {
     "RSQB": "]", "LBRACE": "{", "RBRACE": "}", "PRAGMA_OPEN": "#[", "STAR": "*",
     "PLUS": "+", "MINUS": "-", "SLASH": "/", "COMPOSE_OP": ">>", "AT": "@",
     "TURNSTILE": "|-", "FINSET": "FinSet", "REAL": "Real",
+    "CMP_OP": "a comparison",  # extension E9.10 (`and`, `or`, `not` spell as themselves)
 }
 
 RESERVED = {

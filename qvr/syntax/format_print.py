@@ -149,6 +149,9 @@ class Printer(Cursor):
         elif isinstance(e, A.ENeg):
             self.tk("-", glue=True)
             self.expr(e.operand)
+        elif isinstance(e, A.ENot):  # E9.10
+            self.tk("not")
+            self.expr(e.operand)
         elif isinstance(e, A.ECall):
             self.name(e.callee)
             self.seq("(", e.args, self.expr, ")", trailing=True, sp=False)
@@ -337,7 +340,7 @@ class Printer(Cursor):
         if isinstance(a, A.DAIndex):
             self.name(a.base)
             self.seq("[", [a.index], self.name, "]", trailing=False, sp=False)
-        else:
+        elif isinstance(a, (A.Number, A.Name)):
             self.lit(a)
 
     # ------------------------------------------------------------ deductions
@@ -351,6 +354,8 @@ class Printer(Cursor):
             self.tk(":")
             self.commas(e.premises, self.pattern)
             self.tk()  # the turnstile, `|-` or `⊢` as written
+        else:  # E9.10: any let-expression
+            self.expr(a)
             self.pattern(e.conclusion)
             if e.pragma is not None:
                 self.pragma(e.pragma)

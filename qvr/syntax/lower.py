@@ -34,6 +34,20 @@ def _number(toks) -> A.Number:
     return A.Number(value, is_int, text, Span(toks[0].start_pos, lit.end_pos))
 
 
+def _draw_arg(e):
+    """A family argument (7.5) from the let-expression parsed there (extension E9.10): a
+    number (`-1.0` too), a name, `a[z]` (a `DAIndex`, the checker decides whether it is
+    a bracketed argument), else the expression itself."""
+    if isinstance(e, A.ENeg) and isinstance(e.operand, A.Number):
+        n = e.operand
+        return A.Number(-n.value, n.is_int, "-" + n.text, e.span)
+    if isinstance(e, A.EName):
+        return e.name
+    if isinstance(e, A.EIndex) and len(e.indices) == 1 and isinstance(e.indices[0], A.EName):
+        return A.DAIndex(e.base, e.indices[0].name, e.span, e)
+    return e
+
+
 _PUNCT = {"LPAR", "RPAR", "LSQB", "RSQB", "LBRACE", "RBRACE", "EQUAL", "ARROW", "LARROW",
           "DOT", "TILDE", "AT", "PRAGMA_OPEN", "TURNSTILE", "STAR", "AS", "IN", "COMMA"}
 
@@ -357,15 +371,8 @@ class ToAst(Transformer):
 
     def target(self, meta, children):
         rest = _strip(children)
-        args = tuple(rest[1:]) if len(children) > 1 else None
+        args = tuple(_draw_arg(a) for a in rest[1:]) if len(children) > 1 else None
         return A.Target(_name(rest[0]), args, _msp(meta))
-
-    def da_name(self, meta, children):
-        return _name(children[0])
-
-    def da_index(self, meta, children):
-        rest = _strip(children)
-        return A.DAIndex(_name(rest[0]), _name(rest[1]), _msp(meta))
 
     # ------------------------------------------------------------ let-expressions
     def factor_expr(self, meta, children):
@@ -401,6 +408,9 @@ class ToAst(Transformer):
 
     def e_name(self, meta, children):
         return A.EName(_name(children[0]), _msp(meta))
+    def e_not(self, meta, children):  # extension E9.10
+        return A.ENot(_tsp(children[0]), children[1], _msp(meta))
+
 
     def e_call(self, meta, children):
         rest = _strip(children)
