@@ -51,8 +51,8 @@ def check_program_families(mc, td) -> bool:
 
 
 def _space_family(mc, steps, target) -> bool:
-    """E9.2: `LKJCholesky(eta) [over=L]` with `object L : CholeskyFactor K` is implemented
-    (`qvr.runtime.constraints.SupportStep`) although the family is optional elsewhere."""
+    """E9.2: `LKJCholesky(eta) [over=L]` with `object L : CorrCholesky K` (or `CholeskyFactor
+    K`) is implemented (`qvr.runtime.constraints.SupportStep`); nowhere else (QVR439)."""
     from qvr.sema.families import space_of
     for s in steps:
         if isinstance(s, A.MarginalizeStep):
@@ -63,7 +63,7 @@ def _space_family(mc, steps, target) -> bool:
                 if e.key.text == "over" and isinstance(e.value, A.OVName):
                     sym = mc.tm.symbol("type", e.value.text)
                     sp = space_of(sym.type) if sym is not None else None
-                    return sp is not None and sp.kind == "CholeskyFactor"
+                    return sp is not None and sp.kind in ("CholeskyFactor", "CorrCholesky")
     return False
 
 

@@ -46,7 +46,10 @@ _TORCH_BY_NAME = {
 }
 _SPECIAL_INLINE = {"LogitNormal", "TruncatedNormal", "Dirichlet", "Categorical",
                    "Flat", "HalfFlat"}  # E9.2: improper priors (qvr.runtime.constraints)
-INLINE_FAMILIES = frozenset(_TORCH_BY_NAME) | _SPECIAL_INLINE
+#: E9.9 multivariate families (`LKJCholesky` is built by `constraints.SupportStep` only,
+#: with `over=` a `CorrCholesky K` space)
+_MULTIVARIATE = {"MultivariateNormal", "MultivariateNormalCov", "LowRankMVN"}
+INLINE_FAMILIES = frozenset(_TORCH_BY_NAME) | _SPECIAL_INLINE | _MULTIVARIATE
 
 
 def inline_supported(name: str) -> bool:
@@ -100,9 +103,35 @@ def inline_distribution(name: str, args, event_size: Optional[int] = None,
         return D.Dirichlet(conc, validate_args=False)
     if name == "Bernoulli":
         return ClampedBernoulli(probs=vals[0], validate_args=False)
+    if name in _MULTIVARIATE:
+        return multivariate(name, vals)
     cls = _TORCH_BY_NAME[name]
     kw = {p: v for (p, _), v in zip(fam.params, vals)}
     return cls(**kw, validate_args=False)
+
+
+def multivariate(name: str, vals) -> D.Distribution:
+    """E9.9: `MultivariateNormal(loc, scale_tril)`, `MultivariateNormalCov(loc,
+    covariance_matrix)`, `LowRankMVN(loc, cov_factor, cov_diag)`.  The event size K is the
+    matrix's row count; a scalar `loc` (or `cov_diag`) is broadcast to K; the entries of
+    `scale_tril` above its diagonal are ignored, as its name says.  The covariance
+    form factors its matrix with `cholesky_ex`: a matrix that is not positive definite
+    gives a NaN density (an MCMC proposal there is rejected as divergent), not an
+    exception."""
+    loc, mat = vals[0], vals[1]
+    k = mat.shape[-2]
+    if loc.dim() == 0:
+        loc = loc.expand(k)
+    if name == "LowRankMVN":
+        diag = vals[2]
+        if diag.dim() == 0:
+            diag = diag.expand(k)
+        return D.LowRankMultivariateNormal(loc, mat, diag, validate_args=False)
+    if name == "MultivariateNormalCov":
+        mat, _ = torch.linalg.cholesky_ex(mat)
+    else:  # only the lower triangle is the factor (draws would read the upper one too)
+        mat = torch.tril(mat)
+    return D.MultivariateNormal(loc, scale_tril=mat, validate_args=False)
 
 
 class ClampedBernoulli(D.Bernoulli):
@@ -216,6 +245,11 @@ assert KERNEL_FAMILIES == {n for n, f in FAMILIES.items() if f.kernel == "yes"},
     "kernel families out of sync with qvr.sema.families"
 assert all(len(t) == len(FAMILIES[n].params) for n, t in _GENERIC_TRANSFORMS.items())
 assert {n for n, f in FAMILIES.items() if f.step == "yes"} <= INLINE_FAMILIES
+# The checker refuses (QVR950) exactly the families this runtime lacks (E9.9).
+from qvr.sema import runnable as _runnable  # noqa: E402
+assert INLINE_FAMILIES == _runnable.STEP_FAMILIES - set(_runnable.SPACE_FAMILIES), \
+    "inline families out of sync with qvr.sema.runnable"
+assert KERNEL_FAMILIES == _runnable.KERNEL_FAMILIES
 
 
 def kernel_supported(name: str) -> bool:

@@ -666,7 +666,7 @@ def family_step_axes(step, fam, object_type: Callable, local_axes: Callable) -> 
         if index is None:
             return None
     over = option_names(step.options, "over")
-    event = tuple(object_axis(n, object_type(n)) for n in over) if over else None
+    event = tuple(a for n in over for a in _event_axes(n, object_type(n))) if over else None
     args = []
     for a in step.target.args or ():
         if isinstance(a, A.Number):
@@ -689,3 +689,17 @@ def observed_axes(step, object_type: Callable) -> Axes:
     if step.index is not None:
         return type_expr_axes(step.index, object_type)
     return () if all(isinstance(a, A.Number) for a in step.target.args or ()) else None
+    # E9.9: a matrix parameter (`scale_tril`, `cov_factor`) has one axis more than the value
+    kinds = [k for _, k in fam.params]
+    args = [a[:-1] if a and i < len(kinds) and kinds[i] == "mat" else a
+            for i, a in enumerate(args)]
+def _event_axes(name: str, ty) -> tuple:
+    """The axes `over=name` gives: one per object, two anonymous K-axes for a matrix
+    space (`CorrCholesky K`: a K×K factor, E9.9)."""
+    from qvr.sema.families import space_of
+    sp = space_of(ty) if ty is not None else None
+    if sp is not None and sp.space.matrix:
+        return (Axis(None, sp.size), Axis(None, sp.size))
+    return (object_axis(name, ty),)
+
+

@@ -15,6 +15,7 @@ from qvr.sema.families import (ATTENTION_FAMILIES, COMPOSITION_LEVELS, COMPOSITI
                                FAMILIES, LOCATION_SCALE, OUTSIDE_CORE_FAMILIES, ROLES, SPACES,
                                Space, space_of)
 from qvr.sema.options import expect_int, expect_name, expect_names, expect_number, read_options
+from qvr.sema.runnable import kernel_supported  # E9.9
 from qvr.sema.resolve import resolve_type, type_names
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
@@ -312,6 +313,8 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
             elif family is not None and family.kernel == "no":
                 ctx.report(E.family_position(e.name.span, family.name))
                 family = None
+            elif family is not None and not kernel_supported(family.name):  # E9.9
+                ctx.report(E.runtime_unsupported(e.name.span, f"family `{family.name}`"))
         else:
             ctx.report(outside_core(init.span, "a kernel initializer with arguments or an expression"))
     elif role == "latent" and init is not None:

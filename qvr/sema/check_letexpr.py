@@ -17,6 +17,7 @@ from qvr.sema.families import (BUILTINS, CHART_METHODS, OUTSIDE_CORE_BUILTINS,
 from qvr.sema import axes as X  # E9.1
 from qvr.sema.axes import E9_BUILTINS
 from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES
+from qvr.sema.runnable import SPACE_FAMILIES, step_supported  # E9.9
 from qvr.sema.resolve import resolve_type
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import DeductionSym, UnknownSym
@@ -711,6 +712,9 @@ class LetChecker:
             self._infer(f)
             ctx.report(E.log_density_needs_family(f.span, ctx.snippet(f.span)))
         k = self._infer(x)
+            elif not step_supported(fam.name) or fam.name in SPACE_FAMILIES:  # E9.9
+                ctx.report(E.runtime_unsupported(inner.callee.span,
+                                                 f"family `{fam.name}` in `log_density`"))
         self._need_numeric(x, k, "`log_density`")
         self.last_axes = None
         return "numeric"

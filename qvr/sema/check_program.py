@@ -16,6 +16,8 @@ from qvr.sema.check_morph import value_lookup_error
 from qvr.sema.context import DeclContext, LocalInfo
 from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES, space_of
 from qvr.sema.options import expect_names, read_options
+from qvr.sema import marginal_rows  # issue 36: per-row marginalize blocks
+from qvr.sema import runnable  # E9.9
 from qvr.sema.resolve import lookup_object, resolve_type
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
@@ -259,6 +261,11 @@ class ProgramChecker(LetChecker):
             over = {n.text for n in lists["over"]}
             for n in lists["iid_over"]:
                 if n.text in over:
+        if fam.name in runnable.SPACE_FAMILIES:  # E9.9: `LKJCholesky` needs its space
+            over = opts.get("over")
+            ctx.report(E.space_family_needs_space(step.target.name.span, fam.name,
+                                                  ctx.snippet(over.value.span) if over else ""))
+            return None
                     ctx.report(E.both_lists(n.span, n.text, "over", "iid_over"))
         if "iid_over" in lists and isinstance(step.index, A.TName):
             if step.index.name.text not in {n.text for n in lists["iid_over"]}:
@@ -579,6 +586,12 @@ class ProgramChecker(LetChecker):
         from qvr.sema.check_decls import check_literal_support
         check_literal_support(ctx, fam, list(zip(fam.params, t.args)))
         return ("family", fam)
+        if not runnable.step_supported(fam.name):  # E9.9: the checker refuses it, not `qvr run`
+            ctx.report(E.runtime_unsupported(t.name.span, f"family `{fam.name}`"))
+        elif fam.name in runnable.SPACE_FAMILIES and kind != "sample":
+            ctx.report(E.space_family_needs_space(t.name.span, fam.name,
+                                                  step=f"{'an' if kind == 'observe' else 'a'} "
+                                                       f"`{kind}` step"))
 
     # ------------------------------------------------------------ E9.2 supports
     # docs/extensions.md E9.2: improper priors, truncation, constrained spaces, host data

@@ -756,3 +756,23 @@ def data_in_marginalize(span: Span):
 def data_axis_type(span: Span, name: str, t: Ty):
     return error("QVR430", span, f"`{name}` cannot be an axis of data: {describe(t)} mixes finite "
                                  f"and real factors (an axis is a finite set or a real space)")
+
+
+# ---------------------------------------------------------------- E9.9 multivariate families (QVR439, QVR950)
+
+def runtime_unsupported(span: Span, what: str):
+    """QVR950 from the checker: the runtime cannot run it (qvr.sema.runnable)."""
+    return error("QVR950", span, f"{what} is not supported by this runtime")
+
+
+def space_family_needs_space(span: Span, name: str, over: str = "", step: str = ""):
+    """QVR439: `LKJCholesky` drawn without `over=` a `CorrCholesky K` object (`over`: the
+    `over=` written, if any), or by an `observe`/`marginalize` step (`step`)."""
+    if step:
+        return error("QVR439", span, f"`{name}` is drawn only by a `sample` step with `over=` a "
+                                     f"`CorrCholesky K` object, not by {step}")
+    got = f", not `over={over}`" if over else ""
+    return error("QVR439", span, f"`{name}` needs `over=` a `CorrCholesky K` object (the size of "
+                                 f"the Cholesky factor it draws){got}: declare `object L : "
+                                 f"CorrCholesky 3` and write `sample l <- {name}(2.0) [over=L]`")
+

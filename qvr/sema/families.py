@@ -74,6 +74,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
     _f("RelaxedOneHotCategorical", "temperature:pos probs:vec", "probability simplex", "Simplex", False, 1, "opt", "opt"),
     _f("LogisticNormal", "loc:real scale:pos", "probability simplex", "Simplex", False, 1, "opt", "opt"),
     _f("MultivariateNormal", "loc:real scale_tril:mat", "real vectors", "Vector", False, 1, "opt", "opt"),
+    # E9.9: the covariance form (Stan's multi_normal)
+    _f("MultivariateNormalCov", "loc:real covariance_matrix:mat", "real vectors", "Vector", False, 1, "opt", "opt"),
     _f("LowRankMVN", "loc:real cov_factor:mat cov_diag:pos", "real vectors", "Vector", False, 1, "opt", "opt"),
     _f("GP", "length_scale:pos amplitude:pos", "real vectors", "Vector", False, 1, "opt", "opt"),
     _f("Horseshoe", "scale:pos", "real vectors", "Vector", False, 1, "opt", "opt"),
@@ -115,6 +117,9 @@ SPACES: dict[str, SpaceKind] = {s.name: s for s in [
     SpaceKind("Simplex", "probability vectors of length {n}", "Simplex",
               ("Flat", "Dirichlet")),
     SpaceKind("CholeskyFactor", "Cholesky factors of {n}×{n} correlation matrices",
+              "CorrCholesky", ("Flat", "LKJCholesky"), matrix=True),
+    # E9.9: the same space under the support name of `LKJCholesky` (section 9)
+    SpaceKind("CorrCholesky", "Cholesky factors of {n}×{n} correlation matrices",
               "CorrCholesky", ("Flat", "LKJCholesky"), matrix=True),
 ]}
 # constructors of section 15 that stay outside the core (QVR900)

@@ -34,6 +34,7 @@ CATALOGUE = {
     "QVR426",  # E9.2 supports: improper priors
     "QVR427",  # E9.2 supports: truncation
     "QVR428",  # E9.2 supports: constrained spaces
+    "QVR439", "QVR950",  # E9.9 multivariate families; what the runtime cannot run
 }
 
 
