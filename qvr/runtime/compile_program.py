@@ -350,11 +350,14 @@ class _Builder:
     def marginalize(self, s: A.MarginalizeStep, ctx):
         opts = option_values(s.options)
         pairs = [self.arg(a, ctx) for a in s.target.args or ()]
-        group = classes = None
+        group = classes = plate = plate_name = None
         if "over" in opts:
             group = self.mc.object_of(opts["over"]).size
             if s.index is not None:
                 classes = self.mc.resolve_type(s.index).size
+        elif s.index is not None:  # a plain block's plate: one latent per row
+            obj = self.mc.resolve_type(s.index)
+            plate, plate_name = obj.size, obj.name
         inner = ctx.child()
         key = self.key(inner, s.bind.text)
         self.levels[key] = ROW
@@ -368,7 +371,8 @@ class _Builder:
                 raise Skip
         return MarginalizeStep(key, s.target.name.text, tuple(p[0] for p in pairs), body,
                                classes, group, str(opts.get("reduction", "logsumexp")),
-                               text=self.text(ctx, s).split(" ", 1)[0])
+                               text=self.text(ctx, s).split(" ", 1)[0], plate=plate,
+                               plate_name=plate_name)
 
     def template_call(self, s: A.SampleStep, ctx):
         t = ctx.values[s.target.name.text]

@@ -99,7 +99,12 @@ def run_marginalize(program, step: MarginalizeStep, frame):
                 total = r if total is None else total + r
             ell.append(total if total is not None else torch.zeros((), device=frame.device))
         n_rows = max((e.shape[0] for e in ell if e.dim() >= 1), default=None)
-        if n_rows is not None and log_pi.dim() == 2 and log_pi.shape[0] == n_rows:
+        if step.plate is not None:
+            # `marginalize z : I <- …`: one latent per element of I, each summed out
+            # against the terms of its own row
+            table = _row_table(step, log_pi, ell, per_class, frame)
+            contribution = reduce(log_pi.expand_as(table) + table, -1)
+        elif n_rows is not None and log_pi.dim() == 2 and log_pi.shape[0] == n_rows:
             # one latent per row (identity grouping)
             table = torch.stack([e.expand(n_rows) if e.dim() == 0 else e for e in ell], -1)
             contribution = reduce(log_pi + table, -1)
@@ -119,6 +124,28 @@ def run_marginalize(program, step: MarginalizeStep, frame):
     program._record(frame, SiteRecord(step.site_name, "marginalize", value, lp,
                                    contribution, is_deterministic=True))
 
+def _row_table(step: MarginalizeStep, log_pi, ell: list, per_class: list, frame):
+    """`(N, K)`: the body's log-density of row n given class k, for a block annotated by
+    its plate (every body term holds one entry per row; the checker refuses the others,
+    QVR319/QVR320)."""
+    K = log_pi.shape[-1]
+    rows = {int(e.shape[0]) for e in ell if e.dim() >= 1}
+    if log_pi.dim() == 2:
+        rows.add(int(log_pi.shape[0]))
+    if any(e.dim() == 0 and per_class[k] for k, e in enumerate(ell)) or len(rows) > 1 \
+            or log_pi.dim() > 2:
+        raise ObservationShapeError(
+            f"`marginalize {step.name} : {step.plate_name}` sums out one latent per row: "
+            "every term of its block and its prior need one row per element of "
+            f"`{step.plate_name}`", site=step.name,
+            expected=f"terms of shape (N,) and a prior of shape ({K},) or (N, {K})",
+            actual="term rows " + ", ".join(
+                str(tuple(e.shape)) for e in ell) + f"; prior shape {tuple(log_pi.shape)}")
+    N = rows.pop() if rows else frame.B
+    cols = [e.expand(N) if e.dim() == 0 else e for e in ell]
+    return torch.stack(cols, -1).to(log_pi.dtype)
+
+
 def forward_marginalize(program, step: MarginalizeStep, frame) -> dict:
     """Draw the coordinate from its prior, then run the body once with it, drawing every
     body observe that is not supplied; returns the drawn values (and records them)."""
@@ -129,6 +156,8 @@ def forward_marginalize(program, step: MarginalizeStep, frame) -> dict:
     prior = torch.distributions.Categorical(logits=log_pi)
     if step.group_size is not None and log_pi.dim() == 1:
         c = prior.sample(torch.Size([step.group_size]))  # one class per group
+    elif step.plate is not None and log_pi.dim() == 1:
+        c = prior.sample(torch.Size([frame.B]))  # one class per row of the plate
     else:
         c = prior.sample()  # (|G|,), (N,) for a per-row prior, () for a shared one
     sub = _SubFrame(frame, frame.values)

@@ -94,6 +94,11 @@ class MarginalizeStep:
     group_size: Optional[int] = None  # |G| of `over=G` (None: plain block)
     reduction: str = "logsumexp"
     text: str = ""
+    #: a plain block's annotation `: I` (its plate): one latent per element of I, each
+    #: summed out against the terms of its own row (None: one latent for the whole block,
+    #: unless the prior has a row axis)
+    plate: Optional[int] = None
+    plate_name: Optional[str] = None
 
     @property
     def site_name(self) -> str:

@@ -80,8 +80,12 @@ def test_grouped_coordinate_is_shared_by_the_rows_of_a_group():
 
 
 def test_shared_coordinate_is_one_draw_for_the_whole_block():
+    # the example's mixture without the plate annotation: one `comp` for every point
+    src = (EXAMPLES / "mixture_marginalize.qvr").read_text().replace(
+        "marginalize comp : Point <-", "marginalize comp <-")
+    assert "marginalize comp <-" in src
     torch.manual_seed(2)
-    model = qvr.load(str(EXAMPLES / "mixture_marginalize.qvr")).morphism
+    model = qvr.loads(src).morphism
     centres = torch.tensor([-20.0, 0.0, 20.0])
     weights = torch.tensor([0.25, 0.25, 0.5])
     hits = np.zeros(3)
@@ -97,14 +101,38 @@ def test_shared_coordinate_is_one_draw_for_the_whole_block():
     assert within(hits / reps, [0.25, 0.25, 0.5], reps)
 
 
+def test_plate_annotated_coordinate_is_one_draw_per_row():
+    # `marginalize comp : Point` (the example): one component per point, from the weights
+    torch.manual_seed(5)
+    model = qvr.load(str(EXAMPLES / "mixture_marginalize.qvr")).morphism
+    centres = torch.tensor([-20.0, 0.0, 20.0])
+    weights = torch.tensor([0.25, 0.25, 0.5])
+    N = 4000
+    tr = trace(model, torch.zeros(N, 1),
+               {"weights": weights, "centres": centres, "spread": torch.tensor(0.5)})
+    pos = tr.sites["position"].value
+    assert pos.shape == (N,)
+    k = torch.argmin((pos[:, None] - centres).abs(), -1)
+    assert torch.all((pos - centres[k]).abs() < 5.0)  # each row from one component
+    freq = torch.bincount(k, minlength=3).double().numpy() / N
+    assert within(freq, [0.25, 0.25, 0.5], N)  # 4 binomial standard errors
+    assert len(set(k.tolist())) == 3  # not one component for the whole block
+    # the faulty sensor: one Bernoulli(p_fault) per reading
+    sensor = qvr.load(str(EXAMPLES / "mixture_marginalize.qvr")).exports["faulty_sensor"]
+    tr = trace(sensor, torch.zeros(N, 1), {"level": torch.tensor(20.0),
+                                           "jitter": torch.tensor(0.1),
+                                           "p_fault": torch.tensor(0.2)})
+    faulty = ((tr.sites["temperature"].value - 20.0).abs() > 0.6).double().numpy()
+    # |error| > 0.6 has probability 0.2 P(|N(0, 1)| > 0.6) + 0.8 P(|N(0, 0.1)| > 0.6)
+    from scipy import stats
+    p_far = 0.2 * 2 * stats.norm.sf(0.6) + 0.8 * 2 * stats.norm.sf(6.0)
+    assert within(faulty.mean(), p_far, N)
+
+
 def test_examples_trace_forward_and_their_log_joint_matches():
     torch.manual_seed(3)
     prog = qvr.load(str(EXAMPLES / "mixture_marginalize.qvr"))
-    for model in (prog.morphism, prog.faulty_sensor if hasattr(prog, "faulty_sensor")
-                  else None):
-        if model is None:
-            continue
-        model = getattr(model, "morphism", model)
+    for model in (prog.morphism, prog.exports["faulty_sensor"]):
         tr = trace(model, torch.zeros(20, 1))
         values = {k: s.value for k, s in tr.sites.items() if not s.is_deterministic}
         assert torch.isfinite(tr.log_joint).all()

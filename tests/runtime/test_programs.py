@@ -142,7 +142,7 @@ program faulty : Point -> Point
     sample level <- Normal(20.0, 5.0)
     sample jitter <- HalfNormal(1.0)
     sample p_fault <- Beta(1.0, 20.0)
-    marginalize faulty : Point <- Bernoulli(p_fault) [reduction={red}]
+    marginalize faulty{ann} <- Bernoulli(p_fault) [reduction={red}]
         let noise_now = jitter * (1.0 + 9.0 * faulty)
         observe temperature : Point <- Normal(level, noise_now)
     return level
@@ -152,7 +152,8 @@ export faulty
 
 @pytest.mark.parametrize("red", ["logsumexp", "sum", "mean"])
 def test_plain_marginalize_with_one_shared_latent_equals_enumeration(red):
-    prog = qvr.loads(SENSOR.format(red=red)).morphism
+    # no annotation: one `faulty` for the whole block
+    prog = qvr.loads(SENSOR.format(red=red, ann="")).morphism
     t = torch.tensor([19.0, 21.5, 20.2, 35.0, 18.0])
     v = {"level": torch.tensor(20.0), "jitter": torch.tensor(0.7), "p_fault": torch.tensor(0.1),
          "temperature": t}
@@ -168,6 +169,26 @@ def test_plain_marginalize_with_one_shared_latent_equals_enumeration(red):
     prior = (Normal(20., 5.).log_prob(torch.tensor(20.)) + HalfNormal(1.).log_prob(torch.tensor(.7))
              + D.Beta(1., 20.).log_prob(torch.tensor(.1)))
     assert torch.allclose(ex.log_joint.sum(), expected + prior, atol=1e-4)
+
+
+@pytest.mark.parametrize("red", ["logsumexp", "sum", "mean"])
+def test_plain_marginalize_annotated_by_its_plate_has_one_latent_per_row(red):
+    # `marginalize faulty : Point`: one `faulty` per point, each summed out on its own row
+    prog = qvr.loads(SENSOR.format(red=red, ann=" : Point")).morphism
+    t = torch.tensor([19.0, 21.5, 20.2, 35.0, 18.0])
+    v = {"level": torch.tensor(20.0), "jitter": torch.tensor(0.7), "p_fault": torch.tensor(0.1),
+         "temperature": t}
+    ex = prog.execute(torch.zeros(5, 1), v)
+    per_class = torch.stack([math.log(0.9) + Normal(20.0, 0.7).log_prob(t),
+                             math.log(0.1) + Normal(20.0, 7.0).log_prob(t)], -1)
+    expected = {"logsumexp": torch.logsumexp(per_class, -1), "sum": per_class.sum(-1),
+                "mean": per_class.mean(-1)}[red]
+    assert ex.sites["_marg_faulty"].value.shape == (5,)
+    assert torch.allclose(ex.sites["_marg_faulty"].value, expected, atol=1e-4)
+    assert torch.allclose(ex.sites["_marg_faulty"].log_prob, expected, atol=1e-4)  # row n
+    prior = (Normal(20., 5.).log_prob(torch.tensor(20.)) + HalfNormal(1.).log_prob(torch.tensor(.7))
+             + D.Beta(1., 20.).log_prob(torch.tensor(.1)))
+    assert torch.allclose(ex.log_joint.sum(), expected.sum() + prior, atol=1e-4)
 
 
 ZIP = """
