@@ -82,6 +82,10 @@ def free_names(expr, is_object=None) -> set:
                 out.add(e.base.text)
             for a in e.indices:
                 walk(a, bound)
+        elif isinstance(e, A.ESlice):  # E9: a range `a:b` in an index
+            for a in (e.start, e.stop):
+                if a is not None:
+                    walk(a, bound)
         elif isinstance(e, A.EFactor):
             inner = bound | {b.name.text for b in e.binders}
             if isinstance(e.body, A.FactorCases):
@@ -203,6 +207,9 @@ class _Compiler:
         raise NotImplementedError(f"builtin `{name}` is outside the core")
 
     def index(self, e, binders):
+        if any(isinstance(i, A.ESlice) for i in e.indices):  # E9: `X[:, 1]`, `y[a:b]`
+            from qvr.runtime.indexing import compile_sliced
+            return compile_sliced(self, e, binders)
         base = self.name(e.base.text, binders)
         idx = [self.expr(i, binders) for i in e.indices]
         who = e.base.text
@@ -273,3 +280,6 @@ from qvr.sema.axes import OBJECT_ARGS as _OBJECT_ARGS  # noqa: E402
 from qvr.runtime.linalg import E9_CALLS  # noqa: E402  (imports this module's helpers)
 
 CALLS.update(E9_CALLS)
+from qvr.runtime.indexing import INDEXING_CALLS  # noqa: E402  (E9: append_row, append_col)
+
+CALLS.update(INDEXING_CALLS)

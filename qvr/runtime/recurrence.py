@@ -129,6 +129,8 @@ def _vectorizable(e) -> bool:
         return e.callee.text in ELEMENTWISE and all(_vectorizable(a) for a in e.args)
     if isinstance(e, A.EIndex):
         return all(_vectorizable(i) for i in e.indices)
+    if isinstance(e, A.ESlice):  # a range in an index: its bounds are fixed for a run
+        return all(_vectorizable(i) for i in (e.start, e.stop) if i is not None)
     return False
 
 
@@ -198,7 +200,8 @@ class _Splitter:
         if isinstance(e, A.EMethod):
             return dataclasses.replace(e, args=tuple(fn(a) for a in e.args))
         if isinstance(e, A.EIndex):
-            return dataclasses.replace(e, indices=tuple(fn(i) for i in e.indices))
+            return dataclasses.replace(e, indices=tuple(
+                i if isinstance(i, A.ESlice) else fn(i) for i in e.indices))  # ranges: fixed
         items = getattr(e, "items", None)  # a list literal (E9.1)
         if isinstance(items, tuple) and dataclasses.is_dataclass(e):
             return dataclasses.replace(e, items=tuple(fn(i) for i in items))

@@ -211,7 +211,7 @@ OBJECT_ARGS = {**{f: 1 for f in REDUCTIONS + ALONG}, "eye": 0}
 #: every builtin of E9.1 (arity is in `qvr.sema.families.BUILTINS`)
 E9_BUILTINS = frozenset(UNARY + REDUCTIONS + ALONG + (
     "pow", "clamp", "cholesky", "tri_solve", "logdet", "diag", "eye", "transpose", "slice",
-    "log_density"))
+    "log_density", "append_row", "append_col"))
 
 
 def slice_size(n: Optional[int], start: Optional[int], stop: Optional[int], has_stop: bool
@@ -365,11 +365,48 @@ class ExprAxes:
     def _index(self, e: A.EIndex) -> Axes:
         b = self.bound(e.base.text)
         base = b[0] if b is not None else self.scope.name_axes(e.base.text)
+        if any(isinstance(i, A.ESlice) for i in e.indices):
+            return self._sliced(e, base)
         idx = [self.expr(i) for i in e.indices]
         if base is None or len(e.indices) > len(base):
             return None
         lead = broadcast(*idx)
         return None if lead is None else lead + base[len(e.indices):]
+
+    def _sliced(self, e: A.EIndex, base: Axes) -> Axes:
+        """`X[:, 1]`, `y[a:b]` (an index holding a range): the indices name the typed axes
+        in order; `:` keeps its axis, `a:b` gives an anonymous axis of the range's length
+        (Python semantics), an integer index drops its axis; the axes of the integer
+        indices (broadcast) come first, then the kept axes, then the axes not indexed."""
+        lead = []
+        for ix in e.indices:
+            if isinstance(ix, A.ESlice):
+                for part in (ix.start, ix.stop):
+                    if part is not None:
+                        self.expr(part)
+            else:
+                lead.append(self.expr(ix))
+        self.table[id(e.base)] = base  # the runtime resolves the indexed dimensions from it
+        if base is None:
+            return None
+        if len(e.indices) > len(base):
+            self._report("too_many_indices", e.base.span, e.base.text, len(base), len(e.indices))
+            return None
+        kept = []
+        for ix, ax in zip(e.indices, base):
+            if isinstance(ix, A.ESlice):
+                if ix.start is None and ix.stop is None:
+                    kept.append(ax)
+                    continue
+                start = 0 if ix.start is None else int_literal(ix.start)
+                stop = None if ix.stop is None else int_literal(ix.stop)
+                kept.append(Axis(None, slice_size(ax.size, start, stop, ix.stop is not None)))
+                continue
+            v = int_literal(ix)
+            if v is not None and ax.size is not None and not 0 <= v < ax.size:
+                self._report("index_out_of_range", ix.span, v, ax.size)
+        first = broadcast(*lead) if lead else ()
+        return None if first is None else first + tuple(kept) + base[len(e.indices):]
 
     def _factor(self, e: A.EFactor) -> Axes:
         axes = []
@@ -587,6 +624,46 @@ def _log_density(w, e):
     return out
 
 
+def _append(w, e):
+    """`append_row(a, b)` joins along the first axis, `append_col(a, b)` along the last: an
+    anonymous axis of the summed length; the other axes must agree (QVR435); a scalar is
+    one entry of a vector."""
+    xs = _args(w, e)
+    if len(xs) != 2 or xs[0] is None or xs[1] is None:
+        return None
+    a, b = xs
+    call = f"{e.callee.text}({w.text(e.args[0])}, {w.text(e.args[1])})"
+    if not a and not b:
+        w._report("concat_scalars", e.callee.span, call)
+        return None
+    if not a or not b:  # Stan's append_row(real, vector)
+        vi = 1 if not a else 0  # the operand with axes
+        v = xs[vi]
+        if len(v) != 1:
+            w._report("concat_scalar", e.args[vi].span, call, w.text(e.args[1 - vi]),
+                      spell_axes(v))
+            return None
+        n = v[0].size
+        return (Axis(None, None if n is None else n + 1),)
+    if len(a) != len(b):
+        w._report("concat_axes", e.args[1].span, call, w.text(e.args[0]), spell_axes(a),
+                  w.text(e.args[1]), spell_axes(b), "the same number of axes")
+        return None
+    d = 0 if e.callee.text == "append_row" else len(a) - 1
+    out = []
+    for k, (x, y) in enumerate(zip(a, b)):
+        if k == d:
+            out.append(Axis(None, None if x.size is None or y.size is None else x.size + y.size))
+            continue
+        if not same_axis(x, y):  # torch.cat: equal sizes (no broadcasting)
+            w._report("concat_axes", e.args[1].span, call, w.text(e.args[0]), spell_axes(a),
+                      w.text(e.args[1]), spell_axes(b), "the same axes apart from the joined one")
+            return None
+        out.append(Axis(x.name if x.name is not None else y.name,
+                        x.size if x.size is not None else y.size))
+    return tuple(out)
+
+
 #: name -> rule(walker, call) -> axes.  Other parts of E9 add their builtins here.
 CALL_AXES: dict[str, Callable] = {
     **{n: _unary for n in UNARY},
@@ -595,6 +672,7 @@ CALL_AXES: dict[str, Callable] = {
     "pow": _elementwise, "clamp": _elementwise,
     "cholesky": _cholesky, "logdet": _logdet, "transpose": _transpose, "diag": _diag,
     "eye": _eye, "tri_solve": _tri_solve, "slice": _slice, "log_density": _log_density,
+    "append_row": _append, "append_col": _append,
 }
 
 

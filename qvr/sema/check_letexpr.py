@@ -316,12 +316,14 @@ class LetChecker:
         if kind in ("chart", "deduction"):
             ctx.report(E.kind_mismatch(e.base.span, f"a {kind} cannot be indexed"))
         for ix in e.indices:
-            if isinstance(ix, A.Number) and not ix.is_int:
+            if isinstance(ix, A.ESlice):  # E9: `X[:, 1]`, `y[a:b]`
+                self._range_bounds(ix)
+            elif isinstance(ix, A.Number) and not ix.is_int:
                 ctx.report(E.index_not_integer(ix.span))
             else:
                 self._infer(ix)
         local = self.visible(e.base.text)
-        if axes is not None:
+        if axes is not None and not any(isinstance(ix, A.ESlice) for ix in e.indices):
             # a factor value has one axis per binder followed by its body's own shape (8.5):
             # "too many indices" is known only when the body is a scalar
             if len(e.indices) > len(axes) and local is not None and local.axes_exact:
@@ -332,6 +334,20 @@ class LetChecker:
                         ctx.report(E.index_out_of_range(ix.span, int(ix.value), n))
         self.last_axes = None
         return "numeric"
+
+    def _range_bounds(self, ix: A.ESlice) -> None:
+        """The bounds of a range `a:b` in an index: integers fixed when the program runs,
+        as `slice`'s (QVR415 for a number that is not an integer, QVR420 otherwise)."""
+        for part in (ix.start, ix.stop):
+            if part is None:
+                continue
+            if isinstance(part, A.Number) and not part.is_int:
+                self.ctx.report(E.index_not_integer(part.span))
+                continue
+            k = self._infer(part)
+            self._need_numeric(part, k, "a range")
+            if k not in ("chart", "deduction") and not self._e9_fixed(part):
+                self.ctx.report(E.range_bounds(part.span, self.ctx.snippet(part.span)))
 
     def _factor(self, e: A.EFactor) -> str:
         ctx = self.ctx

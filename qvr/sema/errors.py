@@ -747,6 +747,25 @@ def slice_bounds(span: Span, got: str):
                                  f"when the program runs), got `{got}`")
 
 
+def range_bounds(span: Span, got: str):
+    return error("QVR420", span, f"the bounds of a range in an index must be integer literals or "
+                                 f"data (fixed when the program runs), got `{got}`")
+
+
+def concat_scalars(span: Span, call: str):
+    return error("QVR435", span, f"`{call}` needs a vector or a matrix: both operands are scalars")
+
+
+def concat_scalar(span: Span, call: str, scalar: str, axes: str):
+    return error("QVR435", span, f"`{call}`: a scalar (`{scalar}`) is appended only to a vector, "
+                                 f"but this operand has axes `{axes}`")
+
+
+def concat_axes(span: Span, call: str, a: str, a_axes: str, b: str, b_axes: str, need: str):
+    return error("QVR435", span, f"`{call}` joins values with {need}: `{a}` has axes `{a_axes}` "
+                                 f"but `{b}` has axes `{b_axes}`")
+
+
 def data_in_marginalize(span: Span):
     return error("QVR430", span, "a `data` step cannot be inside a marginalize block: host data "
                                  "does not depend on the marginalized value; declare it before "

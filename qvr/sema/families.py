@@ -262,6 +262,10 @@ BUILTINS.update({b.name: b for b in [
             ("stop",)),
     Builtin("log_density", ("F", "x"), "family call, numeric -> numeric",
             "elementwise log-density of family call F (e.g. Normal(mu, s)) at x"),
+    Builtin("append_row", ("a", "b"), "numeric, numeric -> numeric",
+            "a and b joined along their first axis (Stan's append_row; a scalar is one entry)"),
+    Builtin("append_col", ("a", "b"), "numeric, numeric -> numeric",
+            "a and b joined along their last axis (Stan's append_col; a scalar is one entry)"),
 ]})
 
 OUTSIDE_CORE_BUILTINS = frozenset("""relu relu6 leaky_relu prelu rrelu elu selu celu gelu silu swish

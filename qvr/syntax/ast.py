@@ -235,7 +235,17 @@ class EMethod:
 @dataclass(frozen=True, slots=True)
 class EIndex:
     base: Name
-    indices: tuple["Expr", ...]
+    indices: tuple["Expr", ...]  # an index, or an `ESlice` (extension E9)
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ESlice:
+    """An index `start:stop` (extension E9): `:` keeps the axis, `a:b` its range [a, b)."""
+
+    start: Optional["Expr"]
+    colon: Span
+    stop: Optional["Expr"]
     span: Span
 
 

@@ -163,6 +163,12 @@ class Printer(Cursor):
         elif isinstance(e, A.EIndex):
             self.name(e.base)
             self.seq("[", e.indices, self.expr, "]", trailing=True, sp=False)
+        elif isinstance(e, A.ESlice):  # E9: `a:b`, no spaces around the colon
+            if e.start is not None:
+                self.expr(e.start)
+            self.tk(":", sp=e.start is None, glue=True)  # `X[2, :]`, `y[a:b]`
+            if e.stop is not None:
+                self.expr(e.stop)
         elif isinstance(e, A.EList):
             self.seq("[", e.items, self.expr, "]", trailing=True)
         elif isinstance(e, A.EParen):

@@ -424,6 +424,12 @@ class ToAst(Transformer):
         rest = _strip(children)
         return A.EIndex(_name(rest[0]), tuple(rest[1:]), _msp(meta))
 
+    def e_slice(self, meta, children):  # extension E9: `start:stop` in an index
+        i = next(k for k, c in enumerate(children) if isinstance(c, Token) and c.type == "COLON")
+        start = children[0] if i > 0 else None
+        stop = children[i + 1] if i + 1 < len(children) else None
+        return A.ESlice(start, _tsp(children[i]), stop, _msp(meta))
+
     def e_list(self, meta, children):
         return A.EList(tuple(_strip(children)), _msp(meta))
 
