@@ -15,6 +15,7 @@ from qvr.sema import axes as X  # E9.1
 from qvr.sema.check_morph import value_lookup_error
 from qvr.sema.context import DeclContext, LocalInfo
 from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES, space_of
+from qvr.sema import marginal_rows  # issue 36: per-row marginalize blocks
 from qvr.sema.options import expect_names, read_options
 from qvr.sema import marginal_rows  # issue 36: per-row marginalize blocks
 from qvr.sema import runnable  # E9.9
@@ -357,13 +358,17 @@ class ProgramChecker(LetChecker):
                 elif "via" not in keys:
                     ctx.report(E.marginalize_requirement(s.bind.span, "an observe inside a grouped marginalize "
                                                          "needs a `via` option"))
+        plate = marginal_rows.plate_of(self, step) if grouped is None else None  # issue 36
+        if plate is not None:
+            marginal_rows.check_per_row(self, step, plate)
         # the block, with the coordinate visible only inside it
         self.push_scope()
         if grouped is not None:
             text = f"class index over {index_text or '?'}"
         else:
             text = self._bound_type(res, index_t, index_text)[1]
-        self.bind_local(step.bind, "marginalize", None, text, "numeric", detail="marginalize coordinate")
+        self.bind_local(step.bind, "marginalize", None, text, "numeric", detail="marginalize coordinate"
+                        + (f" · one per element of {plate}" if plate else ""))
         self.block(step.body, _Block(grouped_coord=step.bind.text if grouped else None,
                                      in_marginalize=True), top=False)
         self.pop_scope()

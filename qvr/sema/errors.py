@@ -346,6 +346,46 @@ def needs_real_morphism(span: Span, name: str, mt: MorType):
     return error("QVR318", span, f"`{name}` needs a morphism between Real spaces, got {describe_mor(mt)}")
 
 
+# ---- issue 36 point 8: `marginalize z : I <- …` sums out one latent per element of I
+# (QVR319-QVR321)
+
+def _per_row_tail(z: str, plate: str) -> str:
+    return (f"`marginalize {z} : {plate}` sums out one `{z}` per element of `{plate}`, each "
+            f"against the terms of its own row")
+
+
+def per_row_term(span: Span, z: str, plate: str, name: str, kind: str,
+                 index: Optional[str] = None):
+    """A step of a per-row block with no term per element of its plate (QVR319)."""
+    if kind == "score":
+        return error("QVR319", span, f"a `score` step has no term per element of `{plate}`: "
+                     f"{_per_row_tail(z, plate)}; write the row's density as an `observe "
+                     f"… : {plate} <- …` in the block, or the whole mixture as a `score` "
+                     f"with `logsumexp` after the block")
+    head = f"`{name}` is indexed by `{index}`, not `{plate}`" if index else \
+        f"`{name}` has no term per element of `{plate}`"
+    return error("QVR319", span, f"{head}: {_per_row_tail(z, plate)}, so each `{kind}` in "
+                 f"its block is indexed by `{plate}` (`{kind} {name} : {plate} <- …`); for one "
+                 f"`{z}` shared by all rows, drop the annotation (`marginalize {z} <- …`)")
+
+
+def per_row_combines(span: Span, z: str, plate: str, name: str, what: str):
+    """A let of a per-row block that mixes the rows of a value depending on z (QVR320)."""
+    return error("QVR320", span, f"`{name}` combines the elements of a value that depends on "
+                 f"`{z}` ({what}): {_per_row_tail(z, plate)}, and a row may read only its own "
+                 f"`{z}` (elementwise arithmetic, `a[{z}]`); compute it from values that do "
+                 f"not depend on `{z}`, or drop the annotation for one `{z}` shared by all "
+                 f"rows (`marginalize {z} <- …`)")
+
+
+def per_row_plate(span: Span, z: str, text: str):
+    """The annotation of a plain block is not one declared object (QVR321)."""
+    return error("QVR321", span, f"the annotation of a marginalize without `over` is its "
+                 f"plate, one declared object (`marginalize {z} : Obs <- …` sums out one "
+                 f"`{z}` per element of `Obs`); `{text}` is not one: declare an object for "
+                 f"the rows")
+
+
 def builtin_needs_object(span: Span, name: str):
     return error("QVR101", span, f"`{name}` needs an object name, e.g. `{name}(Latent)`")
 

@@ -35,6 +35,7 @@ CATALOGUE = {
     "QVR427",  # E9.2 supports: truncation
     "QVR428",  # E9.2 supports: constrained spaces
     "QVR439", "QVR950",  # E9.9 multivariate families; what the runtime cannot run
+    "QVR319", "QVR320", "QVR321",  # issue 36: per-row marginalize blocks
 }
 
 
