@@ -458,6 +458,21 @@ class ExprAxes:
             return "bad", obj
         hits = [i for i, a in enumerate(xa) if a.name == obj]
         if not hits:
+            lst = self._list_literal(e.args[0])
+            if lst is not None and xa and xa[0].name is None:  # `logsumexp([a, b], Comp)`
+                ax = object_axis(obj, self.scope.object_type(obj))
+                if ax.size is not None and ax.size == xa[0].size:
+                    typed = (ax,) + xa[1:]
+                    node = e.args[0]
+                    while True:  # the list and the parentheses around it
+                        self.table[id(node)] = typed
+                        if not isinstance(node, A.EParen):
+                            break
+                        node = node.inner
+                    return 0, obj
+                self._report("list_axis_size", e.args[pos].span, call, obj, what,
+                             len(lst.items), ax.size)
+                return "bad", obj
             self._report("not_an_axis_of", e.args[pos].span, call, obj, what,
                          spell_axes(xa) if xa else None)
             return "bad", obj
@@ -466,6 +481,12 @@ class ExprAxes:
                          spell_axes(xa))
             return "bad", obj
         return hits[0], obj
+
+    @staticmethod
+    def _list_literal(e) -> Optional[A.EList]:
+        while isinstance(e, A.EParen):
+            e = e.inner
+        return e if isinstance(e, A.EList) else None
 
     def need_matrix(self, e: A.ECall, a: Axes, what: str) -> bool:
         """QVR422 unless `a` (when known) has at least two axes, the last two of one size
@@ -518,7 +539,7 @@ def _along(w, e):
     if len(e.args) not in (1, 2):
         return None
     i, _ = w.axis_arg(e, xs[0], 1)
-    return None if i == "bad" else xs[0]
+    return None if i == "bad" else w.of(e.args[0])  # a list literal's axis may be named now
 
 
 def _cholesky(w, e):

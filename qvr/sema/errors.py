@@ -792,6 +792,13 @@ def range_bounds(span: Span, got: str):
                                  f"data (fixed when the program runs), got `{got}`")
 
 
+def list_axis_size(span: Span, call: str, obj: str, value: str, items: int, size):
+    return error("QVR422", span, f"`{call}`: `{obj}` is not an axis of `{value}`: a list literal's "
+                                 f"axis takes the name of the object it is reduced over only when "
+                                 f"their sizes agree, but the list has {items} "
+                                 f"item{'s' if items != 1 else ''} and `{obj}` has {size} elements")
+
+
 def concat_scalars(span: Span, call: str):
     return error("QVR435", span, f"`{call}` needs a vector or a matrix: both operands are scalars")
 
