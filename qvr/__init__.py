@@ -2,11 +2,13 @@
 
 `import qvr` is light: it loads neither torch nor the front end.  `qvr.load(...)` and
 `qvr.loads(...)` import the runtime (and torch) on first use; `qvr.compare([...])`
-compares fitted runs by PSIS-LOO (torch-free; ArviZ's statistics imported on first use).
+compares fitted runs by PSIS-LOO (torch-free; ArviZ's statistics imported on first use);
+`qvr.predict(run, data)` (also `qvr.runs.Run.predict`) draws a fitted program's
+observations at new data (`qvr.inference.predict`, imported on first use).
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "compare", "load", "loads"]
+__all__ = ["__version__", "compare", "load", "loads", "predict"]
 
 
 def load(path_or_source, *, data=None):
@@ -27,3 +29,12 @@ def compare(runs):
     raises `qvr.inference.checks.CompareError` when they cannot be compared)."""
     from qvr.inference.checks import compare as _compare
     return _compare(list(runs))
+
+
+def predict(run, data, **options):
+    """Draws of a fitted run's observed sites and recorded quantities at new data (a data
+    file or a mapping of arrays): `qvr.inference.predict.predict` (`options`: ``draws``,
+    ``seed``, ``run_dir``, ``program``, ``data_path``, ``on_event``); `qvr.runs.Run.predict`
+    calls it."""
+    from qvr.inference.predict import predict as _predict
+    return _predict(run, data, **options)

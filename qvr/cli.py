@@ -13,7 +13,7 @@ import sys
 
 # Subcommand modules under qvr/commands/, in help order.  A module that is not present in
 # this build (a later issue) is simply not offered.
-COMMANDS = ("check", "fmt", "run", "show", "compare", "lsp", "dash")
+COMMANDS = ("check", "fmt", "run", "predict", "show", "compare", "lsp", "dash")
 
 
 def main(argv=None) -> int:

@@ -164,6 +164,8 @@ def headline(run, summary: Optional[dict]) -> str:
     if method == "prior":
         return (f"prior: {stats.get('num_samples', '?')} draws from the prior predictive "
                 f"(nothing fitted){state}")
+    if method == "predict":  # `qvr predict` (qvr.inference.predict)
+        return predict_headline(run, summary) + state
     if method == "smc" and "log_Z" in stats:
         return (f"smc: log Z = {_f(stats.get('log_Z'), '.6f')}, {stats.get('num_steps', '?')} "
                 f"steps, {stats.get('num_finished', '?')} finished, "
@@ -199,6 +201,9 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
         out.append(f"failed: {failure_message(run, summary)}")
     if summary is None:
         out.append(_partial(run, status))
+    elif run.method == "predict":
+        out += predict_lines(run, summary, max_rows)
+        return "\n".join(out)
     elif run.method == "smc":
         if run.sequences is not None:
             out.append(_sequences(run))
@@ -220,6 +225,9 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
                        f"{run.path / 'summary.txt'}; the rows above cover those only)")
         elif params:
             out.append(f"({more}every coordinate ({n}) in {run.path / 'summary.txt'})")
+    fallback = (summary or {}).get("stats", {}).get("compile_fallback")
+    if fallback:  # NUTS's transition did not compile: the run went on leaf by leaf
+        out.append(f"note: {fallback}")
     if run.method in ("hmc", "nuts") and summary is not None and status == "finished":
         from qvr.inference.diagnostics import check_warnings
         out += [f"warning: {w}" for w in check_warnings(
@@ -336,3 +344,48 @@ def _sequences(run) -> str:
         lines.append(f"{item.get('weight', 0.0):10.6f}  {len(item.get('tokens', [])):4d}  "
                      f"{text}{end}")
     return "\n".join(lines)
+
+
+def predict_headline(run, summary: Optional[dict]) -> str:
+    """``predict: kid_score at 5 new rows, 2 chains x 50 draws of RUN (nuts)``."""
+    stats = (summary or {}).get("stats", {})
+    source = run.meta.get("predicted_from") or {}
+    names = list((summary or {}).get("predicted") or []) + list(
+        (summary or {}).get("recorded") or [])
+    what = ", ".join(names) if names else "the observed sites"
+    rows = stats.get("rows")
+    at = f" at {rows} new row{'s' if rows != 1 else ''}" if rows is not None else ""
+    thinned = f" (every {stats['stride']}th)" if (stats.get("stride") or 1) > 1 else ""
+    return (f"predict: {what}{at}, {stats.get('num_chains', '?')} chains x "
+            f"{stats.get('num_samples', '?')} draws{thinned} of "
+            f"{source.get('run_id', '?')} ({source.get('method', '?')})")
+
+
+def predict_lines(run, summary: dict, max_rows: int = MAX_ROWS) -> list[str]:
+    """A prediction's table: one row per element (mean, sd, 5/50/95 %), at most
+    `max_rows`, then where the rest is (`qvr.inference.predict`)."""
+    params = summary.get("parameters") or {}
+    recorded = set(summary.get("recorded") or [])
+    lines = []
+    data = (run.meta.get("data") or {})
+    if data.get("path") or data.get("name"):
+        lines.append(f"new data: {data.get('path') or data.get('name')}")
+    if not params:
+        return lines + ["(nothing was predicted)"]
+    head = ["element", "mean", "sd", "5%", "50%", "95%"]
+    rows = []
+    for label, row in list(params.items())[:max_rows]:
+        site = _LABEL.match(label)
+        name = label + (RECORDED_MARK if site and site.group("site") in recorded else "")
+        rows.append([name] + [_f(row.get(c)) for c in ("mean", "sd", "q5", "q50", "q95")])
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
+    lines.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                           for i, (h, w) in enumerate(zip(head, widths))))
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))))
+    hidden = len(params) - len(rows)
+    more = f"{hidden} more elements; " if hidden > 0 else ""
+    lines.append(f"({more}every element ({len(params)}) in {run.path / 'summary.txt'}, "
+                 f"the draws in {run.path / 'samples.npz'})")
+    return lines

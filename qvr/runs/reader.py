@@ -441,6 +441,17 @@ class Run:
         p = layout.Y_REP_PREFIX
         return {k[len(p):]: v for k, v in self._pointwise(p).items()}
 
+    def predict(self, data, **options):
+        """Draws of the program's observed sites (and recorded quantities) at new data
+        `data` (a data file or a mapping of arrays), from this run's draws: a
+        `qvr.inference.predict.Prediction` (``.draws``/``.recorded``: ``{name: (chains,
+        draws, *shape)}``, ``.summary``); `options`: ``draws``, ``seed``, ``run_dir`` (write
+        a record, method ``predict``), ``program``.  The computation (torch) lives in
+        `qvr.inference.predict`; this reader does not import it: it calls the public
+        `qvr.predict`, the layer above both, which does."""
+        import qvr
+        return qvr.predict(self, data, **options)
+
     def importance(self) -> dict:
         """SVI: ``{"log_p", "log_q"}`` per draw ``(1, draws)``; {} for other methods."""
         return {k: v for k, v in self._pointwise(None).items() if k in ("log_p", "log_q")}

@@ -1,0 +1,521 @@
+"""Prediction for new data: the posterior predictive of a fitted run at new covariates
+(`qvr predict RUN --data new.json`, `qvr.runs.Run.predict(data)`; PyMC's
+``sample_posterior_predictive`` after ``set_data``, Stan's standalone generated
+quantities).
+
+`predict(run, data)` takes the draws of a finished fit — HMC/NUTS chains (``samples.npz``,
+else the draws chunks of a run that ended early), S draws of an SVI run's fitted guide
+(rebuilt from ``params.npz``), the draws of a ``--method prior`` run — and, for each draw
+(every k-th with ``draws=K``: K draws in all, evenly spaced, at least one per chain), binds
+the latent values and runs the program forward on the new data with its observed sites
+drawn, not conditioned: the generative replicates of `qvr.inference.pointwise.Pointwise`
+(vmapped over draws when the program allows it, one run per draw otherwise), here for
+every ``observe`` site of the program and every recorded quantity (``record v = e``,
+computed on the new data with the drawn observations).
+
+What is bound: the global and plate latents of the fit (its parameters).  Row latents (a
+``local`` site, one value per data row) belong to the fit's rows, not to new ones: they
+are drawn afresh from the program given the draw (as a new row's random effect is), and
+so are finite latents the fit summed out.  The model's parameters (``model.NAME``) are
+the run's.
+
+The new data holds the covariates (host data) the program reads, and the input
+(``x``/``@input``) when the program has one.  Without an input, the rows are the leading
+size of the row-wise host data (the arrays that had one entry per data row in the fit);
+a program with a fixed size elsewhere (a plate, a ``FinSet`` other than its domain) runs
+only at its own sizes, and other sizes are an error that says so.  Keys the program does
+not read are left out with a note; observed values in the new data are not used (the
+prediction draws them), also said in a note.
+
+Errors (`PredictError`, naming the data file and the cause): a run without draws (failed
+before sampling, SMC, an SVI run without a guide), data missing a covariate the program
+reads (named), shapes that do not fit the program, new sizes of a program whose sizes are
+fixed.
+
+The record (`qvr.runs`, method ``predict``): ``run.json`` names the source run
+(``predicted_from``: path, run id, method, source hash) and the new data; ``samples.npz``
+holds ``{site: (chains, draws, *shape)}`` per observed site and ``recorded.v`` per recorded
+quantity; ``summary.json`` their mean, sd and 5/50/95 % quantiles per element (no ESS or
+R-hat: the draws are the fit's, already judged); `qvr show` and the dashboard read it as
+any record.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from qvr.inference.data import DataError, INPUT_KEY, input_key, load_data_file, \
+    message_of, reads_host
+from qvr.inference.pointwise import Pointwise, _kept_draws
+from qvr.runs import layout
+
+#: the methods whose runs have draws to predict from
+METHODS = ("hmc", "nuts", "svi", "prior")
+#: draws of an SVI run's fitted guide (as its pointwise terms use)
+GUIDE_DRAWS = 1000
+#: the statistics of a prediction's summary (independent of how the draws were made)
+COLUMNS = ("mean", "sd", "q5", "q50", "q95")
+
+
+class PredictError(DataError):
+    """The run or the new data cannot give a prediction (names the file and the cause)."""
+
+
+@dataclass
+class Prediction:
+    """What `predict` made.
+
+    Attributes:
+      draws: ``{site: (chains, draws, *shape)}`` for every observe site of the program.
+      recorded: ``{name: (chains, draws, *shape)}`` for every recorded quantity.
+      summary: `qvr.inference.diagnostics.Summary` of both (mean, sd, quantiles).
+      rows: the rows of the new data; chains, per_chain: the draws' layout; stride: every
+        stride-th draw of the fit was used; notes: what the user should know.
+      run_dir: the prediction's run record, when one was written.
+    """
+
+    draws: dict = field(default_factory=dict)
+    recorded: dict = field(default_factory=dict)
+    summary: Any = None
+    rows: int = 0
+    chains: int = 0
+    per_chain: int = 0
+    stride: int = 1
+    notes: list = field(default_factory=list)
+    source: str = ""
+    run_dir: Optional[str] = None
+    seed: Optional[int] = None
+
+
+class Predictive(Pointwise):
+    """`Pointwise`'s forward machinery for new data: every observe site drawn, with the
+    recorded quantities of the same run, no log-likelihood."""
+
+    def __init__(self, model, x, host: dict, latent, chunk: int = 128):
+        self.model = getattr(model, "morphism", model)
+        self.x = x
+        self.observations = dict(host)
+        self.host = dict(host)
+        self.observed = [i.name for i in self.model.site_infos()
+                         if i.step == "observe" and not i.in_marginalize]
+        self.recorded = list(getattr(self.model, "recorded_names", None) or [])
+        self.latent = list(latent)
+        self.enumerated = []  # finite latents are drawn forward, never summed out here
+        self.chunk = max(1, int(chunk))
+        self.vmap_failed = self.rep_vmap_failed = self._vmapping = False
+        self.with_log_p = False
+        self.replicates = "generative"
+        self.rows = {}
+
+    def replicate(self, values: dict) -> dict:
+        ex = self.model.execute(self.x, {**self.host, **values}, score=False)
+        out = {n: torch.as_tensor(ex.sites[n].value) for n in self.observed}
+        out.update({layout.RECORDED_PREFIX + n: torch.as_tensor(ex.sites[n].value)
+                    for n in self.recorded if n in ex.sites})
+        return out
+
+    def _terms(self, values: dict) -> dict:
+        return {}
+
+    def _replicates(self, values: dict) -> dict:
+        return self.replicate(values)
+
+
+# ---------------------------------------------------------------- the source run
+
+def _open(run):
+    from qvr.runs import Run, RunRecordError, open_run
+    if isinstance(run, Run):
+        return run
+    try:
+        return open_run(run)
+    except RunRecordError as exc:
+        raise PredictError(str(exc)) from None
+
+
+def load_program(run, program=None):
+    """The fitted program of `run` (`model_of` its export at its ``args``), with the run's
+    model parameters; `program` (a `qvr.load` result or an export) instead of the
+    record's file when given.  Returns ``(model, notes)``."""
+    import hashlib
+
+    import qvr
+    from qvr.inference.fitting import model_of
+    from qvr.inference.data import relations_for
+    from qvr.inference.start import StartError, StartState
+    info = run.program
+    notes = []
+    if program is None:
+        path = info.get("path")
+        if not path or str(path).startswith("<") or not Path(path).is_file():
+            raise PredictError(f"{run.path}: the program of this run ({path}) is not a file "
+                               f"here: give the program (`program=`)")
+        text = Path(path).read_text(encoding="utf-8")
+        if info.get("sha256") and hashlib.sha256(text.encode("utf-8")).hexdigest() \
+                != info["sha256"]:
+            notes.append(f"{path} has changed since the run: predicting with its current "
+                         f"text")
+        data_file = (run.meta.get("data") or {}).get("path")
+        try:
+            program = qvr.load(Path(path), data=relations_for(path, data_file) or None)
+        except Exception as exc:
+            raise PredictError(f"{path}: {message_of(exc)}") from None
+    try:
+        model = model_of(program, run.config.get("args") or None, info.get("export"))
+    except DataError as exc:
+        raise PredictError(f"{run.path}: {exc}") from None
+    model.to(dtype=torch.get_default_dtype())
+    params = {k[len("model."):]: v for k, v in run.params().items() if k.startswith("model.")}
+    try:
+        StartState(run, model_params=params).apply_to_model(model)
+    except StartError as exc:
+        raise PredictError(str(exc).replace("start from", "predict from")) from None
+    return model, notes
+
+
+def _site_draws(samples: dict) -> dict:
+    return {k: np.asarray(v) for k, v in samples.items()
+            if not k.startswith(("sample_stats.", layout.RECORDED_PREFIX))
+            and np.asarray(v).ndim >= 2}
+
+
+def _no_draws(run, why: str) -> PredictError:
+    return PredictError(f"{run.path}: the run has no draws to predict from: {why}")
+
+
+def source_draws(run, model, x, host: dict) -> list[dict]:
+    """The fit's draws of the latents to bind, one ``{site: (N, *shape)}`` per chain (see
+    the module docstring: row latents left out)."""
+    method = run.method
+    if method not in METHODS:
+        raise _no_draws(run, f"a --method {method} run has no posterior draws (predict from "
+                             f"an HMC, NUTS, SVI or prior run)")
+    if run.status == "running":
+        raise PredictError(f"{run.path}: the run is still running")
+    if method == "svi":
+        draws = _guide_draws(run, model, x, host)
+        per_chain = [draws]
+    else:
+        found = _site_draws(run.samples())
+        if not found:
+            found = _site_draws(run.draws())
+        if not found or any(v.shape[1] == 0 for v in found.values()):
+            if run.method in ("hmc", "nuts") and nothing_sampled(run):
+                raise _no_draws(run, "every latent of the program is finite and was summed "
+                                     "out (nothing was sampled)")
+            raise _no_draws(run, f"it recorded none (status {run.status}"
+                                 + (", stopped before its first draw" if
+                                    run.status != "finished" else "") + ")")
+        dtype = torch.get_default_dtype()
+        C = next(iter(found.values())).shape[0]
+        per_chain = [{k: torch.as_tensor(v[c]).to(dtype if np.issubdtype(v.dtype, np.floating)
+                                                  else torch.long)
+                      for k, v in found.items()} for c in range(C)]
+    kinds = {i.name: i.site_kind for i in model.site_infos()}
+    keep = [k for k in per_chain[0] if kinds.get(k) in ("global", "plate")]
+    return [{k: d[k] for k in keep} for d in per_chain]
+
+
+def nothing_sampled(run) -> bool:
+    return layout.nothing_sampled(((run.summary or {}).get("stats") or {}))
+
+
+def _guide_draws(run, model, x, host: dict) -> dict:
+    """`GUIDE_DRAWS` draws of an SVI run's fitted guide (its ``loc_*``/``log_scale_*``)."""
+    from qvr.inference.guides import AutoNormalGuide
+    params = {k: v for k, v in run.params().items() if k.startswith(("loc_", "log_scale_"))}
+    if not params:
+        raise _no_draws(run, f"the SVI run saved no guide (status {run.status})")
+    observed = {i.name for i in model.site_infos() if i.step == "observe"}
+    guide = AutoNormalGuide(model, observed_names=observed).to(x.device)
+    own = dict(guide.named_parameters())
+    with torch.no_grad():
+        for name, value in params.items():
+            p = own.get(name)
+            if p is None or tuple(p.shape) != tuple(np.shape(value)):
+                raise PredictError(f"{run.path}: the guide's `{name}` does not fit the "
+                                   f"program (it has changed since the run?)")
+            p.copy_(torch.as_tensor(value, dtype=p.dtype, device=p.device))
+        kinds = {i.name: i.site_kind for i in model.site_infos()}
+        if not any(kinds.get(n) in ("global", "plate") for n in guide.latent_names):
+            return {}
+        try:
+            draws = guide.rsample(x, host, sample_shape=(GUIDE_DRAWS,))
+        except Exception as exc:
+            raise PredictError(f"{run.path}: drawing from the fitted guide at the new data "
+                               f"failed: {message_of(exc)}") from None
+    return {k: v.detach() for k, v in draws.items()}
+
+
+# ---------------------------------------------------------------- the new data
+
+def read_data(data, data_path: Optional[str] = None) -> tuple[dict, str]:
+    """``(values, where)``: a data file (path) read, or a mapping as given."""
+    if isinstance(data, (str, Path)):
+        return load_data_file(data), str(data)
+    if not isinstance(data, dict):
+        raise PredictError(f"the new data must be a data file or a mapping of arrays by "
+                           f"name, not a {type(data).__name__}")
+    return dict(data), data_path or "the new data"
+
+
+def _host_names(model) -> list:
+    names = []
+    for m in (model.modules() if hasattr(model, "modules") else [model]):
+        for n in sorted(getattr(m, "host_names", ()) or ()):
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def fit_rows(run, observed=()) -> Optional[int]:
+    """The fit's row count: the leading size of its observed values (``observed.npz``, or
+    the sites `observed` in its data file); None when the record does not tell."""
+    try:
+        found = run.observed()
+    except Exception:
+        found = {}
+    for k, v in found.items():
+        if not k.startswith(layout.GROUP_PREFIX) and np.ndim(v) >= 1:
+            return int(np.shape(v)[0])
+    old = _fit_values(run) if observed else {}
+    for k in observed:
+        if k in old and np.ndim(old[k]) >= 1:
+            return int(np.shape(old[k])[0])
+    return None
+
+
+def _fit_values(run) -> dict:
+    """The fit's data (file, shipped or synthetic), {} when the record does not keep it."""
+    source = run.meta.get("data") or {}
+    try:
+        if source.get("kind") in ("file", "shipped") and source.get("path") and \
+                Path(source["path"]).exists():
+            return load_data_file(source["path"])
+        if source.get("kind") == "synthetic":
+            return {k[5:]: v for k, v in run.truth().items() if k.startswith("data.")}
+    except Exception:
+        return {}
+    return {}
+
+
+def split_new(run, model, values: dict, where: str, device="cpu") -> tuple:
+    """``(x, host, notes)`` of the new data: the input, the covariates the program reads
+    (every one present: `PredictError` naming a missing one), notes on what was left
+    out.  Rows: see the module docstring."""
+    from qvr.inference.data import split_data
+    notes = []
+    key = input_key(model, values)
+    host_names = _host_names(model)
+    observed = _observe_names(model)
+    given_obs = [k for k in values if k in observed]
+    if given_obs:
+        notes.append(f"{where}: the observed {_names(given_obs)} "
+                     f"{'is' if len(given_obs) == 1 else 'are'} not used: the prediction "
+                     f"draws {'it' if len(given_obs) == 1 else 'them'}")
+    unused = [k for k in values if k not in host_names and k not in observed
+              and k not in (key, INPUT_KEY)]
+    if unused:
+        notes.append(f"{where}: {_names(unused)} {'is' if len(unused) == 1 else 'are'} not "
+                     f"read by the program: left out")
+    missing = [n for n in host_names if n not in values]
+    if missing:
+        raise PredictError(f"{where}: the program reads {_names(missing)} (host data), which "
+                           f"the data does not give")
+    kept = {k: v for k, v in values.items() if k in host_names or k == key}
+    try:
+        x, host = split_data(model, kept, device)
+    except DataError as exc:
+        raise PredictError(f"{where}: {exc}") from None
+    if key is None:
+        x = torch.zeros(_new_rows(run, model, host, where), 1, device=device)
+    return x, host, notes
+
+
+def _new_rows(run, model, host: dict, where: str) -> int:
+    """The rows of new data without an input: the new leading size of the host data that
+    was row-wise in the fit (or, when the fit's data is not at hand, of every host array),
+    the fit's row count when there is none."""
+    before = fit_rows(run, _observe_names(model))
+    old = _fit_values(run)
+    sizes = {}
+    for k, v in host.items():
+        if not isinstance(v, torch.Tensor) or v.dim() == 0:
+            continue
+        if old:
+            was = old.get(k)
+            if before is None or np.ndim(was) == 0 or np.shape(was)[0] != before:
+                continue
+        sizes[k] = int(v.shape[0])
+    if len(set(sizes.values())) > 1:
+        shown = ", ".join(f"`{k}` {n}" for k, n in sizes.items())
+        raise PredictError(f"{where}: the row-wise host data disagree on the number of rows "
+                           f"({shown})")
+    if sizes:
+        return next(iter(sizes.values()))
+    return before or 1
+
+
+def _observe_names(model) -> list:
+    return [i.name for i in model.site_infos() if i.step == "observe"]
+
+
+def _names(names) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+# ---------------------------------------------------------------- prediction
+
+def predict(run, data, *, draws: Optional[int] = None, seed: Optional[int] = None,
+            run_dir=None, program=None, data_path: Optional[str] = None,
+            on_event: Optional[Callable] = None) -> Prediction:
+    """The posterior predictive of `run` (a run folder or `qvr.runs.Run`) at `data` (a data
+    file or a mapping of arrays): see the module docstring.
+
+    Args:
+      draws: use K draws of the fit in all (evenly spaced over each chain); all by default.
+      seed: the seed of the forward draws (recorded; a fresh one when None).
+      run_dir: write a run record there (method ``predict``, `qvr.runs`).
+      program: the program to run instead of the record's file (a `qvr.load` result).
+      data_path: how to name a mapping `data` in messages and in the record.
+      on_event: called with each event (`qvr.inference.events`) as it is recorded.
+    """
+    from qvr.inference.fitting import fit_dtype
+    run = _open(run)
+    seed = random.SystemRandom().randrange(2 ** 31) if seed is None else int(seed)
+    dtype = (run.config or {}).get("dtype") or "float32"
+    with fit_dtype(dtype):
+        return _predict(run, data, draws, seed, run_dir, program, data_path, on_event)
+
+
+def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> Prediction:
+    from qvr.inference.events import FitFinished, FitNote, FitProgress, FitStarted, \
+        FitWarning
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    values, where = read_data(data, data_path)
+    model, notes = load_program(run, program)
+    x, host, more = split_new(run, model, values, where)
+    notes += more
+    per_chain = source_draws(run, model, x, host)
+    pred = Predictive(model, x, host, list(per_chain[0]))
+    if not pred.observed and not pred.recorded:
+        raise PredictError(f"{run.path}: the program has no observe site and no recorded "
+                           f"quantity: there is nothing to predict")
+    total = int(next(iter(per_chain[0].values())).shape[0]) if per_chain[0] else 1
+    C = len(per_chain)
+    if not per_chain[0]:  # nothing bound (every latent redrawn): one forward run per draw
+        per_chain = [{"__draw__": torch.zeros(total)} for _ in range(C)]
+    asked = None if draws is None else max(1, -(-int(draws) // C))
+    N, stride = _kept_draws(total, C, 0.0, asked if asked is not None else total, 0.0)
+    per_chain = [{k: v[::stride][:N] for k, v in d.items()} for d in per_chain]
+    _check_forward(pred, per_chain[0], run, where, x)
+    result = Prediction(rows=int(x.shape[0]) if x.dim() else 1, chains=C, per_chain=N,
+                        stride=stride, notes=notes, source=str(run.path), seed=seed)
+    writer = None
+    if run_dir is not None:
+        writer = _writer(run, run_dir, values, data, where, draws, seed)
+        result.run_dir = str(writer.path)
+
+    def report(ev):
+        if writer is not None:
+            writer.write(ev)
+        if on_event is not None:
+            on_event(ev)
+    try:
+        report(FitStarted(method="predict", total_steps=N, num_chains=C,
+                          config={"draws": draws, "seed": seed},
+                          run_dir=result.run_dir))
+        for n in notes:
+            report(FitWarning(n))
+        report(FitNote(f"predicting {_names(pred.observed + pred.recorded)} at "
+                       f"{result.rows} rows of {where} from {C} x {N} draws of {run.path}"
+                       + (f" (every {stride}th of {total})" if stride > 1 else "")))
+        out: dict = {}
+        for c, d in enumerate(per_chain):
+            got = pred.many({k: v for k, v in d.items() if k != "__draw__"}) if \
+                "__draw__" not in d else _unbound(pred, N)
+            for k, v in got.items():
+                out.setdefault(k, []).append(v.cpu().numpy())
+            report(FitProgress(method="predict", phase="predicting", step=N, total=N,
+                               chain=c, elapsed=time.perf_counter() - t0))
+        stacked = {k: np.stack(v) for k, v in out.items()}
+        result.draws = {k: v for k, v in stacked.items()
+                        if not k.startswith(layout.RECORDED_PREFIX)}
+        result.recorded = {k[len(layout.RECORDED_PREFIX):]: v for k, v in stacked.items()
+                           if k.startswith(layout.RECORDED_PREFIX)}
+        from qvr.inference.diagnostics import summary
+        result.summary = summary(stacked, columns=COLUMNS)
+        elapsed = time.perf_counter() - t0
+        stats = {"num_chains": C, "num_samples": N, "rows": result.rows,
+                 "stride": stride, "elapsed": elapsed}
+        if writer is not None:
+            _save(writer, result, stacked, stats)
+        report(FitFinished(summary=stats, elapsed=elapsed))
+    except BaseException as exc:
+        if writer is not None:
+            from qvr.inference.events import FitFailed
+            writer.write(FitFailed(message=message_of(exc), error_type=type(exc).__name__,
+                                   elapsed=time.perf_counter() - t0))
+        raise
+    finally:
+        if writer is not None:
+            writer.close()
+    return result
+
+
+def _unbound(pred: Predictive, n: int) -> dict:
+    """`n` forward runs with nothing bound (a fit whose latents are all row latents)."""
+    rows = [pred.replicate({}) for _ in range(n)]
+    return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+def _check_forward(pred: Predictive, draws: dict, run, where: str, x) -> None:
+    """One forward run at the first draw, its failure said plainly (the data's shapes, a
+    program whose sizes are fixed)."""
+    from qvr.runtime.errors import QvrRuntimeError
+    one = {k: v[0] for k, v in draws.items() if k != "__draw__"}
+    try:
+        with torch.no_grad():
+            pred.replicate(one)
+    except (QvrRuntimeError, KeyError, ValueError, TypeError, IndexError,
+            RuntimeError) as exc:
+        rows, before = int(x.shape[0]) if x.dim() else 1, fit_rows(run)
+        why = message_of(exc)
+        if before is not None and rows != before and "one row per input row" not in why:
+            raise PredictError(f"{where}: the program's sizes are fixed: it was fitted on "
+                               f"{before} rows and cannot run on the {rows} rows of the new "
+                               f"data ({why})") from None
+        raise PredictError(f"{where}: the data does not fit the program: {why}") from None
+
+
+def _writer(run, run_dir, values, data, where, draws, seed):
+    from qvr.runs import RunWriter
+    source = {"kind": "file", "path": str(Path(data).resolve())} \
+        if isinstance(data, (str, Path)) else {"kind": "given", "name": where}
+    meta = {"program": run.program, "method": "predict",
+            "config": {"draws": draws, "seed": seed,
+                       "dtype": (run.config or {}).get("dtype") or "float32",
+                       "args": (run.config or {}).get("args") or {}},
+            "seed": seed, "data": source, "start_from": None,
+            "predicted_from": {"path": str(run.path.resolve()), "run_id": run.run_id,
+                               "method": run.method, "sha256": run.source_sha256}}
+    return RunWriter(run_dir, meta)
+
+
+def _save(writer, result: Prediction, stacked: dict, stats: dict) -> None:
+    from qvr.inference.methods.save import summary_json, summary_rows, summary_sites
+    writer.save_arrays(layout.SAMPLES, stacked)
+    s = result.summary
+    writer.write_text(layout.SUMMARY, summary_json(
+        {"status": "finished", "message": "", "method": "predict", "stats": stats,
+         "sites": summary_sites(s), "recorded": list(getattr(s, "recorded", None) or []),
+         "predicted": list(result.draws), "parameters": summary_rows(s),
+         "truncated": getattr(s, "truncated", 0)}))
+    writer.write_text(layout.SUMMARY_TEXT, str(s) + "\n")

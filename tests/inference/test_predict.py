@@ -1,0 +1,168 @@
+"""Prediction for new data (`qvr.inference.predict`, `qvr.runs.Run.predict`): the
+posterior predictive of a conjugate Normal-Normal regression with known noise at new
+covariates against its closed form (exact posterior draws in a fake record; an SVI fit
+of the same model), recorded quantities per draw, thinning, the record, and the errors
+(a run without draws, a missing covariate, wrong shapes, fixed sizes)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from predict_records import SIGMA, X_NEW, posterior, predictive, write_fit, write_program  # noqa: E402,E501
+
+from qvr.inference.predict import PredictError, predict  # noqa: E402
+from qvr.runs import open_run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def fitted(tmp_path):
+    program = write_program(tmp_path / "prog")
+    return write_fit(tmp_path / "runs" / "fit", program), program
+
+
+def test_predictive_mean_and_variance_match_the_closed_form(fitted, tmp_path):
+    run, _ = fitted
+    p = predict(run, {"xc": X_NEW}, seed=1)
+    y = p.draws["y"]
+    assert y.shape == (2, 2000, 4)
+    n = y.shape[0] * y.shape[1]
+    mean, var = predictive()
+    flat = y.reshape(n, -1)
+    # Monte Carlo tolerances: 4 standard errors of a mean and of a normal variance
+    assert np.all(np.abs(flat.mean(0) - mean) < 4 * np.sqrt(var / n))
+    assert np.all(np.abs(flat.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
+    # the third new row (x* = 3) is outside the data: its variance is mostly the slope's
+    m, v = posterior()
+    assert var[2] == pytest.approx(SIGMA ** 2 + 9 * v)
+
+
+def test_recorded_quantities_are_computed_per_draw_on_the_new_data(fitted):
+    run, _ = fitted
+    p = predict(run, {"xc": X_NEW}, seed=2)
+    b = open_run(run).samples()["b"]  # (2, 2000, 1)
+    assert p.recorded["mean_y"].shape == (2, 2000, 4)
+    np.testing.assert_allclose(p.recorded["mean_y"], b * X_NEW, rtol=1e-12, atol=1e-12)
+    assert p.summary.recorded == ["mean_y"]
+
+
+def test_run_predict_thins_and_writes_a_predict_record(fitted, tmp_path):
+    run, _ = fitted
+    out = tmp_path / "runs" / "pred"
+    p = open_run(run).predict({"xc": [0.5, 1.5]}, draws=100, seed=3, run_dir=out)
+    assert (p.chains, p.per_chain, p.stride, p.rows) == (2, 50, 40, 2)
+    assert p.draws["y"].shape == (2, 50, 2) and p.recorded["mean_y"].shape == (2, 50, 2)
+    rec = open_run(out)
+    assert (rec.method, rec.status) == ("predict", "finished")
+    assert rec.meta["predicted_from"]["path"] == str(Path(run).resolve())
+    assert rec.meta["predicted_from"]["method"] == "nuts"
+    assert rec.meta["seed"] == 3 and rec.program["path"] == open_run(run).program["path"]
+    samples = rec.samples()
+    np.testing.assert_array_equal(samples["y"], p.draws["y"])
+    np.testing.assert_array_equal(samples["recorded.mean_y"], p.recorded["mean_y"])
+    summary = rec.summary
+    assert summary["predicted"] == ["y"] and summary["recorded"] == ["mean_y"]
+    row = summary["parameters"]["y[1]"]
+    assert row["mean"] == pytest.approx(float(p.draws["y"][..., 1].mean()))
+    assert row["sd"] == pytest.approx(float(p.draws["y"][..., 1].std(ddof=1)), rel=1e-6)
+    assert set(row) == {"mean", "sd", "q5", "q50", "q95"}
+    assert row["q5"] < row["q50"] < row["q95"]
+
+
+def test_the_same_seed_gives_the_same_draws(fitted):
+    run, _ = fitted
+    a = predict(run, {"xc": X_NEW}, seed=7, draws=10).draws["y"]
+    b = predict(run, {"xc": X_NEW}, seed=7, draws=10).draws["y"]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_data_file_with_unused_and_observed_keys_gives_notes(fitted, tmp_path):
+    run, _ = fitted
+    f = tmp_path / "new.json"
+    f.write_text('{"xc": [1.0, 2.0, 3.0], "y": [0, 0, 0], "N": 3}')
+    p = predict(run, f, seed=1, draws=4)
+    assert p.draws["y"].shape == (2, 2, 3)
+    assert p.notes == [f"{f}: the observed `y` is not used: the prediction draws it",
+                       f"{f}: `N` is not read by the program: left out"]
+
+
+def test_a_missing_covariate_is_named_with_the_file(fitted, tmp_path):
+    run, _ = fitted
+    f = tmp_path / "new.json"
+    f.write_text('{"x_c": [1.0, 2.0]}')
+    with pytest.raises(PredictError) as err:
+        predict(run, f, seed=1)
+    assert str(err.value) == f"{f}: the program reads `xc` (host data), which the data does " \
+                             f"not give"
+
+
+def test_a_wrong_shape_says_the_data_does_not_fit(fitted, tmp_path):
+    run, _ = fitted
+    with pytest.raises(PredictError) as err:
+        predict(run, {"xc": np.ones((3, 2))}, seed=1, data_path="new.json")
+    text = str(err.value)
+    assert text.startswith("new.json: the data does not fit the program: ")
+    assert "host data `xc` does not have the shape its `data` step declares" in text
+    assert "got shape (3, 2)" in text
+
+
+def test_a_run_without_draws_is_refused(tmp_path):
+    program = write_program(tmp_path / "prog")
+    run = write_fit(tmp_path / "runs" / "cancelled", program, samples={},
+                    status="cancelled")
+    with pytest.raises(PredictError) as err:
+        predict(run, {"xc": X_NEW})
+    assert str(err.value) == (f"{run}: the run has no draws to predict from: it recorded "
+                              f"none (status cancelled, stopped before its first draw)")
+    smc = write_fit(tmp_path / "runs" / "smc", program, method="smc")
+    with pytest.raises(PredictError, match="a --method smc run has no posterior draws"):
+        predict(smc, {"xc": X_NEW})
+
+
+def test_fixed_sizes_are_an_error_that_says_so(tmp_path):
+    """Eight schools: `theta_trans : School` is a plate of 8 elements, bound from the
+    fit's draws; three new schools cannot use it."""
+    from qvr.runs import RunWriter
+    from qvr.inference.events import FitFinished, FitStarted
+    import hashlib
+    prog = ROOT / "examples" / "eight_schools.qvr"
+    folder = tmp_path / "es"
+    rng = np.random.default_rng(0)
+    with RunWriter(folder, {"program": {"path": str(prog), "export": None, "sha256":
+                                        hashlib.sha256(prog.read_bytes()).hexdigest()},
+                            "method": "nuts", "config": {}, "data": None}) as w:
+        w.write(FitStarted(method="nuts", total_steps=5, num_chains=1))
+        w.save_arrays("samples.npz", {"mu": rng.normal(size=(1, 5, 1)),
+                                      "tau": np.abs(rng.normal(size=(1, 5, 1))),
+                                      "theta_trans": rng.normal(size=(1, 5, 8))})
+        w.save_arrays("observed.npz", {"y": np.zeros(8)})
+        w.write(FitFinished())
+    p = predict(folder, {"sigma": np.full(8, 10.0)}, seed=0)  # the same 8 schools: fine
+    assert p.draws["y"].shape == (1, 5, 8) and p.recorded["theta"].shape == (1, 5, 8)
+    with pytest.raises(PredictError) as err:
+        predict(folder, {"sigma": [10.0, 12.0, 9.0]}, seed=0, data_path="three.json")
+    assert str(err.value).startswith("three.json: the program's sizes are fixed: it was "
+                                     "fitted on 8 rows and cannot run on the 3 rows of the "
+                                     "new data (")
+
+
+def test_an_svi_fit_predicts_from_its_guide(tmp_path):
+    """SVI's mean-field Normal guide is exact for this posterior: after 600 Adam steps its
+    draws give the closed-form predictive within a few standard errors (1,000 draws)."""
+    from qvr.inference import fit
+    program = write_program(tmp_path / "prog")
+    import qvr
+    res = fit(qvr.load(program), config={"method": "svi", "steps": 600, "lr": 0.05,
+                                         "seed": 0, "pointwise": False},
+              run_dir=tmp_path / "runs" / "svi", program_path=str(program))
+    assert res.status == "finished"
+    p = predict(res.run_dir, {"xc": X_NEW}, seed=4)
+    y = p.draws["y"].reshape(-1, 4)
+    assert p.draws["y"].shape == (1, 1000, 4)
+    mean, var = predictive()
+    n = y.shape[0]
+    assert np.all(np.abs(y.mean(0) - mean) < 5 * np.sqrt(var / n))
+    assert np.all(np.abs(y.var(0, ddof=1) - var) < 5 * var * np.sqrt(2.0 / (n - 1)) + 0.02)
