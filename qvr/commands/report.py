@@ -252,6 +252,8 @@ def checks_lines(run, max_sites: int = MAX_CHECK_SITES) -> list[str]:
         checked = run.ppc()
         if checked is not None:
             lines += ppc_lines(checked, max_sites)
+        for name, why in ((run.pointwise_meta or {}).get("no_replicates") or {}).items():
+            lines.append(f"  {name}: no predictive check: {why}")  # E9.7 element scores
     except Exception as exc:  # a damaged record: say so, show the rest
         lines.append(f"checks: unreadable ({type(exc).__name__}: {exc})")
     return lines

@@ -284,7 +284,20 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
                 n = int(v.shape[0])
                 break
         x = torch.zeros(n, 1, device=device)
-    return x, data
+    return x, {**data, **_computed(model, x, data)}
+
+
+def _computed(model, x, data: dict) -> dict:
+    """E9.7: the observed values of `observe v = e <- F` steps, computed from the data
+    (they are then observed sites like any other); a data key of that name is refused."""
+    from qvr.runtime.computed import computed_observations, computed_sites
+    sites = computed_sites(model)
+    given = [s for s in sites if s in data]
+    if given:
+        raise DataError(f"`{given[0]}` is computed by its `observe {given[0]} = …` step "
+                        f"from the data; the data must not give it (remove `{given[0]}` "
+                        f"from the data)")
+    return computed_observations(model, x, data) if sites else {}
 
 
 def check_data(model, x, observations: dict) -> None:
@@ -548,13 +561,15 @@ def _synthesize(model, n: int) -> tuple[dict, dict]:
                         f"(not as an index or a number); give it in a data file "
                         f"(--data FILE)") from None
     data, truth = {"x" if not reads_host(model, "x") else INPUT_KEY: x}, {}
+    from qvr.runtime.computed import computed_sites
+    computed = computed_sites(model)
     for name, site in tr.sites.items():
         if not isinstance(site.value, torch.Tensor):
             continue
         if site.kind == "host":  # host data drawn for the synthetic rows
             data[name] = site.value.detach()
             continue
-        if site.is_deterministic:
+        if site.is_deterministic or name in computed:  # E9.7: computed from the data
             continue
         (data if site.kind == "observe" else truth)[name] = site.value.detach()
     for name, value in synth.values.items():  # host data drawn from how it is used

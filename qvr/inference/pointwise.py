@@ -119,6 +119,20 @@ def observed_sites(model, observations: dict) -> list[str]:
     return [n for n in names if n in observations]
 
 
+def element_scores(model) -> list[str]:
+    """E9.7: the `score v : T = e` steps (one term per element of T), in program order;
+    their terms are log-likelihood terms (``log_lik.v``), without replicates."""
+    from qvr.runtime.steps import LetStep
+    return [s.name for s in getattr(_model(model), "steps", ())
+            if isinstance(s, LetStep) and s.score and s.per is not None]
+
+
+#: why an element score has no predictive replicate (the run record and `qvr show` say it)
+NO_REPLICATE = ("a `score` has no predictive replicate (it is a log-density term, not a "
+                "value drawn from a family); observe the value (`observe v = e <- F(…)`) "
+                "for a predictive check")
+
+
 class Pointwise:
     """The pointwise terms of `model` at input `x` with `observations` (observed values
     and host data), for draws of the latent sites `latent` (the fit's)."""
@@ -129,6 +143,7 @@ class Pointwise:
         self.x = x
         self.observations = dict(observations)
         self.observed = observed_sites(self.model, self.observations)
+        self.scores = element_scores(self.model)  # E9.7
         self.host = {k: v for k, v in self.observations.items() if k not in self.observed}
         self.latent = list(latent)
         given = {**self.observations, **{n: None for n in self.latent}}
@@ -174,6 +189,9 @@ class Pointwise:
                 else:
                     self.rows[n] = "local" if r.site_kind != "global" else "global"
                 out[n] = torch.as_tensor(c)
+            elif r.step == "score" and n in self.scores:  # E9.7: one term per element
+                out[n] = torch.as_tensor(r.value)
+                self.rows[n] = "score"
             elif r.step == "marginalize":
                 body = [s.name for s in self._marg_body(n)]
                 name = "+".join(body) or n
@@ -194,7 +212,9 @@ class Pointwise:
         m = self.model
         if self.replicates == "generative":
             try:
-                ex = m.execute(self.x, {**self.host, **values}, score=False)
+                from qvr.runtime.computed import replicating
+                with replicating():  # E9.7: a computed observe is drawn, not computed
+                    ex = m.execute(self.x, {**self.host, **values}, score=False)
                 return {n: torch.as_tensor(ex.sites[n].value) for n in self.observed}
             except Exception:
                 if self._vmapping:  # `_part` tells a vmap failure from the program's
@@ -298,14 +318,16 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     if model is None or not observations:
         return None
     observed = observed_sites(model, observations)
-    if not observed:
+    per_element = element_scores(model)  # E9.7
+    if not observed and not per_element:
         scored = [s.name for s in getattr(_model(model), "steps", ())
                   if getattr(s, "score", False)]
         if scored:  # the likelihood is a sum: it has no terms per observation
             return (f"no pointwise log-likelihood: the program has no `observe` site (its "
                     f"likelihood is the `score` {', '.join(f'`{n}`' for n in scored)}, a "
                     f"sum over the data), so there is no LOO and no predictive check; "
-                    f"write the likelihood as an `observe` step to get them")
+                    f"write the likelihood as an `observe` step, or as a score with one "
+                    f"term per element (`score lik : T = …`), to get them")
         return None
     method = ctx.config.method
     kind = kind or {"svi": "guide", "prior": "prior"}.get(method, "posterior")
@@ -367,7 +389,8 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
                                 "log_lik": log_lik if kind != "prior" else {},
                                 "y_rep": y_rep, "rows": dict(pw.rows),
                                 "importance": importance is not None,
-                                "replicates": pw.replicates}
+                                "replicates": pw.replicates,
+                                "no_replicates": {n: NO_REPLICATE for n in per_element}}
     writer.write_json(layout.RUN_JSON, writer.meta)
     for c, draws in enumerate(per_chain):
         for start in range(0, N, size):

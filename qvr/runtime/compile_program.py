@@ -220,6 +220,7 @@ class _Builder:
             # QVR950 is already among the diagnostics): the program cannot be built either
             from qvr.runtime.compile import Skip
             raise Skip
+        computed = self.computed_value(s, ctx) if observe and s.value is not None else None
         pairs = [self.arg(a, ctx) for a in s.target.args or ()]
         support = self.support_options(s, ctx, fam, pairs)  # E9.2
         args = tuple(p[0] for p in pairs)
@@ -259,7 +260,22 @@ class _Builder:
                                            label=f"{tname} ({name})")
         self.levels[key] = {"global": GLOBAL, "plate": PLATE}.get(kind, ROW)
         return SiteStep(key, observe, tname, args, (), plate, plate_name, event_size,
-                        site_kind=kind, all_global=level == GLOBAL, via=via, text=text)
+                        site_kind=kind, all_global=level == GLOBAL, via=via, text=text,
+                        computed=computed)
+
+    def computed_value(self, s, ctx) -> str:
+        """E9.7 `observe v = e <- F`: a hidden `let` of e, run before the site; its key."""
+        self.check_densities(s.value, ctx)
+        walker = ExprAxes(self.axes_scope(ctx))
+        vaxes = walker.expr(s.value)
+        fn = compile_let(s.value, self.resolver(ctx), self.mc.resolve_size, walker)
+        reads = tuple(ctx.scope[n] for n in sorted(_names_in(s.value)) if n in ctx.scope)
+        key = f"{ctx.prefix}_observed_{s.bind.text}"
+        self.levels[key] = ROW
+        self.axes[key] = vaxes
+        self.pre.append(LetStep(key, fn, text=f"observed value of `{s.bind.text}`",
+                                reads=reads))
+        return key
 
     # ------------------------------------------------------------ E9.2 supports
     def host_arg(self, name: str, ctx) -> Arg:
@@ -344,8 +360,19 @@ class _Builder:
         key = self.key(ctx, s.bind.text)
         self.levels[key] = level
         self.axes[key] = vaxes
+        per = per_name = None
+        if score and getattr(s, "index", None) is not None:  # E9.7 `score v : T = e`
+            per = tuple(self.object_type_sizes(s.index))
+            per_name = " ".join(ctx.td.source(s.index).split())
         return LetStep(key, fn, score=score, text=self.text(ctx, s),
-                       recorded=bool(getattr(s, "recorded", False)), reads=reads)
+                       recorded=bool(getattr(s, "recorded", False)), reads=reads,
+                       per=per, per_name=per_name)
+
+    def object_type_sizes(self, index) -> list:
+        """E9.7: the sizes of the axes of a type written `A * B` (one per factor)."""
+        from qvr.sema.axes import type_expr_axes
+        axes = type_expr_axes(index, self.object_type)
+        return [a.size for a in axes]
 
     def marginalize(self, s: A.MarginalizeStep, ctx):
         opts = option_values(s.options)

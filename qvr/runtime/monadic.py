@@ -34,6 +34,7 @@ from qvr.runtime.morphisms.base import ContinuousMorphism
 from qvr.runtime.objects import Unit
 from qvr.runtime.steps import AliasStep, FamilyStep, LetStep, MarginalizeStep, SiteStep
 from qvr.runtime.data_step import DataStep, run_data_step  # E9.1
+from qvr.runtime.computed import check_per_element, is_replicating  # E9.7
 from qvr.runtime.combinators import observed_log_prob
 from qvr.runtime.families import is_discrete_dist
 from qvr.runtime.values import (as_index, coerce_family_value, coerce_morph_value,
@@ -266,6 +267,8 @@ class MonadicProgram(ContinuousMorphism):
                 v = frame.literal(float(fn))
         else:
             v = step.fn(frame, {})
+        if step.per is not None:  # E9.7 `score v : T = e`: one term per element of T
+            v = check_per_element(step, v)
         frame.env[step.name] = v
         lp = None
         if step.score and frame.score:
@@ -334,7 +337,11 @@ class MonadicProgram(ContinuousMorphism):
         silently see the placeholder (`qvr.inference.data.check_data` rejects such
         programs before a fit)."""
         module = getattr(self, step.module_name)
-        given, value = self._supplied(step, frame)
+        if step.computed is not None and step.name not in frame.values \
+                and not is_replicating():  # E9.7 `observe v = e <- F`: e is the value
+            given, value = True, frame.env[step.computed]
+        else:
+            given, value = self._supplied(step, frame)
         if step.family is None:
             inp = self._morph_input(step, frame)
             if given:

@@ -54,6 +54,7 @@ class SiteStep:
     via: Optional[tuple] = None  # ("local", key) | ("host", name) inside grouped blocks
     text: str = ""  # the step as written, for messages
     python_global: bool = False  # Python-built site on the one-point domain (spec 5.11)
+    computed: Optional[str] = None  # E9.7 `observe v = e <- F`: env key of e's hidden let
 
     @property
     def module_name(self) -> str:
@@ -71,6 +72,8 @@ class LetStep:
     text: str = ""
     recorded: bool = False  # `record v = e` (E9.6): its value is recorded per draw
     reads: Optional[tuple] = None  # env keys of the locals e reads (None: not known)
+    per: Optional[tuple] = None  # E9.7 `score v : T = e`: T's sizes (one term per element)
+    per_name: Optional[str] = None  # ... and T as written
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Optional
 from qvr.sema import errors as E
 from qvr.sema.check_decls import check_duplicate, check_family_shadow, check_space_use
 from qvr.sema.check_letexpr import LetChecker, Local
+from qvr.sema.check_observed import ObservedChecks  # E9.7
 from qvr.sema import axes as X  # E9.1
 from qvr.sema.check_morph import value_lookup_error
 from qvr.sema.context import DeclContext, LocalInfo
@@ -42,7 +43,7 @@ def check_program(ctx: DeclContext, d: A.ProgramDecl) -> None:
     ProgramChecker(ctx, d).run()
 
 
-class ProgramChecker(LetChecker):
+class ProgramChecker(ObservedChecks, LetChecker):
     def __init__(self, ctx: DeclContext, d: A.ProgramDecl):
         super().__init__(ctx, d.name.text)
         self.d = d
@@ -189,6 +190,10 @@ class ProgramChecker(LetChecker):
             space = self._sample_options(opts, res, step)
         else:
             self._observe_options(opts, blk)
+            if step.value is not None:  # E9.7 `observe v = e <- F`
+                self.observe_value(step, res)
+        if isinstance(step.bind, A.Name):  # E9.7: sampled values are latent, observed data
+            self.note_latent(step.bind.text, step.bind.text if kind == "sample" else None)
         # the bound local (7.12)
         if isinstance(step.bind, A.TupleBind):
             ctx.report(outside_core(step.bind.span, "tuple bindings", plural=True))
@@ -369,6 +374,7 @@ class ProgramChecker(LetChecker):
             text = self._bound_type(res, index_t, index_text)[1]
         self.bind_local(step.bind, "marginalize", None, text, "numeric", detail="marginalize coordinate"
                         + (f" · one per element of {plate}" if plate else ""))
+        self.note_latent(step.bind.text, step.bind.text)  # E9.7
         self.block(step.body, _Block(grouped_coord=step.bind.text if grouped else None,
                                      in_marginalize=True), top=False)
         self.pop_scope()
@@ -398,6 +404,7 @@ class ProgramChecker(LetChecker):
         last_axes = self.last_axes
         vaxes = self.value_axes_of(rhs) if vkind in ("numeric", "unknown") else None  # E9.1
         text = X.hover_text(vaxes) or text
+        self.note_rhs(step.bind.text, rhs)  # E9.7
         self.bind_local(step.bind, "record" if step.recorded else "let", None, text, vkind,
                         detail="recorded per draw" if step.recorded else "let step",
                         axes=last_axes, counted=not self.returned and not step.recorded,
@@ -419,8 +426,11 @@ class ProgramChecker(LetChecker):
         if vkind in ("chart", "deduction"):
             self.ctx.report(E.kind_mismatch(step.rhs.span, f"a score step needs a numeric value, got a {vkind}"))
         vaxes = self.value_axes_of(step.rhs) if vkind in ("numeric", "unknown") else None  # E9.1
-        self.bind_local(step.bind, "score", None, "numeric", "numeric", detail="score step",
-                        value_axes=vaxes)
+        per = self.score_per_element(step, vaxes)  # E9.7 `score v : T = e`
+        self.note_rhs(step.bind.text, step.rhs)
+        self.bind_local(step.bind, "score", None, f"[{per}] numeric" if per else "numeric",
+                        "numeric", detail=f"score step · one term per element of {per}"
+                        if per else "score step", value_axes=vaxes)
 
     # ------------------------------------------------------------ E9.1 `data` steps and site axes
     def step_data(self, step: A.DataStep, top: bool) -> None:

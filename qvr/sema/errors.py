@@ -842,3 +842,37 @@ def space_family_needs_space(span: Span, name: str, over: str = "", step: str = 
                                  f"the Cholesky factor it draws){got}: declare `object L : "
                                  f"CorrCholesky 3` and write `sample l <- {name}(2.0) [over=L]`")
 
+
+# ---------------------------------------------------------------- E9.7 computed observes (QVR322-QVR325)
+# docs/extensions.md E9.7: `score v : T = e` (one term per element), `observe v = e <- F`.
+
+def observed_latent(span: Span, site: str, name: str, latent: str):
+    via = "" if name == latent else f" (through `{name}`)"
+    return error("QVR322", span, f"the observed value of `{site}` depends on the latent "
+                                 f"`{latent}`{via}: observing a function of a latent is a change "
+                                 f"of variables that needs its Jacobian; compute the observed "
+                                 f"value from data only, or write the likelihood as a score: "
+                                 f"`score {site} : T = log_density(F(…), e)` (plus the "
+                                 f"log-Jacobian when it is not constant)")
+
+
+def computed_in_marginalize(span: Span, what: str, coord: str):
+    return error("QVR323", span, f"{what} cannot be inside the marginalize block of `{coord}`: "
+                                 f"the block's terms are its marginal per row; put it before "
+                                 f"or after the block")
+
+
+def computed_observe_target(span: Span, site: str, target: str):
+    return error("QVR324", span, f"`observe {site} = …` needs a family target (its replicates "
+                                 f"are drawn from the family), but `{target}` is a morphism; "
+                                 f"observe a family, e.g. `Normal(mu, sigma)`")
+
+
+def computed_reads_itself(span: Span, site: str):
+    return error("QVR324", span, f"the observed value of `{site}` reads `{site}` itself: "
+                                 f"compute it from data steps, host data and other observed values")
+
+
+def per_element_axes(span: Span, what: str, want: str, got: str):
+    return error("QVR325", span, f"{what} has one term per element of `{want}`, but its value "
+                                 f"{got}")

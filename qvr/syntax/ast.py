@@ -422,6 +422,8 @@ class ObserveStep:
     target: Target
     options: Optional[OptionBlock]
     span: Span
+    # `observe v : T = e <- F(...)` (extension E9.7): the observed value computed from data
+    value: Optional["Expr"] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +456,8 @@ class ScoreStep:
     bind: Name
     rhs: Expr
     span: Span
+    # `score v : T = e` (extension E9.7): one term per element of T (pointwise terms)
+    index: Optional[TypeExpr] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -302,6 +302,9 @@ class Printer(Cursor):
             if s.index is not None:
                 self.tk(":")
                 self.type(s.index)
+            if getattr(s, "value", None) is not None:  # `observe v = e <- F` (E9.7)
+                self.tk("=")
+                self.expr(s.value)
             self.tk("<-")
             self.target(s.target)
             if s.options is not None:
@@ -315,6 +318,9 @@ class Printer(Cursor):
             self.tk("score" if isinstance(s, A.ScoreStep) else
                     "record" if s.recorded else "let")
             self.name(s.bind)
+            if isinstance(s, A.ScoreStep) and s.index is not None:  # E9.7
+                self.tk(":")
+                self.type(s.index)
             self.tk("=")
             self.expr(s.rhs)
         elif isinstance(s, A.DataStep):

@@ -323,8 +323,14 @@ class ToAst(Transformer):
         return A.SampleStep(kw, bind, index, target, opts, _msp(meta))
 
     def observe_step(self, meta, children):
+        value = None
+        for i, c in enumerate(children):  # `= e` (E9.7): the expression after the `=`
+            if isinstance(c, Token) and c.type == "EQUAL":
+                value = children[i + 1]
+                children = children[:i] + children[i + 2:]
+                break
         kw, bind, index, target, opts = self._step_parts(children)
-        return A.ObserveStep(kw, bind, index, target, opts, _msp(meta))
+        return A.ObserveStep(kw, bind, index, target, opts, _msp(meta), value)
 
     def marginalize_step(self, meta, children):
         head = []
@@ -354,7 +360,11 @@ class ToAst(Transformer):
         return A.DataStep(_tsp(children[0]), _name(children[1]), children[2], _msp(meta))
 
     def score_step(self, meta, children):
-        return A.ScoreStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta))
+        index = None
+        if not (isinstance(children[2], Token) and children[2].type == "EQUAL"):
+            index = children[2]  # `score v : T = e` (E9.7); the `:` is filtered out
+        return A.ScoreStep(_tsp(children[0]), _name(children[1]), children[-1], _msp(meta),
+                           index)
 
     def return_step(self, meta, children):
         value = children[1]
