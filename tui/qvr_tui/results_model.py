@@ -262,6 +262,8 @@ class Results:
     predictive: Optional[object] = None     # predictive_model.Predictive
     loo: Optional[object] = None            # predictive_model.LooView
     predictive_note: str = ""
+    # a prediction (`qvr predict`): the run its draws came from (run id), else ""
+    predicted_from: str = ""
 
     @property
     def has_checks(self) -> bool:
@@ -321,8 +323,10 @@ def load_results(run) -> Results:
     res.world_size = int(ws) if isinstance(ws, (int, float)) and ws >= 1 else 1
     if res.is_mcmc:
         _load_mcmc(run, res, summary, events)
-    elif res.method in ("svi", "prior"):  # prior draws: a table of draws, as SVI's guide
-        _load_svi(run, res, events, losses)
+    elif res.method in ("svi", "prior", "predict"):  # prior / predicted draws: a table of
+        _load_svi(run, res, events, losses)           # their means and sds, as SVI's guide
+        if res.method == "predict":
+            res.predicted_from = str((meta.get("predicted_from") or {}).get("run_id") or "")
     elif res.method == "smc":
         _load_smc(run, res, events)
     if res.partial and not res.partial_note:
@@ -396,6 +400,8 @@ def _load_mcmc(run, res: Results, summary: Optional[dict], events) -> None:
             res.note = (f"nothing to sample (no continuous latent site): log marginal "
                         f"likelihood {lml:.6g}")
         return
+    if res.stats.get("compile_fallback"):  # NUTS's transition did not compile
+        res.note = str(res.stats["compile_fallback"])
     samples = run.samples()
     draws = {_plain(k): v for k, v in samples.items() if not k.startswith("sample_stats.")}
     res.sample_stats = {k.split(".", 1)[1]: v for k, v in samples.items()
@@ -668,7 +674,8 @@ def _load_svi(run, res: Results, events, losses) -> None:
             guide.append(GuideSite(site=name, loc=np.asarray(v, dtype=float),
                                    scale=None if ls is None else np.exp(np.asarray(ls, float)),
                                    site_shape=shapes.get(name)))
-    res.guide = tuple(guide) + recorded_guide_rows(res.sites, every=run.method == "prior")
+    res.guide = tuple(guide) + recorded_guide_rows(res.sites,
+                                                    every=run.method in ("prior", "predict"))
 
 
 def _text(tokens, vocab) -> Optional[str]:
@@ -876,6 +883,9 @@ def run_key_number(run) -> tuple[str, Optional[float]]:
     if method == "prior":
         v = stats.get("num_samples")
         return "draws", None if v is None else float(v)
+    if method == "predict":  # `qvr predict`: the fit's draws used, over all chains
+        v, c = stats.get("num_samples"), stats.get("num_chains") or 1
+        return "draws", None if v is None else float(v) * float(c)
     return "", None
 
 

@@ -63,6 +63,16 @@ from qvr.inference.mcmc.adaptation import DualAveragingState, Welford
 from qvr.inference.mcmc.ops import fused
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Steps, Transition
 
+#: the end of the note (a `FitNote`, and a compiler note of the run) that says a run goes
+#: on without the compiled transition it tried to build
+FALLBACK = "NUTS goes on without it, leaf by leaf (slower)"
+
+
+def fallback_note(why: str) -> str:
+    """What a run says when its transition did not compile: `why` (`compile_transition`'s
+    reason) and that the run goes on leaf by leaf."""
+    return f"{why}; {FALLBACK}"
+
 
 class NUTSKernel(HMCBase):
     """The No-U-Turn Sampler.
@@ -226,10 +236,15 @@ class NUTSKernel(HMCBase):
                 compiled, said = transitions.compile_transition(
                     graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
                     K, self.transition == "biased", T, should_stop=should_stop)
-                cache.notes.append(said)
                 if said == transitions.STOPPED:  # cancelled: a later run compiles again
+                    cache.notes.append(said)
                     del cache.transitions[key]
                     return None
+                if compiled is None:  # said where the user looks: console, record, dashboard
+                    said = fallback_note(said)
+                    if note is not None:
+                        note(said)
+                cache.notes.append(said)
                 cache.transitions[key] = compiled
         compiled = cache.transitions[key]
         if compiled is not None:

@@ -66,8 +66,17 @@ def run(ctx: FitContext) -> FitResult:
                  if config.method == "nuts" else 0,
                  "e_bfmi": e_bfmi(res), "compiler": res.compiler,
                  "compiler_notes": list(getattr(res, "compiler_notes", []) or []),
+                 "compile_fallback": compile_fallback(res),
                  **out.summary.worst()}
     return out
+
+
+def compile_fallback(res):
+    """The note saying that NUTS's transition did not compile and the run went on leaf by
+    leaf (`nuts.fallback_note`), or None: the summary and `qvr show` repeat it."""
+    from qvr.inference.mcmc.nuts import FALLBACK
+    return next((n for n in getattr(res, "compiler_notes", None) or []
+                 if str(n).endswith(FALLBACK)), None)
 
 
 def e_bfmi(res) -> list:
