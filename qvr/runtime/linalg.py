@@ -239,6 +239,9 @@ def _c_log_density(comp, e, binders):
     args = [comp.expr(a, binders) for a in call.args]
     xf = comp.expr(x, binders)
 
+    from qvr.sema.families import FAMILIES
+    vector = FAMILIES[name].event_rank == 1  # E9.9: `Dirichlet(2.0)`'s size is x's
+
     def run(frame, b):
         dist = inline_distribution(name, [_value(frame, f, b) for f in args])
         v = _num(frame, xf(frame, b))
