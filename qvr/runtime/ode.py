@@ -1,8 +1,10 @@
 """`ode((y, t) -> dydt, y0, times[, rtol, atol])` in let-expressions (E9.3).
 
 Solves dy/dt = f(y, t) from y(times[0]) = y0 and gives y at every entry of `times`, a
-tensor of shape `(|times|, *y0.shape)`, with torchdiffeq's adaptive Dormand–Prince RK45
-(`method="dopri5"`; defaults rtol = atol = 1e-6).  Gradients flow by backpropagation
+tensor of shape `(|times|, *y0.shape)` (`ode(f, y0, t0, times[, rtol, atol])`: from
+y(t0) = y0 instead, t0 before the first output time, as Stan's `ode_rk45`), with
+torchdiffeq's adaptive Dormand–Prince RK45 (`method="dopri5"`; defaults rtol = atol =
+1e-6).  Gradients flow by backpropagation
 through the solver's operations (not the adjoint method): exact for the discretisation
 the solver took, at the memory cost of keeping its steps; a solve needing more than
 `MAX_STEPS` steps fails with `OdeStepLimitError` (a ValueError: -inf for MCMC).
@@ -42,13 +44,16 @@ def _tolerance(e, default: float) -> float:
 
 
 def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
-    lam, y0_e, times_e = e.args[:3]
-    rtol = _tolerance(e.args[3], DEFAULT_RTOL) if len(e.args) > 3 else DEFAULT_RTOL
-    atol = _tolerance(e.args[4], DEFAULT_ATOL) if len(e.args) > 4 else DEFAULT_ATOL
+    from qvr.sema.axes import ode_arguments
+    lam, y0_e = e.args[:2]
+    t0_e, times_e, rtol_e, atol_e = ode_arguments(e.args)  # `ode(f, y0[, t0], times, …)`
+    rtol = _tolerance(rtol_e, DEFAULT_RTOL) if rtol_e is not None else DEFAULT_RTOL
+    atol = _tolerance(atol_e, DEFAULT_ATOL) if atol_e is not None else DEFAULT_ATOL
     y_name, t_name = lam.params[0].text, lam.params[1].text
     body = compiler.expr(lam.body, binders | {y_name, t_name})
     y0_f = compiler.expr(y0_e, binders)
     times_f = compiler.expr(times_e, binders)
+    t0_f = compiler.expr(t0_e, binders) if t0_e is not None else None
 
     def run(frame, b):
         from torchdiffeq import odeint
@@ -62,13 +67,17 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
             raise InputShapeError("the times of `ode` must be a vector of at least one time",
                                   expected="a 1-D tensor of increasing times",
                                   actual=f"shape {tuple(times.shape)}")
+        if t0_f is not None:  # solved from t0; the solution at t0 is dropped below
+            times = _with_t0(_num(frame, t0_f(frame, b)), times)
         if times.shape[0] == 1:
             return y0.unsqueeze(0)
         if not _tracing() and times.requires_grad is False:
             d = times[1:] - times[:-1]
             if not (bool((d > 0).all()) or bool((d < 0).all())):
                 raise InputShapeError("the times of `ode` must be strictly increasing (or "
-                                      "strictly decreasing)", expected="monotone times",
+                                      "strictly decreasing)" + (", after its initial time t0"
+                                                                if t0_f is not None else ""),
+                                      expected="monotone times",
                                       actual=f"{times.tolist()[:8]}")
         shape = y0.shape
         bb = dict(b)
@@ -91,8 +100,9 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
             return dy.to(y.dtype) if dy.dtype != y.dtype else dy
 
         try:
-            return odeint(f, y0, times, rtol=rtol, atol=atol, method="dopri5",
-                          options={"max_num_steps": MAX_STEPS})
+            ys = odeint(f, y0, times, rtol=rtol, atol=atol, method="dopri5",
+                        options={"max_num_steps": MAX_STEPS})
+            return ys[1:] if t0_f is not None else ys
         except AssertionError as exc:  # torchdiffeq's checks (the step limit, underflow)
             if "max_num_steps" in str(exc):
                 raise OdeStepLimitError(
@@ -102,6 +112,14 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
             raise OdeStepLimitError(f"`ode` failed: {exc}") from None
 
     return run
+
+
+def _with_t0(t0, times):
+    """`times` with the initial time t0 (a number) in front."""
+    if t0.numel() != 1:
+        raise InputShapeError("the initial time of `ode` must be one number",
+                              expected="a number", actual=f"shape {tuple(t0.shape)}")
+    return torch.cat([t0.reshape(1).to(times.dtype), times])
 
 
 def _tracing() -> bool:

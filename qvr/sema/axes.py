@@ -723,15 +723,36 @@ def _fold(w: ExprAxes, e: A.ECall) -> Axes:
     return None if ty is None else (object_axis(obj, ty),) + init
 
 
+def ode_arguments(args) -> tuple:
+    """`(t0, times, rtol, atol)` of `ode(f, y0, times[, rtol, atol])` (t0 None) or
+    `ode(f, y0, t0, times[, rtol, atol])`: the second form when a fourth argument is there
+    and is not a number literal (a tolerance is one; times never are); None when absent."""
+    rest = list(args[2:])
+    if len(rest) > 1 and not isinstance(_unparen(rest[1]), A.Number):
+        t0, rest = rest[0], rest[1:]
+    else:
+        t0 = None
+    rest += [None] * (3 - len(rest))
+    return (t0, rest[0], rest[1], rest[2])
+
+
+def _unparen(e):
+    while isinstance(e, A.EParen):
+        e = e.inner
+    return e.operand if isinstance(e, A.ENeg) else e
+
+
 def _ode(w: ExprAxes, e: A.ECall) -> Axes:
     if len(e.args) < 3:
         for a in e.args:
             w.expr(a)
         return None
     y0 = w.expr(e.args[1])
-    times = w.expr(e.args[2])
-    for a in e.args[3:]:
-        w.expr(a)
+    t0_e, times_e, _, _ = ode_arguments(e.args)
+    times = w.expr(times_e)
+    for a in e.args[2:]:
+        if a is not times_e:
+            w.expr(a)
     _lambda_axes(w, e.args[0], {0: y0, 1: ()})
     if y0 is None or times is None or len(times) != 1:
         return None

@@ -547,7 +547,8 @@ class LetChecker:
     def _ode(self, e: A.ECall) -> None:
         ctx = self.ctx
         args = e.args
-        if not 3 <= len(args) <= 5:
+        t0, times, rtol, atol = X.ode_arguments(args)  # `ode(f, y0[, t0], times, …)`
+        if not 3 <= len(args) <= (5 if t0 is None else 6):
             ctx.report(E.ode_arity(e.callee.span, len(args)))
         if args:
             lam = args[0]
@@ -564,16 +565,22 @@ class LetChecker:
                                   vector_state=not scalar, repeated=E.ode_lambda_repeated)
         if len(args) > 1:
             self._recurrence_value("ode", args[1], 1, "the initial state of `ode`")
-        if len(args) > 2:
-            self._recurrence_value("ode", args[2], 2, "the times of `ode`")
-            inner = args[2]
+        if t0 is not None:
+            self._recurrence_value("ode", t0, 2, "the initial time of `ode`")
+            t0_axes = self._quiet_axes(t0)
+            if t0_axes:
+                ctx.report(E.ode_t0_scalar(t0.span, ctx.snippet(t0.span), X.spell_axes(t0_axes)))
+        position = {id(a): i for i, a in enumerate(args)}
+        if times is not None:
+            self._recurrence_value("ode", times, position[id(times)], "the times of `ode`")
+            inner = times
             while isinstance(inner, A.EParen):
                 inner = inner.inner
             if isinstance(inner, A.Number) or (isinstance(inner, A.ENeg) and isinstance(inner.operand, A.Number)):
-                ctx.report(E.ode_times_scalar(args[2].span))
-        for i, which in ((3, "rtol"), (4, "atol")):
-            if len(args) > i:
-                a = args[i]
+                ctx.report(E.ode_times_scalar(times.span))
+        for a, which in ((rtol, "rtol"), (atol, "atol")):
+            if a is not None:
+                i = position[id(a)]
                 if isinstance(a, A.ELambda):
                     ctx.report(E.ode_lambda_misplaced(a.span, self._ORDINALS[i]))
                 elif not (isinstance(a, A.Number) and a.value > 0):

@@ -623,7 +623,14 @@ def recurrence_lambda_repeated(span: Span, fn: str, name: str):
 
 
 def ode_arity(span: Span, got: int):
-    return error("QVR425", span, f"`ode` expects 3 to 5 arguments (f, y0, times, rtol, atol), got {got}")
+    return error("QVR425", span, f"`ode` expects 3 to 6 arguments (f, y0, t0?, times, rtol?, atol?), "
+                                 f"got {got}")
+
+
+def ode_t0_scalar(span: Span, got: str, axes: str):
+    return error("QVR425", span, f"the initial time of `ode(f, y0, t0, times)` must be a number, but "
+                                 f"`{got}` has axes `{axes}` (a fourth argument that is not a number "
+                                 f"literal makes the third the initial time)")
 
 
 def ode_needs_lambda(span: Span):

@@ -115,7 +115,7 @@ def test_scan_values_are_range_checked_over_o():
     ("let v = ode((u, t) -> u, 1.0, times, 1e-6, rho)",
      ("QVR425", "rho", "`atol` of `ode` must be a positive number literal")),
     ("let v = ode((u, t) -> u, 1.0)",
-     ("QVR425", "ode", "`ode` expects 3 to 5 arguments (f, y0, times, rtol, atol), got 2")),
+     ("QVR425", "ode", "`ode` expects 3 to 6 arguments (f, y0, t0?, times, rtol?, atol?), got 2")),
     ("let v = ode((u, t) -> u, 1.0, (u, t) -> u)",
      ("QVR425", "(u, t) -> u", "a lambda cannot be the third argument of `ode`; only its first "
                               "argument is a lambda")),
