@@ -243,8 +243,9 @@ def _c_log_density(comp, e, binders):
     vector = FAMILIES[name].event_rank == 1  # E9.9: `Dirichlet(2.0)`'s size is x's
 
     def run(frame, b):
-        dist = inline_distribution(name, [_value(frame, f, b) for f in args])
         v = _num(frame, xf(frame, b))
+        size = v.shape[-1] if vector and v.dim() else None
+        dist = inline_distribution(name, [_value(frame, f, b) for f in args], size)
         return dist.log_prob(eval_value(dist, v, frame))
     return _guard("log_density", run)
 
