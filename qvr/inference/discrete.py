@@ -16,6 +16,14 @@ own (`lower + class`), marginals are indexed by class.
 
 `infer_discrete_draws(model, x, observations, samples)` does this for every draw of an
 `MCMCResult.samples`-like dict (`(chains, draws, ...)`), stacking the results in front.
+
+The coordinate of a `marginalize` block (with `reduction=logsumexp`) is reported too, under
+its name: its posterior `softmax_k [log pi(k) + l_k]` per row (`marginalize z : I`, or a
+prior with a row axis: `(N, K)`), per group (`over=G`: `(|G|, K)`) or for the whole block
+(`(K,)`), the responsibilities of a mixture; a sample draws each row (group) from it.  A
+block whose terms read an enumerated finite site has no marginals here (they would be
+conditional on one value of that site); its sample is drawn given the joint sample of the
+enumerated sites, so that the sample is still one joint posterior draw.
 """
 from __future__ import annotations
 
@@ -82,10 +90,15 @@ def infer_discrete(model, x, observations: dict, latents: Optional[dict] = None,
     values = {**dict(observations or {}), **dict(latents or {})}
     st = prepare(model, x, values)
     if st is None:
-        return DiscretePosterior({}, {})
+        post = DiscretePosterior(_block_posteriors(model, x, values, set()))
+        if sample:
+            post.samples = _block_samples(post.marginals, generator)
+        return post
+    coupled = _coupled_blocks(model, st)
     dtype = model.float_dtype()
     marg = _marginals(model, x, values, st, {}, dtype)
     post = DiscretePosterior({k: v.clamp_min(0) for k, v in marg.items()})
+    post.marginals.update(_block_posteriors(model, x, values, coupled))
     if not sample:
         return post
     clamp = {}
@@ -101,7 +114,44 @@ def infer_discrete(model, x, observations: dict, latents: Optional[dict] = None,
         clamp[s.name] = mask
         if i + 1 < len(order):
             current = _marginals(model, x, values, st, clamp, dtype)
+    given = {**values, **post.samples}  # blocks reading enumerated sites: given their draw
+    post.samples.update(_block_samples(_block_posteriors(model, x, given, set()), generator))
     return post
+
+
+def _block_names(model) -> set:
+    from qvr.runtime.steps import MarginalizeStep
+    return {s.name for s in model.steps if isinstance(s, MarginalizeStep)}
+
+
+def _coupled_blocks(model, st) -> set:
+    """The coordinates of the blocks whose contribution reads an enumerated site."""
+    from qvr.runtime.steps import MarginalizeStep
+    keys = {f.key for f in st.factors}
+    return {s.name for s in model.steps
+            if isinstance(s, MarginalizeStep) and s.site_name in keys}
+
+
+def _block_posteriors(model, x, values: dict, skip: set) -> dict:
+    """`{coordinate: posterior}` of the model's `marginalize` blocks at `values` (one run of
+    the program), leaving out the coordinates in `skip`."""
+    if not _block_names(model):
+        return {}
+    from qvr.runtime.marginal import collect_posteriors
+    with torch.no_grad(), collect_posteriors() as out:
+        model.execute(x, values, score=True, record=False)
+    return {k: v for k, v in out.items() if k not in skip}
+
+
+def _block_samples(marginals: dict, generator) -> dict:
+    """One class per row (group) of each block from its posterior (independent given the
+    values the posteriors were computed at)."""
+    out = {}
+    for k, p in marginals.items():
+        flat = p.reshape(-1, p.shape[-1])
+        draw = torch.multinomial(flat, 1, generator=generator).reshape(p.shape[:-1])
+        out[k] = draw
+    return out
 
 
 def infer_discrete_draws(model, x, observations: dict, samples: dict, sample: bool = False,

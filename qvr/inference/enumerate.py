@@ -239,7 +239,7 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
     """The factors of `model` over the finite sites `enumerated` (a forward run with a
     tracking environment), their colouring and the passes that fill the tables."""
     from qvr.runtime.frame import Frame
-    from qvr.runtime.steps import AliasStep, LetStep
+    from qvr.runtime.steps import AliasStep, LetStep, MarginalizeStep
     from qvr.runtime.values import ensure_batch
     model = _model_of(model)
     x = ensure_batch(x)
@@ -255,7 +255,15 @@ def build_structure(model, x, observations: dict, enumerated: list) -> Structure
         dependent = set()  # indices of the steps whose result depends on an enumerated site
         for si, step in enumerate(model.steps):
             frame.env.reads = set()
-            model._run(step, frame)
+            if isinstance(step, MarginalizeStep):
+                # a block runs its body (so what the body reads is seen) only when scored
+                frame.score = True
+                try:
+                    model._run(step, frame)
+                finally:
+                    frame.score = False
+            else:
+                model._run(step, frame)
             read = set(frame.env.reads)
             dep = set()
             for r in read:

@@ -3,14 +3,19 @@
 `run_marginalize(program, step, frame)` evaluates the block's body once per class of the
 coordinate (body lets re-evaluated, every body observe supplied), then combines the
 per-class log-likelihoods: grouped blocks (`over=G`) scatter each row into its group's
-`(|G|, K)` table, plain blocks use one latent per row when the prior has a leading row
-axis and one shared latent otherwise; the `reduction` (logsumexp, sum, mean) combines the
-classes.  The result is recorded as the deterministic entry `_marg_<c>` and added to the
-log joint.
+`(|G|, K)` table; a plain block annotated by its plate (`marginalize c : I <- …`, issue 36)
+has one latent per element of I, summed out against the terms of its own row
+(`sum_n reduce_k [log pi(n, k) + l_k(n)]`; the checker refuses the blocks where a row's
+terms would read other rows' latents, QVR319-QVR321); an unannotated plain block has one
+latent per row when the prior has a leading row axis and one shared latent otherwise; the
+`reduction` (logsumexp, sum, mean) combines the classes.  The result is recorded as the
+deterministic entry `_marg_<c>` (per row or per group where it has rows) and added to the
+log joint.  Under `collect_posteriors()` each block also leaves its coordinate's posterior
+(`qvr.inference.discrete`).
 
 Forward sampling (a body observe not supplied, as in `trace(model, x)`): the coordinate is
-drawn from its prior — one class per group (grouped), per row (a prior with a row axis) or
-one for the whole body — and the body runs once with it, drawing every unsupplied observe
+drawn from its prior — one class per group (grouped), per row (a plate annotation or a
+prior with a row axis) or one for the whole body — and the body runs once with it, drawing every unsupplied observe
 (the generative semantics).  The drawn values are recorded as `observe` entries (so that
 synthetic data holds them) and, when the frame scores, the block's contribution is the exact
 marginal at those values.  A grouped block's host group index (`via=idx`) that was not
@@ -18,6 +23,9 @@ supplied is drawn uniformly per row and recorded as a deterministic `host` entry
 `require_all` (`log_joint`) missing values stay an error.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import torch
 
@@ -34,6 +42,31 @@ _MARGINAL_REDUCTIONS = {
     "sum": lambda t, dim: t.sum(dim=dim),
     "mean": lambda t, dim: t.mean(dim=dim),
 }
+
+
+_POSTERIORS: contextvars.ContextVar = contextvars.ContextVar("qvr_marginal_posteriors",
+                                                              default=None)
+
+
+@contextlib.contextmanager
+def collect_posteriors():
+    """Within the block, every scored `marginalize` block (with `reduction=logsumexp`, the
+    mixture) leaves the posterior of its coordinate in the yielded dict, under the
+    coordinate's environment key: `(N, K)` for one latent per row, `(|G|, K)` per group,
+    `(K,)` for one shared latent (`qvr.inference.discrete.infer_discrete` reads them)."""
+    out: dict = {}
+    token = _POSTERIORS.set(out)
+    try:
+        yield out
+    finally:
+        _POSTERIORS.reset(token)
+
+
+def _posterior(step: MarginalizeStep, joint: torch.Tensor) -> None:
+    """`joint[..., k] = log pi(k) + l_k`: normalised over k, into the active collection."""
+    out = _POSTERIORS.get()
+    if out is not None and step.reduction == "logsumexp":
+        out[step.name] = torch.softmax(joint.detach(), -1)
 
 
 def _log_prior(program, step: MarginalizeStep, frame) -> torch.Tensor:
@@ -88,6 +121,7 @@ def run_marginalize(program, step: MarginalizeStep, frame):
                 col = col.index_add(0, idx.reshape(-1), rows.to(S.dtype))
             cols.append(col)
         S = S + torch.stack(cols, dim=-1)
+        _posterior(step, S)
         per_group = reduce(S, -1)
         contribution = per_group.sum()
     else:
@@ -103,10 +137,13 @@ def run_marginalize(program, step: MarginalizeStep, frame):
             # `marginalize z : I <- …`: one latent per element of I, each summed out
             # against the terms of its own row
             table = _row_table(step, log_pi, ell, per_class, frame)
-            contribution = reduce(log_pi.expand_as(table) + table, -1)
+            joint = log_pi.expand_as(table) + table
+            _posterior(step, joint)
+            contribution = reduce(joint, -1)
         elif n_rows is not None and log_pi.dim() == 2 and log_pi.shape[0] == n_rows:
             # one latent per row (identity grouping)
             table = torch.stack([e.expand(n_rows) if e.dim() == 0 else e for e in ell], -1)
+            _posterior(step, log_pi + table)
             contribution = reduce(log_pi + table, -1)
         else:
             # one latent shared by the whole body
@@ -116,6 +153,7 @@ def run_marginalize(program, step: MarginalizeStep, frame):
                     site=step.name, expected=f"prior shape ({K},) or ({n_rows}, {K})",
                     actual=f"prior shape {tuple(log_pi.shape)}")
             totals = torch.stack([e.sum() for e in ell])
+            _posterior(step, log_pi + totals)
             contribution = reduce(log_pi + totals, -1)
     lp = frame.add(contribution)
     # the value is the block's terms before they are summed (one per group of a grouped
