@@ -11,16 +11,18 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "compare", "load", "loads", "predict"]
 
 
-def load(path_or_source, *, data=None):
-    """Load a QVR module (a path or source text) into a `qvr.runtime.Program`."""
+def load(path_or_source, *, data=None, sizes=None):
+    """Load a QVR module (a path or source text) into a `qvr.runtime.Program`; sizes
+    read from the data (`FinSet N`) come from `data` or `sizes` (``{"N": 434}``), else
+    the result is unbound until fitted (`qvr.runtime.load.loads`)."""
     from qvr.runtime.load import load as _load
-    return _load(path_or_source, data=data)
+    return _load(path_or_source, data=data, sizes=sizes)
 
 
-def loads(source, *, data=None, path="<string>"):
-    """Load QVR source text into a `qvr.runtime.Program`."""
+def loads(source, *, data=None, path="<string>", sizes=None):
+    """Load QVR source text into a `qvr.runtime.Program` (`load`)."""
     from qvr.runtime.load import loads as _loads
-    return _loads(source, data=data, path=path)
+    return _loads(source, data=data, path=path, sizes=sizes)
 
 
 def compare(runs):

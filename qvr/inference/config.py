@@ -201,6 +201,33 @@ def gather_args(pairs) -> dict:
     return out
 
 
+def parse_size(text: str) -> list:
+    """``NAME=ROWS`` (``N=100``): a size read from the data (`object Child : FinSet N`),
+    given on the command line, as ``[name, rows]``."""
+    name, sep, value = str(text).partition("=")
+    name = name.strip()
+    if not sep or not name or any(c.isspace() for c in name):
+        raise ValueError(f"expected NAME=ROWS (e.g. N=100), got {text!r}")
+    try:
+        n = parse_int(value)
+    except ValueError:
+        raise ValueError(f"{name}: expected a whole number, got {value.strip()!r}") from None
+    if n < 1:
+        raise ValueError(f"{name}: must be at least 1, got {n}")
+    return [name, n]
+
+
+def _sizes(v) -> Optional[str]:
+    if not isinstance(v, dict):
+        return f"must be a mapping of size names to whole numbers, got {v!r}"
+    for k, x in v.items():
+        if not isinstance(k, str) or not k:
+            return f"size names must be non-empty text, got {k!r}"
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            return f"{k}: must be a whole number of at least 1, got {x!r}"
+    return None
+
+
 def _template_args(v) -> Optional[str]:
     if not isinstance(v, dict):
         return f"must be a mapping of parameter names to numbers, got {v!r}"
@@ -287,6 +314,11 @@ class FitConfig:
                       help="a parameter of the parametric program fitted (a template: "
                            "`program p(spread : Real)`), e.g. --arg spread=2.0; once per "
                            "parameter")
+    sizes: dict = _opt({}, flag="--size", parse=parse_size, gather=gather_args, repeat=True,
+                       check=_sizes, metavar="NAME=ROWS",
+                       help="a size the program reads from the data (`object Child : FinSet "
+                            "N`), e.g. --size N=100: needed for synthetic data, checked "
+                            "against the data otherwise; once per size")
     # ---- data (SVI, HMC, NUTS)
     data: Optional[str] = _opt(None, methods=FITTING, parse=parse_optional(str), metavar="FILE",
                                check=lambda v: None if v is None or isinstance(v, str) else

@@ -199,34 +199,74 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
         # (`qvr.inference.minibatch`); every other fit reads the data whole
         mapped = config.method == "svi" and getattr(config, "batch_size", None) is not None \
             and (p.is_dir() or p.suffix == ".npz")
-        return FitData(load_data_file(config.data, mapped=mapped),
-                       {"kind": "file", "path": str(p.resolve()),
-                        **({"mapped": True} if mapped else {})})
+        values, notes, left = _for_export(model, load_data_file(config.data, mapped=mapped),
+                                          "data file")
+        return FitData(values, {"kind": "file", "path": str(p.resolve()),
+                                **({"mapped": True} if mapped else {}), **left}, None, notes)
     if data is not None:
-        return FitData(dict(data), {"kind": "given"})
+        values, notes, left = _for_export(model, dict(data), "data")
+        return FitData(values, {"kind": "given", **left}, None, notes)
     found = shipped_data(program_path)
     if found is not None:
-        values, notes = _for_export(model, load_data_file(found))
-        return FitData(values, {"kind": "shipped", "path": str(found.resolve())}, None, notes)
+        values, notes, left = _for_export(model, load_data_file(found), "shipped data")
+        return FitData(values, {"kind": "shipped", "path": str(found.resolve()), **left},
+                       None, notes)
     return FitData()
 
 
-def _for_export(model, values: dict) -> tuple[dict, list]:
-    """The shipped data of a program serves all its exports: the entries the chosen export
-    reads none of (`dock_of` for a Poisson export that has no station effect) are left out,
-    with a note; a data file given by the user stays checked strictly (a misspelt name is
-    an error there)."""
+def data_for_sizes(config, data: Optional[dict], program_path: Optional[str]) -> Optional[dict]:
+    """The data a fit reads its sizes from (`object Child : FinSet N`,
+    `qvr.runtime.sizes`), found as `resolve_data` finds it but before the program is
+    compiled: None for synthetic data (the sizes are then `FitConfig.sizes`)."""
+    if config.method == "smc" or config.synthetic is not None:
+        return None
+    if config.data is not None:
+        return load_data_file(config.data, mapped=Path(config.data).is_dir())
+    if data is not None:
+        return dict(data)
+    found = shipped_data(program_path)
+    return load_data_file(found) if found is not None else None
+
+
+def _for_export(model, values: dict, what: str) -> tuple[dict, list, dict]:
+    """`(kept, notes, record)`: the entries of the data (`what`: "shipped data", "data
+    file", "data") that the fitted export reads none of are left out, with a note, as
+    CmdStan ignores what a program does not read (a Stan data file's `N`, `K`,
+    `prior_only`; a shipped file's `dock_of` for an export with no station effect).  A
+    size the program read from the data (`FinSet N`, `qvr.runtime.sizes`) is used, not
+    left out.  A left-out key that differs from a name the export reads only by case, or
+    nearly (difflib), is pointed out as a probable typo.  `record` is
+    ``{"left_out": [...]}`` for the run record's `data` (empty when nothing is)."""
     known = set(getattr(model, "bound_names", ()) or ()) | set(
         getattr(model, "host_names", ()) or ())
     if not known or getattr(model, "python_built", False):
-        return values, []
+        return values, [], {}
+    from qvr.runtime.sizes import bound_sizes
+    sizes = set(bound_sizes(model))
     unused = [k for k in values if k not in known and k not in (INPUT_KEY, "x")]
-    if not unused:
-        return values, []
     kept = {k: v for k, v in values.items() if k not in unused}
+    unused = [k for k in unused if k not in sizes]
+    if not unused:
+        return kept, [], {}
     label = getattr(model, "label", "the export")
-    return kept, [f"the shipped data's {', '.join(f'`{k}`' for k in unused)} "
-                  f"{'is' if len(unused) == 1 else 'are'} not read by `{label}`: left out"]
+    note = (f"the {what}'s {', '.join(f'`{k}`' for k in unused)} "
+            f"{'is' if len(unused) == 1 else 'are'} not read by `{label}`: left out")
+    typos = [t for t in (_typo(k, known) for k in unused) if t]
+    if typos:
+        note += " (" + "; ".join(typos) + ")"
+    return kept, [note], {"left_out": unused}
+
+
+def _typo(key: str, known: set) -> Optional[str]:
+    """A probable typo: `key` differs from a name the program reads only by case, or
+    nearly (difflib ratio >= 0.8)."""
+    names = sorted(known)
+    same = [n for n in names if n.lower() == key.lower()]
+    if same:
+        return f"`{key}` differs from `{same[0]}` only in case: a typo?"
+    import difflib
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
+    return f"`{key}` is close to `{close[0]}`: a typo?" if close else None
 
 
 def split_data(model, data: Optional[dict], device="cpu") -> tuple:

@@ -144,9 +144,19 @@ def _is_template(obj) -> bool:
 FITTABLE = ("program", "morphism", "template")
 
 
+def _is_sized(obj) -> bool:
+    """An export (or module) whose sizes are read from the data, not bound yet
+    (`qvr.runtime.sizes`): `fit` binds it with its data."""
+    from qvr.runtime.sizes import needs_sizes
+    return needs_sizes(obj)
+
+
 def export_kind(obj) -> str:
     """``program``, ``morphism``, ``template`` (a parametric program; the three can be
-    fitted) or the value's type name."""
+    fitted) or the value's type name.  An export whose sizes are read from the data
+    is of the kind it will be once bound."""
+    if _is_sized(obj):
+        return obj.kind
     return "program" if _is_program(obj) else "morphism" if _is_morphism(obj) else \
         "template" if _is_template(obj) else type(obj).__name__
 
@@ -194,6 +204,8 @@ def args_error(obj, args: Optional[dict], name: Optional[str] = None) -> Optiona
     takes none.  `qvr run` asks before it makes a run folder; `model_of` raises it."""
     args = dict(args or {})
     label = _label(obj, name)
+    if _is_sized(obj):  # checked once its sizes are bound (`model_of` in `fit`)
+        return None
     if not _is_template(obj):
         if not args:
             return None
@@ -245,6 +257,10 @@ def model_of(program, args: Optional[dict] = None, name: Optional[str] = None):
         except ValueError as exc:
             raise DataError(str(exc)) from None
         return model_of(exports[name], args, name)
+    if _is_sized(program):
+        raise DataError(f"`{_label(program, name)}` has sizes read from the data "
+                        f"({', '.join(program.size_names)}): bind them first "
+                        f"(qvr.runtime.bind_sizes, or fit with data)")
     if _is_template(program):
         return instantiate(program, args, name).morphism
     problem = args_error(program, args, name)
@@ -520,6 +536,7 @@ def set_draws(model, n: int) -> None:
 def _prepare(program, data, config, info, report, stop, writer, start_from, potential,
              vocab, world=None) -> FitContext:
     from qvr.inference.start import load_start, require_start
+    program = _bind_sizes(program, data, config, info, writer)
     if config.method == "smc":
         model, program = None, _smc_program(program, config.args)
     else:
@@ -573,6 +590,32 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         vocab = _shipped_vocab(info.get("path"))
     return FitContext(program, model, x, observations, config, report, stop, start, potential,
                       vocab, world, rows, batches)
+
+
+def _bind_sizes(program, data, config, info, writer):
+    """`program` with its sizes read from the fit's data (`object Child : FinSet N`,
+    `qvr.runtime.sizes.bind_sizes`; synthetic data: `FitConfig.sizes`); the sizes go to
+    the run record (`run.json`'s `sizes`).  A program without sizes is returned as is."""
+    from qvr.runtime.sizes import SizeError, bind_sizes, bound_sizes, size_objects
+    from qvr.inference.data import data_for_sizes
+    typed = getattr(getattr(program, "qvr_binding", None), "typed", None) or \
+        getattr(getattr(program, "owner", None), "typed", None) or \
+        getattr(program, "typed", None)
+    if typed is None or not size_objects(typed):
+        if config.sizes:
+            raise DataError(f"the program reads no size from the data: "
+                            f"{', '.join(f'--size {k}={v}' for k, v in config.sizes.items())} "
+                            f"does not apply")
+        return program
+    if _is_sized(program) or config.sizes or config.data is not None or data is not None:
+        try:
+            program = bind_sizes(program, data_for_sizes(config, data, info.get("path")),
+                                 config.sizes)
+        except SizeError as exc:
+            raise DataError(str(exc)) from None
+    if writer is not None:
+        writer.meta["sizes"] = bound_sizes(program)
+    return program
 
 
 def _read_whole(fd: FitData, report) -> dict:

@@ -4,6 +4,8 @@ Entry points: `load(path_or_source, data=None)` and `loads(source, data=None)` r
 `Program` (`qvr.runtime.program`).  Layout:
 
 * `load` — front-end check, then compilation; errors (`qvr.runtime.errors`);
+* `bind_sizes(program, data, sizes=None)` — a module whose objects take their sizes
+  from the data (`object Child : FinSet N`) compiled with them (`qvr.runtime.sizes`);
 * `compile`, `compile_program`, `letexpr` — from the typed module to runtime values;
 * `objects`, `algebras`, `families`, `values` — objects, finite-morphism algebras, torch
   distributions per family, input coercion;
@@ -22,6 +24,7 @@ from qvr.runtime.errors import (CompileError, ParseError, QvrError, QvrRuntimeEr
 from qvr.runtime.load import load, loads
 from qvr.runtime.morphisms.attention import attention_layers, circuits
 from qvr.runtime.program import Program
+from qvr.runtime.sizes import SizeError, bind_sizes
 
 __all__ = ["load", "loads", "Program", "CompileError", "ParseError", "QvrError",
-           "QvrRuntimeError", "attention_layers", "circuits"]
+           "QvrRuntimeError", "attention_layers", "circuits", "bind_sizes", "SizeError"]

@@ -26,7 +26,8 @@ def _looks_like_path(s: str) -> bool:
     return s.endswith(".qvr") or os.path.exists(s)
 
 
-def load(path_or_source: Union[str, os.PathLike], *, data: Optional[dict] = None) -> Program:
+def load(path_or_source: Union[str, os.PathLike], *, data: Optional[dict] = None,
+         sizes: Optional[dict] = None):
     """Load a QVR module from a file path, or from source text.
 
     A `Path`, or a one-line string that ends in `.qvr` or names an existing file, is read as
@@ -36,20 +37,49 @@ def load(path_or_source: Union[str, os.PathLike], *, data: Optional[dict] = None
             isinstance(path_or_source, str) and _looks_like_path(path_or_source)):
         with open(Path(path_or_source), encoding="utf-8", newline="") as fh:
             text = fh.read()  # line ends as they are: positions as `qvr check` reports them
-        return loads(text, data=data, path=str(path_or_source))
-    return loads(str(path_or_source), data=data)
+        return loads(text, data=data, path=str(path_or_source), sizes=sizes)
+    return loads(str(path_or_source), data=data, sizes=sizes)
 
 
-def loads(source: str, *, data: Optional[dict] = None, path: str = "<string>") -> Program:
-    """Load a QVR module from source text (`path` is used in messages)."""
+def loads(source: str, *, data: Optional[dict] = None, path: str = "<string>",
+          sizes: Optional[dict] = None):
+    """Load a QVR module from source text (`path` is used in messages).
+
+    `data` holds the `from_data` tables; a module with sizes read from the data (`object
+    Child : FinSet N`, `qvr.runtime.sizes`) takes them from `data` (its `N` entry, or the
+    values typed by `Child`) and `sizes` (``{"N": 434}``).  When neither gives them, the
+    result is an `UnboundProgram` whose exports `fit` (or `qvr.runtime.bind_sizes`)
+    binds with the fit's data."""
+    from qvr.runtime.sizes import UnboundProgram, export_kinds, resolve_sizes, size_objects
     tm = typed_module(source, path)
     errors = tm.errors
     if errors:
         lines = [tm.format_diagnostic(d) for d in errors]
         cls = ParseError if any(d.code in _SYNTAX_CODES for d in errors) else CompileError
         raise cls(path, errors, lines)
-    compiled = compile_module(tm, data)
+    bound = {}
+    if size_objects(tm):
+        bound = resolve_sizes(tm, data, sizes, require=False)
+        if len(bound) < len(size_objects(tm)):  # bound later, with the fit's data
+            return UnboundProgram(tm, data, path, source, export_kinds(tm))
+    return compile_checked(tm, data, bound, source)
+
+
+def compile_checked(tm, data: Optional[dict] = None, sizes: Optional[dict] = None,
+                    source: Optional[str] = None) -> Program:
+    """Compile a checked module (no errors) with its sizes bound to `sizes` (``{N: 434}``,
+    `qvr.runtime.sizes`); the `Program` keeps `typed`, `relations` and `sizes`, and each
+    export its `qvr_binding`."""
+    from qvr.runtime.sizes import Binding, bind_types
+    sizes = dict(sizes or {})
+    compiled = compile_module(bind_types(tm, sizes) if sizes else tm, data)
     if compiled.diagnostics:
         diags = sorted(compiled.diagnostics, key=lambda d: (d.span.start, d.code))
-        raise CompileError(path, diags, [tm.format_diagnostic(d) for d in diags])
-    return Program(compiled.exports, compiled.values, compiled.deductions, path, source)
+        raise CompileError(tm.path, diags, [tm.format_diagnostic(d) for d in diags])
+    program = Program(compiled.exports, compiled.values, compiled.deductions, tm.path,
+                      source if source is not None else tm.text)
+    program.typed, program.relations, program.sizes = tm, dict(data or {}), sizes
+    for name, value in program.exports.items():
+        if hasattr(value, "__dict__"):  # not registered as a submodule (no module cycle)
+            value.__dict__["qvr_binding"] = Binding(tm, dict(data or {}), name, sizes)
+    return program

@@ -58,8 +58,9 @@ __all__ = ["SetupPane", "ParamRow", "COMMON", "METHOD_LABELS", "LEFT_OUT_CHOICES
 METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC",
                  "prior": "Prior predictive"}
 # shown in the common section (not generated per method), or not shown at all
-# (`args`: the "parameters" section, a row per parameter of a parametric export)
-COMMON = ("method", "seed", "device", "dtype", "args", "data", "synthetic",
+# (`args`: the "parameters" section, a row per parameter of a parametric export;
+# `sizes`: read from the data a program is fitted on, `FinSet N`)
+COMMON = ("method", "seed", "device", "dtype", "args", "sizes", "data", "synthetic",
           "progress_interval")
 # the rows of the "common" section: options of every method, shown whatever the method
 COMMON_ROWS = ("seed", "device", "dtype")
