@@ -498,7 +498,8 @@ def _check_forward(pred: Predictive, draws: dict, run, where: str, x) -> None:
 def _writer(run, run_dir, values, data, where, draws, seed):
     from qvr.runs import RunWriter
     source = {"kind": "file", "path": str(Path(data).resolve())} \
-        if isinstance(data, (str, Path)) else {"kind": "given", "name": where}
+        if isinstance(data, (str, Path)) else \
+        {"kind": "given", **({"name": where} if where != "the new data" else {})}
     meta = {"program": run.program, "method": "predict",
             "config": {"draws": draws, "seed": seed,
                        "dtype": (run.config or {}).get("dtype") or "float32",

@@ -18,6 +18,9 @@ that ended before their summary was written).  Nothing here draws; the panes ren
     their posterior mean and sd over the guide's draws (`GuideSite.recorded`); the five
     checks are the sites' only;
   - SMC: top sequences (`SequenceRow`, text through the record's vocabulary), log Z-hat;
+  - a prediction (``qvr predict``, method ``predict``) and a ``--method prior`` run: the
+    draws' mean and sd per site as `GuideSite` rows; a prediction's source run in
+    `Results.predicted_from`, what it is in `Results.note`;
   - any method, a program with attention: `Results.circuits` (`qvr_tui.circuits_model`);
   - a finished fit that recorded them (issue 25): `Results.predictive` (the predictive
     checks) and `Results.loo` (PSIS-LOO), `qvr_tui.predictive_model`; else
@@ -327,6 +330,13 @@ def load_results(run) -> Results:
         _load_svi(run, res, events, losses)           # their means and sds, as SVI's guide
         if res.method == "predict":
             res.predicted_from = str((meta.get("predicted_from") or {}).get("run_id") or "")
+            data = meta.get("data") or {}
+            where = Path(data["path"]).name if data.get("path") else data.get("name")
+            res.note = (f"prediction at {res.stats.get('rows', '?')} new rows"
+                        + (f" of {where}" if where else "") + f": "
+                        f"{res.stats.get('num_chains', '?')} x "
+                        f"{res.stats.get('num_samples', '?')} draws of "
+                        f"{res.predicted_from or '?'}")
     elif res.method == "smc":
         _load_smc(run, res, events)
     if res.partial and not res.partial_note:

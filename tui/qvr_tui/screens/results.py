@@ -304,7 +304,8 @@ class ResultsPane(Vertical):
         elif res.is_mcmc:
             switcher.current = "mcmc"
             self._fill_mcmc()
-        elif res.method in ("svi", "prior"):  # prior draws: shown as SVI's guide draws
+        elif res.method in ("svi", "prior", "predict"):  # prior / predicted draws: shown
+            # as SVI's guide draws
             switcher.current = "svi"
             self._fill_svi()
         else:
@@ -598,7 +599,8 @@ class ResultsPane(Vertical):
         res = self.results
         if res is None:
             return "empty"
-        return "mcmc" if res.is_mcmc else "svi" if res.method in ("svi", "prior") else "smc"
+        return "mcmc" if res.is_mcmc else "svi" if res.method in ("svi", "prior", "predict") \
+            else "smc"
 
     def action_toggle_circuits(self) -> None:
         """``c``: the Circuits view of a run with attention circuits, and back."""
@@ -664,9 +666,12 @@ class ResultsPane(Vertical):
         table = self.query_one("#guide-table", DataTable)
         table.clear(columns=True)
         rec = any(g.recorded for g in res.guide)  # E9.6: recorded rows give mean and sd
-        loss.display = res.method != "prior"  # prior draws: nothing was optimised
+        # prior and predicted draws: nothing was optimised
+        loss.display = res.method not in ("prior", "predict")
         if res.method == "prior":
             table.add_columns("site", "shape", "prior mean", "prior sd")
+        elif res.method == "predict":
+            table.add_columns("site", "shape", "predicted mean", "predicted sd")
         else:
             table.add_columns("site", "shape", "guide loc" + (" · mean" if rec else ""),
                               "guide scale" + (" · sd" if rec else ""))
