@@ -84,6 +84,8 @@ def signature_help(doc, offset: int) -> Optional[Signature]:
     sig = _describe(doc, index, name, line, step_line)
     if sig is None:
         return None
+    if name == "ode" and sig[0].startswith("ode(") and _ode_t0(stmt[at + 1:]):
+        sig = _ode_t0_signature(BUILTINS["ode"])  # `ode(f, y0, t0, times, …)` (E9.11)
     label, params, text = sig
     n = len(params)
     if name == "fan" and n:
@@ -101,6 +103,34 @@ def _builtin(b):
         params.append(f"({', '.join(names)}) -> body" if names is not None else p)
     label, ranges = _label(b.name, params)
     return label, ranges, f"builtin · {b.kinds} — {b.doc}"
+
+
+def _ode_t0(text: str) -> bool:
+    """The arguments typed so far are `ode`'s t0 form: a fourth argument is written and it
+    is not a number literal (`qvr.sema.axes.ode_arguments` reads the call the same way)."""
+    args, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    args.append(cur)
+    fourth = args[3].strip().strip("()").strip() if len(args) > 3 else ""
+    return bool(fourth) and re.fullmatch(r"-?\s*[0-9][0-9.]*([eE][+-]?[0-9]+)?", fourth) is None
+
+
+def _ode_t0_signature(b):
+    lam = lambda_params(b, 0) or ("y", "t")
+    label, ranges = _label("ode", [f"({', '.join(lam)}) -> body", "y0", "t0", "times", "rtol?",
+                                   "atol?"])
+    return label, ranges, (f"builtin · lambda (y, t), numeric, numeric, numeric -> numeric — y at "
+                           f"each of times, solving dy/dt = f(y, t) from y(t0) = y0 (Stan's t0, "
+                           f"before the first output time)")
 
 
 def _describe(doc, index: int, name: str, line: str, step_line: str = ""):

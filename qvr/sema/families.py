@@ -199,7 +199,8 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "every state of the recurrence s[0] = init, s[t] = f(s[t-1], t), stacked along O"),
     Builtin("ode", ("f", "y0", "times"),
             "lambda (y, t), numeric, numeric -> numeric",
-            "y at each of times, solving dy/dt = f(y, t), y(times[0]) = y0 (Dormand-Prince)",
+            "y at each of times, solving dy/dt = f(y, t), y(times[0]) = y0 (Dormand-Prince); "
+            "ode(f, y0, t0, times) starts from y(t0) = y0",
             optional=("rtol", "atol")),
 ]}
 
