@@ -10,8 +10,8 @@ def test_folds_blocks_and_comment_runs():
     doc = Document(example("mixture_marginalize"))
     folds = [(doc.position(f.start).line + 1, doc.position(f.end).line + 1, f.kind) for f in folding_ranges(doc)]
     multi = [f for f in folds if f[1] > f[0]]
-    assert multi == [(1, 3, "comment"), (11, 18, "region"), (15, 17, "region"), (21, 29, "region"),
-                     (25, 28, "region")]
+    assert multi == [(1, 7, "comment"), (15, 22, "region"), (19, 21, "region"), (25, 33, "region"),
+                     (29, 32, "region")]
 
 
 def test_folds_block_comments_and_multi_line_option_blocks():

@@ -47,13 +47,13 @@ def test_steps_nest_under_marginalize_blocks():
     doc = Document(example("mixture_marginalize"))
     lines = outline(doc, document_symbols(doc))
     assert lines[2:9] == [
-        "function gaussian_mixture: Point -> Point [11-18]",
-        "  variable weights: Simplex [12-12]",
-        "  variable centres: [Component] Real [13-13]",
-        "  variable spread: Positive [14-14]",
-        "  variable comp: [Point] Index [15-17]",
-        "    variable centre: numeric [16-16]",
-        "    variable position: [Point] Real [17-17]",
+        "function gaussian_mixture: Point -> Point [15-22]",
+        "  variable weights: Simplex [16-16]",
+        "  variable centres: [Component] Real [17-17]",
+        "  variable spread: Positive [18-18]",
+        "  variable comp: [Point] Index [19-21]",
+        "    variable centre: numeric [20-20]",
+        "    variable position: [Point] Real [21-21]",
     ]
 
 
