@@ -269,6 +269,15 @@ class ENeg:
 
 
 @dataclass(frozen=True, slots=True)
+class ENot:
+    """`not e` (extension E9.10): 1 where e is 0, else 0."""
+
+    op: Span
+    operand: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
 class EBinOp:
     op: str
     op_span: Span
@@ -278,15 +287,6 @@ class EBinOp:
 
 
 @dataclass(frozen=True, slots=True)
-@dataclass(frozen=True, slots=True)
-class ENot:
-    """`not e` (extension E9.10): 1 where e is 0, else 0."""
-
-    op: Span
-    operand: "Expr"
-    span: Span
-
-
 class ELambda:
     """`x -> e` (outside the core), or `(s, t) -> e` (extension E9: `fold`/`scan`)."""
 
@@ -356,24 +356,12 @@ class Params:
 
 @dataclass(frozen=True, slots=True)
 class DAIndex:
-    base: Name
-    index: Name
-    span: Span
-
-
-def is_expr_arg(a) -> bool:
-    """A family argument that is neither a number, a name nor `a[z]` (E9.10)."""
-    return not isinstance(a, (Number, Name, DAIndex))
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
     """A family argument written `a[z]`: the bracketed argument of 7.5 when z is the
     coordinate of the enclosing grouped marginalize block, else (extension E9.10) the
     let-expression `expr`, an ordinary index (`beta[k]`, `mu[group]`)."""
 
-    name: Name
-    args: Optional[tuple[DrawArg, ...]]
+    base: Name
+    index: Name
     span: Span
     expr: Optional["EIndex"] = None
 
@@ -390,6 +378,18 @@ def arg_expr(a) -> "Expr":
     if isinstance(a, DAIndex):
         return a.expr if a.expr is not None else EIndex(a.base, (EName(a.index, a.index.span),), a.span)
     return a
+
+
+def is_expr_arg(a) -> bool:
+    """A family argument that is neither a number, a name nor `a[z]` (E9.10)."""
+    return not isinstance(a, (Number, Name, DAIndex))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: Name
+    args: Optional[tuple[DrawArg, ...]]
+    span: Span
 
 
 @dataclass(frozen=True, slots=True)

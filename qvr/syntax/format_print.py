@@ -354,6 +354,8 @@ class Printer(Cursor):
             self.seq("[", [a.index], self.name, "]", trailing=False, sp=False)
         elif isinstance(a, (A.Number, A.Name)):
             self.lit(a)
+        else:  # E9.10: any let-expression
+            self.expr(a)
 
     # ------------------------------------------------------------ deductions
     def ded_entry(self, e, level: int) -> None:
@@ -366,8 +368,6 @@ class Printer(Cursor):
             self.tk(":")
             self.commas(e.premises, self.pattern)
             self.tk()  # the turnstile, `|-` or `⊢` as written
-        else:  # E9.10: any let-expression
-            self.expr(a)
             self.pattern(e.conclusion)
             if e.pragma is not None:
                 self.pragma(e.pragma)

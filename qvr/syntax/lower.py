@@ -408,6 +408,9 @@ class ToAst(Transformer):
     def e_neg(self, meta, children):
         return A.ENeg(_tsp(children[0]), children[1], _msp(meta))
 
+    def e_not(self, meta, children):  # extension E9.10
+        return A.ENot(_tsp(children[0]), children[1], _msp(meta))
+
     def e_int(self, meta, children):
         return _number(children)
 
@@ -418,9 +421,6 @@ class ToAst(Transformer):
 
     def e_name(self, meta, children):
         return A.EName(_name(children[0]), _msp(meta))
-    def e_not(self, meta, children):  # extension E9.10
-        return A.ENot(_tsp(children[0]), children[1], _msp(meta))
-
 
     def e_call(self, meta, children):
         rest = _strip(children)
