@@ -139,10 +139,12 @@ def _open(run):
         raise PredictError(str(exc)) from None
 
 
-def load_program(run, program=None):
+def load_program(run, program=None, values: Optional[dict] = None, where: str = ""):
     """The fitted program of `run` (`model_of` its export at its ``args``), with the run's
     model parameters; `program` (a `qvr.load` result or an export) instead of the
-    record's file when given.  Returns ``(model, notes)``."""
+    record's file when given.  A program whose sizes are read from the data (`object Row
+    : FinSet N`, `qvr.runtime.sizes`) is bound with the new data `values`.  Returns
+    ``(model, notes)``."""
     import hashlib
 
     import qvr
@@ -166,6 +168,7 @@ def load_program(run, program=None):
             program = qvr.load(Path(path), data=relations_for(path, data_file) or None)
         except Exception as exc:
             raise PredictError(f"{path}: {message_of(exc)}") from None
+    program = _bind_new_sizes(program, values, where)
     try:
         model = model_of(program, run.config.get("args") or None, info.get("export"))
     except DataError as exc:
@@ -177,6 +180,37 @@ def load_program(run, program=None):
     except StartError as exc:
         raise PredictError(str(exc).replace("start from", "predict from")) from None
     return model, notes
+
+
+def _bind_new_sizes(program, values: Optional[dict], where: str):
+    """`program` bound to the sizes of the new data (`qvr.runtime.sizes.bind_sizes`: its
+    ``N`` entry, or the values typed by the objects of size ``N``); as it is when its
+    sizes are fixed."""
+    from qvr.runtime.sizes import SizeError, bind_sizes, size_objects
+    typed = getattr(getattr(program, "qvr_binding", None), "typed", None) or \
+        getattr(getattr(program, "owner", None), "typed", None) or \
+        getattr(program, "typed", None)
+    if typed is None or not size_objects(typed):
+        return program
+    try:
+        return bind_sizes(program, dict(values or {}))
+    except SizeError as exc:
+        raise PredictError(f"{where}: {message_of(exc)}") from None
+
+
+def row_sites(model) -> set:
+    """The sites with one value per element of an object whose size is read from the
+    data (`object Row : FinSet N`): rows of the fit, drawn afresh for the new rows."""
+    from qvr.runtime.sizes import size_objects
+    from qvr.runtime.steps import SiteStep
+    typed = getattr(getattr(model, "qvr_binding", None), "typed", None)
+    sized = {o for objs in (size_objects(typed) if typed is not None else {}).values()
+             for o in objs}
+    walk = getattr(model, "_walk", None)
+    if not sized or not callable(walk):
+        return set()
+    return {s.name for s, _ in walk() if isinstance(s, SiteStep)
+            and getattr(s, "plate_name", None) in sized}
 
 
 def _site_draws(samples: dict) -> dict:
@@ -218,7 +252,8 @@ def source_draws(run, model, x, host: dict) -> list[dict]:
                                                   else torch.long)
                       for k, v in found.items()} for c in range(C)]
     kinds = {i.name: i.site_kind for i in model.site_infos()}
-    keep = [k for k in per_chain[0] if kinds.get(k) in ("global", "plate")]
+    rows = row_sites(model)
+    keep = [k for k in per_chain[0] if kinds.get(k) in ("global", "plate") and k not in rows]
     return [{k: d[k] for k in keep} for d in per_chain]
 
 
@@ -400,7 +435,7 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     values, where = read_data(data, data_path)
-    model, notes = load_program(run, program)
+    model, notes = load_program(run, program, values, where)
     x, host, more = split_new(run, model, values, where)
     notes += more
     per_chain = source_draws(run, model, x, host)
@@ -491,7 +526,8 @@ def _check_forward(pred: Predictive, draws: dict, run, where: str, x) -> None:
         if before is not None and rows != before and "one row per input row" not in why:
             raise PredictError(f"{where}: the program's sizes are fixed: it was fitted on "
                                f"{before} rows and cannot run on the {rows} rows of the new "
-                               f"data ({why})") from None
+                               f"data ({why}); an object whose size is a name (`object Row : "
+                               f"FinSet N`) takes its size from the data") from None
         raise PredictError(f"{where}: the data does not fit the program: {why}") from None
 
 

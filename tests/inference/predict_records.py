@@ -34,6 +34,13 @@ export reg
 """
 
 
+#: the same regression with its row count read from the data (`object Row : FinSet N`),
+#: and a row effect `u` (one value per row, prior Normal(0, 1)): new rows draw their own
+SIZED = PROGRAM.replace("FinSet 6", "FinSet N").replace(
+    "    let mu = b * xc\n",
+    "    sample u : Row <- Normal(0.0, 1.0)\n    let mu = b * xc + u\n")
+
+
 def posterior() -> tuple[float, float]:
     """``(m, v)``: the posterior mean and variance of ``b``."""
     v = 1.0 / (1.0 / TAU ** 2 + float((X ** 2).sum()) / SIGMA ** 2)
@@ -47,10 +54,10 @@ def predictive(x_new=X_NEW) -> tuple[np.ndarray, np.ndarray]:
     return m * x_new, SIGMA ** 2 + x_new ** 2 * v
 
 
-def write_program(folder: Path) -> Path:
+def write_program(folder: Path, text: str = PROGRAM) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "reg.qvr"
-    path.write_text(PROGRAM, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     data = folder / "data"
     data.mkdir(exist_ok=True)
     (data / "reg.json").write_text(json.dumps({"xc": X.tolist(), "y": Y.tolist()}))

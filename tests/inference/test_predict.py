@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from predict_records import SIGMA, X_NEW, posterior, predictive, write_fit, write_program  # noqa: E402,E501
+from predict_records import SIGMA, SIZED, X_NEW, posterior, predictive, write_fit, write_program  # noqa: E402,E501
 
 from qvr.inference.predict import PredictError, predict  # noqa: E402
 from qvr.runs import open_run  # noqa: E402
@@ -166,3 +166,37 @@ def test_an_svi_fit_predicts_from_its_guide(tmp_path):
     n = y.shape[0]
     assert np.all(np.abs(y.mean(0) - mean) < 5 * np.sqrt(var / n))
     assert np.all(np.abs(y.var(0, ddof=1) - var) < 5 * var * np.sqrt(2.0 / (n - 1)) + 0.02)
+
+
+@pytest.mark.parametrize("rows", [4, 9])
+def test_sizes_read_from_the_data_take_the_new_row_count(tmp_path, rows):
+    """`object Row : FinSet N` (fitted on 6 rows): the new data's 4 or 9 rows bind N;
+    the row effect `u` (one value per fitted row in the draws) is drawn afresh from its
+    prior for the new rows, so the predictive variance gains its variance 1."""
+    program = write_program(tmp_path / "prog", SIZED)
+    m, v = posterior()
+    rng = np.random.default_rng(0)
+    b = m + np.sqrt(v) * rng.standard_normal((2, 2000, 1))
+    u = 50.0 + rng.standard_normal((2, 2000, 6))  # the fitted rows' effects: not used
+    run = write_fit(tmp_path / "runs" / "fit", program, samples={"b": b, "u": u})
+    x_new = np.linspace(-2.0, 3.0, rows)
+    p = predict(run, {"xc": x_new}, seed=5)
+    y = p.draws["y"].reshape(-1, rows)
+    assert p.draws["y"].shape == (2, 2000, rows) and p.rows == rows
+    mean, var = m * x_new, SIGMA ** 2 + 1.0 + x_new ** 2 * v
+    n = y.shape[0]
+    assert np.all(np.abs(y.mean(0) - mean) < 4 * np.sqrt(var / n))
+    assert np.all(np.abs(y.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
+
+
+def test_a_size_the_new_data_does_not_give_is_named(tmp_path):
+    program = write_program(tmp_path / "prog", SIZED)
+    run = write_fit(tmp_path / "runs" / "fit", program)
+    with pytest.raises(PredictError) as err:
+        predict(run, {"N": 3}, seed=0, data_path="new.json")
+    assert str(err.value) == "new.json: the program reads `xc` (host data), which the " \
+                             "data does not give"
+    with pytest.raises(PredictError) as err:
+        predict(run, {"N": 3, "xc": [1.0, 2.0]}, seed=0, data_path="new.json")
+    assert str(err.value) == ("new.json: the size `N` of `Row` disagrees in the data: the "
+                              "data's `N` entry: 3; `xc` (typed by `Row`) has 2 rows")
