@@ -50,7 +50,8 @@ def test_every_runnable_example_ships_data_that_its_program_accepts(name):
     assert found == DATA / f"{name}.json"
     relations, values = split_relations(load_data(found))
     torch.manual_seed(0)
-    model = model_of(qvr.load(str(path), data=relations or None))
+    from qvr.runtime import bind_sizes  # sizes read from the data (`FinSet N`): bound here
+    model = model_of(bind_sizes(qvr.load(str(path), data=relations or None), values))
     # string host data (a deduction's tokens) is passed as a list, the rest as arrays
     words = {k: v.tolist() for k, v in values.items() if v.dtype.kind == "U"}
     x, observations = split_data(model, {k: v for k, v in values.items() if k not in words})

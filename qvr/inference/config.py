@@ -202,12 +202,12 @@ def gather_args(pairs) -> dict:
 
 
 def parse_size(text: str) -> list:
-    """``NAME=ROWS`` (``N=100``): a size read from the data (`object Child : FinSet N`),
+    """``NAME=SIZE`` (``N=100``): a size read from the data (`object Child : FinSet N`),
     given on the command line, as ``[name, rows]``."""
     name, sep, value = str(text).partition("=")
     name = name.strip()
     if not sep or not name or any(c.isspace() for c in name):
-        raise ValueError(f"expected NAME=ROWS (e.g. N=100), got {text!r}")
+        raise ValueError(f"expected NAME=SIZE (e.g. N=100), got {text!r}")
     try:
         n = parse_int(value)
     except ValueError:
@@ -315,7 +315,7 @@ class FitConfig:
                            "`program p(spread : Real)`), e.g. --arg spread=2.0; once per "
                            "parameter")
     sizes: dict = _opt({}, flag="--size", parse=parse_size, gather=gather_args, repeat=True,
-                       check=_sizes, metavar="NAME=ROWS",
+                       check=_sizes, metavar="NAME=SIZE",
                        help="a size the program reads from the data (`object Child : FinSet "
                             "N`), e.g. --size N=100: needed for synthetic data, checked "
                             "against the data otherwise; once per size")

@@ -608,9 +608,13 @@ def _bind_sizes(program, data, config, info, writer):
                             f"does not apply")
         return program
     if _is_sized(program) or config.sizes or config.data is not None or data is not None:
+        sizes = dict(config.sizes)
+        if config.synthetic is not None:  # R synthetic rows: the sizes that count rows
+            from qvr.runtime.sizes import row_sizes
+            sizes = {**{n: config.synthetic for n in row_sizes(typed)}, **sizes}
         try:
             program = bind_sizes(program, data_for_sizes(config, data, info.get("path")),
-                                 config.sizes)
+                                 sizes)
         except SizeError as exc:
             raise DataError(str(exc)) from None
     if writer is not None:

@@ -105,6 +105,22 @@ def sized_values(tm) -> dict:
     return out
 
 
+def row_sizes(tm) -> list:
+    """The size names that count rows: the first factor of an `observe` step's
+    annotation is an object of that size (`observe y : Row` with `Row : FinSet N`).
+    Synthetic data of R rows gives them R when no size is given (`fit`)."""
+    owners = {o: n for n, objs in size_objects(tm).items() for o in objs}
+    out = []
+    for td in tm.decls:
+        if isinstance(td.decl, A.ProgramDecl):
+            for s in _steps(td.decl.body):
+                if isinstance(s, A.ObserveStep) and s.index is not None:
+                    f = _type_factors(s.index)[0]
+                    if isinstance(f, A.TName) and owners.get(f.name.text) not in (None, *out):
+                        out.append(owners[f.name.text])
+    return out
+
+
 # ---------------------------------------------------------------- the sizes of one data set
 
 def _shape(v) -> Optional[tuple]:
@@ -186,7 +202,7 @@ def resolve_sizes(tm, data: Optional[dict] = None, sizes: Optional[dict] = None,
                 if typed else ""
             raise SizeError(f"the size `{n}` of {_list(objs)} is not in the data: give it as "
                             f"the data's `{n}` entry{by}; without data, give it with "
-                            f"--size {n}=ROWS (FitConfig.sizes)")
+                            f"--size {n}=SIZE (FitConfig.sizes)")
         first = found[0][1]
         if any(v != first for _, v in found):
             said = "; ".join(f"{s}: {v}" if not s.startswith("`") else s for s, v in found)

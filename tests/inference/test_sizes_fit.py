@@ -93,16 +93,36 @@ def test_a_value_read_stays_checked(files):
         _fit(files, files / "nox.json")
 
 
-def test_synthetic_data_needs_the_size(files):
-    with pytest.raises(DataError) as e:
-        fit(qvr.load(files / "reg.qvr"), config=FitConfig(method="svi", steps=2,
-                                                           synthetic=4, seed=0))
-    assert str(e.value).endswith("without data, give it with --size N=ROWS (FitConfig.sizes)")
+def test_synthetic_rows_give_the_row_size(files):
+    """`--synthetic R`: a size that counts rows (`observe y : Row`) is R unless given."""
     res = fit(qvr.load(files / "reg.qvr"), config=FitConfig(
-        method="svi", steps=2, synthetic=4, seed=0, sizes={"N": 4}),
-        run_dir=files / "syn")
-    assert res.status == "finished"
+        method="svi", steps=2, synthetic=4, seed=0), run_dir=files / "syn")
+    assert res.status == "finished" and res.samples["w"].shape[-1:] == (4,)
     assert json.loads((files / "syn" / "run.json").read_text())["sizes"] == {"N": 4}
+
+
+COEF = """object Row : FinSet N
+object Coef : FinSet K
+program p : Row -> Row
+    sample beta : Coef <- Normal(0.0, 1.0)
+    let s = sum(beta)
+    observe y : Row <- Normal(s, 1.0)
+    return y
+export p
+"""
+
+
+def test_synthetic_data_needs_the_sizes_that_do_not_count_rows(tmp_path):
+    with pytest.raises(DataError) as e:
+        fit(qvr.loads(COEF), config=FitConfig(method="svi", steps=2, synthetic=4, seed=0))
+    assert str(e.value) == (
+        "the size `K` of `Coef` is not in the data: give it as the data's `K` entry, or "
+        "give the values typed by `Coef` (`beta`); without data, give it with --size K=SIZE "
+        "(FitConfig.sizes)")
+    res = fit(qvr.loads(COEF), config=FitConfig(method="svi", steps=2, synthetic=4, seed=0,
+                                                sizes={"K": 3}), run_dir=tmp_path / "r")
+    assert res.samples["beta"].shape[-1:] == (3,)
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["sizes"] == {"N": 4, "K": 3}
 
 
 def test_sizes_for_a_program_without_any(tmp_path):

@@ -20,5 +20,11 @@ def load_example(stem: str):
         torch.manual_seed(0)
         _CACHE[stem] = qvr.load(EXAMPLES / f"{stem}.qvr",
                                 data=DATA[stem]() if stem in DATA else None)
+        from qvr.runtime.sizes import needs_sizes
+        if needs_sizes(_CACHE[stem]):  # `FinSet N`: the sizes of the shipped data
+            from qvr.datafiles import find_data, load_data
+            from qvr.runtime import bind_sizes
+            _CACHE[stem] = bind_sizes(_CACHE[stem],
+                                      load_data(find_data(EXAMPLES / f"{stem}.qvr")))
         torch.random.set_rng_state(state)
     return _CACHE[stem]

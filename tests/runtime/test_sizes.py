@@ -106,7 +106,7 @@ def test_a_missing_or_bad_size_is_an_exact_error():
     assert str(e.value) == (
         "the size `N` of `Row` is not in the data: give it as the data's `N` entry, or give "
         "the values typed by `Row` (`x`, `w`, `y`); without data, give it with --size "
-        "N=ROWS (FitConfig.sizes)")
+        "N=SIZE (FitConfig.sizes)")
     with pytest.raises(SizeError) as e:
         bind_sizes(qvr.loads(REG), {"N": 2.5})
     assert str(e.value) == "the data's `N` entry (the size of `Row`) must be a whole number, got 2.5"
