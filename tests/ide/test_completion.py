@@ -92,8 +92,8 @@ def test_option_values_over_names_and_step_keys():
 
 def test_types_after_colon():
     assert labels(seed_with("object FFHidden : Real 32", "object FFHidden : $0")) == [
-        "HeadOut", "Latent", "Token", "FinSet", "Real",
-        # the constrained spaces of E9, only after `object X :`
+        "HeadOut", "Latent", "Token", "FinSet", "FinSet N", "Real", "Real N",
+        # sizes read from the data and the constrained spaces of E9, only after `object X :`
         "CholeskyFactor", "Ordered", "PositiveOrdered", "Simplex"]
 
 
