@@ -323,6 +323,11 @@ def split_data(model, data: Optional[dict], device="cpu") -> tuple:
             if v.dim() >= 1:
                 n = int(v.shape[0])
                 break
+        else:  # E9.7: no observed value given: a computed one gives the rows
+            first = next(iter(_computed(model, torch.zeros(1, 1, device=device),
+                                        data).values()), None)
+            if isinstance(first, torch.Tensor) and first.dim() >= 1:
+                n = int(first.shape[0])
         x = torch.zeros(n, 1, device=device)
     return x, {**data, **_computed(model, x, data)}
 
