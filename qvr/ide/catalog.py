@@ -121,6 +121,14 @@ STEP_SNIPPETS = {
     "record": "record ${1:v} = ${0}",
 }
 
+# E9.10: boolean operators of let-expressions (comparisons `==` `!=` `<` `<=` `>` `>=`
+# are operators); completion offers them with the let-expression candidates
+LOGIC_KEYWORDS = {
+    "and": "1 where both sides are not 0, else 0",
+    "or": "1 where either side is not 0, else 0",
+    "not": "1 where the value is 0, else 0",
+}
+
 ENTRY_SNIPPETS = {
     "atoms": "atoms ${1:S}",
     "binders": "binders ${1:Fn}",

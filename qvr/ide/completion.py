@@ -213,13 +213,6 @@ def _space_objects(c: _Ctx) -> list[Item]:
     return out
 
 
-def _data_sizes() -> list[Item]:
-    """`FinSet N` / `Real N` on an object's right-hand side: a size read from the data."""
-    return [Item(f"{k} N", "keyword", meaning, f"{k} ${{1:N}}", True, f"1{k}N", meaning)
-            for k, meaning in (("FinSet", "finite set whose size is read from the data"),
-                               ("Real", "real vector space whose dimension is read from the data"))]
-
-
 def _spaces() -> list[Item]:
     """The constrained vector spaces of an object declaration (E9): `Simplex 3`, …"""
     return [Item(n, "keyword", meaning, snip, True, "2" + n, meaning) for n, (snip, meaning) in C.SPACES.items()]
@@ -327,7 +320,17 @@ def _letexpr(c: _Ctx) -> list[Item]:
         if isinstance(sym, DeductionSym):
             out.append(Item(n, "deduction", "deduction " + spell_mor(sym.type), sort="1" + n))
     out.append(Item("factor", "keyword", "factor expression", "factor ${1:i} : ${2:I} in ${0}", True, "2factor"))
+    out += [Item(w, "keyword", d, sort="2" + w) for w, d in C.LOGIC_KEYWORDS.items()]  # E9.10
     return out
+
+
+def _in_family_args(c: _Ctx) -> bool:
+    """The cursor is inside the arguments of a family target (`<- Normal(…`): a
+    let-expression there (E9.10)."""
+    if not c.stack or c.stack[0][0] != "(":
+        return False
+    head = _step_head(c)
+    return "<-" in head and word_before(head.rstrip()) in FAMILIES
 
 
 def _atoms(c: _Ctx, binders: bool = True) -> list[Item]:
@@ -461,21 +464,16 @@ def _letexpr_call(c: _Ctx, name: str, opener: int) -> list[Item]:
     return _letexpr(c)
 
 
-def _observed_value(head: str) -> bool:
-    """E9.7: the cursor is in the `= e` of `observe v [: T] = e <- F(…)`."""
-    first = _FIRST.match(head)
-    return bool(first) and first.group(1) == "observe" and "<-" not in head and "=" in head
-
-
 def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
     before = c.stmt[:opener].rstrip()
     name = word_before(before)
     if c.keyword == "program":
         head = _step_head(c)
         first = _FIRST.match(head)
-        if first and first.group(1) in ("let", "score", "record") and "=" in head \
-                or _observed_value(head):  # E9.7 `observe v = e <- F`
+        if first and first.group(1) in ("let", "score", "record") and "=" in head:
             return _letexpr_call(c, name, opener)
+        if _in_family_args(c):  # E9.10: family arguments are let-expressions
+            return _letexpr(c) if len(c.stack) == 1 else _letexpr_call(c, name, opener)
     if name == "identity":
         return _types(c, discrete_only=True)
     if name in ("layer_norm", "rms_norm") and c.keyword in ("let", "export", "morphism"):
@@ -526,10 +524,11 @@ def _items(c: _Ctx) -> list[Item]:
         kind, at = c.stack[-1]
         if kind == "#[":
             return [Item(k, "option", v, sort="0" + k, doc=v) for k, v in C.OPTION_DOCS["pragma"].items()]
+        if kind == "[" and c.keyword == "program" and _in_family_args(c):
+            return _letexpr(c)  # an index inside a family argument (E9.10)
         if kind == "[" and c.keyword == "program":
             head = _FIRST.match(_step_head(c))
-            if head and head.group(1) in ("let", "score", "record") and "=" in _step_head(c) \
-                    or _observed_value(_step_head(c)):
+            if head and head.group(1) in ("let", "score", "record") and "=" in _step_head(c):
                 return _letexpr(c)  # a list literal or an index inside a let-expression (E9)
         if kind == "[":
             # a list value `over=[a, |`: the key is before the enclosing `[`
@@ -554,10 +553,6 @@ def _items(c: _Ctx) -> list[Item]:
         if not stripped:
             return _keywords(C.STEP_SNIPPETS, "step")
         first = _FIRST.match(head).group(1) if _FIRST.match(head) else ""
-        if _observed_value(head):  # E9.7 `observe v [: T] = e <- F`: e is a let-expression
-            return _letexpr(c)
-        if first == "score" and ":" in head and "=" not in head:  # E9.7 `score v : T = e`
-            return _types(c, discrete_only=True)
         if "<-" in head:
             # improper families without parameters (`Flat`, `HalfFlat`) are sample targets only
             return [i for i in _morphisms(c) if i.kind != "combinator"] + _families(
@@ -592,7 +587,7 @@ def _items(c: _Ctx) -> list[Item]:
             return _families(step=False) + _morph_context(c)
         if ":" in c.stmt:
             if kw == "object":
-                return _types(c) + _data_sizes() + _spaces()
+                return _types(c) + _spaces()
             return _types(c)
         return []
     if kw in ("let", "export") and (kw == "export" or "=" in c.stmt):

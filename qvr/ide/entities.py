@@ -74,7 +74,7 @@ def pick(doc, offset: int, kinds) -> Optional[tuple]:
         if f.kind not in kinds or not (f.span.start <= rel <= f.span.end):
             continue
         key = (f.span.end == rel and f.span.start != rel, f.span.end - f.span.start,
-               f.kind == "expr", f.kind == "local-binder")
+               f.kind in ("expr", "argexpr"), f.kind == "local-binder")
         if best is None or key < best[0]:
             best = (key, f)
     if best is None:
@@ -91,7 +91,7 @@ def entity_of_fact(slot, f) -> Optional[Entity]:
     if k == "localref":
         info = local_info(slot, f.data)
         return Local(slot, f.data, info) if info is not None else None
-    if k in ("family", "builtin", "host", "option", "expr", "size"):
+    if k in ("family", "builtin", "host", "option", "expr", "size", "argexpr"):
         return Builtin(k, f.data)
     return None
 
@@ -102,7 +102,7 @@ def entity_at(doc, offset: int, with_expr: bool = False) -> Optional[tuple[Span,
     With `with_expr`, a morphism sub-expression that is not a plain name (e.g. the
     `fan` keyword of `fan(head)`, or a `>>` operator) is an entity too.
     """
-    kinds = NAME_KINDS + (("expr",) if with_expr else ())
+    kinds = NAME_KINDS + (("expr", "argexpr") if with_expr else ())  # argexpr: E9.10
     hit = pick(doc, offset, kinds)
     if hit is None:
         return None

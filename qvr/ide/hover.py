@@ -247,6 +247,10 @@ def _builtin(ent: Builtin) -> Optional[str]:
         meaning = option_doc(position, key)
         return render(key, f"option of {'an' if position[0] in 'aeiou' else 'a'} {position}"
                       + (f" · {meaning}" if meaning else ""))
+    if k == "argexpr":  # E9.10: a family argument that is an expression
+        text, axes, param, family = data
+        what = f"argument `{param}` of `{family}`" if param else f"argument of `{family}`"
+        return render(f"{text} : {axes}", f"{what} · computed as a `let`")
     if k == "expr":
         mt, text = data
         facts = ""

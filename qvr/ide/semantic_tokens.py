@@ -30,11 +30,12 @@ _TOKEN = re.compile(
     r'|(?P<string>"(?:[^"\\\n]|\\.)*"?)'
     r'|(?P<number>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)'
     r'|(?P<name>[A-Za-z_][A-Za-z0-9_]*)'
-    r'|(?P<op>>>|->|<-|\|-|⊢|[@~*+/=-])', re.S)
+    r'|(?P<op>>>|->|<-|\|-|⊢|==|!=|<=|>=|[@~*+/=<>-])', re.S)  # comparisons: E9.10
 
 __all__ = ["TOKEN_MODIFIERS", "TOKEN_TYPES", "SemanticToken", "semantic_tokens"]
 
 _ENTRY_WORDS = ("atoms", "binders", "rule", "lexicon")
+_LOGIC_WORDS = ("and", "or", "not")  # E9.10 (keywords of let-expressions only)
 _LOCAL_TYPES = {"parameter": "parameter", "atom": "enumMember", "binder": "macro", "patvar": "typeParameter",
                 "rule": "method", "bound": "parameter", "lambda": "parameter"}
 # locals that are host data declared by a `data` step (E9): read-only, like host data
@@ -145,7 +146,7 @@ def semantic_tokens(doc, span: Optional[Span] = None) -> list[SemanticToken]:
         step_kws = _step_keywords(slot)
         by_start: dict[int, object] = {}
         for f in facts:
-            if f.kind == "expr":
+            if f.kind in ("expr", "argexpr"):  # whole expressions, not tokens
                 continue
             prev = by_start.get(f.span.start)
             if prev is None or (prev.kind == "local-binder" and f.kind == "localref"):
@@ -173,6 +174,8 @@ def semantic_tokens(doc, span: Optional[Span] = None) -> list[SemanticToken]:
                     line_head = chunk_text[chunk_text.rfind("\n", 0, m.start()) + 1:m.start()]
                     if word in RESERVED_WORDS or m.start() in step_kws:
                         cls = ("keyword", ())
+                    elif word in _LOGIC_WORDS and slot.keyword in ("program", "deduction"):
+                        cls = ("keyword", ())  # E9.10: `and`, `or`, `not` in let-expressions
                     elif word in _ENTRY_WORDS and slot.keyword == "deduction" and line_head.strip() == "" \
                             and line_head:
                         cls = ("keyword", ())

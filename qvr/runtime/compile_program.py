@@ -83,6 +83,8 @@ class _Builder:
         self.levels: dict = {}
         self.host: set = set()
         self.pre: list = []  # E9.2: steps a site needs first (host-data arguments)
+        self.grouped: list = []  # E9.10: coordinates of the grouped marginalize blocks open
+        self.arg_axes: dict = {}  # E9.10: id(family argument expression) -> its typed axes
         self.axes: dict = {}  # E9.1: env key -> typed axes (qvr.sema.axes), None: unknown
         self.observed_done: set = set()  # E9.1: env keys of observe steps compiled so far
 
@@ -173,8 +175,28 @@ class _Builder:
             if a.text not in ctx.consts:  # E9.2: host data
                 return self.host_arg(a.text, ctx), ROW
             return Arg("lit", float(ctx.consts[a.text])), GLOBAL
-        # a[c] inside a grouped marginalize block
-        return Arg("gather", ctx.scope[a.base.text], ctx.scope[a.index.text]), ROW
+        if isinstance(a, A.DAIndex) and self.grouped and a.index.text == self.grouped[-1]:
+            # a[c] inside a grouped marginalize block whose coordinate is c
+            return Arg("gather", ctx.scope[a.base.text], ctx.scope[a.index.text]), ROW
+        return self.expr_arg(A.arg_expr(a), ctx)  # E9.10: any other let-expression
+
+    def expr_arg(self, e, ctx):
+        """E9.10: a family argument that is a let-expression: a hidden `let` step run just
+        before the site, compiled exactly as `let tmp = e` (closure, level, typed axes)."""
+        self.check_densities(e, ctx)
+        walker = ExprAxes(self.axes_scope(ctx))
+        vaxes = walker.expr(e)
+        fn = compile_let(e, self.resolver(ctx), self.mc.resolve_size, walker)
+        names = free_names(e, is_object=lambda n: n not in ctx.scope and n not in ctx.consts
+                           and self.object_type(n) is not None)
+        level = max((self.level_of(ctx, n) for n in names), default=GLOBAL)
+        reads = tuple(ctx.scope[n] for n in sorted(_names_in(e)) if n in ctx.scope)
+        key = f"{ctx.prefix}_arg{len(self.levels)}"
+        self.levels[key] = level
+        self.axes[key] = vaxes
+        self.arg_axes[id(e)] = vaxes
+        self.pre.append(LetStep(key, fn, text=f"argument `{self.text(ctx, e)}`", reads=reads))
+        return Arg("local", key), level
 
     def text(self, ctx, node) -> str:
         return " ".join(ctx.td.source(node).split())
@@ -247,7 +269,8 @@ class _Builder:
             kind = "global"
         else:
             kind = "local"
-        vaxes = family_step_axes(s, fam, self.object_type, self.axes_scope(ctx).name_axes)  # E9.1
+        vaxes = family_step_axes(s, fam, self.object_type, self.axes_scope(ctx).name_axes,  # E9.1
+                                 expr_axes=lambda e: self.arg_axes.get(id(e)))  # E9.10
         key = self.key(ctx, name)
         self.axes[key] = vaxes
         if observe:
@@ -388,7 +411,15 @@ class _Builder:
         inner = ctx.child()
         key = self.key(inner, s.bind.text)
         self.levels[key] = ROW
-        body, _ = self.block(s.body, inner, marg=key)
+        own_pre, self.pre = self.pre, []  # this step's own argument lets stay before it
+        if group is not None:
+            self.grouped.append(s.bind.text)
+        try:
+            body, _ = self.block(s.body, inner, marg=key)
+        finally:
+            if group is not None:
+                self.grouped.pop()
+            self.pre = own_pre + self.pre
         for b in body:
             if group is not None and not (isinstance(b, SiteStep) and b.observe) and \
                     not (isinstance(b, LetStep) and not b.score):

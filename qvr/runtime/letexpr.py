@@ -40,6 +40,7 @@ def _float(v):
 
 
 _UNARY = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "sigmoid": torch.sigmoid}
+_LOGIC_OPS = frozenset(("==", "!=", "<", "<=", ">", ">=", "and", "or"))  # E9.10
 
 
 def free_names(expr, is_object=None) -> set:
@@ -55,7 +56,7 @@ def free_names(expr, is_object=None) -> set:
         elif isinstance(e, A.EBinOp):
             walk(e.left, bound)
             walk(e.right, bound)
-        elif isinstance(e, (A.ENeg,)):
+        elif isinstance(e, (A.ENeg, A.ENot)):
             walk(e.operand, bound)
         elif isinstance(e, A.EParen):
             walk(e.inner, bound)
@@ -138,6 +139,9 @@ class _Compiler:
         if isinstance(e, A.ENeg):
             f = self.expr(e.operand, binders)
             return lambda frame, b: -_num(frame, f(frame, b))
+        if isinstance(e, A.ENot):  # E9.10
+            from qvr.runtime.logic import compile_not
+            return compile_not(self, e, binders)
         if isinstance(e, A.EBinOp):
             return self.binop(e, binders)
         if isinstance(e, A.ECall):
@@ -174,6 +178,9 @@ class _Compiler:
         if e.op == "@":  # E9.1
             from qvr.runtime.linalg import compile_matmul
             return compile_matmul(self, e, binders)
+        if e.op in _LOGIC_OPS:  # E9.10: comparisons, `and`, `or` (0/1 values)
+            from qvr.runtime.logic import compile_logic_binop
+            return compile_logic_binop(self, e, binders)
         lf, rf, op = self.expr(e.left, binders), self.expr(e.right, binders), e.op
         if op == "+":
             return lambda frame, b: _num(frame, lf(frame, b)) + _num(frame, rf(frame, b))
@@ -280,6 +287,9 @@ from qvr.sema.axes import OBJECT_ARGS as _OBJECT_ARGS  # noqa: E402
 from qvr.runtime.linalg import E9_CALLS  # noqa: E402  (imports this module's helpers)
 
 CALLS.update(E9_CALLS)
+from qvr.runtime.logic import LOGIC_CALLS  # noqa: E402  (E9.10: where, step, int_step)
+
+CALLS.update(LOGIC_CALLS)
 from qvr.runtime.indexing import INDEXING_CALLS  # noqa: E402  (E9: append_row, append_col)
 
 CALLS.update(INDEXING_CALLS)

@@ -234,6 +234,12 @@ def int_literal(e) -> Optional[int]:
     return None
 
 
+#: E9.10: Stan's indicators, elementwise 0/1 (`step(x)`: x >= 0, `int_step(x)`: x > 0),
+#: and the elementwise conditional `where(c, a, b)`
+INDICATORS = ("step", "int_step")
+E9_BUILTINS = E9_BUILTINS | frozenset(("where",) + INDICATORS)
+
+
 # ---------------------------------------------------------------- the walk
 
 class ExprAxes:
@@ -301,7 +307,7 @@ class ExprAxes:
             return self.scope.name_axes(e.name.text)
         if isinstance(e, A.EParen):
             return self.expr(e.inner)
-        if isinstance(e, A.ENeg):
+        if isinstance(e, (A.ENeg, A.ENot)):  # E9.10: `not x` keeps x's axes
             return self.expr(e.operand)
         if isinstance(e, A.EBinOp):
             left, right = self.expr(e.left), self.expr(e.right)
@@ -696,6 +702,7 @@ CALL_AXES: dict[str, Callable] = {
     "append_row": _append, "append_col": _append,
 }
 
+CALL_AXES.update({**{n: _unary for n in INDICATORS}, "where": _elementwise})  # E9.10
 
 # -- E9.3 (docs/e9/recurrence.md): `fold`/`scan` states have init's axes, the index is a
 # scalar; `scan` puts O in front of them; `ode` puts the axis of `times` in front of y0's
@@ -777,9 +784,11 @@ def option_names(block, key: str) -> list:
     return []
 
 
-def family_step_axes(step, fam, object_type: Callable, local_axes: Callable) -> Axes:
+def family_step_axes(step, fam, object_type: Callable, local_axes: Callable,
+                     expr_axes: Optional[Callable] = None) -> Axes:
     """The axes of the value of a `sample`/`observe` step whose target is family `fam`:
-    `local_axes(name)` gives the axes of an argument that is a local (None: unknown)."""
+    `local_axes(name)` gives the axes of an argument that is a local (None: unknown),
+    `expr_axes(e)` those of an argument that is a let-expression (E9.10: `A.arg_expr`)."""
     index = None
     if step.index is not None:
         index = type_expr_axes(step.index, object_type)
@@ -794,9 +803,23 @@ def family_step_axes(step, fam, object_type: Callable, local_axes: Callable) -> 
         elif isinstance(a, A.Name):
             args.append(local_axes(a.text))
         else:
-            args.append(None)
+            args.append(expr_axes(A.arg_expr(a)) if expr_axes is not None else None)
     rank = max(fam.event_rank, len(event)) if event else fam.event_rank
+    # E9.9: a matrix parameter (`scale_tril`, `cov_factor`) has one axis more than the value
+    kinds = [k for _, k in fam.params]
+    args = [a[:-1] if a and i < len(kinds) and kinds[i] == "mat" else a
+            for i, a in enumerate(args)]
     return site_axes(index, event, rank, args)
+
+
+def _event_axes(name: str, ty) -> tuple:
+    """The axes `over=name` gives: one per object, two anonymous K-axes for a matrix
+    space (`CorrCholesky K`: a K×K factor, E9.9)."""
+    from qvr.sema.families import space_of
+    sp = space_of(ty) if ty is not None else None
+    if sp is not None and sp.space.matrix:
+        return (Axis(None, sp.size), Axis(None, sp.size))
+    return (object_axis(name, ty),)
 
 
 def observed_axes(step, object_type: Callable) -> Axes:
@@ -809,17 +832,3 @@ def observed_axes(step, object_type: Callable) -> Axes:
     if step.index is not None:
         return type_expr_axes(step.index, object_type)
     return () if all(isinstance(a, A.Number) for a in step.target.args or ()) else None
-    # E9.9: a matrix parameter (`scale_tril`, `cov_factor`) has one axis more than the value
-    kinds = [k for _, k in fam.params]
-    args = [a[:-1] if a and i < len(kinds) and kinds[i] == "mat" else a
-            for i, a in enumerate(args)]
-def _event_axes(name: str, ty) -> tuple:
-    """The axes `over=name` gives: one per object, two anonymous K-axes for a matrix
-    space (`CorrCholesky K`: a K×K factor, E9.9)."""
-    from qvr.sema.families import space_of
-    sp = space_of(ty) if ty is not None else None
-    if sp is not None and sp.space.matrix:
-        return (Axis(None, sp.size), Axis(None, sp.size))
-    return (object_axis(name, ty),)
-
-

@@ -27,6 +27,8 @@ from qvr.syntax.errors import outside_core
 
 NUMERIC_BUILTINS = ("exp", "log", "sqrt", "sigmoid")
 RECURRENCE_BUILTINS = ("fold", "scan", "ode")  # E9.3, checked by LetChecker._recurrence
+COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")  # E9.10: 0/1 values
+LOGIC_OPS = COMPARISONS + ("and", "or")
 
 
 @dataclass
@@ -229,10 +231,19 @@ class LetChecker:
             self.last_axes = None
             return "numeric"
         if isinstance(e, A.EBinOp):
+            what = "arithmetic" if e.op not in LOGIC_OPS else "a comparison" if e.op in COMPARISONS \
+                else f"`{e.op}`"  # E9.10
             kl = self._infer(e.left)
-            self._need_numeric(e.left, kl, "arithmetic")
+            self._need_numeric(e.left, kl, what)
             kr = self._infer(e.right)
-            self._need_numeric(e.right, kr, "arithmetic")
+            self._need_numeric(e.right, kr, what)
+            if e.op in COMPARISONS and isinstance(e.left, A.EBinOp) and e.left.op in COMPARISONS:
+                ctx.report(E.chained_comparison(e.op_span, ctx.snippet(e.span, limit=60)))
+            self.last_axes = None
+            return "numeric"
+        if isinstance(e, A.ENot):  # E9.10
+            k = self._infer(e.operand)
+            self._need_numeric(e.operand, k, "`not`")
             self.last_axes = None
             return "numeric"
         if isinstance(e, A.EList):
@@ -421,7 +432,7 @@ class LetChecker:
             return local is not None and local.scalar
         if isinstance(e, A.EParen):
             return self.is_scalar(e.inner)
-        if isinstance(e, A.ENeg):
+        if isinstance(e, (A.ENeg, A.ENot)):
             return self.is_scalar(e.operand)
         if isinstance(e, A.EBinOp):
             return self.is_scalar(e.left) and self.is_scalar(e.right)
@@ -719,6 +730,9 @@ class LetChecker:
                 self._need_numeric(a, k, f"`{fam.name}`")
             if fam.step == "no" or getattr(fam, "improper", False):
                 ctx.report(E.density_family(inner.callee.span, fam.name))
+            elif not step_supported(fam.name) or fam.name in SPACE_FAMILIES:  # E9.9
+                ctx.report(E.runtime_unsupported(inner.callee.span,
+                                                 f"family `{fam.name}` in `log_density`"))
             elif len(inner.args) != len(fam.params):
                 ctx.report(E.arity(inner.callee.span, fam.name, len(fam.params),
                                    ", ".join(p for p, _ in fam.params), len(inner.args)))
@@ -735,9 +749,6 @@ class LetChecker:
             self._infer(f)
             ctx.report(E.log_density_needs_family(f.span, ctx.snippet(f.span)))
         k = self._infer(x)
-            elif not step_supported(fam.name) or fam.name in SPACE_FAMILIES:  # E9.9
-                ctx.report(E.runtime_unsupported(inner.callee.span,
-                                                 f"family `{fam.name}` in `log_density`"))
         self._need_numeric(x, k, "`log_density`")
         self.last_axes = None
         return "numeric"

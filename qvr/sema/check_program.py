@@ -17,9 +17,8 @@ from qvr.sema.check_morph import value_lookup_error
 from qvr.sema.context import DeclContext, LocalInfo
 from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES, space_of
 from qvr.sema import marginal_rows  # issue 36: per-row marginalize blocks
-from qvr.sema.options import expect_names, read_options
-from qvr.sema import marginal_rows  # issue 36: per-row marginalize blocks
 from qvr.sema import runnable  # E9.9
+from qvr.sema.options import expect_names, read_options
 from qvr.sema.resolve import lookup_object, resolve_type
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
@@ -51,6 +50,7 @@ class ProgramChecker(ObservedChecks, LetChecker):
         self.returned = False
         self.after_return_reported = False
         self.input = UNKNOWN
+        self.arg_axes: dict = {}  # E9.10: id(family argument expression) -> its axes
 
     # ------------------------------------------------------------ header
     def run(self) -> None:
@@ -206,9 +206,7 @@ class ProgramChecker(ObservedChecks, LetChecker):
         scalar = res[0] == "family" and res[1].event_rank == 0 and step.index is None \
             and space is None
         self.bind_local(step.bind, kind, t, text, "numeric", scalar=scalar, detail=f"{kind} step"
-                        + (f" · plate over {index_text}" if index_text else "")
-                        + (" · its value computed from data" if getattr(step, "value", None)
-                           is not None else ""),  # E9.7
+                        + (f" · plate over {index_text}" if index_text else ""),
                         value_axes=self._e9_site_axes(step, res))
 
     def _bound_type(self, res, index_t, index_text):
@@ -263,17 +261,17 @@ class ProgramChecker(ObservedChecks, LetChecker):
         if space is not None:
             self._space_family(space, fam, step)
             return space.text
+        if fam.name in runnable.SPACE_FAMILIES:  # E9.9: `LKJCholesky` needs its space
+            over = opts.get("over")
+            ctx.report(E.space_family_needs_space(step.target.name.span, fam.name,
+                                                  ctx.snippet(over.value.span) if over else ""))
+            return None
         if "over" in lists and len(lists["over"]) != fam.event_rank:
             ctx.report(E.event_rank(opts["over"].key.span, fam.name, fam.event_rank, len(lists["over"])))
         if "over" in lists and "iid_over" in lists:
             over = {n.text for n in lists["over"]}
             for n in lists["iid_over"]:
                 if n.text in over:
-        if fam.name in runnable.SPACE_FAMILIES:  # E9.9: `LKJCholesky` needs its space
-            over = opts.get("over")
-            ctx.report(E.space_family_needs_space(step.target.name.span, fam.name,
-                                                  ctx.snippet(over.value.span) if over else ""))
-            return None
                     ctx.report(E.both_lists(n.span, n.text, "over", "iid_over"))
         if "iid_over" in lists and isinstance(step.index, A.TName):
             if step.index.name.text not in {n.text for n in lists["iid_over"]}:
@@ -463,7 +461,8 @@ class ProgramChecker(ObservedChecks, LetChecker):
         def local_axes(text):
             local = self.visible(text)
             return local.value_axes if local is not None else None
-        return X.family_step_axes(step, res[1], self.object_type, local_axes)
+        return X.family_step_axes(step, res[1], self.object_type, local_axes,
+                                  expr_axes=lambda e: self.arg_axes.get(id(e)))  # E9.10
 
     # ------------------------------------------------------------ step targets (7.4)
     def target(self, t: A.Target, kind: str, indexed: bool, blk: _Block):
@@ -521,6 +520,8 @@ class ProgramChecker(ObservedChecks, LetChecker):
         for a in t.args or ():
             if isinstance(a, A.Name):
                 self.use_local_quiet(a)
+            elif A.is_expr_arg(a):  # E9.10: references inside (goto, unused lets)
+                self.infer(a)
 
     def _morphism_target(self, t: A.Target, sym):
         from qvr.sema.check_morph import sym_info
@@ -545,6 +546,10 @@ class ProgramChecker(ObservedChecks, LetChecker):
                 ctx.report(E.bracket_arg(a.span))
                 self.use_local_quiet(a.base)
                 continue
+            if A.is_expr_arg(a):  # E9.10: only family targets take expressions
+                ctx.report(E.expr_arg_not_variable(a.span, t.name.text, "morphism"))
+                self.infer(a)
+                continue
             local = self.use_step_arg(a)
             if local is None or local.type is None or not ok_count or dom_factors is None:
                 continue
@@ -568,6 +573,9 @@ class ProgramChecker(ObservedChecks, LetChecker):
                 self.use_step_arg(a)
             elif isinstance(a, A.DAIndex):
                 ctx.report(E.bracket_arg(a.span))
+            elif A.is_expr_arg(a):  # E9.10
+                ctx.report(E.expr_arg_not_variable(a.span, t.name.text, "program"))
+                self.infer(a)
         return ("template", sym)
 
     def _family_target(self, t: A.Target, fam, blk: _Block, kind: str = "sample"):
@@ -578,19 +586,24 @@ class ProgramChecker(ObservedChecks, LetChecker):
             return ("unknown", None)
         if fam.improper:  # E9.2: `Flat`, `HalfFlat`
             return self._improper_target(t, fam, blk, kind)
+        if not runnable.step_supported(fam.name):  # E9.9: the checker refuses it, not `qvr run`
+            ctx.report(E.runtime_unsupported(t.name.span, f"family `{fam.name}`"))
+        elif fam.name in runnable.SPACE_FAMILIES and kind != "sample":
+            ctx.report(E.space_family_needs_space(t.name.span, fam.name,
+                                                  step=f"{'an' if kind == 'observe' else 'a'} "
+                                                       f"`{kind}` step"))
         if t.args is None:
             ctx.report(E.family_needs_args(t.name.span, fam.signature, fam.name))
             return ("family", fam)
-        for a in t.args:
+        for i, a in enumerate(t.args):
             if isinstance(a, A.Name):
                 self.family_arg(a)  # E9.2: a local, or host data
-            elif isinstance(a, A.DAIndex):
-                if blk.grouped_coord is None or a.index.text != blk.grouped_coord:
-                    ctx.report(E.bracket_arg(a.span))
-                    self.use_local_quiet(a.base)
-                else:
-                    self.use_step_arg(a.base)
-                    self.use_local_quiet(a.index)
+            elif is_bracket_arg(a, blk.grouped_coord):
+                self.use_step_arg(a.base)
+                self.use_local_quiet(a.index)
+            elif not isinstance(a, A.Number):  # E9.10: `let tmp = <a>`, then `F(tmp, …)`
+                pname = fam.params[i][0] if i < len(fam.params) else None
+                self.family_expr_arg(A.arg_expr(a), pname, fam.name)
         if len(t.args) != len(fam.params):
             ctx.report(E.arity(t.name.span, fam.name, len(fam.params),
                                ", ".join(p for p, _ in fam.params), len(t.args)))
@@ -603,12 +616,20 @@ class ProgramChecker(ObservedChecks, LetChecker):
         from qvr.sema.check_decls import check_literal_support
         check_literal_support(ctx, fam, list(zip(fam.params, t.args)))
         return ("family", fam)
-        if not runnable.step_supported(fam.name):  # E9.9: the checker refuses it, not `qvr run`
-            ctx.report(E.runtime_unsupported(t.name.span, f"family `{fam.name}`"))
-        elif fam.name in runnable.SPACE_FAMILIES and kind != "sample":
-            ctx.report(E.space_family_needs_space(t.name.span, fam.name,
-                                                  step=f"{'an' if kind == 'observe' else 'a'} "
-                                                       f"`{kind}` step"))
+
+    def family_expr_arg(self, e, param: Optional[str], family: str) -> None:
+        """E9.10: a family argument that is a let-expression, checked as the right-hand
+        side of `let tmp = e` (kinds, names, axes); its axes are the argument's."""
+        ctx = self.ctx
+        vkind = self.infer(e)
+        if vkind in ("chart", "deduction"):
+            ctx.report(E.kind_mismatch(e.span, f"a family argument needs a numeric value, got a {vkind}"))
+            self.arg_axes[id(e)] = None
+            return
+        axes = self.value_axes_of(e)
+        self.arg_axes[id(e)] = axes
+        ctx.fact(e.span, "argexpr", (ctx.snippet(e.span, limit=60), X.spell_axes(axes) if axes is not None
+                                     else "numeric", param, family))
 
     # ------------------------------------------------------------ E9.2 supports
     # docs/extensions.md E9.2: improper priors, truncation, constrained spaces, host data
@@ -717,6 +738,12 @@ class ProgramChecker(ObservedChecks, LetChecker):
 
 
 # ---------------------------------------------------------------- E9.1 helpers
+
+def is_bracket_arg(a, grouped_coord: Optional[str]) -> bool:
+    """`a[z]` is the bracketed argument of 7.5 exactly when z is the coordinate of the
+    enclosing grouped marginalize block; any other `a[i]` is an index (E9.10)."""
+    return isinstance(a, A.DAIndex) and grouped_coord is not None and a.index.text == grouped_coord
+
 
 def _e9_param_axes(t):
     """The axes of a data parameter of type t: a finite index per row has none, a real

@@ -850,6 +850,23 @@ def space_family_needs_space(span: Span, name: str, over: str = "", step: str = 
                                  f"CorrCholesky 3` and write `sample l <- {name}(2.0) [over=L]`")
 
 
+# ---------------------------------------------------------------- E9.10 expression arguments, comparisons (QVR431, QVR432)
+
+def expr_arg_not_variable(span: Span, name: str, what: str):
+    """QVR431: an expression given to a morphism or template target (only family targets
+    take expressions)."""
+    return error("QVR431", span, f"an argument of {what} `{name}` must be a program variable; "
+                                 f"bind the expression with `let` first (`let v = …`, then "
+                                 f"`{name}(v)`)")
+
+
+def chained_comparison(span: Span, text: str):
+    """QVR432: `a < b < c` (comparisons do not chain)."""
+    return error("QVR432", span, f"comparisons do not chain: `{text}` compares a 0/1 value; "
+                                 f"write `(a < b) and (b < c)`, or add parentheses to compare "
+                                 f"the 0/1 value on purpose")
+
+
 # ---------------------------------------------------------------- E9.7 computed observes (QVR322-QVR325)
 # docs/extensions.md E9.7: `score v : T = e` (one term per element), `observe v = e <- F`.
 

@@ -269,6 +269,15 @@ BUILTINS.update({b.name: b for b in [
             "a and b joined along their last axis (Stan's append_col; a scalar is one entry)"),
 ]})
 
+# E9.10: conditionals and indicators (0/1 values, Stan's `step`, `int_step`)
+BUILTINS.update({b.name: b for b in [
+    Builtin("where", ("c", "a", "b"), "numeric, numeric, numeric -> numeric",
+            "elementwise a where c is not 0, else b (Stan's c ? a : b); gradients reach the "
+            "branch chosen"),
+    Builtin("step", ("x",), "numeric -> numeric", "elementwise 1 if x >= 0, else 0 (Stan's step)"),
+    Builtin("int_step", ("x",), "numeric -> numeric", "elementwise 1 if x > 0, else 0 (Stan's int_step)"),
+]})
+
 OUTSIDE_CORE_BUILTINS = frozenset("""relu relu6 leaky_relu prelu rrelu elu selu celu gelu silu swish
 mish hardtanh hardshrink hardsigmoid hardswish softplus softshrink softsign softmax log_softmax
 softmin tanh tanhshrink logsigmoid threshold glu normalize expm1 log1p log2 log10 rsqrt square abs

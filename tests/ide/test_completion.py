@@ -111,7 +111,7 @@ def test_let_expressions_offer_visible_locals_builtins_and_deductions():
            "    marginalize z <- Bernoulli(0.5)\n        let inner = a * z\n"
            "    let b = $0\n    return a\n")
     # every builtin of the checker's table (it grows with the extensions), after the locals
-    assert labels(src) == ["a", *sorted(BUILTINS), "factor"]
+    assert labels(src) == ["a", *sorted(BUILTINS), "and", "factor", "not", "or"]  # E9.10: and, not, or
     assert {"compose", "exp", "log", "parse", "sigmoid", "sqrt"} <= set(BUILTINS)
 
 
