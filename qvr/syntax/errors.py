@@ -117,6 +117,12 @@ def nested_too_deeply(span: Span, limit: int) -> Diagnostic:
                  "brackets, calls, blocks and chained operators); name parts of it with `let`")
 
 
+def count_not_literal(span: Span, fn: str, name: str) -> Diagnostic:
+    """QVR116: `stack(f, N)` / `repeat(f, N)` — a copy count given by a name."""
+    return error("QVR116", span, f"the count of `{fn}` is a whole number written in the program, "
+                 f"got the name `{name}` (a size read from the data cannot be one)")
+
+
 def outside_core(span: Span, construct: str, plural: bool = False) -> Diagnostic:
     """QVR900; `construct` is a noun phrase ("`signature` declarations", "family `VonMises`")."""
     verb = "are" if plural else "is"

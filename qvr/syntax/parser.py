@@ -160,6 +160,10 @@ def _map_unexpected_token(exc: UnexpectedToken, text: str, keyword: Optional[str
                 pool = {"statement": STATEMENT_KEYWORDS, "step": _STEP_WORDS,
                         "deduction entry": _ENTRY_WORDS}[what]
                 return E.unknown_keyword(span, str(tok), what, _suggest(str(tok), pool))
+    if t == "NAME" and "INT" in expected and prev is not None and prev.type == "COMMA":
+        fn = _enclosing_call(tokens, tok)  # `stack(f, N)`, `repeat(f, N)`
+        if fn in ("STACK", "REPEAT"):
+            return E.count_not_literal(span, fn.lower(), str(tok))
     if t == "DOT" and prev is not None and prev.type == "INT" and prev.end_pos == tok.start_pos:
         return E.bad_number(Span(prev.start_pos, tok.end_pos), f"{prev}.")
     if t == "DOT" and text[tok.end_pos:tok.end_pos + 1].isdigit():
@@ -186,6 +190,21 @@ def _in_header(tokens, tok) -> bool:
             return False
         seen_code = seen_code or t.type != "_NL"
     return True
+
+
+def _enclosing_call(tokens, tok) -> Optional[str]:
+    """The token type before the `(` that encloses `tok` (None at depth 0)."""
+    upto = next((i for i, x in enumerate(tokens) if x is tok), len(tokens))
+    depth = 0
+    for i in range(upto - 1, -1, -1):
+        x = tokens[i]
+        if x.type in ("RPAR", "RSQB"):
+            depth += 1
+        elif x.type in ("LPAR", "LSQB"):
+            if depth == 0:
+                return tokens[i - 1].type if i > 0 and x.type == "LPAR" else None
+            depth -= 1
+    return None
 
 
 def _recognise_outside_core(tok, prev, tokens, keyword, text):
