@@ -182,6 +182,10 @@ class ProgramChecker(ObservedChecks, LetChecker):
         self.effects.add("Sample" if kind == "sample" else "Score")
         index_t, index_text = self._index_annotation(step.index)
         res = self.target(step.target, kind, indexed=step.index is not None, blk=blk)
+        if kind == "sample" and blk.in_marginalize and not _improper(step.target):
+            # a latent there is neither summed out nor a site of a fit (`qvr run` would fail)
+            ctx.report(E.runtime_unsupported(step.kw, "a `sample` step inside a marginalize "
+                                             "block (draw it before the block)"))
         # options
         opts = read_options(ctx, step.options, f"{kind} step")
         self._truncation(opts, res, step)  # E9.2: takes `lower`/`upper` out of `opts`
@@ -366,6 +370,8 @@ class ProgramChecker(ObservedChecks, LetChecker):
         plate = marginal_rows.plate_of(self, step) if grouped is None else None  # issue 36
         if plate is not None:
             marginal_rows.check_per_row(self, step, plate)
+        elif grouped is not None:
+            marginal_rows.check_grouped(self, step)
         # the block, with the coordinate visible only inside it
         self.push_scope()
         if grouped is not None:
@@ -756,6 +762,12 @@ def _e9_param_axes(t):
     if is_continuous(t):
         return (X.Axis(None, _dim(t)),)
     return None
+
+
+def _improper(target) -> bool:
+    """Whether a step target is an improper family (`Flat`, `HalfFlat`: QVR426 says why)."""
+    fam = FAMILIES.get(target.name.text)
+    return fam is not None and fam.improper
 
 
 def _type_names(t) -> list:

@@ -7,7 +7,8 @@ class k with `z = k` for every row at once, so the result is the per-row mixture
 every term of the block has one entry per element of I and a row reads only its own `z`.
 `check_per_row` refuses the shapes where that fails, never a silent wrong answer:
 
-* QVR319: an `observe`/`sample` not indexed by I, or a `score` step (no term per row);
+* QVR319: an `observe` not indexed by I, or a `score` step (no term per row; a `sample`
+  inside any marginalize block is QVR950, `score v : T = e` QVR323);
 * QVR320: a `let` that combines the elements of a value depending on `z` (a reduction over
   the rows, a list, `@`, a `factor`, a call other than an elementwise builtin or a family,
   indexing a value that depends on `z`);
@@ -53,9 +54,8 @@ def check_per_row(chk, step: A.MarginalizeStep, plate: str) -> None:
     ctx, z = chk.ctx, step.bind.text
     dep = {z}  # the coordinate and the block's lets that read it
     for s in step.body:
-        if isinstance(s, (A.SampleStep, A.ObserveStep)):
-            name = s.bind.text if isinstance(s.bind, A.Name) else "…"
-            kind = "sample" if isinstance(s, A.SampleStep) else "observe"
+        if isinstance(s, A.ObserveStep):  # a `sample` in any block is QVR950
+            name, kind = s.bind.text, "observe"
             t = _unparen(s.index) if s.index is not None else None
             if t is None:
                 ctx.report(E.per_row_term(s.bind.span, z, plate, name, kind))
@@ -66,11 +66,23 @@ def check_per_row(chk, step: A.MarginalizeStep, plate: str) -> None:
             if value is not None:
                 _check_expr(chk, value, dep, z, plate, name)
         elif isinstance(s, A.ScoreStep):
-            ctx.report(E.per_row_term(s.kw, z, plate, s.bind.text, "score"))
+            if getattr(s, "index", None) is None:  # `score v : T = e` in a block: QVR323
+                ctx.report(E.per_row_term(s.kw, z, plate, s.bind.text, "score"))
         elif isinstance(s, A.LetStep):
             if _reads(s.rhs, dep):
                 dep.add(s.bind.text)
                 _check_expr(chk, s.rhs, dep, z, plate, s.bind.text)
+
+
+def check_grouped(chk, step: A.MarginalizeStep) -> None:
+    """QVR950 for a `score` step in a grouped block (`over=G`): the runtime scatters only
+    observed rows into their groups (`qvr.runtime.compile_program` refuses it, so `qvr run`
+    would fail after a clean check).  `score v : T = e` there is QVR323."""
+    for s in step.body:
+        if isinstance(s, A.ScoreStep) and getattr(s, "index", None) is None:
+            chk.ctx.report(E.runtime_unsupported(
+                s.kw, "a `score` step inside a grouped marginalize block (score after the "
+                "block)"))
 
 
 def _children(n):
