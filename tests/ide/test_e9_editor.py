@@ -224,7 +224,8 @@ def test_lower_and_upper_inside_sample_and_observe_options():
 
 def test_spaces_after_object_colon():
     got = {i.label: i for i in items("object Coef : FinSet 3\nobject Mu : $0")}
-    assert [label for label in got] == ["Coef", "FinSet", "Real", *sorted(C.SPACES)]
+    assert [label for label in got] == ["Coef", "FinSet", "FinSet N", "Real", "Real N",
+                                        *sorted(C.SPACES)]  # E9.13: sizes from the data
     assert set(C.SPACES) == {"Ordered", "PositiveOrdered", "Simplex", "CholeskyFactor"}
     assert got["Simplex"].insert == "Simplex ${1:2}" and got["Simplex"].snippet
     assert got["CholeskyFactor"].doc == "Cholesky factors of n×n correlation matrices"
