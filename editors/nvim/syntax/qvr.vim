@@ -56,6 +56,8 @@ syn match qvrDeductionKeyword "^\s\+\zsrule\>" nextgroup=qvrFunctionName skipwhi
 
 " ------------------------------------------------------------ expressions
 syn keyword qvrKeyword factor in as
+" extension E9.10: boolean operators of let-expressions
+syn keyword qvrKeyword and or not
 " a match, not a keyword: the let-expression builtin `scan(` (below) must be able to win
 syn match qvrCombinator "\<\%(fan\|stack\|repeat\|scan\)\>"
 syn keyword qvrBuiltinType FinSet Real
@@ -66,20 +68,22 @@ syn keyword qvrFamily Bernoulli Beta Binomial Categorical Cauchy Chi2
       \ GeneralizedPareto Geometric Gumbel HalfCauchy HalfFlat HalfNormal Horseshoe
       \ InverseGamma InverseWishart Kumaraswamy LKJCholesky Laplace LogNormal
       \ LogisticNormal LogitNormal LowRankMVN MatrixNormal MultivariateNormal
-      \ NegativeBinomial Normal OneHotCategorical Pareto Poisson RelaxedBernoulli
-      \ RelaxedOneHotCategorical StudentT TruncatedNormal Uniform VonMises Weibull
-      \ Wishart
+      \ MultivariateNormalCov NegativeBinomial Normal OneHotCategorical Pareto Poisson
+      \ RelaxedBernoulli RelaxedOneHotCategorical StudentT TruncatedNormal Uniform
+      \ VonMises Weibull Wishart
 " let-expression builtins (qvr.sema.families.BUILTINS), called with `(`
-syn match qvrBuiltin "\<\%(abs\|acos\|acosh\|append_col\|append_row\|asin\|asinh\|atan\|atanh\|ceil\|cholesky\|clamp\|compose\|cos\|cosh\|cumsum\|diag\|digamma\|erf\|erfc\|exp\|expm1\|eye\|floor\|fold\|lgamma\|log\|log10\|log1p\|log2\|log_density\|log_softmax\|logdet\|logsigmoid\|logsumexp\|max\|mean\|min\|ode\|parse\|pow\|prod\|reciprocal\|relu\|round\|rsqrt\|sigmoid\|sign\|sin\|sinh\|slice\|softmax\|softplus\|sqrt\|square\|std\|sum\|tan\|tanh\|transpose\|tri_solve\|trunc\|var\)\ze\s*("
+syn match qvrBuiltin "\<\%(abs\|acos\|acosh\|append_col\|append_row\|asin\|asinh\|atan\|atanh\|ceil\|cholesky\|clamp\|compose\|cos\|cosh\|cumsum\|diag\|digamma\|erf\|erfc\|exp\|expm1\|eye\|floor\|fold\|int_step\|lgamma\|log\|log10\|log1p\|log2\|log_density\|log_softmax\|logdet\|logsigmoid\|logsumexp\|max\|mean\|min\|ode\|parse\|pow\|prod\|reciprocal\|relu\|round\|rsqrt\|sigmoid\|sign\|sin\|sinh\|slice\|softmax\|softplus\|sqrt\|square\|std\|step\|sum\|tan\|tanh\|transpose\|tri_solve\|trunc\|var\|where\)\ze\s*("
 " builtins that are also combinator keywords: builtins in let, score and record steps only
 syn match qvrBuiltin "\%(^\s\+\%(let\|score\|record\)\>.*\)\@<=\<\%(scan\)\ze\s*("
 " constrained spaces of object declarations (`object Mu : Simplex 3`)
-syn match qvrBuiltinType "\<\%(Ball\|CholeskyFactor\|Correlation\|Covariance\|Diagonal\|LowerTriangular\|Ordered\|Orthogonal\|PositiveOrdered\|Simplex\|Sphere\|Stiefel\)\ze\s\+\d"
+syn match qvrBuiltinType "\<\%(Ball\|CholeskyFactor\|CorrCholesky\|Correlation\|Covariance\|Diagonal\|LowerTriangular\|Ordered\|Orthogonal\|PositiveOrdered\|Simplex\|Sphere\|Stiefel\)\ze\s\+\d"
 " ---- end of the generated lists
 syn match qvrBuiltin "\.\zs\%(dagger\|goal_weight\)\>"
 
 " Operators: later definitions win at the same position, so longer ones come last.
 syn match qvrOperator "[-+*/=@~:]"
+" comparisons (E9.10)
+syn match qvrOperator "==\|!=\|<=\|>=\|[<>]"
 syn match qvrOperator "->\|<-\|>>\||-\|⊢"
 syn match qvrOperator ">>>\|>=>\|||>\|&&>\|?>\|\*>\|\~>\|+>\|\$>\|%>\|<<"
 
