@@ -65,6 +65,9 @@ def check_per_row(chk, step: A.MarginalizeStep, plate: str) -> None:
             value = getattr(s, "value", None)  # E9.7 `observe v : T = e <- F`
             if value is not None:
                 _check_expr(chk, value, dep, z, plate, name)
+            for a in s.target.args or ():  # E9.10: an argument expression is a let
+                if not isinstance(a, (A.Number, A.Name)) and _reads(A.arg_expr(a), dep):
+                    _check_expr(chk, A.arg_expr(a), dep, z, plate, name)
         elif isinstance(s, A.ScoreStep):
             if getattr(s, "index", None) is None:  # `score v : T = e` in a block: QVR323
                 ctx.report(E.per_row_term(s.kw, z, plate, s.bind.text, "score"))

@@ -202,3 +202,31 @@ return earn""")
     assert torch.allclose(vmap(lp)(betas, sigmas), loop, atol=1e-5)
     g_loop = torch.stack([grad(lp)(b, s) for b, s in zip(betas, sigmas)])
     assert torch.allclose(vmap(grad(lp))(betas, sigmas), g_loop, atol=1e-5)
+
+
+def test_per_row_mixture_with_an_index_argument_equals_its_closed_form():
+    """`Normal(centres[comp], 1.0)` in `marginalize comp : Point` (a QVR411 before E9.10):
+    the per-row mixture sum_n logsumexp_k [log w_k + log N(x_n | c_k, 1)], as its let form."""
+    src = """object Component : FinSet 3
+object Point : FinSet 5
+program p : Point -> Point
+    sample weights <- Dirichlet(1.0) [over=Component]
+    sample centres : Component <- Normal(0.0, 10.0)
+    marginalize comp : Point <- Categorical(weights)
+{body}
+    return centres
+export p
+"""
+    inline = "        observe x : Point <- Normal(centres[comp], 1.0)"
+    via_let = "        let m = centres[comp]\n        observe x : Point <- Normal(m, 1.0)"
+    w, c = torch.tensor([0.2, 0.5, 0.3]), torch.tensor([-4.0, 0.0, 3.0])
+    xs = torch.tensor([-3.5, 0.2, 2.9, 0.7, -1.0])
+    vals = {"weights": w, "centres": c, "x": xs}
+    x = torch.zeros(5, 1)
+    a = loads(src.format(body=inline)).morphism.execute(x, vals)
+    b = loads(src.format(body=via_let)).morphism.execute(x, vals)
+    assert torch.equal(a.log_joint, b.log_joint)
+    prior = torch.distributions.Dirichlet(torch.ones(3)).log_prob(w) + \
+        torch.distributions.Normal(0.0, 10.0).log_prob(c).sum()
+    mix = torch.logsumexp(torch.log(w) + torch.distributions.Normal(c, 1.0).log_prob(xs[:, None]), 1).sum()
+    assert torch.allclose(a.log_joint.sum(), prior + mix, atol=1e-5)

@@ -189,3 +189,19 @@ def test_precedence_comparison_below_sum_not_above_and_above_or():
     assert rhs.op == "or" and rhs.left.op == "and"
     neg = rhs.left.left
     assert isinstance(neg, A.ENot) and neg.operand.op == ">" and neg.operand.left.op == "+"
+
+
+def test_an_argument_expression_in_a_per_row_block_is_checked_as_a_let():
+    src = """object Component : FinSet 3
+object Point : FinSet 80
+
+program p : Point -> Point
+    sample weights <- Dirichlet(1.0) [over=Component]
+    sample centres : Component <- Normal(0.0, 10.0)
+    marginalize comp : Point <- Categorical(weights)
+        observe x : Point <- Normal(centres[comp] + sum(comp * 1.0), 1.0)
+        observe y : Point <- Normal(centres[comp] * 2.0, 1.0)
+    return centres
+"""
+    got = [(d.code, src[d.span.start:d.span.end]) for d in Document(src).diagnostics()]
+    assert got == [("QVR320", "sum(comp * 1.0)")]
