@@ -55,8 +55,11 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
     times_f = compiler.expr(times_e, binders)
     t0_f = compiler.expr(t0_e, binders) if t0_e is not None else None
 
+    reads = [None]  # the locals the lambda reads (found at the first solve)
+    traces = {}  # its traced right-hand sides (`ode_batch.solve`)
+
     def run(frame, b):
-        from torchdiffeq import odeint
+        from qvr.runtime.ode_batch import solve
         y0 = _num(frame, y0_f(frame, b))
         if not y0.is_floating_point():
             y0 = y0.to(frame.dtype)
@@ -79,13 +82,23 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
                                                                 if t0_f is not None else ""),
                                       expected="monotone times",
                                       actual=f"{times.tolist()[:8]}")
+        if _tracing():  # a trace would fix the steps taken at the trace point
+            raise OdeNotTraceableError("an `ode` cannot be traced: its adaptive steps depend "
+                                       "on the values (the density is evaluated eagerly)")
         shape = y0.shape
-        bb = dict(b)
+        # what the lambda reads besides y and t (parameters, lets) becomes an input of the
+        # solve, so that vmap (the chains) and autograd see it (`ode_batch`)
+        if reads[0] is None:
+            reads[0] = _reads(frame, b, body, y_name, y0, t_name, times[0])
+        refs = reads[0]
+        params = [frame.env[r] for r in refs]
 
-        def f(t, y):
+        def f(t, y, *ps):
+            view = _FrameView(frame, {**frame.env, **dict(zip(refs, ps))})
+            bb = dict(b)
             bb[y_name] = y
             bb[t_name] = t
-            dy = _num(frame, body(frame, bb))
+            dy = _num(frame, body(view, bb))
             if dy.shape != shape:
                 try:
                     ok = torch.broadcast_shapes(dy.shape, shape) == shape
@@ -100,8 +113,8 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
             return dy.to(y.dtype) if dy.dtype != y.dtype else dy
 
         try:
-            ys = odeint(f, y0, times, rtol=rtol, atol=atol, method="dopri5",
-                        options={"max_num_steps": MAX_STEPS})
+            ys = solve(f, y0, params, times, rtol, atol, MAX_STEPS, traces,
+                       getattr(frame, "_host", None))
             return ys[1:] if t0_f is not None else ys
         except AssertionError as exc:  # torchdiffeq's checks (the step limit, underflow)
             if "max_num_steps" in str(exc):
@@ -120,6 +133,45 @@ def _with_t0(t0, times):
         raise InputShapeError("the initial time of `ode` must be one number",
                               expected="a number", actual=f"shape {tuple(t0.shape)}")
     return torch.cat([t0.reshape(1).to(times.dtype), times])
+
+
+class OdeNotTraceableError(QvrRuntimeError, RuntimeError):
+    """An `ode` met by a `make_fx` trace (the compiled MCMC density): evaluated eagerly."""
+
+
+class _FrameView:
+    """A frame whose locals (`env`) are replaced; everything else is the frame's."""
+
+    def __init__(self, frame, env: dict):
+        self._frame = frame
+        self.env = env
+
+    def __getattr__(self, name):
+        return getattr(self._frame, name)
+
+
+class _Reads(dict):
+    """A copy of a frame's locals that notes which are read."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.seen = []
+
+    def __getitem__(self, key):
+        if key not in self.seen:
+            self.seen.append(key)
+        return super().__getitem__(key)
+
+
+def _reads(frame, b, body, y_name, y0, t_name, t0) -> list:
+    """The frame locals (floating-point tensors) that `body` reads, in order of reading:
+    the lambda evaluated once at (y0, t0) on a frame that notes its reads."""
+    env = _Reads(frame.env)
+    bb = dict(b)
+    bb[y_name], bb[t_name] = y0, t0
+    body(_FrameView(frame, env), bb)
+    return [r for r in env.seen if isinstance(frame.env[r], torch.Tensor)
+            and frame.env[r].is_floating_point()]
 
 
 def _tracing() -> bool:
