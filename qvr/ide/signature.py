@@ -136,7 +136,9 @@ def _ode_t0_signature(b):
 def _describe(doc, index: int, name: str, line: str, step_line: str = ""):
     in_let = re.match(r"\s*(let|score|record)\s+\w+\s*=", step_line or line) and not re.match(
         r"let\s", step_line or line)
-    if in_let and name in BUILTINS:
+    # E9.10: the arguments of a family target (`<- Normal(… where(`) are let-expressions
+    in_family_args = "<-" in step_line and word_before(step_line.rstrip()) in FAMILIES
+    if (in_let or in_family_args) and name in BUILTINS:
         return _builtin(BUILTINS[name])
     if in_let and name in FAMILIES:  # `log_density(Normal(mu, sigma), x)` (E9)
         fam = FAMILIES[name]

@@ -10,6 +10,7 @@ from qvr.ide.goto import definition, references
 from qvr.ide.hover import hover
 from qvr.ide.rename import rename
 from qvr.ide.semantic_tokens import semantic_tokens
+from qvr.ide.signature import signature_help
 from qvr.sema.families import BUILTINS
 
 F = "```qvr\n{}\n```"
@@ -97,3 +98,12 @@ def test_semantic_tokens_of_comparisons_and_boolean_keywords():
                          (">=", "operator"), ("2", "number"), ("and", "keyword"),
                          ("height", "variable"), ("!=", "operator"), ("1", "number"),
                          ("or", "keyword"), ("age", "variable"), ("<", "operator")]
+
+
+def test_signature_help_of_a_builtin_inside_a_family_argument():
+    doc, off = at(HEAD + "    observe earn : Person <- Normal(beta[0] + where(height > 0, $0\n")
+    sig = signature_help(doc, off)
+    assert (sig.label, sig.active) == ("where(c, a, b)", 1)
+    doc, off = at(HEAD + "    observe earn : Person <- Normal(where(age > 1, 1.0, 2.0), $0\n")
+    sig = signature_help(doc, off)
+    assert (sig.label, sig.active) == ("Normal(loc, scale)", 1)
