@@ -27,6 +27,7 @@ from qvr.ide import catalog as C
 from qvr.ide.exprtype import chain_codomain
 from qvr.ide.textscan import bracket_stack, in_comment_or_string, word_before
 from qvr.sema.families import BUILTINS, FAMILIES, space_of
+from qvr.sema import runnable  # E9.9
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym)
 from qvr.sema.types import compatible, is_continuous, is_discrete, is_unknown, spell, spell_mor
 from qvr.text import Span
@@ -184,14 +185,17 @@ def _morphisms(c: _Ctx, codomain=None, groups: bool = False) -> list[Item]:
     return out
 
 
-def _families(step: bool, only=None, improper: bool = True) -> list[Item]:
+def _families(step: bool, only=None, improper: bool = True, runs: bool = True) -> list[Item]:
     """Families usable as step targets (`step`) or kernels.  A family without parameters is
     inserted without parentheses; the improper `Flat` and `HalfFlat` (E9, sample targets
-    only) are left out unless `improper`."""
+    only) are left out unless `improper`; with `runs`, so are the families the runtime does
+    not build in that position (E9.9: the checker reports QVR950 for them)."""
     out = []
     for fam in FAMILIES.values():
         usable = fam.step if step else fam.kernel
         if usable == "no" or (only is not None and fam.name not in only):
+            continue
+        if runs and not (runnable.step_supported if step else runnable.kernel_supported)(fam.name):
             continue
         if step and getattr(fam, "improper", False) and not improper:
             continue
@@ -457,7 +461,8 @@ def _letexpr_call(c: _Ctx, name: str, opener: int) -> list[Item]:
     if b is not None:
         i = _arg_index(c.stmt[opener + 1:])
         if C.is_family_param(b, i):  # `log_density(|`: families with parameters
-            return _families(step=True, improper=False)
+            return [f for f in _families(step=True, improper=False)
+                    if f.label not in runnable.SPACE_FAMILIES]  # E9.9: QVR950 there
         if C.is_object_param(b, i):
             objects = _types(c, discrete_only=True)
             return objects if C.is_only_object_param(b, i) else objects + _letexpr(c)
@@ -578,8 +583,8 @@ def _items(c: _Ctx) -> list[Item]:
     if kw in ("object", "morphism", "program", "deduction"):
         if kw == "morphism" and "~" in c.stmt:
             role = re.search(r"\brole\s*=\s*(\w+)", c.stmt)
-            if role and role.group(1) in ("kernel", "latent"):
-                return _families(step=False)
+            if role and role.group(1) in ("kernel", "latent"):  # a latent's prior: any family
+                return _families(step=False, runs=role.group(1) == "kernel")
             if role and role.group(1) == "attention":
                 return _families(step=False, only=C.ATTENTION_FAMILIES)
             if role and role.group(1) in ("let", "observed"):

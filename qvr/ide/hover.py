@@ -14,6 +14,7 @@ from typing import Optional
 from qvr.ide.catalog import COMBINATORS, option_doc
 from qvr.ide.entities import Builtin, Local, Top, entity_at, pick
 from qvr.sema.families import BUILTINS, FAMILIES, space_of
+from qvr.sema import runnable  # E9.9
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym, ProgramSym,
                               UnknownSym)
 from qvr.sema.types import bounds_text, size_names, spell, spell_mor, structure, structure_mor
@@ -214,9 +215,14 @@ def _local(doc, ent: Local, span: Optional[Span] = None) -> str:
 def family_lines(name: str) -> tuple[str, str, str]:
     fam = FAMILIES[name]
     facts = f"family · support {fam.support} · {'discrete' if fam.discrete else 'continuous'}"
-    optional = [pos for pos, col in (("a step target", fam.step), ("a kernel", fam.kernel)) if col == "opt"]
-    if optional:
-        facts += " · optional for a runtime as " + " and as ".join(optional)
+    # E9.9: where this runtime does not build it (the checker reports QVR950 there)
+    missing = [pos for pos, col, runs in (("a step target", fam.step, runnable.step_supported),
+                                          ("a kernel", fam.kernel, runnable.kernel_supported))
+               if col != "no" and not runs(name)]
+    if missing:
+        facts += " · not supported by this runtime as " + " or as ".join(missing)
+    if name in runnable.SPACE_FAMILIES:
+        facts += " · a sample step with `over=` a `CorrCholesky K` object"
     if fam.step == "no":
         facts += " · kernel only"
     params = ", ".join(f"{p}: {k}" for p, k in fam.params) or "no parameters"

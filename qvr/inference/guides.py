@@ -179,6 +179,8 @@ class AutoNormalGuide(nn.Module):
                     lq = lq * row_scale
                 total = lq if total is None else total + lq
                 continue
+            if s.kind == "plate" and s.plate is not None:  # E9.9: a product plate's axes
+                v = v.reshape(*lead, s.plate, *s.event_shape)
             if len(s.event_shape) > 1:  # E9.2: a matrix event (`CholeskyFactor K`)
                 pass
             elif s.event_shape:

@@ -464,14 +464,14 @@ def static_sites(model, observed_names) -> list[SiteSpec]:
         for a, (_, pkind) in zip(step.args, fam.params):
             if a.kind == "lit":
                 args.append(torch.tensor(float(a.value)))
-            elif pkind == "vec":
+            elif pkind in ("vec", "mat"):  # E9.9: `mat`, a K×K factor (MultivariateNormal)
                 size = step.event_size or module.default_event_size
                 if size is None:
                     raise ValueError(
                         f"latent site `{step.name}`: the event size of its {step.family} "
                         "prior depends on the data; give it with `over=`, or build the "
                         "guide with an input (x=...) so a shape pass can find it")
-                args.append(torch.ones(size))
+                args.append(torch.ones(size) if pkind == "vec" else torch.eye(size))
             else:
                 args.append(torch.tensor(_DUMMY.get(pkind, 1.0)))
         dist = module.distribution(args)

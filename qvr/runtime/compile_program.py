@@ -120,6 +120,7 @@ class _Builder:
                 steps.extend(self.template_call(s, ctx))
             elif isinstance(s, _SITE_STEPS):
                 step = self.site(s, ctx, marg)
+                self.shape_plate(step, s)  # E9.9
                 steps.extend(self.pre)  # E9.2: host-data family arguments, read first
                 self.pre.clear()
                 steps.append(step)
@@ -299,6 +300,16 @@ class _Builder:
         self.pre.append(LetStep(key, fn, text=f"observed value of `{s.bind.text}`",
                                 reads=reads))
         return key
+
+    def shape_plate(self, step, s) -> None:
+        """E9.9: a family site over a product plate `z : Group * Coef` has the value of its
+        typed axes (|Group|, |Coef|), as the checker's axes say (a matrix to `@`)."""
+        if step.family is None or step.plate is None:
+            return
+        from qvr.sema.axes import type_expr_axes
+        axes = type_expr_axes(s.index, self.object_type)
+        if axes is not None and len(axes) > 1 and all(a.size for a in axes):
+            step.plate_shape = tuple(a.size for a in axes)
 
     # ------------------------------------------------------------ E9.2 supports
     def host_arg(self, name: str, ctx) -> Arg:

@@ -388,6 +388,9 @@ class MonadicProgram(ContinuousMorphism):
             module, dist, dist.support, given, False))
 
     def _draw(self, step, dist, frame):
+        if step.site_kind == "plate" and step.plate_shape is not None:  # E9.9: `: A * B`
+            batch = tuple(dist.batch_shape)
+            return draw(dist, torch.Size(step.plate_shape[:len(step.plate_shape) - len(batch)]))
         if step.site_kind == "plate":
             if dist.batch_shape == torch.Size():
                 return draw(dist, torch.Size([step.plate]))
@@ -457,6 +460,15 @@ def _check_plate_rows(step, dist) -> None:
     is longer or shorter than the rows) is a `PlateRowsError`, not a reshape failure
     later on."""
     batch = tuple(dist.batch_shape)
+    shape = step.plate_shape
+    if shape is not None:  # E9.9: a product plate: the arguments' axes end its axes
+        if batch and batch != shape[len(shape) - len(batch):]:
+            from qvr.runtime.errors import PlateRowsError
+            raise PlateRowsError(
+                f"the plate `{step.plate_name}` has shape {shape}, but the arguments of "
+                f"`{step.name}` have shape {batch}: they must end with the plate's axes",
+                site=step.name, plate=step.plate, plate_name=step.plate_name, rows=batch[0])
+        return
     if batch and batch[0] != step.plate:
         from qvr.runtime.errors import PlateRowsError
         raise PlateRowsError(

@@ -49,6 +49,8 @@ class SiteStep:
     plate: Optional[int] = None  # |I| of an index annotation `: I`
     plate_name: Optional[str] = None
     event_size: Optional[int] = None  # vector families: `over=` size or default
+    # E9.9: the sizes of a product plate `: A * B` (the value has axes (A, B), not |A·B|)
+    plate_shape: Optional[tuple] = None
     site_kind: str = "local"
     all_global: bool = False
     via: Optional[tuple] = None  # ("local", key) | ("host", name) inside grouped blocks

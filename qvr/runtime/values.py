@@ -312,7 +312,7 @@ def coerce_family_value(dist, value, step: SiteStep, frame):
                 actual=f"shape {tuple(value.shape)}")
         value = value.reshape(event)
     elif step.site_kind == "plate":
-        want = (step.plate, *event)
+        want = (*(getattr(step, "plate_shape", None) or (step.plate,)), *event)  # E9.9
         if value.numel() != math.prod(want):
             raise ObservationShapeError(
                 f"a plate site's value must hold one draw per element of `{step.plate_name}`",

@@ -102,7 +102,8 @@ def test_hover_on_optional_family_and_pattern_variable():
     doc, off = at("object K : FinSet 3\nprogram p : K -> K\n    sample w <- Wis$0hart(v, v)\n    return w\n")
     assert hover(doc, off).text == h(
         "Wishart(df, scale_tril)",
-        "family · support PosDef · continuous · optional for a runtime as a step target and as a kernel",
+        "family · support PosDef · continuous · not supported by this runtime as a step target "
+        "or as a kernel",
         "positive-definite matrices; event rank 2; df: pos, scale_tril: mat")
 
 
