@@ -107,3 +107,12 @@ def test_signature_help_of_a_builtin_inside_a_family_argument():
     doc, off = at(HEAD + "    observe earn : Person <- Normal(where(age > 1, 1.0, 2.0), $0\n")
     sig = signature_help(doc, off)
     assert (sig.label, sig.active) == ("Normal(loc, scale)", 1)
+
+
+def test_hover_on_where_step_int_step_shows_the_builtin():
+    src = HEAD + "    let w = where(age > 1, step(height), int_step(age))\n    return w\n"
+    doc, off = cursor(src, "whe$0re")
+    assert hover(doc, off).text == h("where(c, a, b)", "builtin · numeric, numeric, numeric -> numeric") + \
+        "\n\nelementwise a where c is not 0, else b (Stan's c ? a : b); gradients reach the branch chosen"
+    doc, off = cursor(src, "int_st$0ep")
+    assert hover(doc, off).text.startswith(F.format("int_step(x)"))

@@ -205,3 +205,13 @@ program p : Point -> Point
 """
     got = [(d.code, src[d.span.start:d.span.end]) for d in Document(src).diagnostics()]
     assert got == [("QVR320", "sum(comp * 1.0)")]
+
+
+def test_a_deduction_compared_or_negated_is_refused_with_the_operator_named():
+    src = ("object S : FinSet 2\ndeduction D : S -> S\n    atoms A\n    rule r : A |- A\n\n"
+           "program p : S -> S\n    let a = D > 1.0\n    let b = not D\n    let c = D and 1.0\n"
+           "    sample x <- Normal(a + b + c, 1.0)\n    return x\n")
+    got = [(d.code, d.message) for d in Document(src).diagnostics()]
+    assert got == [("QVR420", "a comparison needs numeric operands, got a deduction"),
+                   ("QVR420", "`not` needs numeric operands, got a deduction"),
+                   ("QVR420", "`and` needs numeric operands, got a deduction")]
