@@ -243,3 +243,26 @@ def test_ode_t0_must_be_one_number(f64):
         _ode({"k": torch.tensor(0.7), "y0": torch.tensor(3.0), "t0": torch.tensor([0.0, 0.1]),
               "times": torch.tensor([1.0, 1.5, 2.0, 4.0])})
     assert "the initial time of `ode` must be one number" in str(e.value)
+
+
+def test_a_lag_register_in_a_scan_state():
+    # the state is a vector over Lag: drop its first entry, append a new one
+    model = qvr.loads("""object Time : FinSet 5
+object Lag : FinSet 3
+
+program p : Time -> Time
+    data v : Lag
+    let path = scan(Time, v, (s, t) -> append_row(s[1:], s[0] + 1.0))
+    let last = fold(Time, v, (s, t) -> append_row(0.0, s[:-1]))
+    sample b <- Normal(0.0, 1.0)
+    return b
+
+export p
+""").morphism
+    ex = model.execute(torch.zeros(5, 1), {"v": torch.tensor([1.0, 2.0, 3.0]), "b": torch.tensor(0.0)})
+    state, ref = np.array([1.0, 2.0, 3.0]), [np.array([1.0, 2.0, 3.0])]
+    for _ in range(4):
+        state = np.concatenate([state[1:], [state[0] + 1.0]])
+        ref.append(state)
+    close(ex.sites["path"].value, np.stack(ref))
+    close(ex.sites["last"].value, np.zeros(3))
