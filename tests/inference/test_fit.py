@@ -106,8 +106,19 @@ def test_non_finite_loss_stops_with_a_message_naming_the_step():
     assert isinstance(events[-1], FitFailed) and events[-1].step == 1
 
 
+def test_data_the_program_does_not_read_is_left_out_with_a_note():
+    """As CmdStan (issue 36): `yy` is not read by the program, so it is left out, said in
+    one note (it was an error before)."""
+    from qvr.inference.events import FitWarning
+    events, on_event = collect()
+    res = fit(loads(NORMAL_NORMAL).morphism, {"y": torch.zeros(20), "yy": torch.zeros(20)},
+              FitConfig(method="svi", steps=2), on_event=on_event)
+    assert res.status == "finished"
+    notes = [e.message for e in events if isinstance(e, FitWarning)]
+    assert notes[0] == "the data's `yy` is not read by `normal_normal`: left out"
+
+
 @pytest.mark.parametrize("data, words", [
-    ({"y": torch.zeros(20), "yy": torch.zeros(20)}, "`yy`"),
     ({"y": torch.zeros(20), "mu": torch.zeros(3)}, "`mu`"),
 ])
 def test_bad_data_is_a_clear_error_before_fitting(data, words):
