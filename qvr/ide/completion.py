@@ -469,13 +469,20 @@ def _letexpr_call(c: _Ctx, name: str, opener: int) -> list[Item]:
     return _letexpr(c)
 
 
+def _observed_value(head: str) -> bool:
+    """E9.7: the cursor is in the `= e` of `observe v [: T] = e <- F(…)`."""
+    first = _FIRST.match(head)
+    return bool(first) and first.group(1) == "observe" and "<-" not in head and "=" in head
+
+
 def _paren_context(c: _Ctx, opener: int) -> Optional[list[Item]]:
     before = c.stmt[:opener].rstrip()
     name = word_before(before)
     if c.keyword == "program":
         head = _step_head(c)
         first = _FIRST.match(head)
-        if first and first.group(1) in ("let", "score", "record") and "=" in head:
+        if first and first.group(1) in ("let", "score", "record") and "=" in head \
+                or _observed_value(head):  # E9.7 `observe v = e <- F`
             return _letexpr_call(c, name, opener)
         if _in_family_args(c):  # E9.10: family arguments are let-expressions
             return _letexpr(c) if len(c.stack) == 1 else _letexpr_call(c, name, opener)
@@ -533,7 +540,8 @@ def _items(c: _Ctx) -> list[Item]:
             return _letexpr(c)  # an index inside a family argument (E9.10)
         if kind == "[" and c.keyword == "program":
             head = _FIRST.match(_step_head(c))
-            if head and head.group(1) in ("let", "score", "record") and "=" in _step_head(c):
+            if head and head.group(1) in ("let", "score", "record") and "=" in _step_head(c) \
+                    or _observed_value(_step_head(c)):
                 return _letexpr(c)  # a list literal or an index inside a let-expression (E9)
         if kind == "[":
             # a list value `over=[a, |`: the key is before the enclosing `[`
@@ -558,6 +566,10 @@ def _items(c: _Ctx) -> list[Item]:
         if not stripped:
             return _keywords(C.STEP_SNIPPETS, "step")
         first = _FIRST.match(head).group(1) if _FIRST.match(head) else ""
+        if _observed_value(head):  # E9.7 `observe v [: T] = e <- F`: e is a let-expression
+            return _letexpr(c)
+        if first == "score" and ":" in head and "=" not in head:  # E9.7 `score v : T = e`
+            return _types(c, discrete_only=True)
         if "<-" in head:
             # improper families without parameters (`Flat`, `HalfFlat`) are sample targets only
             return [i for i in _morphisms(c) if i.kind != "combinator"] + _families(

@@ -210,7 +210,9 @@ class ProgramChecker(ObservedChecks, LetChecker):
         scalar = res[0] == "family" and res[1].event_rank == 0 and step.index is None \
             and space is None
         self.bind_local(step.bind, kind, t, text, "numeric", scalar=scalar, detail=f"{kind} step"
-                        + (f" · plate over {index_text}" if index_text else ""),
+                        + (f" · plate over {index_text}" if index_text else "")
+                        + (" · its value computed from data" if getattr(step, "value", None)
+                           is not None else ""),  # E9.7
                         value_axes=self._e9_site_axes(step, res))
 
     def _bound_type(self, res, index_t, index_text):
