@@ -36,6 +36,7 @@ CATALOGUE = {
     "QVR428",  # E9.2 supports: constrained spaces
     "QVR439", "QVR950",  # E9.9 multivariate families; what the runtime cannot run
     "QVR319", "QVR320", "QVR321",  # issue 36: per-row marginalize blocks
+    "QVR322", "QVR323", "QVR324", "QVR325",  # E9.7 element scores, computed observes
     "QVR113", "QVR114", "QVR115", "QVR116",  # issue 36: sizes read from the data (E9.13)
     "QVR431", "QVR432",  # E9.10 expression arguments, comparisons
     "QVR435",  # E9.11 concatenation
