@@ -187,3 +187,22 @@ return l""", head="object C : CorrCholesky 3\n")
             + stats.norm(eff, 0.5).logpdf(Y).sum())
     got = sum(float(r.contribution.sum()) for r in rec.values() if r.contribution is not None)
     assert got == pytest.approx(want, rel=1e-10)
+
+
+def test_a_centred_gaussian_process_draw_matches_scipy():
+    """gp_pois_regr's latent function written centred: f ~ MVN(0, K(x)) by its factor."""
+    src = ("object Point : FinSet 5\nprogram gp : Point -> Point\n    data x : Point\n"
+           "    let cov = factor i : Point, j : Point in square(1.3) * exp(-0.5 * square(x[i] - x[j]) / square(0.8))\n"
+           "    let chol = cholesky(cov + 1e-6 * eye(Point))\n"
+           "    sample f <- MultivariateNormal(0.0, chol) [over=Point]\n"
+           "    observe k : Point <- Poisson(exp(f))\n    return f\nexport gp\n")
+    prog = qvr.loads(src).morphism
+    x = np.array([-1.0, -0.3, 0.2, 0.9, 1.7])
+    f = np.array([0.3, -0.2, 0.1, 0.5, -0.4])
+    k = np.array([1.0, 0.0, 2.0, 1.0, 0.0])
+    rec = run(prog, {"x": x, "f": f, "k": k})
+    cov = 1.3 ** 2 * np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / 0.8 ** 2) + 1e-6 * np.eye(5)
+    assert float(rec["f"].contribution) == pytest.approx(
+        stats.multivariate_normal(np.zeros(5), cov).logpdf(f), rel=1e-9)
+    assert float(rec["k"].contribution.sum()) == pytest.approx(
+        stats.poisson(np.exp(f)).logpmf(k).sum(), rel=1e-10)
