@@ -249,6 +249,8 @@ program regression : Household -> Household
     record total = sum(beta, Coef) + log_density(Normal(0.0, 1.0), mu)
     let path = scan(Household, 0.0, (s, t) -> s + mu[t])
     let data = cholesky(eye(Coef))
+    observe cum : Household = fold(Household, 0.0, (a, i) -> a + i) <- Normal(0.0, 1.0)
+    score lik : Household = log_density(Normal(0.0, 1.0), mu)
     return total
 let cell = scan(f)
 program typed : (Household) -> Household
@@ -277,6 +279,13 @@ E9_GROUPS = [
     (r"let data", "data", "qvrLocalName"),
     (r"let data", "cholesky", "qvrBuiltin"),
     (r"let data", "eye", "qvrBuiltin"),
+    (r"observe cum", "observe", "qvrStep"),  # E9.7: an observed value computed from data
+    (r"observe cum", "cum", "qvrLocalName"),
+    (r"observe cum", "fold", "qvrBuiltin"),
+    (r"observe cum", "a", "qvrLambdaParam"),
+    (r"observe cum", "Normal", "qvrFamily"),
+    (r"score lik", "lik", "qvrLocalName"),
+    (r"score lik", "log_density", "qvrBuiltin"),
     (r"^let cell", "scan", "qvrCombinator"),
     (r"^program typed", "Household", ""),  # `(A) ->` in a signature is not a lambda
     (r"^program typed", "->", "qvrOperator"),

@@ -88,8 +88,9 @@ syn match qvrOperator "->\|<-\|>>\||-\|⊢"
 syn match qvrOperator ">>>\|>=>\|||>\|&&>\|?>\|\*>\|\~>\|+>\|\$>\|%>\|<<"
 
 " Lambdas of let-expressions (`fold(T, s0, (s, t) -> body)`, E9): the parameters; in let,
-" score and record steps only (`program p : (A) -> B` is a type).
-syn match qvrLambda "\%(^\s\+\%(let\|score\|record\)\>.*\)\@<=(\s*\h\w*\%(\s*,\s*\h\w*\)*\s*)\s*->"
+" score and record steps, and observe steps (`observe v = e <- F(…)`, E9.7; family
+" arguments, E9.10) only (`program p : (A) -> B` is a type).
+syn match qvrLambda "\%(^\s\+\%(let\|score\|record\|observe\)\>.*\)\@<=(\s*\h\w*\%(\s*,\s*\h\w*\)*\s*)\s*->"
       \ contains=qvrLambdaParam,qvrOperator
 syn match qvrLambdaParam "\h\w*" contained
 
