@@ -7,8 +7,8 @@
   phase (`qvr.inference.pointwise`) records its terms as the log-likelihood `v`.
 * `observe v [: T] = e <- F(...)` — a `SiteStep` with `computed`: the env key of a hidden
   `let` (run before the site) holding e.  Its observed value is e unless a value is
-  supplied; under `replicating()` (the generative predictive replicates) the site is
-  drawn from F like any observe left out.  `computed_observations(model, x, values)` gives
+  supplied; under `replicating()` (the generative predictive replicates, predictions for
+  new data) the site is drawn from F, whether or not a value is supplied.  `computed_observations(model, x, values)` gives
   the values of every such site from the data (the fit adds them to the observations,
   `qvr.inference.data.split_data`, so a computed observe is an observed site everywhere:
   latent registry, pointwise terms, replicates, checks).
@@ -25,8 +25,8 @@ _REPLICATING: contextvars.ContextVar = contextvars.ContextVar("qvr_replicating",
 
 @contextlib.contextmanager
 def replicating():
-    """Within the block an `observe v = e <- F` not supplied is drawn from F (a predictive
-    replicate), not computed from e."""
+    """Within the block an `observe v = e <- F` is drawn from F (a predictive replicate),
+    neither computed from e nor read from the supplied values."""
     token = _REPLICATING.set(True)
     try:
         yield

@@ -337,9 +337,10 @@ class MonadicProgram(ContinuousMorphism):
         silently see the placeholder (`qvr.inference.data.check_data` rejects such
         programs before a fit)."""
         module = getattr(self, step.module_name)
-        if step.computed is not None and step.name not in frame.values \
-                and not is_replicating():  # E9.7 `observe v = e <- F`: e is the value
-            given, value = True, frame.env[step.computed]
+        if step.computed is not None and is_replicating():  # E9.7: a replicate is drawn
+            given, value = False, None
+        elif step.computed is not None and step.name not in frame.values:
+            given, value = True, frame.env[step.computed]  # E9.7 `observe v = e <- F`
         else:
             given, value = self._supplied(step, frame)
         if step.family is None:

@@ -112,6 +112,10 @@ def test_a_supplied_value_is_scored_and_replicates_are_drawn():
     # N(0.3, 0.8) draws: mean within 4 standard errors (0.8 / sqrt(8000))
     assert abs(float(reps.mean()) - MU) < 4 * SIGMA / np.sqrt(reps.numel())
     assert abs(float(reps.std()) - SIGMA) < 0.03
+    # a supplied value does not stop the draw (predictions for new data supply it)
+    with replicating():
+        rep = m.execute(x, {**values, "log_weight": torch.zeros(4)}, score=False)
+    assert not torch.equal(rep.sites["log_weight"].value, torch.zeros(4))
     # outside `replicating()` the value is computed, also without scoring
     plain = m.execute(x, values, score=False).sites["log_weight"].value
     np.testing.assert_allclose(plain.numpy(), np.log(W), atol=1e-12)
