@@ -568,7 +568,8 @@ def _items(c: _Ctx) -> list[Item]:
         first = _FIRST.match(head).group(1) if _FIRST.match(head) else ""
         if _observed_value(head):  # E9.7 `observe v [: T] = e <- F`: e is a let-expression
             return _letexpr(c)
-        if first == "score" and ":" in head and "=" not in head:  # E9.7 `score v : T = e`
+        if first in ("score", "let", "record") and ":" in head and "=" not in head:
+            # E9.7 `score v : T = e`, E9.11 `let v : T = e`
             return _types(c, discrete_only=True)
         if "<-" in head:
             # improper families without parameters (`Flat`, `HalfFlat`) are sample targets only

@@ -46,8 +46,9 @@ def inlay_hints(doc, span: Span) -> list[InlayHint]:
         elif isinstance(decl, A.ProgramDecl) and slot.result is not None:
             locals_ = {f.span: f.data for f in slot.result.facts if f.kind == "local"}
             for s in _steps(decl.body):
-                if isinstance(s, A.LetStep) or (isinstance(s, A.SampleStep) and s.index is None
-                                                and isinstance(s.bind, A.Name)):
+                if (isinstance(s, A.LetStep) and s.index is None) or (  # E9.11: `let v : T`
+                        isinstance(s, A.SampleStep) and s.index is None
+                        and isinstance(s.bind, A.Name)):
                     info = locals_.get(s.bind.span)
                     if info is not None and info.type_text and info.type_text != "?":
                         out.append(InlayHint(base + s.bind.span.end, f": {info.type_text}"))

@@ -386,6 +386,9 @@ class _Builder:
         self.check_densities(s.rhs, ctx)  # E9.1: QVR950 for `log_density` of a family we lack
         walker = ExprAxes(self.axes_scope(ctx))  # E9.1: typed axes of every sub-expression
         vaxes = walker.expr(s.rhs)
+        if getattr(s, "index", None) is not None and not score:  # E9.11 `let v : T = e`
+            from qvr.sema.axes import annotate_axes, type_expr_axes
+            vaxes = annotate_axes(vaxes, type_expr_axes(s.index, self.object_type) or ())
         fn = compile_let(s.rhs, self.resolver(ctx), self.mc.resolve_size, walker)
         names = free_names(s.rhs, is_object=lambda n: n not in ctx.scope and n not in ctx.consts
                            and self.object_type(n) is not None)

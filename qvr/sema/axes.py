@@ -190,6 +190,18 @@ def site_axes(index: Axes, event: Axes, rank: int, args: list) -> Axes:
     return tuple(index) + base
 
 
+def annotate_axes(value: Axes, want: tuple) -> Axes:
+    """`let v : T = e` (E9.11): e's axes with its leading axes named by T's factors; None
+    when they do not fit (unknown axes, fewer axes than T has factors, another object, or
+    another size).  An anonymous axis of the same size takes the object's name."""
+    if value is None or len(value) < len(want):
+        return None
+    for got, w in zip(value, want):
+        if (got.name is not None and got.name != w.name) or not same_axis(got, w):
+            return None
+    return tuple(want) + tuple(value[len(want):])
+
+
 def dim_of(axes: tuple, i: int) -> int:
     """The tensor dimension, counted from the right, of typed axis `i`."""
     return i - len(axes)

@@ -632,6 +632,30 @@ class LetChecker:
         """The axes of an observe step's value, known before the step (E9.1)."""
         return X.observed_axes(step, self.object_type)
 
+    def let_annotation(self, step, vaxes):
+        """`let v : T = e` (E9.11): the value's axes with its leading ones named by T
+        (QVR436 when they do not fit); `vaxes` unchanged without an annotation."""
+        if step.index is None:
+            return vaxes
+        ctx = self.ctx
+        t = resolve_type(ctx, step.index)  # QVR101, references for goto and hover
+        if is_unknown(t):
+            return None
+        if not is_discrete(t):
+            ctx.report(E.not_finite(step.index.span, "the annotation of a let", t))
+            return None
+        want = X.type_expr_axes(step.index, self.object_type)
+        if want is None:
+            return None
+        out = X.annotate_axes(vaxes, want)
+        if out is None:
+            has = ("has axes that are not known here" if vaxes is None else "is a scalar"
+                   if not vaxes else f"has axes `{X.spell_axes(vaxes)}`")
+            kw = "record" if step.recorded else "let"
+            ctx.report(E.let_axes(step.index.span, f"{kw} {step.bind.text} : "
+                                  f"{X.spell_axes(want)} = …", X.spell_axes(want), has))
+        return out
+
     def _e9_object_arg(self, a) -> bool:
         """`a` names an object where a builtin takes one (`sum(x, Coef)`, `eye(Obs)`):
         record the reference, no host-data warning (QVR702)."""

@@ -411,6 +411,7 @@ class ProgramChecker(ObservedChecks, LetChecker):
             self._check_record(step, vkind)
         last_axes = self.last_axes
         vaxes = self.value_axes_of(rhs) if vkind in ("numeric", "unknown") else None  # E9.1
+        vaxes = self.let_annotation(step, vaxes)  # E9.11 `let v : T = e`
         text = X.hover_text(vaxes) or text
         self.note_rhs(step.bind.text, rhs)  # E9.7
         self.bind_local(step.bind, "record" if step.recorded else "let", None, text, vkind,

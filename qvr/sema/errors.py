@@ -806,6 +806,11 @@ def list_axis_size(span: Span, call: str, obj: str, value: str, items: int, size
                                  f"item{'s' if items != 1 else ''} and `{obj}` has {size} elements")
 
 
+def let_axes(span: Span, what: str, want: str, has: str):
+    return error("QVR436", span, f"`{what}` names the leading axes of its value `{want}`, but the "
+                                 f"value {has}")
+
+
 def concat_scalars(span: Span, call: str):
     return error("QVR435", span, f"`{call}` needs a vector or a matrix: both operands are scalars")
 

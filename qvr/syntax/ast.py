@@ -448,6 +448,8 @@ class LetStep:
     rhs: Expr
     span: Span
     recorded: bool = False
+    # `let v : T = e` (extension E9.11): T names the leading axes of the value
+    index: Optional[TypeExpr] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,7 +318,7 @@ class Printer(Cursor):
             self.tk("score" if isinstance(s, A.ScoreStep) else
                     "record" if s.recorded else "let")
             self.name(s.bind)
-            if isinstance(s, A.ScoreStep) and s.index is not None:  # E9.7
+            if s.index is not None:  # E9.7 `score v : T = e`, E9.11 `let v : T = e`
                 self.tk(":")
                 self.type(s.index)
             self.tk("=")

@@ -56,6 +56,13 @@ def _strip(children):
     return [c for c in children if not (isinstance(c, Token) and c.type in _PUNCT)]
 
 
+def _let_axes(children):
+    """`let v : T = e` (extension E9.11): the type naming the value's leading axes, or None
+    (the `:` is filtered out, so the type is the third child when there is one)."""
+    c = children[2]
+    return None if isinstance(c, Token) and c.type == "EQUAL" else c
+
+
 class _Seq(tuple):
     """A tuple of children that remembers its source span (call arguments, where blocks)."""
 
@@ -350,11 +357,12 @@ class ToAst(Transformer):
         return A.TupleBind(tuple(_name(c) for c in _strip(children)), _msp(meta))
 
     def let_step(self, meta, children):
-        return A.LetStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta))
+        return A.LetStep(_tsp(children[0]), _name(children[1]), children[-1], _msp(meta),
+                         index=_let_axes(children))
 
     def record_step(self, meta, children):
-        return A.LetStep(_tsp(children[0]), _name(children[1]), children[3], _msp(meta),
-                         recorded=True)
+        return A.LetStep(_tsp(children[0]), _name(children[1]), children[-1], _msp(meta),
+                         recorded=True, index=_let_axes(children))
 
     def data_step(self, meta, children):
         return A.DataStep(_tsp(children[0]), _name(children[1]), children[2], _msp(meta))

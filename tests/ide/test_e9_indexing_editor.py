@@ -69,3 +69,16 @@ def test_semantic_tokens_and_hover_of_the_new_builtins():
     assert hover(doc, off).text == "```qvr\na : FinSet 4\n```\nlet step · line 8"
     off = text.index("append_row") + 2
     assert hover(doc, off).text.startswith("```qvr\nappend_row(a, b)\n```\nbuiltin · ")
+
+
+def test_let_annotations_complete_objects_and_take_no_inlay_hint():
+    from qvr.ide.inlay import inlay_hints
+    from qvr.text import Span
+    doc, off = at(SRC.replace("    let a = LINE", "    let lps : $0"))
+    assert [i.label for i in complete(doc, off).items] == ["Coef", "Comp", "Row"]
+    text = src("[zz, zz]").replace("let a = ", "let a : Comp = ")
+    doc = Document(text)
+    assert [(d.code, d.message) for d in doc.diagnostics() if d.code != "QVR713"] == []
+    hints = [text[:h.offset].count("\n") for h in inlay_hints(doc, Span(0, len(text)))]
+    assert 7 not in hints  # the `let` on line 8 writes its type
+    assert hover(doc, text.index("let a") + 4).text == "```qvr\na : Comp\n```\nlet step · line 8"

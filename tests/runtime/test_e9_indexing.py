@@ -266,3 +266,23 @@ export p
         ref.append(state)
     close(ex.sites["path"].value, np.stack(ref))
     close(ex.sites["last"].value, np.zeros(3))
+
+
+def test_a_let_annotated_with_an_object_is_reduced_over_it():
+    y = G.normal(size=6)
+    out = run("""
+data y : Row
+sample theta <- Beta(2.0, 2.0)
+sample mu1 <- Normal(0.0, 1.0)
+sample mu2 <- Normal(0.0, 1.0)
+let lps : Comp = [log(theta) + log_density(Normal(mu1, 1.0), y), log1p(-theta) + log_density(Normal(mu2, 1.0), y)]
+record resp : Comp * Row = softmax(lps, Comp)
+score lik = sum(logsumexp(lps, Comp))
+return theta
+""", {"y": torch.tensor(y), "theta": torch.tensor(0.3), "mu1": torch.tensor(-1.0),
+      "mu2": torch.tensor(2.0)})
+    a = math.log(0.3) + stats.norm(-1.0, 1.0).logpdf(y)
+    b = math.log(0.7) + stats.norm(2.0, 1.0).logpdf(y)
+    ref = logsumexp([a, b], axis=0)
+    close(out["lik"], ref.sum())
+    close(out["resp"], np.exp(np.stack([a, b]) - ref))

@@ -39,7 +39,7 @@ CATALOGUE = {
     "QVR322", "QVR323", "QVR324", "QVR325",  # E9.7 element scores, computed observes
     "QVR113", "QVR114", "QVR115", "QVR116",  # issue 36: sizes read from the data (E9.13)
     "QVR431", "QVR432",  # E9.10 expression arguments, comparisons
-    "QVR435",  # E9.11 concatenation
+    "QVR435", "QVR436",  # E9.11 concatenation, `let v : T = e`
 }
 
 

@@ -169,3 +169,59 @@ sample a <- Normal(0.0, 1.0)
 return a
 """
     assert diags(body) == [expected]
+
+
+# ---------------------------------------------------------------- `let v : T = e`
+
+ANNOTATED = """
+data y : Row
+sample a <- Normal(0.0, 1.0)
+let lp1 = a + y
+let lp2 = 2.0 * a + y
+let lps : Comp = [lp1, lp2]
+record w : Comp * Row = softmax(lps, Comp)
+let same : Comp = lps
+let lik = logsumexp(lps, Comp)
+"""
+
+
+def test_an_annotated_let_names_the_leading_axes_of_its_value():
+    assert diags(ANNOTATED + "return a\n") == []
+    types = local_types(ANNOTATED + "return a\n")
+    assert (types["lps"], types["w"], types["same"], types["lik"]) == (
+        "Comp * Row", "Comp * Row", "Comp * Row", "Row")
+
+
+def test_hover_on_the_annotation_reaches_the_object():
+    text = program(ANNOTATED + "return a\n")
+    off = text.index("lps : Comp") + 7
+    assert hover(Document(text), off).text == "```qvr\nComp : FinSet 2\n```\nobject"
+
+
+ANNOTATION_CASES = [
+    ("let b : Coef = [a, a]",
+     ("QVR436", "Coef", "`let b : Coef = …` names the leading axes of its value `Coef`, but the "
+                        "value has axes `FinSet 2`")),
+    ("let b : Comp = a",
+     ("QVR436", "Comp", "`let b : Comp = …` names the leading axes of its value `Comp`, but the "
+                        "value is a scalar")),
+    ("record b : Row * Comp = X",
+     ("QVR436", "Row * Comp", "`record b : Row * Comp = …` names the leading axes of its value "
+                              "`Row * Comp`, but the value has axes `Row * Coef`")),
+    ("let b : Row = exp(host)",
+     ("QVR436", "Row", "`let b : Row = …` names the leading axes of its value `Row`, but the "
+                       "value has axes that are not known here")),
+    ("let b : Nope = X", ("QVR101", "Nope", "undefined object `Nope`")),
+]
+
+
+@pytest.mark.parametrize("line, expected", ANNOTATION_CASES, ids=[c[0] for c in ANNOTATION_CASES])
+def test_an_annotation_that_does_not_fit_is_qvr436(line, expected):
+    body = f"""
+data X : Row * Coef
+sample a <- Normal(0.0, 1.0)
+{line}
+return a
+"""
+    got = [d for d in diags(body) if d[0] != "QVR702"]  # `host`: host data read by name
+    assert got == [expected]

@@ -1,4 +1,4 @@
-"""`qvr fmt` on ranges in indices, `append_row`/`append_col` and `ode` from t0
+"""`qvr fmt` on ranges in indices, `append_row`/`append_col`, `let v : T = e` and `ode` from t0
 (docs/extensions.md E9.11): one canonical spelling (`X[:, 1]`, `X[2, :]`, `y[a:b]`, no
 spaces around a range's colon), comments kept, output formatted to itself."""
 from qvr.syntax.format import _shape, format_text
@@ -25,6 +25,8 @@ program p : Row -> Row
     ]
     let h = append_row( X,X[0:1,:] )
     let k = logsumexp( [c, c], Comp )
+    let lps:Comp=[c, c]
+    record w : Comp*Row = softmax(lps, Comp)
     let y = ode((u,t)->-a*u, 2.0, 0.0, times)
     return a
 """
@@ -50,6 +52,8 @@ program p : Row -> Row
     ]
     let h = append_row(X, X[0:1, :])
     let k = logsumexp([c, c], Comp)
+    let lps : Comp = [c, c]
+    record w : Comp * Row = softmax(lps, Comp)
     let y = ode((u, t) -> -a * u, 2.0, 0.0, times)
     return a
 """
