@@ -39,6 +39,7 @@ class _Chain:
         self.step = 0
         self.total = 0
         self.metrics: dict = {}
+        self.running: dict = {}  # a heartbeat's `gradients_in_iteration`, until the next step
         self.phase_t0: Optional[float] = None  # elapsed when the phase started
         self.phase_step0 = 0
         self.rate: Optional[float] = None  # steps/s in this phase
@@ -52,7 +53,11 @@ class _Chain:
             # took an unknown part of the time since the previous phase's last report)
             self.phase, self.phase_t0, self.phase_step0 = ev.phase, ev.elapsed, ev.step
             self.rate = None
-        self.step, self.total, self.metrics = ev.step, ev.total, dict(ev.metrics)
+        self.step, self.total = ev.step, ev.total
+        # a driver's heartbeat (`gradients_in_iteration`) carries no acceptance or step
+        # size: the last ones stay shown
+        self.running = {k: v for k, v in ev.metrics.items() if k == "gradients_in_iteration"}
+        self.metrics = {**self.metrics, **ev.metrics} if self.running else dict(ev.metrics)
         dt = ev.elapsed - (self.phase_t0 or 0.0)
         if dt > 0 and ev.step > self.phase_step0:
             self.rate = (ev.step - self.phase_step0) / dt
@@ -161,6 +166,9 @@ class Progress:
             parts += [f"{rate} draws/s (chain {cid})",
                       f"accept {m.get('accept_prob', float('nan')):.2f}",
                       f"divergences {div}", f"ETA {_eta(eta)}"]
+            if "gradients_in_iteration" in ch.running:  # a slow iteration under way
+                parts.append(f"iteration {ch.step + 1} running "
+                             f"({int(ch.running['gradients_in_iteration'])} gradients so far)")
         elif self.method == "svi":
             parts += [f"{rate} steps/s", f"loss {m.get('loss', float('nan')):.5g}",
                       *([epoch_text(m)] if "epoch" in m else []), f"ETA {_eta(ch.eta())}"]

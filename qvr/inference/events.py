@@ -266,6 +266,15 @@ class Throttle:
             return True
         return False
 
+    def quiet_for(self, seconds: float) -> bool:
+        """Whether nothing was emitted for `seconds` (then an emission is counted now): a
+        driver's heartbeat while one slow step runs."""
+        now = self.clock()
+        if now - self._last >= seconds:
+            self._last = now
+            return True
+        return False
+
 
 class Emitter:
     """Wraps a user callback: never lets a consumer's exception kill the fit."""

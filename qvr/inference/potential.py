@@ -55,6 +55,14 @@ class Target:
     registry: Optional[Registry] = None
     #: number of gradient evaluations so far (per chain batch)
     num_evals: int = 0
+    #: called before each batched evaluation, `num_evals` still counting those before it
+    #: (the MCMC driver's progress heartbeat)
+    on_evaluation: Optional[Callable[[], None]] = None
+
+    def _count(self) -> None:
+        if self.on_evaluation is not None:
+            self.on_evaluation()
+        self.num_evals += 1
 
     def log_density_and_grad(self, z: torch.Tensor) -> tuple:  # pragma: no cover
         raise NotImplementedError
@@ -82,7 +90,7 @@ class FunctionTarget(Target):
         self.batched = batched
 
     def log_density_and_grad(self, z: torch.Tensor) -> tuple:
-        self.num_evals += 1
+        self._count()
         if self.batched:
             try:
                 with torch.enable_grad():
@@ -166,6 +174,7 @@ class ProgramTarget(Target):
         self.compile_notes = {}  # chain count -> why it was not compiled
         self.graph_cache_notes = {}  # chain count -> whether the graph came from disk
         self.vmap_failed = False
+        self.notes = []  # what was said about how the density runs (`_say`)
 
     def single(self, z: torch.Tensor) -> torch.Tensor:
         """`log p~` at one point `(D,)` (a scalar)."""
@@ -174,7 +183,7 @@ class ProgramTarget(Target):
         return lj + logdet
 
     def log_density_and_grad(self, z: torch.Tensor) -> tuple:
-        self.num_evals += 1
+        self._count()
         if self.compile and not self.vmap_failed and self.dim > 0:
             fn = self._compiled_for(z)
             if fn is not None:
@@ -191,11 +200,20 @@ class ProgramTarget(Target):
                 if bool(torch.isfinite(out[0]).all()):
                     # the loop works where vmap did not: vmap cannot run this model
                     self.vmap_failed = True
-                    warnings.warn(f"chains are evaluated one by one: vmap cannot run this "
-                                  f"model ({type(exc).__name__}: {str(exc)[:200]})",
-                                  RuntimeWarning, stacklevel=2)
+                    self._say(vmap_note(exc))
                 return out
         return _per_chain(self.single, z)
+
+    #: where a note about how the density runs goes (the MCMC driver: a `FitNote`);
+    #: without one, a `RuntimeWarning` of one line
+    report_note: Optional[Callable[[str], None]] = None
+
+    def _say(self, message: str) -> None:
+        self.notes.append(message)
+        if self.report_note is not None:
+            self.report_note(message)
+        else:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _vmapped(self, z: torch.Tensor) -> tuple:
         if self._batched is None:
@@ -313,6 +331,27 @@ class ProgramTarget(Target):
             from torch.func import grad_and_value, vmap
             self._batched = vmap(grad_and_value(self.single), randomness="same")
         return self._batched
+
+
+def vmap_note(exc: BaseException) -> str:
+    """One line saying that the chains are evaluated one at a time, and why: the first
+    sentence of the error vmap raised (whole, never cut mid-sentence)."""
+    return (f"the chains' densities are evaluated one chain at a time (slower): "
+            f"torch.func.vmap cannot run this model ({type(exc).__name__}: "
+            f"{first_sentence(str(exc))})")
+
+
+def first_sentence(text: str, limit: int = 160) -> str:
+    """The first sentence of `text` on one line; past `limit` characters, its words up
+    to the limit and an ellipsis."""
+    line = " ".join(text.split())
+    for end in (". ", "! ", "? "):
+        at = line.find(end)
+        if 0 < at < limit:
+            return line[:at + 1]
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _operations(fn, z: torch.Tensor) -> int:

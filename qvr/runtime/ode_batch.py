@@ -15,7 +15,7 @@ of the solve kept from the forward pass (`Spec.graph`) and used by the backward
 (`_Vjp`, which has a vmap rule too).  The adjoint method (torchdiffeq's `odeint_adjoint`:
 an augmented system solved backwards in time, no steps kept) was measured against it on
 the Lotka-Volterra model of `examples/lotka_volterra.qvr` (4 chains, rtol 1e-5 / atol
-1e-3, float64, one thread, shared 2-core VM): see `GRADIENT` below for the figures.
+1e-3, float64, one thread, shared 2-core VM): direct is ~3x cheaper (`GRADIENT`).
 """
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ from typing import Callable, Sequence
 import torch
 
 #: how gradients flow through a solve: "direct" (backpropagation through the steps) or
-#: "adjoint" (`torchdiffeq.odeint_adjoint`).  Measured on Lotka-Volterra, 4 chains at a
-#: posterior point, seconds per batched value-and-gradient (`bench`: see the module
-#: docstring): direct 0.048 s, adjoint 0.118 s (the adjoint solves a 2 + 2 + 8-dimensional
-#: augmented system backwards, with its own adaptive steps; the direct graph of ~40 steps
-#: x 6 stages is small)
+#: "adjoint" (`torchdiffeq.odeint_adjoint`).  Measured on Lotka-Volterra
+#: (`examples/lotka_volterra.qvr`), 4 chains near the posterior, CPU seconds per batched
+#: value-and-gradient, float64, one thread, two alternating runs each: direct 0.150 and
+#: 0.164, adjoint 0.436 and 0.488 (the adjoint solves a 2 + 2 + 6-dimensional augmented
+#: system backwards with adaptive steps of its own, ~3x the work of backpropagating
+#: through ~35 kept steps).  Before batching (vmap failing, chains one by one): 0.59.
 GRADIENT = "direct"
 
 

@@ -52,6 +52,12 @@ from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitNote, F
 from qvr.inference.potential import Target, make_target
 
 _INIT = ("prior", "zero", "guide")
+#: while one block of iterations runs (a NUTS iteration of many slow gradients), a
+#: progress event per chain at least this often (seconds): where the chains stand, and
+#: how many gradients the running iteration has taken (``gradients_in_iteration``)
+HEARTBEAT_S = 5.0
+#: the driver's clock (progress throttle and heartbeat)
+_clock = time.monotonic
 _CHAIN_METHODS = ("vectorized", "sequential", "parallel", "distributed")
 
 
@@ -281,7 +287,9 @@ class _Run:
         self.stop = stop
         self.method = getattr(mc.kernel, "method", "mcmc")
         self.iteration = 0
-        self.throttle = Throttle(mc.progress_interval)
+        self.throttle = Throttle(mc.progress_interval, clock=lambda: _clock())
+        self._running = None  # (group, phase, step, total, evals before the block)
+        self._said = {}  # chain -> the divergence counts of its last progress event
 
     def loop(self, z0: torch.Tensor) -> MCMCResult:
         if self.mc.chain_method == "parallel":
@@ -307,6 +315,24 @@ class _Run:
         groups = [list(range(C))] if mc.chain_method != "sequential" else \
             [[c] for c in range(C)]
         dtype, device = z0.dtype, z0.device
+        evals0 = self.target.num_evals
+        self.throttle.quiet_for(0.0)  # the heartbeat counts from the start of the run
+        hooks = (getattr(self.target, "on_evaluation", None),
+                 getattr(self.target, "report_note", None))
+        self.target.on_evaluation = self._heartbeat
+        if hasattr(self.target, "report_note"):  # how the density runs: a note
+            self.target.report_note = lambda message: self.emit(FitNote(message))
+        try:
+            return self._collect(z0, ids, groups, S, W, dtype, device, evals0, pump)
+        finally:
+            self.target.on_evaluation = hooks[0]
+            if hasattr(self.target, "report_note"):
+                self.target.report_note = hooks[1]
+
+    def _collect(self, z0, ids, groups, S, W, dtype, device, evals0, pump) -> dict:
+        """`collect`'s loop, while the target reports to this run (`_heartbeat`, notes)."""
+        C, D = z0.shape
+        mc = self.mc
         zs = torch.zeros(C, S, D, dtype=dtype, device=device)
         rec = {k: torch.zeros(C, S, dtype=dtype, device=device)
                for k in ("log_density", "accept_prob", "energy")}
@@ -323,10 +349,11 @@ class _Run:
         done = [0] * C  # draws recorded per chain
         t_warm = t_samp = 0.0
         cancelled = False
-        evals0 = self.target.num_evals
         for group in groups:
             idx = torch.tensor(group, device=device)
             t0 = time.perf_counter()
+            self._running = (group, "warmup" if W else "sampling", 0, W if W else S,
+                             self.target.num_evals)
             state = self.kernel.init(self.target, z0[idx], W, S)
             prepare = getattr(self.kernel, "prepare", None)
             if prepare is not None:
@@ -348,6 +375,9 @@ class _Run:
                     div_sum.zero_()
                 # a block of iterations (NUTS compiled: up to 64; else one), never
                 # across the end of warmup
+                self._running = (group, "warmup" if warm else "sampling",
+                                 it if warm else it - W, W if warm else S,
+                                 self.target.num_evals)
                 state, steps = self.kernel.sample_block(state, self.target,
                                                         (W if warm else W + S) - it)
                 k = len(steps)
@@ -398,6 +428,7 @@ class _Run:
                     last_chunk = now
                 if pump is not None:
                     pump()
+            self._running = None
             if done[group[0]] > emitted:
                 emitted = self._draws(group, zs, emitted, done[group[0]])
             step_sizes[idx] = state.step_size
@@ -413,6 +444,21 @@ class _Run:
                     t_samp=t_samp, cancelled=cancelled, evals=self.target.num_evals - evals0)
 
     # ------------------------------------------------------------------ events
+    def _heartbeat(self) -> None:
+        """Before each gradient evaluation: when no progress went out for `HEARTBEAT_S`
+        seconds (one slow iteration, or the first), a progress event per chain of the
+        running block: its phase and the iterations done, the divergences counted so far
+        and ``gradients_in_iteration``, the gradients the block has taken."""
+        if self._running is None or not self.throttle.quiet_for(HEARTBEAT_S):
+            return
+        group, phase, step, total, evals0 = self._running
+        n = float(self.target.num_evals - evals0)
+        for c in (self.chain_ids[g] for g in group):
+            metrics = dict(self._said.get((c, phase), {}))
+            metrics["gradients_in_iteration"] = n
+            self.emit(FitProgress(method=self.method, phase=phase, step=step, total=total,
+                                  chain=c, metrics=metrics, elapsed=self.emit.elapsed))
+
     def _progress(self, group, phase, step, total, acc_mean, state, div_sum, hits,
                   first=None) -> None:
         acc_mean, eps, depth = acc_mean.tolist(), state.step_size.tolist(), \
@@ -429,6 +475,9 @@ class _Run:
                 metrics["max_depth_hits"] = float(hits[k])
             if first is not None and first[k]:
                 metrics["first_divergence"] = float(first[k])
+            # what a heartbeat repeats (a consumer reads a missing count as 0)
+            self._said[(c, phase)] = {k: v for k, v in metrics.items() if k in (
+                "divergences", "max_depth_hits", "first_divergence")}
             self.emit(FitProgress(method=self.method, phase=phase, step=step, total=total,
                                   chain=c, metrics=metrics, elapsed=self.emit.elapsed))
 
