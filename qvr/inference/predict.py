@@ -223,9 +223,10 @@ def _no_draws(run, why: str) -> PredictError:
     return PredictError(f"{run.path}: the run has no draws to predict from: {why}")
 
 
-def source_draws(run, model, x, host: dict) -> list[dict]:
-    """The fit's draws of the latents to bind, one ``{site: (N, *shape)}`` per chain (see
-    the module docstring: row latents left out)."""
+def source_draws(run, model, x, host: dict) -> tuple[list, list]:
+    """``(per_chain, redrawn)``: the fit's draws of the latents to bind, one ``{site: (N,
+    *shape)}`` per chain, and the sites whose draws are not bound (row latents, drawn
+    afresh for the new rows: see the module docstring)."""
     method = run.method
     if method not in METHODS:
         raise _no_draws(run, f"a --method {method} run has no posterior draws (predict from "
@@ -233,8 +234,7 @@ def source_draws(run, model, x, host: dict) -> list[dict]:
     if run.status == "running":
         raise PredictError(f"{run.path}: the run is still running")
     if method == "svi":
-        draws = _guide_draws(run, model, x, host)
-        per_chain = [draws]
+        per_chain = [_guide_draws(run, model, x, host)]
     else:
         found = _site_draws(run.samples())
         if not found:
@@ -254,7 +254,8 @@ def source_draws(run, model, x, host: dict) -> list[dict]:
     kinds = {i.name: i.site_kind for i in model.site_infos()}
     rows = row_sites(model)
     keep = [k for k in per_chain[0] if kinds.get(k) in ("global", "plate") and k not in rows]
-    return [{k: d[k] for k in keep} for d in per_chain]
+    redrawn = [k for k in per_chain[0] if k not in keep and k in kinds]
+    return [{k: d[k] for k in keep} for d in per_chain], redrawn
 
 
 def nothing_sampled(run) -> bool:
@@ -438,12 +439,16 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
     model, notes = load_program(run, program, values, where)
     x, host, more = split_new(run, model, values, where)
     notes += more
-    per_chain = source_draws(run, model, x, host)
+    per_chain, redrawn = source_draws(run, model, x, host)
+    if redrawn:
+        notes.append(f"the fit's row latents {_names(redrawn)} (one value per fitted row) are "
+                     f"drawn afresh for the new rows")
     pred = Predictive(model, x, host, list(per_chain[0]))
     if not pred.observed and not pred.recorded:
         raise PredictError(f"{run.path}: the program has no observe site and no recorded "
                            f"quantity: there is nothing to predict")
-    total = int(next(iter(per_chain[0].values())).shape[0]) if per_chain[0] else 1
+    total = int(next(iter(per_chain[0].values())).shape[0]) if per_chain[0] else \
+        int(draws or GUIDE_DRAWS)  # nothing to bind: forward runs from the prior alone
     C = len(per_chain)
     if not per_chain[0]:  # nothing bound (every latent redrawn): one forward run per draw
         per_chain = [{"__draw__": torch.zeros(total)} for _ in range(C)]

@@ -183,6 +183,8 @@ def test_sizes_read_from_the_data_take_the_new_row_count(tmp_path, rows):
     p = predict(run, {"xc": x_new}, seed=5)
     y = p.draws["y"].reshape(-1, rows)
     assert p.draws["y"].shape == (2, 2000, rows) and p.rows == rows
+    assert p.notes == ["the fit's row latents `u` (one value per fitted row) are drawn "
+                       "afresh for the new rows"]
     mean, var = m * x_new, SIGMA ** 2 + 1.0 + x_new ** 2 * v
     n = y.shape[0]
     assert np.all(np.abs(y.mean(0) - mean) < 4 * np.sqrt(var / n))
