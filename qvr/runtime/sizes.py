@@ -178,13 +178,14 @@ def resolve_sizes(tm, data: Optional[dict] = None, sizes: Optional[dict] = None,
         found = []  # (source, value)
         if n in sizes:
             try:
-                found.append((f"the size given for `{n}` ({n}={sizes[n]})",
-                              _entry_size(n, sizes[n], objs)))
+                v = _entry_size(n, sizes[n], objs)
             except SizeError as exc:
                 raise SizeError(str(exc).replace(f"the data's `{n}` entry",
                                                  f"the size given for `{n}`")) from None
+            found.append((f"it is given as {v} (--size {n}={v}, FitConfig.sizes)", v))
         if n in data:
-            found.append((f"the data's `{n}` entry", _entry_size(n, data[n], objs)))
+            v = _entry_size(n, data[n], objs)
+            found.append((f"the data's `{n}` entry is {v}", v))
         for key, axis, obj in values.get(n, []):
             if key not in data:
                 continue
@@ -205,7 +206,7 @@ def resolve_sizes(tm, data: Optional[dict] = None, sizes: Optional[dict] = None,
                             f"--size {n}=SIZE (FitConfig.sizes)")
         first = found[0][1]
         if any(v != first for _, v in found):
-            said = "; ".join(f"{s}: {v}" if not s.startswith("`") else s for s, v in found)
+            said = "; ".join(s for s, _ in found)
             raise SizeError(f"the size `{n}` of {_list(objs)} disagrees in the data: {said}")
         out[n] = first
     return out

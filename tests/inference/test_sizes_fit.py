@@ -80,7 +80,7 @@ def test_a_size_that_disagrees_is_an_exact_error(files):
     with pytest.raises(DataError) as e:
         _fit(files, files / "bad.json")
     assert str(e.value) == ("the size `N` of `Row` disagrees in the data: the data's `N` "
-                            "entry: 5; `x` (typed by `Row`) has 6 rows; `y` (typed by `Row`) "
+                            "entry is 5; `x` (typed by `Row`) has 6 rows; `y` (typed by `Row`) "
                             "has 6 rows")
 
 

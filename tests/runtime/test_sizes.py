@@ -91,13 +91,13 @@ def test_sizes_that_disagree_are_an_exact_error():
     with pytest.raises(SizeError) as e:
         bind_sizes(qvr.loads(REG), {"N": 5, "x": np.zeros((6, 2)), "y": np.zeros(6)})
     assert str(e.value) == (
-        "the size `N` of `Row` disagrees in the data: the data's `N` entry: 5; `x` (typed "
+        "the size `N` of `Row` disagrees in the data: the data's `N` entry is 5; `x` (typed "
         "by `Row`) has 6 rows; `y` (typed by `Row`) has 6 rows")
     with pytest.raises(SizeError) as e:
         bind_sizes(qvr.loads(REG), {"y": np.zeros(6)}, {"N": 4})
     assert str(e.value) == (
-        "the size `N` of `Row` disagrees in the data: the size given for `N` (N=4): 4; "
-        "`y` (typed by `Row`) has 6 rows")
+        "the size `N` of `Row` disagrees in the data: it is given as 4 (--size N=4, "
+        "FitConfig.sizes); `y` (typed by `Row`) has 6 rows")
 
 
 def test_a_missing_or_bad_size_is_an_exact_error():
