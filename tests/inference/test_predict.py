@@ -202,3 +202,30 @@ def test_a_size_the_new_data_does_not_give_is_named(tmp_path):
         predict(run, {"N": 3, "xc": [1.0, 2.0]}, seed=0, data_path="new.json")
     assert str(err.value) == ("new.json: the size `N` of `Row` disagrees in the data: the "
                               "data's `N` entry: 3; `xc` (typed by `Row`) has 2 rows")
+
+
+def test_the_shipped_new_mothers_of_kid_scores(tmp_path):
+    """examples/data/kid_scores.new.json against examples/kid_scores.qvr (`Child : FinSet
+    N`): 5 rows bind N; with the coefficients fixed and sigma tiny the draws are the
+    design times beta (the first row is posteriordb's mom_hs_new = 1, mom_iq_new = 100)."""
+    import hashlib
+    import json
+    from qvr.inference.events import FitFinished, FitStarted
+    from qvr.runs import RunWriter
+    prog = ROOT / "examples" / "kid_scores.qvr"
+    new = ROOT / "examples" / "data" / "kid_scores.new.json"
+    beta = np.array([26.0, 6.0, 0.56])
+    with RunWriter(tmp_path / "fit", {
+            "program": {"path": str(prog), "export": None,
+                        "sha256": hashlib.sha256(prog.read_bytes()).hexdigest()},
+            "method": "nuts", "config": {"dtype": "float64"}, "data": None}) as w:
+        w.write(FitStarted(method="nuts", total_steps=3, num_chains=1))
+        w.save_arrays("samples.npz", {"beta": np.tile(beta, (1, 3, 1)),
+                                      "sigma": np.full((1, 3, 1), 1e-9)})
+        w.write(FitFinished())
+    p = predict(tmp_path / "fit", new, seed=0)
+    design = np.asarray(json.loads(new.read_text())["design"])
+    assert design.shape == (5, 3) and design[0].tolist() == [1.0, 1.0, 100.0]
+    assert p.draws["kid_score"].shape == (1, 3, 5)
+    np.testing.assert_allclose(p.draws["kid_score"], np.broadcast_to(design @ beta, (1, 3, 5)),
+                               atol=1e-6)
