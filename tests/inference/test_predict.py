@@ -201,7 +201,7 @@ def test_a_size_the_new_data_does_not_give_is_named(tmp_path):
     with pytest.raises(PredictError) as err:
         predict(run, {"N": 3, "xc": [1.0, 2.0]}, seed=0, data_path="new.json")
     assert str(err.value) == ("new.json: the size `N` of `Row` disagrees in the data: the "
-                              "data's `N` entry: 3; `xc` (typed by `Row`) has 2 rows")
+                              "data's `N` entry is 3; `xc` (typed by `Row`) has 2 rows")
 
 
 def test_the_shipped_new_mothers_of_kid_scores(tmp_path):
