@@ -229,3 +229,29 @@ def test_the_shipped_new_mothers_of_kid_scores(tmp_path):
     assert p.draws["kid_score"].shape == (1, 3, 5)
     np.testing.assert_allclose(p.draws["kid_score"], np.broadcast_to(design @ beta, (1, 3, 5)),
                                atol=1e-6)
+
+
+def test_a_short_nuts_fit_predicts_its_own_posterior(tmp_path):
+    """End to end: NUTS (2 x (150 + 150), seed 0) on the conjugate regression, then
+    `Run.predict`: the prediction's mean at each new x is the posterior mean of b times x
+    (within 4 MC SEs of the forward noise), its variance SIGMA^2 + x^2 var(b), and the
+    fit's b matches the closed-form posterior within 4 MCSEs of its ESS."""
+    import qvr
+    from qvr.inference import fit
+    program = write_program(tmp_path / "prog")
+    res = fit(qvr.load(program), config={"method": "nuts", "num_warmup": 150,
+                                         "num_samples": 150, "num_chains": 2, "seed": 0,
+                                         "pointwise": False},
+              run_dir=tmp_path / "runs" / "nuts", program_path=str(program))
+    assert res.status == "finished"
+    run = open_run(res.run_dir)
+    b = run.samples()["b"].reshape(-1)
+    m, v = posterior()
+    ess = float(run.summary["parameters"]["b"]["ess_bulk"])
+    assert abs(b.mean() - m) < 4 * np.sqrt(v / ess)
+    p = run.predict({"xc": X_NEW}, seed=0)
+    y = p.draws["y"].reshape(-1, 4)
+    n = y.shape[0]
+    var = SIGMA ** 2 + X_NEW ** 2 * b.var()
+    assert np.all(np.abs(y.mean(0) - b.mean() * X_NEW) < 4 * np.sqrt(var / n))
+    assert np.all(np.abs(y.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
