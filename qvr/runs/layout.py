@@ -67,6 +67,14 @@ reads them; a fit of HMC/NUTS/SVI that finished, and every ``--method prior`` ru
 * ``loo.json`` — PSIS-LOO (arviz-stats) over the rows of the pointwise terms;
   ``ppc.json`` — posterior (or prior) predictive checks and LOO-PIT (written by
   `qvr.inference.checks`, which documents their fields).
+
+A prediction (``qvr predict RUN --data NEW``, `qvr.inference.predict`) is a record of
+method ``predict``: ``run.json``'s ``predicted_from`` (``path``, ``run_id``, ``method``,
+``sha256`` of the fitted run) and ``data`` (the new data); ``samples.npz`` holds every
+observed site's draws at the new data and ``recorded.v`` per recorded quantity, ``(chains,
+draws, *shape)``; ``summary.json`` their mean, sd and 5/50/95 % per element
+(``parameters``), ``predicted`` (the observed sites) and ``recorded``; ``stats``:
+``num_chains``, ``num_samples`` (per chain), ``rows``, ``stride``, ``elapsed``.
 """
 FORMAT = 1
 RUN_JSON = "run.json"
