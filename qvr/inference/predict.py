@@ -271,8 +271,11 @@ def _guide_draws(run, model, x, host: dict) -> dict:
     observed = {i.name for i in model.site_infos() if i.step == "observe"}
     guide = AutoNormalGuide(model, observed_names=observed).to(x.device)
     own = dict(guide.named_parameters())
+    rows = row_sites(model)  # one value per fitted row: redrawn, their guide not used
     with torch.no_grad():
         for name, value in params.items():
+            if name.split("_", 1 if name.startswith("loc_") else 2)[-1] in rows:
+                continue
             p = own.get(name)
             if p is None or tuple(p.shape) != tuple(np.shape(value)):
                 raise PredictError(f"{run.path}: the guide's `{name}` does not fit the "

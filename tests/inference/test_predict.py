@@ -255,3 +255,23 @@ def test_a_short_nuts_fit_predicts_its_own_posterior(tmp_path):
     var = SIGMA ** 2 + X_NEW ** 2 * b.var()
     assert np.all(np.abs(y.mean(0) - b.mean() * X_NEW) < 4 * np.sqrt(var / n))
     assert np.all(np.abs(y.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
+
+
+def test_an_svi_fit_with_row_effects_predicts_new_rows(tmp_path):
+    """SVI on the `FinSet N` regression with a row effect `u` (6 rows), predicting 3 new
+    rows: `u`'s guide (6 x 1) is not used, the new rows draw their own (variance + 1)."""
+    import qvr
+    from qvr.inference import fit
+    program = write_program(tmp_path / "prog", SIZED)
+    res = fit(qvr.load(program), config={"method": "svi", "steps": 300, "lr": 0.05,
+                                         "seed": 0, "pointwise": False},
+              run_dir=tmp_path / "runs" / "svi", program_path=str(program))
+    assert res.status == "finished"
+    assert open_run(res.run_dir).params()["loc_u"].shape[0] == 6
+    p = predict(res.run_dir, {"xc": [0.0, 0.0, 0.0]}, seed=1)
+    y = p.draws["y"].reshape(-1, 3)
+    n = y.shape[0]
+    var = SIGMA ** 2 + 1.0  # x = 0: b does not enter
+    assert p.draws["y"].shape == (1, 1000, 3)
+    assert np.all(np.abs(y.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
+    assert np.all(np.abs(y.mean(0)) < 4 * np.sqrt(var / n))
