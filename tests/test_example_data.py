@@ -33,7 +33,7 @@ def test_the_runnable_examples_are_the_known_ones():
         "ar_series", "count_regression", "crop_yields", "decoder_lm", "eight_schools",
         "expert_ensemble", "garch_volatility", "gp_counts", "grouped_mixture", "hmm",
         "hmm_forward", "humidity_bands", "icl_regression", "item_response", "kid_scores",
-        "knowledge_graph", "mixture_marginalize", "pcfg_deduction", "recurrent_lm",
+        "knowledge_graph", "lotka_volterra", "mixture_marginalize", "pcfg_deduction", "recurrent_lm",
         "regression_plates", "relational_authors", "sensor_tracking", "topic_model",
         "transformer_lm", "vae"]
 
@@ -66,7 +66,8 @@ def test_every_runnable_example_ships_data_that_its_program_accepts(name):
     computed = {"ar_series": 195}
     assert observed or name in scored or name in computed
     rows = x.shape[0]  # a few dozen rows; the corpora hundreds; the deduction one sentence
-    small = {"eight_schools": 8, "gp_counts": 11, **computed}  # posteriordb's data as it is
+    small = {"eight_schools": 8, "gp_counts": 11, "lotka_volterra": 2,  # posteriordb's data
+             **computed}  # as it is (lotka_volterra: `y_init`, the first observed, 2 rows)
     assert rows == 1 if name in scored else rows == small[name] if name in small \
         else 30 <= rows <= 1500, rows
 

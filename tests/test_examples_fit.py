@@ -35,13 +35,18 @@ CANNOT = {
     **{("gp_counts", method, "synthetic"): "synthetic data cannot be drawn from this program: "
                                           "program `gp_counts`, step `cov`"
        for method in ("svi", "nuts")},
+    # synthetic host data are N(0, 1) draws: the observation times `ts` are not increasing
+    **{("lotka_volterra", method, "synthetic"): "synthetic data cannot be drawn from this "
+                                               "program: program `lotka_volterra`, step `z`: "
+                                               "the times of `ode` must be strictly increasing"
+       for method in ("svi", "nuts")},
 }
 
 
 #: examples whose objects fix the size of their data (the posteriordb posteriors): shipped
 #: whole (a few hundred rows at most)
 WHOLE = {"ar_series", "eight_schools", "garch_volatility", "gp_counts", "hmm_forward",
-         "kid_scores"}
+         "kid_scores", "lotka_volterra"}
 
 
 def first_rows(data: dict, rows: int) -> dict:
