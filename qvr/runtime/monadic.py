@@ -396,7 +396,9 @@ class MonadicProgram(ContinuousMorphism):
             if dist.batch_shape == torch.Size():
                 return draw(dist, torch.Size([step.plate]))
             return draw(dist)
-        if step.observe and step.all_global:
+        if step.observe and (step.all_global or dist.batch_shape == torch.Size()):
+            # E9.9: also arguments without a row axis that are not all global (a factor
+            # `diag(tau) @ l` over a plate `tau : Coef`): one draw per row
             return draw(dist, torch.Size([frame.B]))
         return draw(dist)
 

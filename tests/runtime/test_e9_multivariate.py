@@ -206,3 +206,18 @@ def test_a_centred_gaussian_process_draw_matches_scipy():
         stats.multivariate_normal(np.zeros(5), cov).logpdf(f), rel=1e-9)
     assert float(rec["k"].contribution.sum()) == pytest.approx(
         stats.poisson(np.exp(f)).logpmf(k).sum(), rel=1e-10)
+
+
+def test_an_observed_vector_is_drawn_once_per_row_when_its_factor_is_not_global():
+    """Replicates (predictive checks) run the program forward: `diag(tau) @ l` reads the
+    plate `tau : Coef`, so the site's arguments are not all global, yet they have no row
+    axis: the draw is one K-vector per row (it was a single vector)."""
+    prog = program("""
+sample l <- LKJCholesky(2.0) [over=C]
+sample tau : K <- HalfNormal(1.0)
+observe y : Row <- MultivariateNormal(0.0, diag(tau) @ l)
+return l""", head="object C : CorrCholesky 3\n")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        ex = prog.execute(torch.zeros(4, 1), score=False)
+    assert ex.sites["y"].value.shape == (4, 3)
