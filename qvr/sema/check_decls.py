@@ -16,6 +16,7 @@ from qvr.sema.families import (ATTENTION_FAMILIES, COMPOSITION_LEVELS, COMPOSITI
                                Space, space_of)
 from qvr.sema.options import expect_int, expect_name, expect_names, expect_number, read_options
 from qvr.sema.runnable import kernel_supported  # E9.9
+from qvr.sema.families import RUNTIME_RULES  # E9.9
 from qvr.sema.resolve import resolve_type, type_names
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
@@ -167,6 +168,8 @@ def check_composition(ctx: DeclContext, d: A.CompositionDecl) -> None:
                                        suggest(want, COMPOSITION_LEVELS)))
         elif (want == "algebra" and level != "algebra") or want == "bilinear_form":
             ctx.report(E.rule_level(d.level.span, rule, level, want))
+    if rule.lower() not in RUNTIME_RULES:  # E9.9: the checker refuses it, not `qvr run`
+        ctx.report(E.runtime_unsupported(d.name.span, f"composition rule `{name.lower()}`"))
     if not second:
         ctx.composition = (rule, level)
 

@@ -18,7 +18,7 @@ import torch
 
 import qvr
 from qvr.sema import runnable
-from qvr.sema.families import BUILTINS, FAMILIES
+from qvr.sema.families import BUILTINS, COMPOSITION_RULES, FAMILIES, RUNTIME_RULES
 from qvr.sema.typed import typed_module
 
 HEAD = ("object K : FinSet 3\nobject Row : FinSet 4\nobject C : CorrCholesky 3\n"
@@ -176,3 +176,17 @@ def test_every_builtin_runs_or_is_refused(name):
         lj = _log_joint(src)  # no exception: what checks clean runs
         finite += bool(torch.isfinite(lj).all())
     assert finite >= 1, f"`{name}`: {len(clean)} programs check clean, none evaluates finitely"
+
+
+# ---------------------------------------------------------------- composition rules
+
+@pytest.mark.parametrize("rule", sorted(COMPOSITION_RULES))
+def test_every_composition_rule_runs_or_is_refused(rule):
+    level = COMPOSITION_RULES[rule]
+    src = (f"composition {rule} as {level}\nobject A : FinSet 2\n"
+           "morphism f : A -> A [role=latent]\nexport f\n")
+    if rule not in RUNTIME_RULES:
+        assert _refused_at(src, rule, {"QVR950"}), [(d.code, d.message) for d in _errors(src)]
+        return
+    assert _errors(src) == []
+    assert qvr.loads(src).morphism.tensor.shape == (2, 2)
