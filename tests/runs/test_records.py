@@ -176,12 +176,14 @@ def test_failed_fits_are_recorded_with_the_message(tmp_path):
     assert res.status == "failed" and run.status == "failed"
     last = run.events()[-1]
     assert isinstance(last, FitFailed) and last.step == 1 and "inf" in last.message
-    bad = {"y": torch.zeros(20), "yy": torch.zeros(3)}
-    with pytest.raises(ValueError, match="yy"):
+    # a value the program reads, of the wrong shape (a key it does not read would be left
+    # out with a note, issue 36)
+    bad = {"y": torch.zeros(20), "mu": torch.zeros(3)}
+    with pytest.raises(ValueError, match="`mu`"):
         fit(loads(NORMAL), bad, FitConfig(method="nuts"), run_dir=tmp_path / "bad")
     run = open_run(tmp_path / "bad")
-    assert run.status == "failed" and "yy" in run.events()[-1].message
-    assert "yy" in run.error and "Traceback" not in run.error
+    assert run.status == "failed" and "`mu`" in run.events()[-1].message
+    assert "`mu`" in run.error and "Traceback" not in run.error
 
 
 def test_a_torn_last_line_is_ignored_and_a_dead_writer_reads_as_interrupted(tmp_path):
