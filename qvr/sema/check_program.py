@@ -731,6 +731,12 @@ class ProgramChecker(ObservedChecks, LetChecker):
         if over is not None and isinstance(over.value, A.OVName) and self._space_object(over.value):
             ctx.report(E.truncation_space(first.key.span, over.value.text))
             return
+        if not fam.improper and fam.name not in runnable.CDF_FAMILIES and (
+                any(isinstance(e.value, A.OVName) for e in entries.values())
+                or not all(isinstance(a, A.Number) for a in step.target.args or ())):
+            # E9.9: the runtime renormalises by quadrature only with numbers (QVR950 there)
+            ctx.report(E.runtime_unsupported(step.target.name.span, f"truncation of "
+                                             f"`{fam.name}` with variable arguments"))
         lo, hi = literal.get("lower"), literal.get("upper")
         num = lambda x: repr(float(x))  # noqa: E731
         if lo is not None and hi is not None and lo >= hi:

@@ -25,6 +25,14 @@ SPACE_FAMILIES = {"LKJCholesky": ("CorrCholesky", "CholeskyFactor")}
 KERNEL_FAMILIES = frozenset(n for n, f in FAMILIES.items() if f.kernel == "yes")
 
 
+#: families whose truncation `[lower=…, upper=…]` may have run-time arguments or bounds:
+#: torch's `cdf` is differentiable in every argument (`qvr.runtime.constraints`); any other
+#: family truncated with a variable argument or bound is QVR950 (E9.2)
+CDF_FAMILIES = frozenset({"Normal", "Cauchy", "Laplace", "Gumbel", "LogNormal", "HalfNormal",
+                          "HalfCauchy", "Exponential", "Uniform", "Weibull", "Pareto",
+                          "Kumaraswamy", "LogitNormal", "ContinuousBernoulli"})
+
+
 def step_supported(name: str) -> bool:
     return name in STEP_FAMILIES
 
