@@ -54,6 +54,9 @@ def test_a_failed_compile_is_said_in_the_events_the_record_and_the_summary(
     assert recorded == notes
     lines = render_run(run).splitlines()
     assert f"note: {NOTE}" in lines
+    # the dashboard's results pane (its `ⓘ` line)
+    from qvr_tui.results_model import load_results
+    assert load_results(run).note == NOTE
     # the console's plain progress (a pipe, CI, the dashboard's worker) prints the note
     import io
     from qvr.commands.progress import Progress
