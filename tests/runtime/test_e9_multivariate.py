@@ -221,3 +221,21 @@ return l""", head="object C : CorrCholesky 3\n")
     with torch.no_grad():
         ex = prog.execute(torch.zeros(4, 1), score=False)
     assert ex.sites["y"].value.shape == (4, 3)
+
+
+def test_per_row_means_from_a_design_matrix():
+    """observe y : Obs <- MultivariateNormal(X @ B, L): one mean vector per row."""
+    src = ("object Obs : FinSet 6\nobject Coef : FinSet 2\nobject P : FinSet 3\n"
+           "program p : Obs -> Obs\n    data X : Obs * P\n    data Lm : Coef * Coef\n"
+           "    sample B : P * Coef <- Normal(0.0, 1.0)\n    let mu = X @ B\n"
+           "    observe y : Obs <- MultivariateNormal(mu, Lm)\n"
+           "    sample b : Obs <- MultivariateNormal(mu, Lm) [over=Coef]\n    return B\nexport p\n")
+    prog = qvr.loads(src).morphism
+    rng = np.random.default_rng(0)
+    X, Bv, y = rng.normal(size=(6, 3)), rng.normal(size=(3, 2)), rng.normal(size=(6, 2))
+    Lm = np.array([[1.0, 0.0], [0.5, 0.8]])
+    rec = run(prog, {"X": X, "Lm": Lm, "B": Bv, "y": y})
+    mu = X @ Bv
+    want = sum(stats.multivariate_normal(mu[i], Lm @ Lm.T).logpdf(y[i]) for i in range(6))
+    assert float(rec["y"].contribution.sum()) == pytest.approx(want, rel=1e-10)
+    assert rec["b"].value.shape == (6, 2) and rec["B"].value.shape == (3, 2)
