@@ -181,6 +181,13 @@ def _c_diag(comp, e, binders):
     return _guard("diag", lambda frame, b: torch.diag_embed(_value(frame, v, b)))
 
 
+def _c_diag_pre_multiply(comp, e, binders):
+    """E9.9: diag(v) @ A as v[..., :, None] * A (no K×K diagonal matrix)."""
+    v, a = comp.expr(e.args[0], binders), comp.expr(e.args[1], binders)
+    return _guard("diag_pre_multiply", lambda frame, b: _value(frame, v, b).unsqueeze(-1)
+                  * _value(frame, a, b))
+
+
 def _c_eye(comp, e, binders):
     n = comp.object_size(e.args[0].name.text)
     return lambda frame, b: torch.eye(n, dtype=frame.dtype, device=frame.device)
@@ -256,6 +263,7 @@ E9_CALLS = {
     **{n: _c_along for n in _ALONG},
     "pow": _c_pow, "clamp": _c_clamp, "cholesky": _c_cholesky, "tri_solve": _c_tri_solve,
     "logdet": _c_logdet, "diag": _c_diag, "eye": _c_eye, "transpose": _c_transpose,
+    "diag_pre_multiply": _c_diag_pre_multiply,  # E9.9
     "slice": _c_slice, "log_density": _c_log_density,
 }
 

@@ -223,7 +223,7 @@ OBJECT_ARGS = {**{f: 1 for f in REDUCTIONS + ALONG}, "eye": 0}
 #: every builtin of E9.1 (arity is in `qvr.sema.families.BUILTINS`)
 E9_BUILTINS = frozenset(UNARY + REDUCTIONS + ALONG + (
     "pow", "clamp", "cholesky", "tri_solve", "logdet", "diag", "eye", "transpose", "slice",
-    "log_density", "append_row", "append_col"))
+    "log_density", "append_row", "append_col", "diag_pre_multiply"))
 
 
 def slice_size(n: Optional[int], start: Optional[int], stop: Optional[int], has_stop: bool
@@ -593,6 +593,31 @@ def _diag(w, e):
     return v + (v[-1],)
 
 
+def _diag_pre_multiply(w, e):
+    """E9.9 `diag_pre_multiply(v, A)` = diag(v) @ A: v's axis scales A's rows (QVR421 when
+    they are known to differ); the axes of A, its row axis named by v's when A's is not."""
+    xs = _args(w, e)
+    if len(xs) != 2 or xs[0] is None or xs[1] is None:
+        return None
+    v, a = xs
+    if not v:
+        w._report("needs_axes", e.args[0].span, "diag_pre_multiply", "a vector",
+                  w.text(e.args[0]), None)
+        return None
+    if len(a) < 2:
+        w._report("needs_axes", e.args[1].span, "diag_pre_multiply", "a matrix",
+                  w.text(e.args[1]), spell_axes(a) if a else None)
+        return None
+    if not same_axis(v[-1], a[-2]):
+        da, db = describe_pair(v[-1], a[-2])
+        w._report("contraction", e.callee.span, w.text(e), w.text(e.args[0]), da,
+                  w.text(e.args[1]), db)
+        return None
+    row = Axis(v[-1].name if v[-1].name is not None else a[-2].name,
+               v[-1].size if v[-1].size is not None else a[-2].size)
+    return a[:-2] + (row, a[-1])
+
+
 def _eye(w, e):
     if len(e.args) != 1:
         return None
@@ -710,6 +735,7 @@ CALL_AXES: dict[str, Callable] = {
     **{n: _along for n in ALONG},
     "pow": _elementwise, "clamp": _elementwise,
     "cholesky": _cholesky, "logdet": _logdet, "transpose": _transpose, "diag": _diag,
+    "diag_pre_multiply": _diag_pre_multiply,
     "eye": _eye, "tri_solve": _tri_solve, "slice": _slice, "log_density": _log_density,
     "append_row": _append, "append_col": _append,
 }

@@ -256,6 +256,9 @@ BUILTINS.update({b.name: b for b in [
             "x solving L x = b, L lower triangular (b a vector or a matrix)"),
     Builtin("logdet", ("A",), "numeric -> numeric", "log-determinant of a square matrix A"),
     Builtin("diag", ("v",), "numeric -> numeric", "the square matrix with v on its diagonal"),
+    # E9.9: Stan's spelling of diag(v) @ A (scales for a correlation's Cholesky factor)
+    Builtin("diag_pre_multiply", ("v", "A"), "numeric, numeric -> numeric",
+            "diag(v) @ A: row i of the matrix A times v[i] (Stan's diag_pre_multiply)"),
     Builtin("eye", ("O",), "object -> numeric", "the identity matrix over object O"),
     Builtin("transpose", ("A",), "numeric -> numeric", "A with its last two axes swapped"),
     Builtin("slice", ("x", "start"), "numeric, integer, integer? -> numeric",

@@ -239,3 +239,19 @@ def test_per_row_means_from_a_design_matrix():
     want = sum(stats.multivariate_normal(mu[i], Lm @ Lm.T).logpdf(y[i]) for i in range(6))
     assert float(rec["y"].contribution.sum()) == pytest.approx(want, rel=1e-10)
     assert rec["b"].value.shape == (6, 2) and rec["B"].value.shape == (3, 2)
+
+
+def test_diag_pre_multiply_is_diag_at():
+    prog = program("""
+data tau : K
+data Lm : K * K
+let a = diag_pre_multiply(tau, Lm)
+let b = diag(tau) @ Lm
+score s = log_density(Normal(0.0, 1.0), a)
+score t = log_density(Normal(0.0, 1.0), b)
+sample u <- Normal(0.0, 1.0)
+return u""")
+    tau = np.array([0.5, 2.0, 1.5])
+    rec = run(prog, {"tau": tau, "Lm": LM, "u": 0.0})
+    assert torch.allclose(rec["a"].value, torch.tensor(np.diag(tau) @ LM))
+    assert torch.equal(rec["a"].value, rec["b"].value)
