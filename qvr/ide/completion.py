@@ -217,6 +217,13 @@ def _space_objects(c: _Ctx) -> list[Item]:
     return out
 
 
+def _data_sizes() -> list[Item]:
+    """`FinSet N` / `Real N` on an object's right-hand side: a size read from the data."""
+    return [Item(f"{k} N", "keyword", meaning, f"{k} ${{1:N}}", True, f"1{k}N", meaning)
+            for k, meaning in (("FinSet", "finite set whose size is read from the data"),
+                               ("Real", "real vector space whose dimension is read from the data"))]
+
+
 def _spaces() -> list[Item]:
     """The constrained vector spaces of an object declaration (E9): `Simplex 3`, …"""
     return [Item(n, "keyword", meaning, snip, True, "2" + n, meaning) for n, (snip, meaning) in C.SPACES.items()]
@@ -605,7 +612,7 @@ def _items(c: _Ctx) -> list[Item]:
             return _families(step=False) + _morph_context(c)
         if ":" in c.stmt:
             if kw == "object":
-                return _types(c) + _spaces()
+                return _types(c) + _data_sizes() + _spaces()
             return _types(c)
         return []
     if kw in ("let", "export") and (kw == "export" or "=" in c.stmt):
