@@ -58,7 +58,7 @@ class Spec:
             rhs = self.rhs
             if batched:
                 rhs = torch.func.vmap(self.rhs, in_dims=(None, 0, *[0] * len(pl)))
-            rhs = self._traced(rhs, y0l, pl, batched)
+            rhs = _budget(self._traced(rhs, y0l, pl, batched), self.max_steps)
             options = {"max_num_steps": self.max_steps}
             if batched:
                 B = y0l.shape[0]
@@ -132,6 +132,28 @@ def _traced(rhs, t0, y0, params):
     except Exception:
         return rhs
     return gm
+
+
+#: right-hand side evaluations per dopri5 step (7 stages, the first shared with the
+#: previous step's last), and for the initial step size
+_CALLS_PER_STEP, _CALLS_TO_START = 6, 2
+
+
+def _budget(rhs, max_steps: int):
+    """`rhs` counted: past `max_steps` steps of the *whole* solve it raises the step
+    limit (torchdiffeq's `max_num_steps` counts the steps to each output time afresh: a
+    solve over 20 times could take 20 x 4096 steps, minutes for one gradient of an
+    extreme warmup proposal)."""
+    limit = _CALLS_TO_START + _CALLS_PER_STEP * max_steps
+    calls = [0]
+
+    def counted(t, y, *params):
+        calls[0] += 1
+        if calls[0] > limit:
+            raise AssertionError(f"max_num_steps exceeded ({max_steps} steps in all)")
+        return rhs(t, y, *params)
+
+    return counted
 
 
 class _Rhs(torch.nn.Module):

@@ -95,3 +95,30 @@ def test_the_solve_under_vmap_gives_per_chain_values_and_gradients(f64):
     got = torch.func.vmap(lambda a, b, c: ode_batch.solve(rhs, a, [b, c], times, 1e-10,
                                                           1e-10, 4096)[-1])(y0, k, cap)
     assert torch.allclose(got, exact, rtol=1e-8)
+
+
+def test_the_step_limit_counts_the_whole_solve_not_each_output_time(f64, monkeypatch):
+    """torchdiffeq's `max_num_steps` restarts at each output time: 20 times of a few steps
+    each never reach 10 there; `MAX_STEPS` bounds the solve as a whole."""
+    from qvr.runtime import ode as ode_mod
+    times = torch.linspace(0.0, 20.0, 21)
+
+    def rhs(t, y, k):
+        return -k * y
+
+    ys = ode_batch.solve(rhs, torch.tensor(1.0), [torch.tensor(0.3)], times, 1e-8, 1e-8, 4096)
+    assert torch.allclose(ys, torch.exp(-0.3 * times), rtol=1e-6)
+    # ~37 steps in all, 1-3 to each time: 10 is a limit torchdiffeq alone never reaches
+    with pytest.raises(AssertionError, match="max_num_steps exceeded"):
+        ode_batch.solve(rhs, torch.tensor(1.0), [torch.tensor(0.3)], times, 1e-8, 1e-8, 10)
+    with monkeypatch.context() as m:
+        m.setattr(ode_batch, "_budget", lambda rhs, limit: rhs)
+        ode_batch.solve(rhs, torch.tensor(1.0), [torch.tensor(0.3)], times, 1e-8, 1e-8, 10)
+    monkeypatch.setattr(ode_mod, "MAX_STEPS", 10)
+    model = qvr.loads(LV).morphism
+    with pytest.raises(ode_mod.OdeStepLimitError) as e:
+        model.log_joint(torch.zeros(1, 1), {
+            "times": torch.arange(6.0), "y": torch.tensor(Y), "a": torch.tensor(0.55),
+            "b": torch.tensor(0.028), "c": torch.tensor(0.8), "d": torch.tensor(0.024),
+            "z_init": torch.tensor([33.9, 5.9])})
+    assert "`ode` needed more than 10 adaptive steps" in str(e.value)
