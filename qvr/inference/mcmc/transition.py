@@ -586,6 +586,45 @@ def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
     return (directory / f"{key}.pt2").is_file()
 
 
+def without_error_checks(graph):
+    """A copy of the density's FX graph without `aten._linalg_check_errors` (the raise of
+    `cholesky`, `logdet`, `solve` on a singular or non-positive-definite matrix), each
+    replaced by a NaN log density for the chains whose factorisation failed (the loop maps
+    it to -inf, as the eager density's error is).  Inside `torch.while_loop` the check
+    makes `torch.export` lift a constant tensor it does not keep (the exported program's
+    decompositions fail "Constant tensor lifted_tensor_0 is not in the constants
+    dictionary", AOTInductor "Expected positional argument for parameter arg45_1": a GP
+    regression scored through `logdet`, issue 36.10).  The graph itself when it has none."""
+    import copy
+    import operator
+    checks = [n for n in graph.graph.nodes if n.op == "call_function"
+              and n.target is torch.ops.aten._linalg_check_errors.default]
+    if not checks:
+        return graph
+    gm = copy.deepcopy(graph)
+    checks = [n for n in gm.graph.nodes if n.op == "call_function"
+              and n.target is torch.ops.aten._linalg_check_errors.default]
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    grad, lp = out.args[0]
+    with gm.graph.inserting_before(out):
+        for node in checks:
+            info = node.args[0]
+            bad = gm.graph.call_function(torch.ne, (info, 0))
+            # one flag per chain: the info of a chain's matrices (any trailing batch axes)
+            flat = gm.graph.call_function(torch.reshape, (bad, (-1,)))
+            rows = gm.graph.call_function(operator.getitem, (
+                gm.graph.call_function(getattr, (lp, "shape")), 0))
+            per = gm.graph.call_function(torch.reshape, (flat, (rows, -1)))
+            failed = gm.graph.call_function(torch.any, (per, 1))
+            nan = gm.graph.call_function(torch.full_like, (lp, math.nan))
+            lp = gm.graph.call_function(torch.where, (failed, nan, lp))
+    for node in checks:
+        gm.graph.erase_node(node)
+    out.args = ((grad, lp),)
+    gm.recompile()
+    return gm
+
+
 #: `compile_transition`'s reason when the run was stopped during the build
 STOPPED = "the transition's compile was stopped with the run"
 
@@ -670,14 +709,15 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
             from torch._inductor import aoti_compile_and_package, aoti_load_package
             cached = path.is_file()
             if not cached:
-                example = example_inputs(graph, torch.full_like(z0, 0.1), dense, K, T)
-                fn = block_function(graph, dense, thr, momentum, K, biased,
+                built = without_error_checks(graph)
+                example = example_inputs(built, torch.full_like(z0, 0.1), dense, K, T)
+                fn = block_function(built, dense, thr, momentum, K, biased,
                                     torch.while_loop)
 
                 class Transition(torch.nn.Module):
                     def __init__(self):
                         super().__init__()
-                        self.density = graph  # a submodule: export inlines it
+                        self.density = built  # a submodule: export inlines it
 
                     def forward(self, *args):
                         return fn(*args)
@@ -730,7 +770,8 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     except Exception as exc:  # no C++ compiler, an unsupported operation, ...
         if path is not None and path.is_file() and "cached" in locals() and cached:
             _discard(path, path.with_name(f"{path.stem}.check.pt"))
-        return None, f"the transition did not compile: {type(exc).__name__}: {str(exc)[:200]}"
+        first = (str(exc).strip().splitlines() or [""])[0]  # InductorError: many lines
+        return None, f"the transition did not compile: {type(exc).__name__}: {first[:200]}"
     finally:
         torch.set_rng_state(state)
     how = "loaded from the disk cache" if cached else "compiled by AOTInductor"
