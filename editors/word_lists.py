@@ -50,6 +50,8 @@ def grammar_text(text: str) -> str:
     r["builtins"]["match"] = f"\\b(?:{_alt(builtins)})\\b(?=\\s*\\()"
     r["morphism-builtins"]["match"] = f"\\b(?:{_alt(w for w in builtins if w not in reserved)})\\b(?=\\s*\\()"
     r["families"]["match"] = f"\\b(?:{_alt(families)})\\b"
+    # a step's family target `<- F(...)`: its arguments are let-expressions (E9.10)
+    r["family-target"]["begin"] = f"(?<=<-)\\s*\\b({_alt(families)})\\s*(\\()"
     r["spaces"]["match"] = f"\\b(?:{_alt(spaces)})\\b(?=\\s+[0-9])"
     return json.dumps(g, indent=2, ensure_ascii=False) + "\n"
 
