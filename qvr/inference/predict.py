@@ -54,6 +54,7 @@ from qvr.inference.data import DataError, INPUT_KEY, input_key, load_data_file, 
     message_of, reads_host
 from qvr.inference.pointwise import Pointwise, _kept_draws
 from qvr.runs import layout
+from qvr.runtime.computed import replicating
 
 #: the methods whose runs have draws to predict from
 METHODS = ("hmc", "nuts", "svi", "prior")
@@ -114,7 +115,9 @@ class Predictive(Pointwise):
         self.rows = {}
 
     def replicate(self, values: dict) -> dict:
-        ex = self.model.execute(self.x, {**self.host, **values}, score=False)
+        # E9.7: an `observe v = e <- F` is drawn from F, not computed from the new data
+        with replicating():
+            ex = self.model.execute(self.x, {**self.host, **values}, score=False)
         out = {n: torch.as_tensor(ex.sites[n].value) for n in self.observed}
         out.update({layout.RECORDED_PREFIX + n: torch.as_tensor(ex.sites[n].value)
                     for n in self.recorded if n in ex.sites})

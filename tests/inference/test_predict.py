@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from predict_records import SIGMA, SIZED, X_NEW, posterior, predictive, write_fit, write_program  # noqa: E402,E501
+from predict_records import PROGRAM, SIGMA, SIZED, X, X_NEW, Y, posterior, predictive, write_fit, write_program  # noqa: E402,E501
 
 from qvr.inference.predict import PredictError, predict  # noqa: E402
 from qvr.runs import open_run  # noqa: E402
@@ -275,3 +275,25 @@ def test_an_svi_fit_with_row_effects_predicts_new_rows(tmp_path):
     assert p.draws["y"].shape == (1, 1000, 3)
     assert np.all(np.abs(y.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
     assert np.all(np.abs(y.mean(0)) < 4 * np.sqrt(var / n))
+
+
+#: the regression observed through a value computed from data (E9.7): `logy = log(w)`
+COMPUTED = PROGRAM.replace("FinSet 6", "FinSet N").replace("    data xc : Row\n", "    data xc : Row\n    data w : Row\n").replace(
+    "    observe y : Row <- Normal(mu, 0.5)\n    return y\n",
+    "    observe logy : Row = log(w) <- Normal(mu, 0.5)\n    return logy\n")
+
+
+def test_a_computed_observe_is_drawn_from_its_family_not_computed_from_the_new_data(tmp_path):
+    import json
+    program = write_program(tmp_path / "prog", COMPUTED)
+    (program.parent / "data" / "reg.json").write_text(
+        json.dumps({"xc": X.tolist(), "w": np.exp(Y).tolist()}))
+    run = write_fit(tmp_path / "runs" / "fit", program)
+    # the new data's w would give logy = 0 everywhere if logy were computed, not drawn
+    p = predict(run, {"xc": X_NEW, "w": np.ones(4)}, seed=4)
+    logy = p.draws["logy"]
+    n = logy.shape[0] * logy.shape[1]
+    mean, var = predictive()
+    flat = logy.reshape(n, -1)
+    assert np.all(np.abs(flat.mean(0) - mean) < 4 * np.sqrt(var / n))
+    assert np.all(np.abs(flat.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
