@@ -594,9 +594,10 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
 
 def _bind_sizes(program, data, config, info, writer):
     """`program` with its sizes read from the fit's data (`object Child : FinSet N`,
-    `qvr.runtime.sizes.bind_sizes`; synthetic data: `FitConfig.sizes`); the sizes go to
+    `qvr.runtime.load.bind_sizes`; synthetic data: `FitConfig.sizes`); the sizes go to
     the run record (`run.json`'s `sizes`).  A program without sizes is returned as is."""
-    from qvr.runtime.sizes import SizeError, bind_sizes, bound_sizes, size_objects
+    from qvr.runtime.load import bind_sizes
+    from qvr.runtime.sizes import SizeError, bound_sizes, size_objects
     from qvr.inference.data import data_for_sizes
     typed = getattr(getattr(program, "qvr_binding", None), "typed", None) or \
         getattr(getattr(program, "owner", None), "typed", None) or \

@@ -186,10 +186,11 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
 
 
 def _bind_new_sizes(program, values: Optional[dict], where: str):
-    """`program` bound to the sizes of the new data (`qvr.runtime.sizes.bind_sizes`: its
+    """`program` bound to the sizes of the new data (`qvr.runtime.load.bind_sizes`: its
     ``N`` entry, or the values typed by the objects of size ``N``); as it is when its
     sizes are fixed."""
-    from qvr.runtime.sizes import SizeError, bind_sizes, size_objects
+    from qvr.runtime.load import bind_sizes
+    from qvr.runtime.sizes import SizeError, size_objects
     typed = getattr(getattr(program, "qvr_binding", None), "typed", None) or \
         getattr(getattr(program, "owner", None), "typed", None) or \
         getattr(program, "typed", None)

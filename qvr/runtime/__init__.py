@@ -24,7 +24,8 @@ from qvr.runtime.errors import (CompileError, ParseError, QvrError, QvrRuntimeEr
 from qvr.runtime.load import load, loads
 from qvr.runtime.morphisms.attention import attention_layers, circuits
 from qvr.runtime.program import Program
-from qvr.runtime.sizes import SizeError, bind_sizes
+from qvr.runtime.load import bind_sizes
+from qvr.runtime.sizes import SizeError
 
 __all__ = ["load", "loads", "Program", "CompileError", "ParseError", "QvrError",
            "QvrRuntimeError", "attention_layers", "circuits", "bind_sizes", "SizeError"]

@@ -15,6 +15,8 @@ from typing import Optional, Union
 from qvr.runtime.compile import compile_module
 from qvr.runtime.errors import CompileError, ParseError
 from qvr.runtime.program import Program
+from qvr.runtime.sizes import (Binding, SizedExport, UnboundProgram, bind_types, export_kinds,
+                               resolve_sizes, size_objects)
 from qvr.sema.typed import typed_module
 
 _SYNTAX_CODES = {f"QVR{i:03d}" for i in range(1, 11)}  # QVR010: nested too deeply
@@ -50,7 +52,6 @@ def loads(source: str, *, data: Optional[dict] = None, path: str = "<string>",
     values typed by `Child`) and `sizes` (``{"N": 434}``).  When neither gives them, the
     result is an `UnboundProgram` whose exports `fit` (or `qvr.runtime.bind_sizes`)
     binds with the fit's data."""
-    from qvr.runtime.sizes import UnboundProgram, export_kinds, resolve_sizes, size_objects
     tm = typed_module(source, path)
     errors = tm.errors
     if errors:
@@ -70,7 +71,6 @@ def compile_checked(tm, data: Optional[dict] = None, sizes: Optional[dict] = Non
     """Compile a checked module (no errors) with its sizes bound to `sizes` (``{N: 434}``,
     `qvr.runtime.sizes`); the `Program` keeps `typed`, `relations` and `sizes`, and each
     export its `qvr_binding`."""
-    from qvr.runtime.sizes import Binding, bind_types
     sizes = dict(sizes or {})
     compiled = compile_module(bind_types(tm, sizes) if sizes else tm, data)
     if compiled.diagnostics:
@@ -83,3 +83,31 @@ def compile_checked(tm, data: Optional[dict] = None, sizes: Optional[dict] = Non
         if hasattr(value, "__dict__"):  # not registered as a submodule (no module cycle)
             value.__dict__["qvr_binding"] = Binding(tm, dict(data or {}), name, sizes)
     return program
+
+
+def bind_sizes(program, data: Optional[dict] = None, sizes: Optional[dict] = None):
+    """`program` compiled with its sizes read from `data` (and `sizes`, given by the
+    user: ``{"N": 100}``); the one place sizes are bound (`qvr.runtime.sizes` resolves
+    them; it lives here, beside the compile, so that `sizes` never imports `load`).
+
+    `program` is what `qvr.load` returned — an `UnboundProgram`, or a `Program` already
+    bound (re-bound here on other data: another row count, new rows to predict) — or one
+    of their exports (a `SizedExport`, or a compiled export, which keeps its module as
+    ``qvr_binding``).  The result is of the same kind: a `Program` for a module, the
+    export of the new `Program` for an export.  A module without size names is returned
+    as it is.  Raises `SizeError` when a size is missing or its sources disagree."""
+    name = None
+    if isinstance(program, SizedExport):
+        tm, relations, name = program.owner.typed, program.owner.relations, program.name
+    elif getattr(program, "qvr_binding", None) is not None:
+        b = program.qvr_binding
+        tm, relations, name = b.typed, b.relations, b.name
+    elif getattr(program, "typed", None) is not None:
+        tm, relations = program.typed, getattr(program, "relations", None)
+    else:
+        raise TypeError(f"bind_sizes needs what qvr.load returned (or an export of it), "
+                        f"got {type(program).__name__}")
+    if not size_objects(tm):
+        return program
+    out = compile_checked(tm, relations, resolve_sizes(tm, data, sizes))
+    return out.exports[name] if name is not None else out

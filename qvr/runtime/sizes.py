@@ -3,7 +3,8 @@
 `object Child : FinSet N` (or `Real N`) names a size `N` that the program does not fix: a
 module whose objects have such sizes is checked with `N` as a name (two objects of size
 `N` are the same set), and compiled only once `N` is known.  The one function that binds
-them is `bind_sizes(program, data, sizes)`; everything else here serves it:
+them is `qvr.runtime.load.bind_sizes(program, data, sizes)` (beside the compile, which it
+calls: this module never imports `load`); everything here serves it:
 
 * `size_objects(tm)` — `{N: [objects of size N]}` of a checked module, in order;
 * `sized_values(tm)` — where each size shows in the data: ``(key, axis, object)`` for every
@@ -324,34 +325,6 @@ class Binding:
 
     def __deepcopy__(self, memo):  # immutable: a copied model shares it
         return self
-
-
-def bind_sizes(program, data: Optional[dict] = None, sizes: Optional[dict] = None):
-    """`program` compiled with its sizes read from `data` (and `sizes`, given by the
-    user: ``{"N": 100}``); the one place sizes are bound (module docstring).
-
-    `program` is what `qvr.load` returned — an `UnboundProgram`, or a `Program` already
-    bound (re-bound here on other data: another row count, new rows to predict) — or one
-    of their exports (a `SizedExport`, or a compiled export, which keeps its module as
-    ``qvr_binding``).  The result is of the same kind: a `Program` for a module, the
-    export of the new `Program` for an export.  A module without size names is returned
-    as it is.  Raises `SizeError` when a size is missing or its sources disagree."""
-    from qvr.runtime.load import compile_checked
-    name = None
-    if isinstance(program, SizedExport):
-        tm, relations, name = program.owner.typed, program.owner.relations, program.name
-    elif getattr(program, "qvr_binding", None) is not None:
-        b = program.qvr_binding
-        tm, relations, name = b.typed, b.relations, b.name
-    elif getattr(program, "typed", None) is not None:
-        tm, relations = program.typed, getattr(program, "relations", None)
-    else:
-        raise TypeError(f"bind_sizes needs what qvr.load returned (or an export of it), "
-                        f"got {type(program).__name__}")
-    if not size_objects(tm):
-        return program
-    out = compile_checked(tm, relations, resolve_sizes(tm, data, sizes))
-    return out.exports[name] if name is not None else out
 
 
 def bound_sizes(program) -> dict:

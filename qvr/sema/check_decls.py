@@ -102,7 +102,7 @@ def check_object(ctx: DeclContext, d: A.ObjectDecl) -> None:
 def _data_size(ctx: DeclContext, t: A.TSize):
     """`FinSet N` / `Real N` on an object's right-hand side (docs/extensions.md, sizes from
     the data): a finite set / space whose size is the name `N`, bound when data are
-    (`qvr.runtime.sizes.bind_sizes`).  QVR114 when `N` is an object's name."""
+    (`qvr.runtime.load.bind_sizes`).  QVR114 when `N` is an object's name."""
     name = t.name.text
     sym = ctx.object(name)
     line = ctx.line_of("type", name) if sym is not None else ctx.later("type", name)
