@@ -86,7 +86,7 @@ def test_smc_runs_in_float64():
 
 def test_the_default_dtype_is_restored_after_a_failing_fit():
     model, data, _ = nn_data()
-    bad = {**data, "z": np.ones(20)}  # a site the program does not have
+    bad = {**data, "y": np.array(["a"] * 20)}  # an observed value that is not numbers
     with pytest.raises(DataError):
         fit(model, bad, FitConfig(method="svi", steps=5, dtype="float64"))
     assert torch.get_default_dtype() == torch.float32
