@@ -160,9 +160,12 @@ def test_rank_1s_chains_reach_rank_0s_callback_live(main_launch):
     for c, _, n in r0["draws"]:
         drawn[c] += n
     assert drawn == {c: 150 for c in range(4)}
-    # rank 1's progress came while it ran (several deliveries), not in one batch at the end
-    times = [t for t, c, _, _ in r0["progress"] if c in (2, 3)]
-    assert max(times) - min(times) > 0.05
+    # rank 1's progress came while rank 0's own chains ran, not in one batch at the end:
+    # told by the order of the events, not by their spacing in time (on a busy machine a
+    # live delivery can come in a burst shorter than any fixed interval)
+    own = [t for t, c, _, _ in r0["progress"] if c in (0, 1)]
+    theirs = [t for t, c, _, _ in r0["progress"] if c in (2, 3)]
+    assert min(theirs) < max(own)
     phases = {(c, p) for _, c, p, _ in r0["progress"]}
     assert {(2, "warmup"), (2, "sampling"), (3, "warmup"), (3, "sampling")} <= phases
     # rank 1's own callback is not given its chains' events (rank 0 reports them)
