@@ -122,3 +122,28 @@ def test_the_step_limit_counts_the_whole_solve_not_each_output_time(f64, monkeyp
             "b": torch.tensor(0.028), "c": torch.tensor(0.8), "d": torch.tensor(0.024),
             "z_init": torch.tensor([33.9, 5.9])})
     assert "`ode` needed more than 10 adaptive steps" in str(e.value)
+
+
+def test_a_chain_that_runs_out_of_steps_is_dropped_not_the_batch(f64):
+    """Under vmap, a chain whose solve needs more than the step limit gives NaN values and
+    a zero gradient; the other chains get what they get alone."""
+    times = torch.tensor([0.0, 1.0, 3.0])
+
+    def rhs(t, y, k):
+        return -k * y * (1.0 + 0.5 * torch.sin(k * t))  # fast oscillation for a large k
+
+    def one(y0, k):
+        return ode_batch.solve(rhs, y0, [k], times, 1e-8, 1e-8, 200).sum()
+
+    y0 = torch.tensor([1.0, 1.0, 2.0])
+    k = torch.tensor([0.3, 300.0, 0.5])
+    with pytest.raises(AssertionError, match="max_num_steps"):
+        one(y0[1], k[1])  # alone, the second chain runs out of steps
+    g, v = torch.func.vmap(torch.func.grad_and_value(one, argnums=(0, 1)))(y0, k)
+    assert torch.isnan(v[1]) and float(g[0][1]) == 0.0 and float(g[1][1]) == 0.0
+    for c in (0, 2):
+        a, b = y0[c].clone().requires_grad_(True), k[c].clone().requires_grad_(True)
+        val = one(a, b)
+        want = torch.autograd.grad(val, (a, b))
+        assert abs(float(v[c] - val.detach())) < 1e-6
+        assert abs(float(g[0][c] - want[0])) < 1e-6 and abs(float(g[1][c] - want[1])) < 1e-6
