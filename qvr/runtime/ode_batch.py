@@ -58,7 +58,11 @@ class Spec:
         are NaN, its density -inf, its gradient 0), instead of failing every chain: the
         MCMC target would then solve each chain alone, the extreme one to the limit again
         (early in a Lotka-Volterra warm-up, 55 batched solves out of steps cost 151 s of
-        CPU and their per-chain repeats 161 s more, of 441 s in all)."""
+        CPU and their per-chain repeats 161 s more, of 441 s in all).  Caveat: the
+        limit is on the joint solve, whose steps are the union of what its chains need;
+        a chain that alone would just fit in the limit can be dropped beside an extreme
+        one (only near the limit: thousands of steps, where Stan's own models usually
+        reject at 500)."""
         if not batched:
             self.index = None
             return self._solve(y0, params, False)
