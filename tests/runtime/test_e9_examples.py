@@ -21,7 +21,7 @@ from runtime_support import EXAMPLES, load_example
 E9_EXAMPLES = {
     ("kid_scores", "kid_score_regression"), ("eight_schools", "eight_schools"),
     ("ar_series", "ar5"), ("garch_volatility", "garch11"), ("hmm_forward", "hmm_forward"),
-    ("gp_counts", "gp_counts"),
+    ("gp_counts", "gp_counts"), ("lotka_volterra", "lotka_volterra"),
 }
 
 
@@ -163,3 +163,35 @@ def test_gp_counts_latent_function(gen):
                 + Normal(0.0, 1.0).log_prob(ft).sum() + Poisson(torch.exp(f)).log_prob(k).sum())
     assert torch.allclose(total, expected, rtol=1e-10), (float(total), float(expected))
     assert torch.allclose(ex.sites["f"].value, f, rtol=1e-10)
+
+
+def test_lotka_volterra_ode_model_against_scipy(gen):
+    """The log joint of the Lotka-Volterra example (posteriordb hudson_lynx_hare; its year
+    count `N` read from the data) at a fixed point against the ODE solved by scipy at
+    tight tolerances and lognormal densities: equal within the example's own solver
+    tolerances (rtol 1e-5, atol 1e-3 on populations of 1-80)."""
+    import numpy as np
+    from scipy.integrate import solve_ivp
+    from scipy.stats import lognorm, norm
+    d = shipped("lotka_volterra")
+    theta = [0.55, 0.028, 0.80, 0.024]
+    z0, sigma = [33.0, 6.0], [0.25, 0.25]
+    values = {"alpha": torch.tensor(theta[0]), "beta": torch.tensor(theta[1]),
+              "gamma": torch.tensor(theta[2]), "delta": torch.tensor(theta[3]),
+              "z_init": torch.tensor(z0), "sigma": torch.tensor(sigma)}
+    data = {"ts": d["ts"], "y": d["y"], "y_init": d["y_init"]}
+    p = program("lotka_volterra", "lotka_volterra")  # N = 20, from the shipped data
+    x = torch.zeros(20, 1, dtype=torch.float64)
+    with torch.no_grad():
+        total = p.log_joint_total(x, {**data, **values})
+    a, b, c, dl = theta
+    sol = solve_ivp(lambda t, u: [u[0] * (a - b * u[1]), u[1] * (dl * u[0] - c)],
+                    (0.0, 20.0), z0, t_eval=d["ts"].numpy(), rtol=1e-11, atol=1e-11)
+    z = sol.y.T  # (20, 2)
+    prior = (sum(norm(m, s).logpdf(v) - norm(m, s).logsf(0.0)
+                 for v, (m, s) in zip(theta, [(1.0, 0.5), (0.05, 0.05), (1.0, 0.5), (0.05, 0.05)]))
+             + lognorm(1.0, scale=10.0).logpdf(z0).sum()
+             + lognorm(1.0, scale=np.exp(-1.0)).logpdf(sigma).sum())
+    lik = (lognorm(sigma, scale=z0).logpdf(d["y_init"].numpy()).sum()
+           + lognorm(np.asarray(sigma), scale=z).logpdf(d["y"].numpy()).sum())
+    assert float(total) == pytest.approx(prior + lik, abs=0.02), (float(total), prior + lik)
