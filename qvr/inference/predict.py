@@ -185,6 +185,14 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
     return model, notes
 
 
+def _size_names(model) -> set:
+    """The sizes the program reads from the data (`object Row : FinSet N`: ``{"N"}``):
+    a data entry `N` is read (it binds the size), not left out."""
+    from qvr.runtime.sizes import size_objects
+    typed = getattr(getattr(model, "qvr_binding", None), "typed", None)
+    return set(size_objects(typed)) if typed is not None else set()
+
+
 def _bind_new_sizes(program, values: Optional[dict], where: str):
     """`program` bound to the sizes of the new data (`qvr.runtime.load.bind_sizes`: its
     ``N`` entry, or the values typed by the objects of size ``N``); as it is when its
@@ -363,7 +371,7 @@ def split_new(run, model, values: dict, where: str, device="cpu") -> tuple:
                      f"{'is' if len(given_obs) == 1 else 'are'} not used: the prediction "
                      f"draws {'it' if len(given_obs) == 1 else 'them'}")
     unused = [k for k in values if k not in host_names and k not in observed
-              and k not in (key, INPUT_KEY)]
+              and k not in (key, INPUT_KEY) and k not in _size_names(model)]
     if unused:
         notes.append(f"{where}: {_names(unused)} {'is' if len(unused) == 1 else 'are'} not "
                      f"read by the program: left out")

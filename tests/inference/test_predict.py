@@ -123,12 +123,17 @@ def test_a_run_without_draws_is_refused(tmp_path):
 
 
 def test_fixed_sizes_are_an_error_that_says_so(tmp_path):
-    """Eight schools: `theta_trans : School` is a plate of 8 elements, bound from the
-    fit's draws; three new schools cannot use it."""
+    """Eight schools with its size written in the program (`School : FinSet 8`; the
+    example reads `J` from the data): `theta_trans : School` is a plate of 8 elements,
+    bound from the fit's draws; three new schools cannot use it."""
     from qvr.runs import RunWriter
     from qvr.inference.events import FitFinished, FitStarted
     import hashlib
-    prog = ROOT / "examples" / "eight_schools.qvr"
+    source = (ROOT / "examples" / "eight_schools.qvr").read_text(encoding="utf-8")
+    assert "object School : FinSet J\n" in source
+    prog = tmp_path / "eight_schools.qvr"
+    prog.write_text(source.replace("object School : FinSet J\n", "object School : FinSet 8\n"),
+                    encoding="utf-8")
     folder = tmp_path / "es"
     rng = np.random.default_rng(0)
     with RunWriter(folder, {"program": {"path": str(prog), "export": None, "sha256":
@@ -297,3 +302,13 @@ def test_a_computed_observe_is_drawn_from_its_family_not_computed_from_the_new_d
     flat = logy.reshape(n, -1)
     assert np.all(np.abs(flat.mean(0) - mean) < 4 * np.sqrt(var / n))
     assert np.all(np.abs(flat.var(0, ddof=1) - var) < 4 * var * np.sqrt(2.0 / (n - 1)))
+
+
+def test_a_size_entry_of_the_new_data_binds_the_size_and_is_not_left_out(tmp_path):
+    program = write_program(tmp_path / "prog", SIZED)
+    run = write_fit(tmp_path / "runs" / "fit", program)
+    p = predict(run, {"N": 3, "xc": [0.0, 1.0, 2.0], "extra": [1.0]}, seed=0,
+                data_path="new.json")
+    assert p.rows == 3 and p.draws["y"].shape[-1] == 3
+    assert "new.json: `extra` is not read by the program: left out" in p.notes
+    assert not any("`N`" in n for n in p.notes), p.notes
