@@ -26,8 +26,12 @@ E9_EXAMPLES = {
 
 
 def shipped(stem: str) -> dict:
+    """The shipped data less the sizes the program read from it (a Stan data file's `J`,
+    `T`, `N`: bound when the example was loaded, not a value of a site)."""
     raw = load_data(find_data(EXAMPLES / f"{stem}.qvr"))
-    return {k: torch.as_tensor(v, dtype=torch.float64) for k, v in raw.items()}
+    sizes = getattr(load_example(stem), "sizes", None) or {}
+    return {k: torch.as_tensor(v, dtype=torch.float64) for k, v in raw.items()
+            if k not in sizes}
 
 
 def program(stem: str, export: str):
