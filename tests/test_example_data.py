@@ -40,7 +40,9 @@ def test_the_runnable_examples_are_the_known_ones():
 
 #: posteriordb's data files shipped as they are: what their Stan programs read and the
 #: program does not (hmm_forward's two states are written in the program)
-LEFT_OUT = {}
+LEFT_OUT = {
+    "hmm_forward": ["the shipped data's `K` is not read by `hmm_forward`: left out"],
+}
 
 
 @pytest.mark.parametrize("name", RUNNABLE)

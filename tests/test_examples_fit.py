@@ -27,8 +27,14 @@ CANNOT = {
     **{(name, method, "synthetic"): f"synthetic data cannot be drawn from this program: "
                                     f"program `{export}`: `{site}` has an improper flat prior"
        for name, export, site in [("kid_scores", "kid_score_regression", "beta"),
-                                  ("garch_volatility", "garch11", "mu"),
-                                  ("hmm_forward", "hmm_forward", "mu")]
+                                  ("garch_volatility", "garch11", "mu")]
+       for method in ("svi", "nuts")},
+    # its series length `N` is read from the data, and no observed site counts synthetic
+    # rows (the forward pass is a score); with `--size N=100`, its flat prior on `mu`
+    **{("hmm_forward", method, "synthetic"): "the size `N` of `Time` is not in the data: "
+                                            "give it as the data's `N` entry, or give the "
+                                            "values typed by `Time` (`y`); without data, "
+                                            "give it with --size N=SIZE (FitConfig.sizes)"
        for method in ("svi", "nuts")},
     # synthetic inputs x ~ N(0, 1) next to a length scale ~ 6: the kernel matrix is singular
     # in float32 (and its 4 rows are not the 11 points its objects declare)

@@ -25,13 +25,19 @@ E9_EXAMPLES = {
 }
 
 
+#: entries of posteriordb's data files that the program does not read (a fit leaves them
+#: out with a note): hmm's `K` (its two states are written in the program), gp's `y`
+UNREAD = {"hmm_forward": {"K"}, "gp_counts": {"y"}}
+
+
 def shipped(stem: str) -> dict:
     """The shipped data less the sizes the program read from it (a Stan data file's `J`,
-    `T`, `N`: bound when the example was loaded, not a value of a site)."""
+    `T`, `N`: bound when the example was loaded, not a value of a site) and the entries
+    it does not read."""
     raw = load_data(find_data(EXAMPLES / f"{stem}.qvr"))
-    sizes = getattr(load_example(stem), "sizes", None) or {}
+    drop = set(getattr(load_example(stem), "sizes", None) or {}) | UNREAD.get(stem, set())
     return {k: torch.as_tensor(v, dtype=torch.float64) for k, v in raw.items()
-            if k not in sizes}
+            if k not in drop}
 
 
 def program(stem: str, export: str):
