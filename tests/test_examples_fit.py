@@ -36,11 +36,6 @@ CANNOT = {
                                             "values typed by `Time` (`y`); without data, "
                                             "give it with --size N=SIZE (FitConfig.sizes)"
        for method in ("svi", "nuts")},
-    # synthetic inputs x ~ N(0, 1) next to a length scale ~ 6: the kernel matrix is singular
-    # in float32 (and its 4 rows are not the 11 points its objects declare)
-    **{("gp_counts", method, "synthetic"): "synthetic data cannot be drawn from this program: "
-                                          "program `gp_counts`, step `cov`"
-       for method in ("svi", "nuts")},
     # synthetic host data are N(0, 1) draws: the observation times `ts` are not increasing
     **{("lotka_volterra", method, "synthetic"): "synthetic data cannot be drawn from this "
                                                "program: program `lotka_volterra`, step `z`: "
