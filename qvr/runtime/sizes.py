@@ -193,7 +193,9 @@ def resolve_sizes(tm, data: Optional[dict] = None, sizes: Optional[dict] = None,
             shape = _shape(data[key])
             if shape is None or len(shape) < -axis:
                 continue  # the one data check reports a value of the wrong rank
-            where = "rows" if axis == -len(shape) else f"entries along axis {len(shape) + axis}"
+            m = shape[axis]
+            where = (("row" if m == 1 else "rows") if axis == -len(shape) else
+                     f"{'entry' if m == 1 else 'entries'} along axis {len(shape) + axis}")
             found.append((f"`{key}` (typed by `{obj}`) has {shape[axis]} {where}",
                           shape[axis]))
         if not found:

@@ -147,3 +147,15 @@ def test_real_n_takes_its_dimension_from_the_data():
     assert prog.size_names == ("N", "K")
     e = bind_sizes(prog, {"z": np.zeros(3), "y": np.zeros(4)})
     assert e.sizes == {"N": 4, "K": 3}
+
+
+def test_a_size_error_counts_one_row_in_the_singular():
+    from qvr.runtime.sizes import resolve_sizes
+    from qvr.sema.typed import typed_module
+    tm = typed_module("object Row : FinSet N\nprogram p : Row -> Row\n    data x : Row\n"
+                      "    sample b <- Normal(0.0, 1.0)\n    observe y : Row <- Normal(b * x, 1.0)\n"
+                      "    return y\nexport p\n", "t.qvr")
+    with pytest.raises(SizeError) as err:
+        resolve_sizes(tm, {"N": 3, "x": [1.0]}, None)
+    assert "`x` (typed by `Row`) has 1 row" in str(err.value)
+    assert "1 rows" not in str(err.value)
