@@ -294,7 +294,10 @@ class UnboundProgram:
         self.size_names = tuple(size_objects(tm))
         self.sizes = {}
         self.exports = {name: SizedExport(self, name, kind) for name, kind in kinds.items()}
-        self.morphism = None
+        # as `Program.morphism`: the first export (a program or morphism), here unbound —
+        # `fit(qvr.load(path).morphism, data)` binds it; any other use says how to bind it
+        first = next(iter(self.exports.values()), None)
+        self.morphism = first if first is not None and first.kind != "template" else None
 
     def __repr__(self) -> str:
         return (f"UnboundProgram(path={self.path!r}, exports={list(self.exports)}, "

@@ -159,3 +159,17 @@ def test_a_size_error_counts_one_row_in_the_singular():
         resolve_sizes(tm, {"N": 3, "x": [1.0]}, None)
     assert "`x` (typed by `Row`) has 1 row" in str(err.value)
     assert "1 rows" not in str(err.value)
+
+
+def test_an_unbound_module_s_morphism_is_its_first_export_and_says_how_to_bind_it():
+    import qvr
+    from qvr.inference import fit
+    from qvr.runtime.sizes import SizedExport
+    p = qvr.loads("object Row : FinSet N\nprogram p : Row -> Row\n    sample b <- Normal(0.0, 1.0)\n"
+                  "    observe y : Row <- Normal(b, 1.0)\n    return y\nexport p\n")
+    assert isinstance(p.morphism, SizedExport) and p.morphism is p.exports["p"]
+    with pytest.raises(AttributeError) as err:
+        p.morphism.execute
+    assert str(err.value).startswith("`p` has sizes read from the data (N): bind them first")
+    res = fit(p.morphism, {"y": [0.1, 0.4, -0.2]}, {"method": "svi", "steps": 5, "seed": 0})
+    assert res.status == "finished"
