@@ -426,10 +426,7 @@ class NUTSKernel(HMCBase):
             for n in range(2 ** j):
                 u = torch.rand(C, dtype=dtype, device=device)
                 if not tick.counts_itself:
-                    beat = getattr(target, "on_evaluation", None)
-                    if beat is not None:  # the driver's progress heartbeat
-                        beat()
-                    target.num_evals += 1
+                    target._count()  # num_evals, and the driver's progress heartbeat
                 s = tick(s, u, n)
                 if n + 1 < 2 ** j and not bool(s.running.any()):
                     break
