@@ -259,14 +259,14 @@ def _for_export(model, values: dict, what: str) -> tuple[dict, list, dict]:
 
 def _typo(key: str, known: set) -> Optional[str]:
     """A probable typo: `key` differs from a name the program reads only by case, or
-    nearly (difflib ratio >= 0.8)."""
-    names = sorted(known)
-    same = [n for n in names if n.lower() == key.lower()]
-    if same:
-        return f"`{key}` differs from `{same[0]}` only in case: a typo?"
-    import difflib
-    close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
-    return f"`{key}` is close to `{close[0]}`: a typo?" if close else None
+    nearly (difflib ratio >= 0.8): the "did you mean" rule, `qvr.sema.suggest`."""
+    from qvr.sema.suggest import suggest
+    near = suggest(key, known, cutoff=0.8)
+    if near is None:
+        return None
+    if near.lower() == key.lower():
+        return f"`{key}` differs from `{near}` only in case: a typo?"
+    return f"`{key}` is close to `{near}`: a typo?"
 
 
 def split_data(model, data: Optional[dict], device="cpu") -> tuple:
