@@ -14,7 +14,6 @@ latent it depends on (None: data only), as the steps are checked in order.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 from qvr.sema import axes as X
@@ -22,6 +21,7 @@ from qvr.sema import errors as E
 from qvr.sema.resolve import resolve_type
 from qvr.sema.types import is_discrete, is_unknown
 from qvr.syntax import ast as A
+from qvr.syntax.depth import child_nodes
 
 
 def names_read(node) -> list:
@@ -33,10 +33,7 @@ def names_read(node) -> list:
         n = stack.pop()
         if isinstance(n, A.Name):
             out.append(n)
-        elif isinstance(n, (list, tuple)):
-            stack.extend(n)
-        elif dataclasses.is_dataclass(n) and not isinstance(n, type):
-            stack.extend(getattr(n, f.name) for f in dataclasses.fields(n))
+        stack.extend(child_nodes(n))
     return sorted(out, key=lambda n: n.span.start)
 
 

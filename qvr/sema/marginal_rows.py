@@ -16,12 +16,11 @@ every term of the block has one entry per element of I and a row reads only its 
 """
 from __future__ import annotations
 
-import dataclasses
-
 from qvr.sema import errors as E
 from qvr.sema.axes import REDUCTIONS, UNARY
 from qvr.sema.families import FAMILIES
 from qvr.syntax import ast as A
+from qvr.syntax.depth import child_nodes
 
 #: calls that act element by element (a row of the result reads the same row of each
 #: argument): they may take a value that depends on the coordinate
@@ -88,14 +87,6 @@ def check_grouped(chk, step: A.MarginalizeStep) -> None:
                 "block)"))
 
 
-def _children(n):
-    if isinstance(n, (list, tuple)):
-        return list(n)
-    if dataclasses.is_dataclass(n) and not isinstance(n, type):
-        return [getattr(n, f.name) for f in dataclasses.fields(n)]
-    return []
-
-
 def _reads(e, dep: set) -> bool:
     """Whether expression `e` names one of `dep` (an over-approximation: binders count)."""
     stack = [e]
@@ -103,7 +94,7 @@ def _reads(e, dep: set) -> bool:
         n = stack.pop()
         if isinstance(n, A.Name) and n.text in dep:
             return True
-        stack.extend(_children(n))
+        stack.extend(child_nodes(n))
     return False
 
 
@@ -116,7 +107,7 @@ def _check_expr(chk, e, dep: set, z: str, plate: str, name: str) -> None:
         if what is not None:
             chk.ctx.report(E.per_row_combines(n.span, z, plate, name, what))
             return
-        stack.extend(_children(n))
+        stack.extend(child_nodes(n))
 
 
 def _combines(n, dep: set, plate: str, object_type):
@@ -125,7 +116,7 @@ def _combines(n, dep: set, plate: str, object_type):
         return f"indexing `{n.base.text}`" if n.base.text in dep else None
     if isinstance(n, A.ECall):
         callee = n.callee.text
-        if callee in FAMILIES or not _reads(n.args, dep):
+        if callee in FAMILIES or not any(_reads(a, dep) for a in n.args):
             return None
         if callee in ELEMENTWISE:
             return None

@@ -42,6 +42,12 @@ def _children(node) -> list:
     return out
 
 
+def child_nodes(node) -> list:
+    """The child nodes of an AST node in source order (tuples of children flattened): the
+    generic walk step shared by passes that look through expressions (`qvr.sema`)."""
+    return _children(node)
+
+
 def too_deep(root, limit: int = MAX_DEPTH) -> Optional[object]:
     """The first node (in source order) deeper than `limit` levels, or None.
 
