@@ -325,9 +325,10 @@ def _host_names(model) -> list:
     return names
 
 
-def fit_rows(run, observed=()) -> Optional[int]:
+def fit_rows(run, observed=(), old: Optional[dict] = None) -> Optional[int]:
     """The fit's row count: the leading size of its observed values (``observed.npz``, or
-    the sites `observed` in its data file); None when the record does not tell."""
+    the sites `observed` in its data file, `old` when already read); None when the record
+    does not tell."""
     try:
         found = run.observed()
     except Exception:
@@ -335,7 +336,8 @@ def fit_rows(run, observed=()) -> Optional[int]:
     for k, v in found.items():
         if not k.startswith(layout.GROUP_PREFIX) and np.ndim(v) >= 1:
             return int(np.shape(v)[0])
-    old = _fit_values(run) if observed else {}
+    if old is None:
+        old = _fit_values(run) if observed else {}
     for k in observed:
         if k in old and np.ndim(old[k]) >= 1:
             return int(np.shape(old[k])[0])
@@ -393,8 +395,8 @@ def _new_rows(run, model, host: dict, where: str) -> int:
     """The rows of new data without an input: the new leading size of the host data that
     was row-wise in the fit (or, when the fit's data is not at hand, of every host array),
     the fit's row count when there is none."""
-    before = fit_rows(run, _observe_names(model))
-    old = _fit_values(run)
+    old = _fit_values(run)  # read once: fit_rows looks in it too
+    before = fit_rows(run, _observe_names(model), old)
     sizes = {}
     for k, v in host.items():
         if not isinstance(v, torch.Tensor) or v.dim() == 0:
