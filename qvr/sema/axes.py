@@ -220,10 +220,13 @@ REDUCTIONS = ("sum", "mean", "max", "min", "prod", "logsumexp", "var", "std")
 ALONG = ("softmax", "log_softmax", "cumsum")
 #: builtins whose argument at this position is an object name
 OBJECT_ARGS = {**{f: 1 for f in REDUCTIONS + ALONG}, "eye": 0}
+#: E9.10: Stan's indicators, elementwise 0/1 (`step(x)`: x >= 0, `int_step(x)`: x > 0);
+#: `where(c, a, b)` is the elementwise conditional
+INDICATORS = ("step", "int_step")
 #: every builtin of E9.1 (arity is in `qvr.sema.families.BUILTINS`)
-E9_BUILTINS = frozenset(UNARY + REDUCTIONS + ALONG + (
+E9_BUILTINS = frozenset(UNARY + REDUCTIONS + ALONG + INDICATORS + (
     "pow", "clamp", "cholesky", "tri_solve", "logdet", "diag", "eye", "transpose", "slice",
-    "log_density", "append_row", "append_col", "diag_pre_multiply"))
+    "log_density", "append_row", "append_col", "diag_pre_multiply", "where"))
 
 
 def slice_size(n: Optional[int], start: Optional[int], stop: Optional[int], has_stop: bool
@@ -244,12 +247,6 @@ def int_literal(e) -> Optional[int]:
     if isinstance(e, A.Number) and e.is_int:
         return int(e.value)
     return None
-
-
-#: E9.10: Stan's indicators, elementwise 0/1 (`step(x)`: x >= 0, `int_step(x)`: x > 0),
-#: and the elementwise conditional `where(c, a, b)`
-INDICATORS = ("step", "int_step")
-E9_BUILTINS = E9_BUILTINS | frozenset(("where",) + INDICATORS)
 
 
 # ---------------------------------------------------------------- the walk
@@ -733,14 +730,13 @@ CALL_AXES: dict[str, Callable] = {
     **{n: _unary for n in UNARY},
     **{n: _reduction for n in REDUCTIONS},
     **{n: _along for n in ALONG},
-    "pow": _elementwise, "clamp": _elementwise,
+    **{n: _unary for n in INDICATORS},  # E9.10
+    "pow": _elementwise, "clamp": _elementwise, "where": _elementwise,
     "cholesky": _cholesky, "logdet": _logdet, "transpose": _transpose, "diag": _diag,
     "diag_pre_multiply": _diag_pre_multiply,
     "eye": _eye, "tri_solve": _tri_solve, "slice": _slice, "log_density": _log_density,
     "append_row": _append, "append_col": _append,
 }
-
-CALL_AXES.update({**{n: _unary for n in INDICATORS}, "where": _elementwise})  # E9.10
 
 # -- E9.3 (docs/e9/recurrence.md): `fold`/`scan` states have init's axes, the index is a
 # scalar; `scan` puts O in front of them; `ode` puts the axis of `times` in front of y0's

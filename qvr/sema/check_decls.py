@@ -12,11 +12,10 @@ from qvr.sema.check_morph import (MORPHISM_BUILTINS, MInfo, family_lookup, infer
                                   value_lookup_error)
 from qvr.sema.context import DeclContext
 from qvr.sema.families import (ATTENTION_FAMILIES, COMPOSITION_LEVELS, COMPOSITION_RULES,
-                               FAMILIES, LOCATION_SCALE, OUTSIDE_CORE_FAMILIES, ROLES, SPACES,
-                               Space, space_of)
+                               FAMILIES, LOCATION_SCALE, OUTSIDE_CORE_FAMILIES, ROLES,
+                               RUNTIME_RULES, SPACES, Space, space_of)
 from qvr.sema.options import expect_int, expect_name, expect_names, expect_number, read_options
 from qvr.sema.runnable import kernel_supported  # E9.9
-from qvr.sema.families import RUNTIME_RULES  # E9.9
 from qvr.sema.resolve import resolve_type, type_names
 from qvr.sema.suggest import suggest
 from qvr.sema.symbols import (DeductionSym, GroupSym, LetSym, MorphismSym, ObjectSym,
