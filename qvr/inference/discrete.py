@@ -98,7 +98,8 @@ def infer_discrete(model, x, observations: dict, latents: Optional[dict] = None,
     dtype = model.float_dtype()
     marg = _marginals(model, x, values, st, {}, dtype)
     post = DiscretePosterior({k: v.clamp_min(0) for k, v in marg.items()})
-    post.marginals.update(_block_posteriors(model, x, values, coupled))
+    blocks = _block_posteriors(model, x, values, coupled)
+    post.marginals.update(blocks)
     if not sample:
         return post
     clamp = {}
@@ -114,8 +115,9 @@ def infer_discrete(model, x, observations: dict, latents: Optional[dict] = None,
         clamp[s.name] = mask
         if i + 1 < len(order):
             current = _marginals(model, x, values, st, clamp, dtype)
-    given = {**values, **post.samples}  # blocks reading enumerated sites: given their draw
-    post.samples.update(_block_samples(_block_posteriors(model, x, given, set()), generator))
+    if coupled:  # blocks reading enumerated sites: given their draw (one more run)
+        blocks = _block_posteriors(model, x, {**values, **post.samples}, set())
+    post.samples.update(_block_samples(blocks, generator))
     return post
 
 
