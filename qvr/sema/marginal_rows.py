@@ -61,14 +61,13 @@ def check_per_row(chk, step: A.MarginalizeStep, plate: str) -> None:
             elif not (isinstance(t, A.TName) and t.name.text == plate):
                 ctx.report(E.per_row_term(s.index.span, z, plate, name, kind,
                                           " ".join(ctx.snippet(s.index.span).split())))
-            value = getattr(s, "value", None)  # E9.7 `observe v : T = e <- F`
-            if value is not None:
-                _check_expr(chk, value, dep, z, plate, name)
+            if s.value is not None:  # E9.7 `observe v : T = e <- F`
+                _check_expr(chk, s.value, dep, z, plate, name)
             for a in s.target.args or ():  # E9.10: an argument expression is a let
-                if not isinstance(a, (A.Number, A.Name)) and _reads(A.arg_expr(a), dep):
+                if not isinstance(a, (A.Number, A.Name)):
                     _check_expr(chk, A.arg_expr(a), dep, z, plate, name)
         elif isinstance(s, A.ScoreStep):
-            if getattr(s, "index", None) is None:  # `score v : T = e` in a block: QVR323
+            if s.index is None:  # `score v : T = e` in a block: QVR323
                 ctx.report(E.per_row_term(s.kw, z, plate, s.bind.text, "score"))
         elif isinstance(s, A.LetStep):
             if _reads(s.rhs, dep):
@@ -81,7 +80,7 @@ def check_grouped(chk, step: A.MarginalizeStep) -> None:
     observed rows into their groups (`qvr.runtime.compile_program` refuses it, so `qvr run`
     would fail after a clean check).  `score v : T = e` there is QVR323."""
     for s in step.body:
-        if isinstance(s, A.ScoreStep) and getattr(s, "index", None) is None:
+        if isinstance(s, A.ScoreStep) and s.index is None:
             chk.ctx.report(E.runtime_unsupported(
                 s.kw, "a `score` step inside a grouped marginalize block (score after the "
                 "block)"))
