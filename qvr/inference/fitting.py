@@ -592,6 +592,14 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
                       vocab, world, rows, batches)
 
 
+def typed_of(program):
+    """The checked module of `program` (a compiled module, a `qvr.load` result or an
+    export waiting for its sizes), None when it has none."""
+    return getattr(getattr(program, "qvr_binding", None), "typed", None) or \
+        getattr(getattr(program, "owner", None), "typed", None) or \
+        getattr(program, "typed", None)
+
+
 def _bind_sizes(program, data, config, info, writer):
     """`program` with its sizes read from the fit's data (`object Child : FinSet N`,
     `qvr.runtime.load.bind_sizes`; synthetic data: `FitConfig.sizes`); the sizes go to
@@ -599,9 +607,7 @@ def _bind_sizes(program, data, config, info, writer):
     from qvr.runtime.load import bind_sizes
     from qvr.runtime.sizes import SizeError, bound_sizes, size_objects
     from qvr.inference.data import data_for_sizes
-    typed = getattr(getattr(program, "qvr_binding", None), "typed", None) or \
-        getattr(getattr(program, "owner", None), "typed", None) or \
-        getattr(program, "typed", None)
+    typed = typed_of(program)
     if typed is None or not size_objects(typed):
         if config.sizes:
             raise DataError(f"the program reads no size from the data: "

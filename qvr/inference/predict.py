@@ -199,9 +199,8 @@ def _bind_new_sizes(program, values: Optional[dict], where: str):
     sizes are fixed."""
     from qvr.runtime.load import bind_sizes
     from qvr.runtime.sizes import SizeError, size_objects
-    typed = getattr(getattr(program, "qvr_binding", None), "typed", None) or \
-        getattr(getattr(program, "owner", None), "typed", None) or \
-        getattr(program, "typed", None)
+    from qvr.inference.fitting import typed_of
+    typed = typed_of(program)
     if typed is None or not size_objects(typed):
         return program
     try:
