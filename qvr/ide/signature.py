@@ -134,8 +134,11 @@ def _ode_t0_signature(b):
 
 
 def _describe(doc, index: int, name: str, line: str, step_line: str = ""):
-    in_let = re.match(r"\s*(let|score|record)\s+\w+\s*=", step_line or line) and not re.match(
-        r"let\s", step_line or line)
+    head = step_line or line
+    # `let v [: T] = …` (E9.11), `score v [: T] = …`, `observe v [: T] = … <- F` (E9.7)
+    in_let = (re.match(r"\s*(let|score|record)\s+\w+\s*(?::[^=]*)?=", head) or (
+        re.match(r"\s*observe\s+\w+\s*(?::[^=]*)?=", head) and "<-" not in head)) and not re.match(
+        r"let\s", head)
     # E9.10: the arguments of a family target (`<- Normal(… where(`) are let-expressions
     in_family_args = "<-" in step_line and word_before(step_line.rstrip()) in FAMILIES
     if (in_let or in_family_args) and name in BUILTINS:
