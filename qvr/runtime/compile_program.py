@@ -184,14 +184,7 @@ class _Builder:
     def expr_arg(self, e, ctx):
         """E9.10: a family argument that is a let-expression: a hidden `let` step run just
         before the site, compiled exactly as `let tmp = e` (closure, level, typed axes)."""
-        self.check_densities(e, ctx)
-        walker = ExprAxes(self.axes_scope(ctx))
-        vaxes = walker.expr(e)
-        fn = compile_let(e, self.resolver(ctx), self.mc.resolve_size, walker)
-        names = free_names(e, is_object=lambda n: n not in ctx.scope and n not in ctx.consts
-                           and self.object_type(n) is not None)
-        level = max((self.level_of(ctx, n) for n in names), default=GLOBAL)
-        reads = tuple(ctx.scope[n] for n in sorted(_names_in(e)) if n in ctx.scope)
+        fn, vaxes, level, reads = self.compiled_expr(e, ctx)
         key = f"{ctx.prefix}_arg{len(self.levels)}"
         self.levels[key] = level
         self.axes[key] = vaxes
@@ -289,11 +282,7 @@ class _Builder:
 
     def computed_value(self, s, ctx) -> str:
         """E9.7 `observe v = e <- F`: a hidden `let` of e, run before the site; its key."""
-        self.check_densities(s.value, ctx)
-        walker = ExprAxes(self.axes_scope(ctx))
-        vaxes = walker.expr(s.value)
-        fn = compile_let(s.value, self.resolver(ctx), self.mc.resolve_size, walker)
-        reads = tuple(ctx.scope[n] for n in sorted(_names_in(s.value)) if n in ctx.scope)
+        fn, vaxes, _, reads = self.compiled_expr(s.value, ctx)
         key = f"{ctx.prefix}_observed_{s.bind.text}"
         self.levels[key] = ROW
         self.axes[key] = vaxes
@@ -382,18 +371,24 @@ class _Builder:
                            space_size=space.size if space is not None else 0,
                            dependent=support["dependent"])
 
-    def let(self, s, ctx, score: bool):
-        self.check_densities(s.rhs, ctx)  # E9.1: QVR950 for `log_density` of a family we lack
+    def compiled_expr(self, e, ctx) -> tuple:
+        """`e` compiled as the right-hand side of a `let` (and of the hidden lets of E9.7
+        and E9.10): `(fn, typed axes, level, env keys of the locals it reads)`."""
+        self.check_densities(e, ctx)  # E9.1: QVR950 for `log_density` of a family we lack
         walker = ExprAxes(self.axes_scope(ctx))  # E9.1: typed axes of every sub-expression
-        vaxes = walker.expr(s.rhs)
+        vaxes = walker.expr(e)
+        fn = compile_let(e, self.resolver(ctx), self.mc.resolve_size, walker)
+        names = free_names(e, is_object=lambda n: n not in ctx.scope and n not in ctx.consts
+                           and self.object_type(n) is not None)
+        level = max((self.level_of(ctx, n) for n in names), default=GLOBAL)
+        reads = tuple(ctx.scope[n] for n in sorted(_names_in(e)) if n in ctx.scope)
+        return fn, vaxes, level, reads
+
+    def let(self, s, ctx, score: bool):
+        fn, vaxes, level, reads = self.compiled_expr(s.rhs, ctx)
         if getattr(s, "index", None) is not None and not score:  # E9.11 `let v : T = e`
             from qvr.sema.axes import annotate_axes, type_expr_axes
             vaxes = annotate_axes(vaxes, type_expr_axes(s.index, self.object_type) or ())
-        fn = compile_let(s.rhs, self.resolver(ctx), self.mc.resolve_size, walker)
-        names = free_names(s.rhs, is_object=lambda n: n not in ctx.scope and n not in ctx.consts
-                           and self.object_type(n) is not None)
-        level = max((self.level_of(ctx, n) for n in names), default=GLOBAL)
-        reads = tuple(ctx.scope[n] for n in sorted(_names_in(s.rhs)) if n in ctx.scope)
         key = self.key(ctx, s.bind.text)
         self.levels[key] = level
         self.axes[key] = vaxes
