@@ -124,13 +124,15 @@ def summary_table(parameters: dict, shapes: Optional[dict] = None,
         if has_diag:
             row += [_f(g["ess_bulk"], ".0f"), _f(g["ess_tail"], ".0f"), _f(g["r_hat"], ".3f")]
         rows.append(row)
+    return "\n".join(_aligned(head, rows, left=3)), max(0, len(groups) - max_rows)
+
+
+def _aligned(head: list, rows: list, left: int) -> list[str]:
+    """`head` and `rows` as lines of columns, the first `left` ones left-aligned, the
+    rest right-aligned."""
     widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
-    lines = ["  ".join(h.ljust(w) if i < 3 else h.rjust(w)
-                       for i, (h, w) in enumerate(zip(head, widths)))]
-    for r in rows:
-        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))))
-    return "\n".join(lines), max(0, len(groups) - max_rows)
+    return ["  ".join(c.ljust(w) if i < left else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))) for r in [head, *rows]]
 
 
 def _site_shapes(run) -> dict:
@@ -380,12 +382,7 @@ def predict_lines(run, summary: dict, max_rows: int = MAX_ROWS) -> list[str]:
         site = _LABEL.match(label)
         name = label + (RECORDED_MARK if site and site.group("site") in recorded else "")
         rows.append([name] + [_f(row.get(c)) for c in ("mean", "sd", "q5", "q50", "q95")])
-    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
-    lines.append("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                           for i, (h, w) in enumerate(zip(head, widths))))
-    for r in rows:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))))
+    lines += _aligned(head, rows, left=1)
     hidden = len(params) - len(rows)
     more = f"{hidden} more elements; " if hidden > 0 else ""
     lines.append(f"({more}every element ({len(params)}) in {run.path / 'summary.txt'}, "
