@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from qvr.ide.catalog import COMBINATORS, builtin_params, lambda_params
+from qvr.ide.catalog import COMBINATORS, builtin_params, lambda_params, split_params
 from qvr.ide.textscan import bracket_stack, word_before
 from qvr.sema.check_morph import MORPHISM_BUILTINS
 from qvr.sema.families import BUILTINS, FAMILIES
@@ -108,19 +108,8 @@ def _builtin(b):
 def _ode_t0(text: str) -> bool:
     """The arguments typed so far are `ode`'s t0 form: a fourth argument is written and it
     is not a number literal (`qvr.sema.axes.ode_arguments` reads the call the same way)."""
-    args, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            args.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    args.append(cur)
-    fourth = args[3].strip().strip("()").strip() if len(args) > 3 else ""
+    args = split_params(text)
+    fourth = args[3].strip("()").strip() if len(args) > 3 else ""
     return bool(fourth) and re.fullmatch(r"-?\s*[0-9][0-9.]*([eE][+-]?[0-9]+)?", fourth) is None
 
 
