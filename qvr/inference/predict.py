@@ -371,8 +371,9 @@ def split_new(run, model, values: dict, where: str, device="cpu") -> tuple:
         notes.append(f"{where}: the observed {_names(given_obs)} "
                      f"{'is' if len(given_obs) == 1 else 'are'} not used: the prediction "
                      f"draws {'it' if len(given_obs) == 1 else 'them'}")
+    sizes = _size_names(model)  # once, not per key
     unused = [k for k in values if k not in host_names and k not in observed
-              and k not in (key, INPUT_KEY) and k not in _size_names(model)]
+              and k not in (key, INPUT_KEY) and k not in sizes]
     if unused:
         notes.append(f"{where}: {_names(unused)} {'is' if len(unused) == 1 else 'are'} not "
                      f"read by the program: left out")
