@@ -222,7 +222,7 @@ def family_lines(name: str) -> tuple[str, str, str]:
     if missing:
         facts += " · not supported by this runtime as " + " or as ".join(missing)
     if name in runnable.SPACE_FAMILIES:
-        facts += " · a sample step with `over=` a `CorrCholesky K` object"
+        facts += f" · a sample step with `over=` a `{runnable.SPACE_FAMILIES[name][0]} K` object"
     if fam.step == "no":
         facts += " · kernel only"
     params = ", ".join(f"{p}: {k}" for p, k in fam.params) or "no parameters"
