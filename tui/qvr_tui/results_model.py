@@ -332,7 +332,8 @@ def load_results(run) -> Results:
             res.predicted_from = str((meta.get("predicted_from") or {}).get("run_id") or "")
             data = meta.get("data") or {}
             where = Path(data["path"]).name if data.get("path") else data.get("name")
-            res.note = (f"prediction at {res.stats.get('rows', '?')} new rows"
+            rows = res.stats.get("rows", "?")
+            res.note = (f"prediction at {rows} new row{'' if rows == 1 else 's'}"
                         + (f" of {where}" if where else "") + f": "
                         f"{res.stats.get('num_chains', '?')} x "
                         f"{res.stats.get('num_samples', '?')} draws of "
