@@ -370,6 +370,19 @@ def _launcher_stop(world):
         signal.signal(signal.SIGTERM, previous)
 
 
+def _hold_launcher_stop(world) -> None:
+    """While a failed distributed fit ends its record: ignore the launcher's SIGTERM.
+    When one rank dies, a surviving rank's collective fails at once and torchrun sends it
+    SIGTERM a moment later; raised inside this failure path, `RankLost` would cut the
+    record short (seen in CI: rank 0's abandoned record left ``interrupted``).  The path
+    takes at most a few seconds (`lost_ranks` waits 2 s) and then re-raises, well inside
+    the launcher's 30 s grace before SIGKILL; `_launcher_stop` restores the handler."""
+    import signal
+    import threading
+    if world.distributed and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _world_of(config: FitConfig):
     """This process's `World` for the fit: a launch by torchrun (``WORLD_SIZE`` > 1) runs
     SVI data-parallel and HMC/NUTS with ``chain_method="distributed"``; any other method
@@ -447,6 +460,7 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
         _release(writer)
         raise
     except BaseException as exc:
+        _hold_launcher_stop(world)  # the launcher's SIGTERM must not cut this record short
         msg = message_of(exc)
         if world.distributed and _is_collective_failure(exc):
             from qvr.inference.distributed import lost_message

@@ -208,3 +208,29 @@ def test_an_ended_record_is_never_ended_twice(tmp_path):
     assert open_run(tmp_path / "run").status == "interrupted"
     assert end_abandoned(tmp_path / "run", FitFailed(message="rank 0 of 2 stopped"))
     assert open_run(tmp_path / "run").status == "failed"
+
+
+def test_the_launchers_sigterm_does_not_cut_a_failing_fit_short():
+    """CI once left rank 0's abandoned record `interrupted`: the surviving rank's
+    collective failed, and torchrun's SIGTERM, arriving while that failure was being
+    written, raised `RankLost` inside the failure path.  Once the path starts it holds
+    SIGTERM off; the launch's handler (and after it the old one) comes back on exit."""
+    import signal
+    from qvr.inference.distributed import RankLost, World
+    from qvr.inference.fitting import _hold_launcher_stop, _launcher_stop
+    world = World(rank=1, size=2)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RankLost):
+        with _launcher_stop(world):
+            os.kill(os.getpid(), signal.SIGTERM)  # before a failure: the fit stops
+            signal.pthread_sigmask(signal.SIG_BLOCK, [])  # let the handler run here
+    with _launcher_stop(world):
+        try:
+            raise RuntimeError("a collective failed")
+        except RuntimeError:
+            _hold_launcher_stop(world)
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives during the failure path
+            signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            ended = True
+        assert ended
+    assert signal.getsignal(signal.SIGTERM) is before
