@@ -2,9 +2,10 @@
 
 Solves dy/dt = f(y, t) from y(times[0]) = y0 and gives y at every entry of `times`, a
 tensor of shape `(|times|, *y0.shape)` (`ode(f, y0, t0, times[, rtol, atol])`: from
-y(t0) = y0 instead, t0 before the first output time, as Stan's `ode_rk45`), with
-torchdiffeq's adaptive Dormand–Prince RK45 (`method="dopri5"`; defaults rtol = atol =
-1e-6).  Gradients flow by backpropagation
+y(t0) = y0 instead, t0 before the first output time, as Stan's `ode_rk45`), with the
+adaptive Dormand–Prince RK45 of `qvr.runtime.dopri5` (its step compiled once a model has
+been solved a few dozen times; defaults rtol = atol = 1e-6).  Gradients flow by
+backpropagation
 through the solver's operations (not the adjoint method): exact for the discretisation
 the solver took, at the memory cost of keeping its steps; a solve needing more than
 `MAX_STEPS` steps fails with `OdeStepLimitError` (a ValueError: -inf for MCMC).
@@ -59,6 +60,7 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
     traces = {}  # its traced right-hand sides (`ode_batch.solve`)
 
     def run(frame, b):
+        from qvr.runtime.dopri5 import SolveFailed
         from qvr.runtime.ode_batch import solve
         y0 = _num(frame, y0_f(frame, b))
         if not y0.is_floating_point():
@@ -116,7 +118,7 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
             ys = solve(f, y0, params, times, rtol, atol, MAX_STEPS, traces,
                        getattr(frame, "_host", None))
             return ys[1:] if t0_f is not None else ys
-        except AssertionError as exc:  # torchdiffeq's checks (the step limit, underflow)
+        except SolveFailed as exc:
             if "max_num_steps" in str(exc):
                 raise OdeStepLimitError(
                     f"`ode` needed more than {MAX_STEPS} adaptive steps (a stiff problem, or "
