@@ -46,6 +46,12 @@ def test_result_fields_have_the_spec_shapes():
     assert r.samples["a"].shape == (2, 20, 1)  # scalar global sites use (1,)
     assert r.log_densities.shape == (2, 20) and torch.isfinite(r.log_densities).all()
     assert r.acceptance_rates.shape == (2,) and r.divergence_counts.shape == (2,)
+    # the acceptance rate is the mean acceptance statistic (as Stan, nutpie and ArviZ
+    # report it), not the share of iterations that moved (issue 37.3)
+    assert torch.allclose(r.acceptance_rates, r.accept_probs.mean(1), rtol=1e-6)
+    moved = (r.unconstrained[:, 1:] != r.unconstrained[:, :-1]).any(-1).float()
+    gap = r.moved_rates * 20 - moved.sum(1)  # the first draw moved from warmup's last, or not
+    assert r.moved_rates.shape == (2,) and bool(((gap > -1e-6) & (gap < 1 + 1e-6)).all())
     assert r.r_hat["a"].shape == (1,) and r.ess["b"].shape == (1,)
     assert r.num_chains == 2 and r.num_samples == 20 and r.num_warmup == 30
     assert isinstance(r.mean_acceptance, float) and isinstance(r.total_divergences, int)

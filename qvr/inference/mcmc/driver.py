@@ -69,7 +69,10 @@ class MCMCResult:
       samples: `{site: (num_chains, num_samples, *site_shape)}` constrained draws (a
         scalar global site has site shape `(1,)`).
       log_densities: `(num_chains, num_samples)` `log p~(z)` at each draw.
-      acceptance_rates: `(num_chains,)` post-warmup acceptance rate.
+      acceptance_rates: `(num_chains,)` post-warmup acceptance rate: the mean of the
+        acceptance statistic (`accept_probs`), what Stan, nutpie and ArviZ report under
+        that name (issue 37.3: it was the share of iterations that moved, `moved_rates`,
+        0.997 where the statistic was 0.93).
       divergence_counts: `(num_chains,)` post-warmup divergent iterations.
       r_hat, ess: `{site: site_shape}` split-R-hat and ESS (spec formulas).
       num_warmup, num_samples: as configured (`num_samples` is the number recorded when a
@@ -91,6 +94,8 @@ class MCMCResult:
         kernels).
       compiler_notes: why, as sentences (`kernel.compiler_notes`): e.g. that Inductor
         failed (compiling or running) and the steps ran on TorchScript.
+      moved_rates: `(num_chains,)` share of post-warmup iterations whose draw differs
+        from the one before (HMC: accepted proposals / iterations).
     """
 
     samples: dict
@@ -117,6 +122,7 @@ class MCMCResult:
     energies: Optional[torch.Tensor] = None
     compiler: str = ""
     compiler_notes: list = field(default_factory=list)
+    moved_rates: Optional[torch.Tensor] = None
 
     @property
     def num_chains(self) -> int:
@@ -513,7 +519,9 @@ class _Run:
         samples = {k: (v.unsqueeze(-1) if v.dim() == 2 else v) for k, v in samples.items()}
         div = rec_b["diverging"][idx, :n]
         acc = rec_b["accepted"][idx, :n]
-        rates = acc.to(zs.dtype).sum(1) / max(n, 1)  # accepted (HMC) / moved (NUTS)
+        moved = acc.to(zs.dtype).sum(1) / max(n, 1)  # accepted (HMC) / moved (NUTS)
+        probs = rec["accept_prob"][idx, :n].to(zs.dtype)
+        rates = probs.nan_to_num(0.0).mean(1) if n else torch.full_like(moved, float("nan"))
         from qvr.inference.diagnostics import ess_basic, split_rhat_basic
         r_hat, ess = {}, {}
         for k, v in samples.items():
@@ -538,4 +546,4 @@ class _Run:
             unconstrained=zs, warmup_time=t_warm, sampling_time=t_samp,
             num_grad_evals=evals, cancelled=cancelled, method=self.method,
             compiler=self.kernel.compiler_used(self.target),
-            compiler_notes=self.kernel.compiler_notes(self.target))
+            compiler_notes=self.kernel.compiler_notes(self.target), moved_rates=moved)

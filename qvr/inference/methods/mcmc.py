@@ -56,6 +56,8 @@ def run(ctx: FitContext) -> FitResult:
     out.stats = {"mean_acceptance": res.mean_acceptance,
                  "total_divergences": res.total_divergences,
                  "acceptance_rates": res.acceptance_rates.tolist(),
+                 "moved_rates": (res.moved_rates.tolist() if res.moved_rates is not None
+                                 else None),
                  "divergence_counts": res.divergence_counts.tolist(),
                  "step_sizes": res.step_sizes.tolist(), "num_samples": res.num_samples,
                  "num_chains": res.num_chains,
