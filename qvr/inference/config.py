@@ -86,6 +86,10 @@ def _non_negative_number(v) -> Optional[str]:
     return None
 
 
+def _threads_or_none(v) -> Optional[str]:
+    return None if v is None else _int_at_least(1)(v)
+
+
 def _probability_or_none(v) -> Optional[str]:
     if v is None:
         return None
@@ -291,7 +295,8 @@ class FitConfig:
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``, ``batch_size``
     (`qvr.inference.minibatch`).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
-    ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``.  SVI, HMC and
+    ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``, ``threads``
+    (`qvr.inference.methods.mcmc.sampling_threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
     ``require``, ``min_len``, ``cache``, ``top``.
@@ -392,6 +397,11 @@ class FitConfig:
                              help="HMC/NUTS: run chains as one batch (vectorized), one after "
                                   "the other, over worker processes (parallel), or over the "
                                   "ranks of torchrun / qvr run --nproc (distributed)")
+    threads: Optional[int] = _opt(
+        None, methods=MCMC, parse=parse_optional(parse_int), check=_threads_or_none,
+        metavar="N", help="HMC/NUTS: torch threads while sampling (default 1, or "
+                          "OMP_NUM_THREADS when set: a step's kernels are tiny, and extra "
+                          "threads only wait for a busy core)")
     # ---- SMC
     particles: int = _opt(64, methods=frozenset({"smc"}), parse=parse_int,
                           check=_int_at_least(1), metavar="N",

@@ -5,6 +5,8 @@ at the run's chain ``c mod C_run`` (`qvr.inference.start`), passed to the driver
 `MCMC.run(initial=...)`."""
 from __future__ import annotations
 
+import contextlib
+
 from qvr.inference.fitting import FitContext, FitResult
 
 
@@ -19,6 +21,37 @@ def kernel_of(config):
     if config.method == "hmc":
         return HMCKernel(num_steps=config.num_steps, **kw)
     return NUTSKernel(max_tree_depth=config.max_tree_depth, **kw)
+
+
+#: the intra-op threads HMC/NUTS sample with when neither `FitConfig.threads` nor
+#: ``OMP_NUM_THREADS`` says: one.  A step's kernels (the compiled transition, a leaf, the
+#: eager density of a small model) are microseconds of arithmetic on a few hundred
+#: numbers; a second thread only adds a hand-off, and on a busy machine it waits for a
+#: core at every operation.  Measured (issue 37.1), kid_scores 4 x (200 + 200) from the
+#: caches on the 2-core VM with one busy process per core beside it: see
+#: `bench/threads.py` and the figures in its docstring.  Cores are used through chains
+#: (``chain_method="parallel"`` / ``"distributed"``), each process on one thread.
+SAMPLING_THREADS = 1
+
+
+@contextlib.contextmanager
+def sampling_threads(threads=None):
+    """torch's intra-op threads set to `threads` (or ``OMP_NUM_THREADS`` when the user set
+    it, else `SAMPLING_THREADS`) while sampling; restored after."""
+    import os
+
+    import torch
+    if threads is None:
+        env = os.environ.get("OMP_NUM_THREADS", "").strip()
+        threads = int(env) if env.isdigit() and int(env) > 0 else SAMPLING_THREADS
+    before = torch.get_num_threads()
+    if threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def run(ctx: FitContext) -> FitResult:
@@ -41,8 +74,9 @@ def run(ctx: FitContext) -> FitResult:
               num_samples=config.num_samples, num_chains=config.num_chains,
               init_strategy=init, chain_method=config.chain_method,
               progress_interval=config.progress_interval)
-    res = mc.run(ctx.model, ctx.x, ctx.observations, guide, on_event=ctx.report,
-                 should_stop=ctx.stop, target=target, initial=initial)
+    with sampling_threads(config.threads) as threads:
+        res = mc.run(ctx.model, ctx.x, ctx.observations, guide, on_event=ctx.report,
+                     should_stop=ctx.stop, target=target, initial=initial)
     out = FitResult(config.method, status="cancelled" if res.cancelled else "finished",
                     mcmc=res, elapsed=res.total_time, step=config.num_warmup + res.num_samples)
     out.samples = {k: v.detach().cpu().numpy() for k, v in res.samples.items()}
@@ -53,7 +87,7 @@ def run(ctx: FitContext) -> FitResult:
         from qvr.inference.methods.circuits import record_circuits
         out.circuits = record_circuits(ctx.model, ctx.x, vocab=ctx.vocab)
     depths = res.tree_depths.float()
-    out.stats = {"mean_acceptance": res.mean_acceptance,
+    out.stats = {"mean_acceptance": res.mean_acceptance, "threads": threads,
                  "total_divergences": res.total_divergences,
                  "acceptance_rates": res.acceptance_rates.tolist(),
                  "moved_rates": (res.moved_rates.tolist() if res.moved_rates is not None
