@@ -12,8 +12,11 @@ it).  Printed per load: the wall seconds of each side (warmup and sampling from 
 record) and the ratio default / one thread, and the ratio of each loaded fit to the same
 fit idle (goal: <= 1.3).
 
-Measured 2026-12-06 on the 2-core VM (kid_scores, 4 x (200 + 200), seed 3), see the
-closing note of issue 37 and `qvr.inference.methods.mcmc.SAMPLING_THREADS`.
+Measured 2026-12-06 on the 2-core VM, kid_scores 4 x (1000 + 1000) from the caches
+(compiled transition), default (2 threads) / one thread: idle 12.6 / 13.4 s, beside two
+busy processes 18.5 / 18.6 s (1.47x / 1.39x the idle fit); 4 x (200 + 200): idle 10.2 /
+9.4 s, loaded 12.2 / 14.0 s — within run-to-run noise.  The eager path (an `ode` model)
+gains 8-19 % on one thread: `qvr.inference.methods.mcmc.SAMPLING_THREADS`.
 """
 from __future__ import annotations
 

@@ -26,10 +26,13 @@ def kernel_of(config):
 #: the intra-op threads HMC/NUTS sample with when neither `FitConfig.threads` nor
 #: ``OMP_NUM_THREADS`` says: one.  A step's kernels (the compiled transition, a leaf, the
 #: eager density of a small model) are microseconds of arithmetic on a few hundred
-#: numbers; a second thread only adds a hand-off, and on a busy machine it waits for a
-#: core at every operation.  Measured (issue 37.1), kid_scores 4 x (200 + 200) from the
-#: caches on the 2-core VM with one busy process per core beside it: see
-#: `bench/threads.py` and the figures in its docstring.  Cores are used through chains
+#: numbers; a second thread adds a hand-off, and on a busy machine it waits for a core.
+#: Measured 2026-12-06 on the 2-core VM (issue 37.1), one thread against torch's default
+#: (two): the eager Lotka-Volterra density and gradient (4 chains, an `ode` model: no
+#: compiled transition) 12.6 vs 15.1 ms idle, 32.5 vs 35.2 ms beside two busy processes;
+#: kid_scores 4 x (1000 + 1000) from the caches (compiled transition, `bench/threads.py`)
+#: 13.4 vs 12.6 s idle and 18.6 vs 18.5 s beside two busy processes — the compiled loop
+#: does not care, the eager path gains 8-19 %.  Cores are used through chains
 #: (``chain_method="parallel"`` / ``"distributed"``), each process on one thread.
 SAMPLING_THREADS = 1
 
