@@ -71,8 +71,10 @@ class MCMCResult:
       log_densities: `(num_chains, num_samples)` `log p~(z)` at each draw.
       acceptance_rates: `(num_chains,)` post-warmup acceptance rate: the mean of the
         acceptance statistic (`accept_probs`), what Stan, nutpie and ArviZ report under
-        that name (issue 37.3: it was the share of iterations that moved, `moved_rates`,
-        0.997 where the statistic was 0.93).
+        that name.  Decision (issue 37.3): runtime spec 6.6.3 defines NUTS's rate as
+        the share of iterations that moved (kept as `moved_rates`), which reads 0.997
+        where the statistic is 0.93 and says nothing about the step size; the spec's
+        text is to be changed to the statistic.
       divergence_counts: `(num_chains,)` post-warmup divergent iterations.
       r_hat, ess: `{site: site_shape}` split-R-hat and ESS (spec formulas).
       num_warmup, num_samples: as configured (`num_samples` is the number recorded when a
