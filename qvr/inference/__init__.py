@@ -8,8 +8,9 @@ stays importable without torch):
 * `MCMC`, `MCMCResult`, `HMCKernel`, `NUTSKernel` (`mcmc/`);
 * `bayesian_lift_parameters`, `lift_to_bayesian_program`, `lift_from_log_prob` (`lifts.py`);
 * `summary`, `split_rhat`, `ess_bulk`, `ess_tail`, `to_arviz` (`diagnostics.py`);
-* `fit`, `FitResult` (`fitting.py`), `FitConfig`, `ConfigError` (`config.py`, torch-free)
-  — the front door the dashboard and `qvr run` call for SVI, HMC, NUTS and SMC;
+* `fit` (`fitting.py`), `FitResult` (`fit_result.py`), `FitConfig`, `ConfigError`
+  (`config.py`, torch-free) — the front door the dashboard and `qvr run` call for SVI,
+  HMC, NUTS and SMC;
   `DataError` (`data.py`), `StartError` (`start.py`).
 
 Layout: `sites.py` (latent registry, shape pass), `potential.py` (the MCMC target, chains
@@ -40,7 +41,7 @@ _EXPORTS = {
     "to_arviz": "qvr.inference.diagnostics",
     "fit": "qvr.inference.fitting",
     "FitConfig": "qvr.inference.config",
-    "FitResult": "qvr.inference.fitting",
+    "FitResult": "qvr.inference.fit_result",
     "ConfigError": "qvr.inference.config",
     "DataError": "qvr.inference.data",
     "StartError": "qvr.inference.start",

@@ -15,7 +15,7 @@ import time
 import torch
 
 from qvr.inference.events import FitProgress
-from qvr.inference.fitting import FitContext, FitResult
+from qvr.inference.fit_result import FitContext, FitResult
 
 #: draws per vectorised program run
 CHUNK = 256

@@ -15,7 +15,7 @@ import torch
 
 from qvr.inference.data import DataError
 from qvr.inference.events import FitProgress, Throttle
-from qvr.inference.fitting import FitContext, FitResult
+from qvr.inference.fit_result import FitContext, FitResult
 
 
 def run(ctx: FitContext) -> FitResult:
