@@ -642,7 +642,6 @@ def enumerated_names(model, values) -> list[str]:
 
 
 def _key(x, observations, missing):
-    from qvr.inference.sites import _cache_key
     return (tuple(x.shape) if isinstance(x, torch.Tensor) else None, tuple(sorted(missing)))
 
 
