@@ -31,6 +31,7 @@ import torch
 from qvr.diagnostics import error
 from qvr.runtime.algebras import get_algebra
 from qvr.runtime.combinators import Fan, Scan, compose, repeat, stack, tensor
+from qvr.runtime.compile_program import check_program_families, compile_program
 from qvr.runtime.deduction import DeductionSystem
 from qvr.runtime.families import kernel_supported
 from qvr.runtime.morphisms.finite import (Dagger, FiniteMorphism, IdentityMorphism,
@@ -40,14 +41,11 @@ from qvr.runtime.morphisms.attention import Attention
 from qvr.runtime.morphisms.kernels import Discretize, Embed, FamilyKernel
 from qvr.runtime.morphisms.norms import LayerNorm, Residual, RMSNorm
 from qvr.runtime.objects import FinSet, Euclidean, from_type, product
+from qvr.runtime.templates import Skip, Template
 from qvr.sema.symbols import GroupSym, MorphismSym, ProgramSym
 from qvr.sema.typed import TypedModule, option_values
 from qvr.syntax import ast as A
 from qvr.text import Span
-
-
-class Skip(Exception):
-    """A declaration could not be compiled; its diagnostics are already recorded."""
 
 
 @dataclass
@@ -56,23 +54,6 @@ class Group:
 
     name: str
     members: list
-
-
-@dataclass
-class Template:
-    """A parametric program: compiled at each instantiation with numbers for its params."""
-
-    name: str
-    td: object
-    params: tuple
-    values: dict  # the value namespace visible at the declaration
-    deductions: dict
-    compiler: "ModuleCompiler"
-
-    def instantiate(self, args: dict):
-        from qvr.runtime.compile_program import compile_program
-        return compile_program(self.compiler, self.td, values=self.values,
-                               deductions=self.deductions, consts=dict(args))
 
 
 @dataclass
@@ -251,7 +232,6 @@ class ModuleCompiler:
         sym = td.bindings.get(("value", d.name.text))
         if not isinstance(sym, ProgramSym):
             raise Skip
-        from qvr.runtime.compile_program import compile_program, check_program_families
         if sym.parametric:
             if not check_program_families(self, td):
                 raise Skip
@@ -262,6 +242,11 @@ class ModuleCompiler:
         if prog is None:
             raise Skip
         self.values[d.name.text] = prog
+
+    def instantiate(self, template: Template, args: dict):
+        """Compile a parametric program with numbers for its params (`Template.instantiate`)."""
+        return compile_program(self, template.td, values=template.values,
+                               deductions=template.deductions, consts=dict(args))
 
     def export(self, td, d: A.ExportDecl) -> None:
         e = d.expr

@@ -20,6 +20,7 @@ from qvr.runtime.morphisms.base import Morphism
 from qvr.runtime.objects import from_type
 from qvr.runtime.steps import (GLOBAL, PLATE, ROW, AliasStep, Arg, FamilyStep, LetStep,
                                MarginalizeStep, SiteStep)
+from qvr.runtime.templates import Skip, Template
 from qvr.sema.families import FAMILIES
 from qvr.runtime.data_step import DataStep  # E9.1
 from qvr.sema.axes import (Axis, ExprAxes, family_step_axes, observed_axes, spell_axes,
@@ -234,7 +235,6 @@ class _Builder:
         if fam is None:
             # a declaration the checker accepted but this runtime could not compile (its
             # QVR950 is already among the diagnostics): the program cannot be built either
-            from qvr.runtime.compile import Skip
             raise Skip
         computed = self.computed_value(s, ctx) if observe and s.value is not None else None
         pairs = [self.arg(a, ctx) for a in s.target.args or ()]
@@ -306,7 +306,7 @@ class _Builder:
         the site reads it (so the executor sees an ordinary local)."""
         key = f"{ctx.prefix}_host{len(self.levels)}_{name}"
         self.levels[key] = ROW
-        from qvr.runtime.letexpr import _num
+        from qvr.runtime.numeric import _num
         if self.observed_later(ctx, name) is not None:  # E9.1: an observed value read early
             from qvr.runtime.data_step import read_observed
             self.pre.append(LetStep(key, lambda frame, b, _k=ctx.prefix + name, _n=name:
@@ -362,7 +362,6 @@ class _Builder:
             elif family not in CDF_FAMILIES:
                 self.mc.unsupported(ctx.td, s.target.name.span,
                                     f"truncation of `{family}` with variable arguments")
-                from qvr.runtime.compile import Skip
                 raise Skip
         space = support["space"]
         return SupportStep(family, event_size, default_event, label=label, site=key,
@@ -434,7 +433,6 @@ class _Builder:
                     not (isinstance(b, LetStep) and not b.score):
                 self.mc.unsupported(ctx.td, s.kw, "a `sample` or `score` step inside a "
                                     "grouped marginalize block")
-                from qvr.runtime.compile import Skip
                 raise Skip
         return MarginalizeStep(key, s.target.name.text, tuple(p[0] for p in pairs), body,
                                classes, group, str(opts.get("reduction", "logsumexp")),
@@ -496,7 +494,6 @@ class _Builder:
 
     def check_densities(self, rhs, ctx) -> None:
         """QVR950 for a `log_density(F(…), x)` whose family this runtime does not build."""
-        from qvr.runtime.compile import Skip
         bad = [c for c in _family_calls(rhs) if not inline_supported(c.callee.text)]
         for c in bad:
             self.mc.unsupported(ctx.td, c.callee.span, f"family `{c.callee.text}` in `log_density`")
@@ -620,5 +617,4 @@ def _names_in(node) -> set:
 
 
 def _is_template(v) -> bool:
-    from qvr.runtime.compile import Template
     return isinstance(v, Template)

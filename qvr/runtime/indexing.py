@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from qvr.runtime.errors import InputShapeError
-from qvr.runtime.letexpr import _num
 from qvr.runtime.linalg import _bound, _common, _guard, _value
+from qvr.runtime.numeric import _num
 from qvr.runtime.synth_host import HostRequest
 from qvr.runtime.values import as_index
 from qvr.syntax import ast as A

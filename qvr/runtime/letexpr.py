@@ -21,22 +21,10 @@ from typing import Callable
 
 import torch
 
+from qvr.runtime.numeric import _float, _num
 from qvr.runtime.synth_host import HostRequest
-
 from qvr.runtime.values import as_index
 from qvr.syntax import ast as A
-
-
-def _num(frame, v):
-    if isinstance(v, torch.Tensor):
-        return v
-    if isinstance(v, HostRequest):  # synthetic data: host data used as a number
-        return v.synth.real(v, frame.device)
-    return frame.literal(v)
-
-
-def _float(v):
-    return v if v.is_floating_point() else v.to(torch.get_default_dtype())
 
 
 _UNARY = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "sigmoid": torch.sigmoid}
@@ -284,7 +272,7 @@ class _Compiler:
 
 # ---------------------------------------------------------------- E9.1 builtins
 from qvr.sema.axes import OBJECT_ARGS as _OBJECT_ARGS  # noqa: E402
-from qvr.runtime.linalg import E9_CALLS  # noqa: E402  (imports this module's helpers)
+from qvr.runtime.linalg import E9_CALLS  # noqa: E402
 
 CALLS.update(E9_CALLS)
 from qvr.runtime.logic import LOGIC_CALLS  # noqa: E402  (E9.10: where, step, int_step)

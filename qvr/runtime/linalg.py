@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from qvr.runtime.errors import InputDtypeError, InputShapeError
-from qvr.runtime.letexpr import _float, _num
+from qvr.runtime.numeric import _float, _num
 from qvr.sema.axes import REDUCTIONS, dim_of, int_literal
 from qvr.syntax import ast as A
 

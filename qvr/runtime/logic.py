@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from qvr.runtime.letexpr import _num
+from qvr.runtime.numeric import _num
 
 _COMPARE = {
     "==": torch.eq, "!=": torch.ne, "<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge,

@@ -36,7 +36,7 @@ class OdeStepLimitError(QvrRuntimeError, ValueError):
 
 
 def _num(frame, v):
-    from qvr.runtime.letexpr import _num as num
+    from qvr.runtime.numeric import _num as num
     return num(frame, v)
 
 

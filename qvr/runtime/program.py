@@ -24,7 +24,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from qvr.runtime.compile import Group, Template
+from qvr.runtime.compile import Group
+from qvr.runtime.templates import Template
 from qvr.runtime.morphisms.finite import FiniteMorphism, set_n_steps
 
 

@@ -48,7 +48,7 @@ _PREFIX = "\0"  # placeholder names: no source name contains a NUL
 
 
 def _num(frame, v):
-    from qvr.runtime.letexpr import _num as num
+    from qvr.runtime.numeric import _num as num
     return num(frame, v)
 
 
