@@ -188,7 +188,7 @@ def solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor],
     """`y` at `times` from `y0` under dy/dt = rhs(t, y, *params) (Dormand–Prince 5(4)),
     for one chain or, under vmap, for all chains in one solve; differentiable in `y0` and
     `params` (sensitivities are carried only when grad mode is on and an input requires
-    a gradient, or under a functorch transform that may ask for one).
+    a gradient, `_wants_grad`).
 
     `steppers` (a dict kept by the caller) keeps the traced, eventually compiled step from
     one solve to the next as long as the shapes and the `data` the lambda may read (the
@@ -202,7 +202,7 @@ def solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor],
 
 
 def _wants_grad(x: torch.Tensor) -> bool:
-    """Whether a gradient may be asked of `x`: it requires one, or it is wrapped by a
-    functorch transform (grad's wrappers report requires_grad; vmap's alone do not, and
-    a vmapped value inside grad is checked through its wrapper)."""
+    """Whether a gradient may be asked of `x` (functorch's `grad` wraps its inputs in
+    tensors that require one, under `vmap` too: the MCMC target's vmap(grad) solves carry
+    sensitivities, a forward pass under `torch.no_grad` does not)."""
     return bool(x.requires_grad)

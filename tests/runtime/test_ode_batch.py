@@ -243,3 +243,23 @@ def test_each_chain_takes_the_steps_it_takes_alone(f64, monkeypatch):
     assert steps[0][1] > 3 * steps[0][0]  # the fast decay takes many more steps
     for c in range(3):
         assert torch.allclose(batched[c], alone[c], rtol=1e-13, atol=0)
+
+
+def test_a_solve_without_gradients_carries_no_sensitivities(f64, monkeypatch):
+    """Under `torch.no_grad` (forward sampling, predictions) the state alone is solved
+    (m = 0 columns), with the values of the solve that carries them."""
+    from qvr.runtime import dopri5
+    columns = []
+    real = dopri5.solve
+
+    def spy(stepper, *a, **k):
+        columns.append(stepper.columns)
+        return real(stepper, *a, **k)
+    monkeypatch.setattr(dopri5, "solve", spy)
+    times = torch.tensor([0.0, 1.0, 2.0])
+    with torch.no_grad():
+        plain = _decay(torch.tensor(1.0), torch.tensor(0.3), times)
+    k = torch.tensor(0.3, requires_grad=True)
+    carried = _decay(torch.tensor(1.0), k, times)
+    assert columns == [0, 2]  # d/dy0 and d/dk
+    assert torch.allclose(plain, carried.detach(), rtol=1e-12, atol=0)
