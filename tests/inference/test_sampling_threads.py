@@ -9,14 +9,8 @@ from qvr.inference import FitConfig, fit
 from qvr.inference.config import ConfigError
 from qvr.inference.methods.mcmc import sampling_threads
 
-PROGRAM = """
-object Obs : FinSet 5
-program m : Obs -> Obs
-    sample mu <- Normal(0.0, 1.0)
-    observe y : Obs <- Normal(mu, 1.0)
-    return y
-export m
-"""
+from helpers import NORMAL_NORMAL as PROGRAM
+
 
 
 @pytest.fixture
@@ -51,7 +45,7 @@ def test_a_fit_samples_on_the_threads_it_records(two_threads, monkeypatch):
         during.append(torch.get_num_threads())
         return real(self, *a, **k)
     monkeypatch.setattr(driver.MCMC, "run", spy)
-    data = {"y": [0.1, -0.3, 0.5, 1.2, 0.4]}
+    data = {"y": [0.1 * i - 0.5 for i in range(20)]}
     res = fit(loads(PROGRAM), data, FitConfig(method="nuts", num_warmup=20, num_samples=20,
                                               num_chains=2, seed=0))
     assert res.status == "finished" and res.stats["threads"] == 1 and during == [1]
