@@ -3,16 +3,16 @@
 Solves dy/dt = f(y, t) from y(times[0]) = y0 and gives y at every entry of `times`, a
 tensor of shape `(|times|, *y0.shape)` (`ode(f, y0, t0, times[, rtol, atol])`: from
 y(t0) = y0 instead, t0 before the first output time, as Stan's `ode_rk45`), with the
-adaptive Dormand–Prince RK45 of `qvr.runtime.dopri5` (its step compiled once a model has
-been solved a few dozen times; defaults rtol = atol = 1e-6).  Gradients flow by
-backpropagation
-through the solver's operations (not the adjoint method): exact for the discretisation
-the solver took, at the memory cost of keeping its steps; a solve needing more than
-`MAX_STEPS` steps fails with `OdeStepLimitError` (a ValueError: -inf for MCMC).
+adaptive Dormand–Prince RK45 of `qvr.runtime.dopri5` (its step compiled after a model's
+first 8 solves; defaults rtol = atol = 1e-6).  Gradients are forward sensitivities
+carried with the state (as Stan's): exact for the discretisation the solver took; a
+solve needing more than `MAX_STEPS` steps fails with `OdeStepLimitError` (a ValueError:
+-inf for MCMC).
 
-The adaptive step control branches on tensor values, so an `ode` cannot run under
-`torch.func.vmap` with batched parameters nor be traced by `make_fx`: the MCMC target
-(qvr.inference.potential) then evaluates the density eagerly, one chain at a time.
+The adaptive step control branches on tensor values, so an `ode` cannot be traced by
+`make_fx` (the compiled MCMC density): the MCMC target (qvr.inference.potential)
+evaluates such a density eagerly.  It does run under `torch.func.vmap`: the solve has a
+vmap rule of its own that solves every chain in one batch (`qvr.runtime.ode_batch`).
 """
 from __future__ import annotations
 
