@@ -25,9 +25,9 @@ from qvr.syntax import ast as A
 
 DEFAULT_RTOL = 1e-6
 DEFAULT_ATOL = 1e-6
-#: adaptive steps one solve may take: past it the solve fails (`OdeStepLimitError`, a
-#: ValueError: the MCMC target counts the point as -inf), instead of eating memory while
-#: a sampler explores extreme parameters (the steps are kept for backpropagation)
+#: adaptive steps (accepted and rejected) one solve may take, per chain: past it the
+#: solve fails (`OdeStepLimitError`, a ValueError: the MCMC target counts the point as
+#: -inf), instead of spending minutes while a sampler explores extreme parameters
 MAX_STEPS = 4096
 
 
