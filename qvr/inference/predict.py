@@ -188,8 +188,9 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
 def _size_names(model) -> set:
     """The sizes the program reads from the data (`object Row : FinSet N`: ``{"N"}``):
     a data entry `N` is read (it binds the size), not left out."""
+    from qvr.inference.fitting import typed_of
     from qvr.runtime.sizes import size_objects
-    typed = getattr(getattr(model, "qvr_binding", None), "typed", None)
+    typed = typed_of(model)
     return set(size_objects(typed)) if typed is not None else set()
 
 
