@@ -285,3 +285,17 @@ async def test_options_shipped_with_the_program_are_the_forms_defaults(tmp_path)
         assert errors == {} and cfg.steps == 150
         assert "defaults from data/decoder_lm.fit.json" in str(
             setup.query_one("#setup-status").render())
+
+
+@pytest.mark.asyncio
+async def test_a_tick_after_the_app_closed_does_nothing(tmp_path):
+    """The poll timer can fire once more while the app closes, after its screens are
+    gone: that tick must not raise (it did: ScreenStackError from refresh_bindings)."""
+    app = QvrDash(program=str(EXAMPLES / "regression_plates.qvr"),
+                  runs_dir=tmp_path / "runs", watch=False)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await app.ready.wait()
+        await pilot.pause()
+    assert app.screen_stack == []
+    app._bindings_for = None  # force the branch that refreshes the bindings
+    app.tick()  # no ScreenStackError

@@ -214,6 +214,8 @@ class QvrDash(App):
     # ------------------------------------------------------------ the timer
     def tick(self) -> None:
         """Drain what arrived since the last tick and repaint what changed."""
+        if not self.screen_stack:  # the app is closing: a last timer tick finds no screen
+            return
         r = self.runner
         if r is not None:
             events = r.poll()
