@@ -144,7 +144,7 @@ def key_latency(presses: int = 30) -> dict:
 
 # ---------------------------------------------------------------- 3. throughput
 def _rate(run_dir: Path, steps: int) -> float:
-    from qvr.inference.events import FitFinished
+    from qvr.events import FitFinished
     from qvr.runs import open_run
     ev = [e for e in open_run(run_dir).events(load_draws=False) if isinstance(e, FitFinished)]
     if not ev:
@@ -237,7 +237,7 @@ asyncio.run(main())
 
 def synthetic_record(folder: Path, steps: int) -> None:
     import math
-    from qvr.inference.events import FitFinished, FitProgress, FitStarted, to_json
+    from qvr.events import FitFinished, FitProgress, FitStarted, to_json
     folder.mkdir(parents=True)
     cfg = {"method": "svi", "steps": steps}
     (folder / "run.json").write_text(json.dumps({"format": 1, "method": "svi", "config": cfg,

@@ -90,7 +90,7 @@ def decoder_data() -> dict:
 
 
 def _svi_rate(events, skip: int) -> float:
-    from qvr.inference.events import FitProgress
+    from qvr.events import FitProgress
     prog = [(e.step, e.elapsed) for e in events
             if isinstance(e, FitProgress) and e.phase == "optimization"]
     if len(prog) <= skip + 1:
@@ -133,7 +133,7 @@ def logistic_case():
 def bench_nuts(name: str, device: str, warmup: int, samples: int, chains: int) -> dict:
     import qvr
     from qvr.inference import FitConfig, fit
-    from qvr.inference.events import FitProgress
+    from qvr.events import FitProgress
     if name == "eight_schools":
         prog, data, path = qvr.load(str(EIGHT_SCHOOLS)), None, str(EIGHT_SCHOOLS)
     else:

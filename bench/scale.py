@@ -60,7 +60,7 @@ def size_mb(folder: Path) -> float:
 
 def rate_of(events, skip: int = 2) -> float:
     """Steps per second between the `skip`-th progress event and the last."""
-    from qvr.inference.events import FitProgress
+    from qvr.events import FitProgress
     prog = [e for e in events if isinstance(e, FitProgress)]
     if len(prog) <= skip + 1:
         return float("nan")

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FRONT_END = ["qvr", "qvr.text", "qvr.diagnostics", "qvr.syntax.parser", "qvr.sema.module",
-             "qvr.analysis", "qvr.cli", "qvr.inference.config", "qvr.inference.events",
+             "qvr.analysis", "qvr.cli", "qvr.inference.config", "qvr.events",
              "qvr.runs", "qvr.commands.report"]
 HEAVY = ["torch", "pygls", "lsprotocol", "textual"]
 

@@ -76,7 +76,7 @@ def run(args) -> int:
         return 2
     from qvr.commands.report import render_run
     from qvr.inference.data import DataError
-    from qvr.inference.events import FitWarning
+    from qvr.events import FitWarning
     from qvr.inference.predict import predict
     from qvr.runtime.errors import QvrRuntimeError
 

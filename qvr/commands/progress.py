@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from qvr.inference.events import FitEvent, FitNote, FitProgress, FitStarted, FitWarning
+from qvr.events import FitEvent, FitNote, FitProgress, FitStarted, FitWarning
 
 #: the start of every plain progress line (the dashboard leaves such lines out of the
 #: worker's stderr it shows as a failure's cause)

@@ -401,7 +401,7 @@ def _fit(args, config, program, export, folder, tool) -> int:
     from qvr.commands.progress import Progress
     from qvr.commands.report import render_run
     from qvr.inference.data import DataError
-    from qvr.inference.events import StopToken
+    from qvr.events import StopToken
     from qvr.inference.fitting import fit
     from qvr.inference.start import StartError
     from qvr.runs import RecordError, open_run

@@ -1,6 +1,6 @@
 """Inference for compiled QVR programs (SVI, HMC/NUTS, lifts) and the fit event API.
 
-Public names (runtime spec 2.3, 6; loaded lazily, PEP 562, so that `qvr.inference.events`
+Public names (runtime spec 2.3, 6; loaded lazily, PEP 562, so that `qvr.inference.config`
 stays importable without torch):
 
 * `trace`, `Trace`, `SampleSite` — one recorded forward run (`trace.py`);
@@ -14,7 +14,8 @@ stays importable without torch):
   `DataError` (`data.py`), `StartError` (`start.py`).
 
 Layout: `sites.py` (latent registry, shape pass), `potential.py` (the MCMC target, chains
-batched), `mcmc/` (kernels apart from the driver), `events.py` (torch-free events).
+batched), `mcmc/` (kernels apart from the driver).  The fit events are `qvr.events`
+(torch-free, below the run records, which store them).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from qvr.inference.config import FitConfig
-from qvr.inference.events import FitEvent
+from qvr.events import FitEvent
 
 __all__ = ["FitResult", "FitContext"]
 

@@ -58,9 +58,9 @@ import torch
 from qvr.inference.config import ConfigError, FitConfig
 from qvr.inference.data import DataError, FitData, check_data, message_of, numpy_dict, \
     resolve_data, split_data
-from qvr.inference.events import (Emitter, EventCallback, FitCancelled, FitEvent,
-                                  FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
-                                  never)
+from qvr.events import (Emitter, EventCallback, FitCancelled, FitEvent,
+                        FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
+                        never)
 from qvr.inference.fit_result import FitContext, FitResult
 from qvr.inference.morphism_fit import morphism_program
 
@@ -260,7 +260,7 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
         `qvr.inference.data` for what is used when it is None.
       config: a `FitConfig` or a mapping of its options (default: NUTS with defaults).
       on_event, should_stop: the event callback and the cancellation poll
-        (`qvr.inference.events`).
+        (`qvr.events`).
       run_dir: write the run record there (`qvr.runs`); `FitStarted.run_dir` names it.
       start_from: a run folder (or `qvr.runs.Run`) whose fitted parameters this fit starts
         from (`qvr.inference.start`); from an HMC/NUTS run, `config.start_at` says whether

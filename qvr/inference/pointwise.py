@@ -313,7 +313,7 @@ def _groups(model, x, observations: dict, observed: list) -> dict:
 def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     """Write the pointwise terms of a finished fit into `writer`'s record, then the
     checks (``loo.json``, ``ppc.json``).  Returns a warning text, or None."""
-    from qvr.inference.events import FitNote
+    from qvr.events import FitNote
     model, x, observations = ctx.model, ctx.x, ctx.observations
     if model is None or not observations:
         return None

@@ -438,7 +438,7 @@ def predict(run, data, *, draws: Optional[int] = None, seed: Optional[int] = Non
       run_dir: write a run record there (method ``predict``, `qvr.runs`).
       program: the program to run instead of the record's file (a `qvr.load` result).
       data_path: how to name a mapping `data` in messages and in the record.
-      on_event: called with each event (`qvr.inference.events`) as it is recorded.
+      on_event: called with each event (`qvr.events`) as it is recorded.
     """
     from qvr.inference.fitting import fit_dtype
     run = _open(run)
@@ -449,7 +449,7 @@ def predict(run, data, *, draws: Optional[int] = None, seed: Optional[int] = Non
 
 
 def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> Prediction:
-    from qvr.inference.events import FitFinished, FitNote, FitProgress, FitStarted, \
+    from qvr.events import FitFinished, FitNote, FitProgress, FitStarted, \
         FitWarning
     torch.manual_seed(seed)
     t0 = time.perf_counter()
@@ -518,7 +518,7 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
         report(FitFinished(summary=stats, elapsed=elapsed))
     except BaseException as exc:
         if writer is not None:
-            from qvr.inference.events import FitFailed
+            from qvr.events import FitFailed
             writer.write(FitFailed(message=message_of(exc), error_type=type(exc).__name__,
                                    elapsed=time.perf_counter() - t0))
         raise

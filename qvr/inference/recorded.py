@@ -171,7 +171,7 @@ def for_guide(model, guide, x, observations, report=None) -> Optional[Recorder]:
         return None
     rec = Recorder(model, x, observations, getattr(guide, "latent_names", ()))
     if report is not None:
-        from qvr.inference.events import FitWarning
+        from qvr.events import FitWarning
         for w in rec.warnings("SVI"):
             report(FitWarning(w))
     return rec
@@ -193,6 +193,6 @@ def smc_note(program) -> Optional[str]:
 
 
 def _warn(ctx, rec: Recorder, method: str) -> None:
-    from qvr.inference.events import FitWarning
+    from qvr.events import FitWarning
     for w in rec.warnings(method):
         ctx.report(FitWarning(w))

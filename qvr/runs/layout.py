@@ -8,7 +8,7 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
   (the run a fit started from, with its source hash and, for SVI/HMC/NUTS, ``at``:
   ``means`` or ``draws``, the `FitConfig.start_at` used; or null), ``versions`` (qvr, torch,
   numpy, python), ``started`` (ISO 8601, UTC), ``host`` and ``pid`` of the writer;
-* ``events.jsonl`` — every fit event as one JSON line (`qvr.inference.events.to_json`),
+* ``events.jsonl`` — every fit event as one JSON line (`qvr.events.to_json`),
   flushed as it is written; a `DrawsChunk` line refers to its chunk file;
 * ``draws/c{chain}-{start:08d}.npz`` — one file per `DrawsChunk` (arrays by site, shape
   ``(count, *site_shape)``, a scalar site ``(count,)``; a recorded quantity of a

@@ -1,6 +1,6 @@
 """`open_run(path) -> Run`: the one reader of run records (`layout.py` describes the files).
 
-The reader gives back the typed events of `qvr.inference.events`, the draws as arrays, the
+The reader gives back the typed events of `qvr.events`, the draws as arrays, the
 summary and final results, and a status:
 
 * ``finished`` / ``failed`` / ``cancelled`` — the record ends with that terminal event;
@@ -28,8 +28,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
-                                  FitStarted, from_dict)
+from qvr.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
+                        FitStarted, from_dict)
 from qvr.runs import layout
 
 _STATUS_OF = {FitFinished: "finished", FitFailed: "failed", FitCancelled: "cancelled"}

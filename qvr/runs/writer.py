@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from qvr.inference.events import DrawsChunk, FitEvent, to_json
+from qvr.events import DrawsChunk, FitEvent, to_json
 from qvr.runs import layout
 
 

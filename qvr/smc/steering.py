@@ -20,7 +20,7 @@ that someone listens to, and for potentials that take tuples (`potentials.Transi
 so the per-step bookkeeping is a few dozen array operations whatever `N`, `K` and the
 length.
 
-Reporting follows `qvr.inference.events`: throttled `FitProgress` (metrics ``ess``,
+Reporting follows `qvr.events`: throttled `FitProgress` (metrics ``ess``,
 ``num_finished``, ``log_Z``, ``num_dead``, ``num_det``, ``resampled``) each with a
 `ParticlesSnapshot`.  The start and end of a fit (`FitStarted` and one terminal event)
 are reported by `qvr.inference.fit` alone (`fit(..., config=FitConfig(method="smc"))`);
@@ -50,8 +50,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from qvr.inference.events import (Emitter, EventCallback, FitProgress, ParticlesSnapshot,
-                                  Throttle, never)
+from qvr.events import (Emitter, EventCallback, FitProgress, ParticlesSnapshot,
+                        Throttle, never)
 
 from .model import PrefixBatch, as_stateful
 from .potentials import Transitions, log_potential_fn
@@ -157,7 +157,7 @@ class SMCSteering:
       generator: source of every random draw of the run (token draws and the
         stratification uniforms); the global torch RNG when None.
       on_event, should_stop: the fit event callback and cancellation poll
-        (`qvr.inference.events`); `run` may override both.
+        (`qvr.events`); `run` may override both.
       progress_interval: seconds between progress events (first and last steps are
         always reported); 0 reports every step.
 

@@ -99,7 +99,7 @@ def test_svi_grouped_table_gives_each_site_its_true_shape(tmp_path):
 def _record_with_sites(tmp_path, n_sites: int):
     """A finished NUTS-like record of `n_sites` scalar sites whose R-hat grows with the
     site's index (chain offsets of growing size)."""
-    from qvr.inference.events import FitFinished, FitStarted
+    from qvr.events import FitFinished, FitStarted
     from qvr.inference.fit_result import FitResult
     from qvr.inference.methods.save import save_results
     from qvr.runs import RunWriter
@@ -205,7 +205,7 @@ def test_show_of_a_failed_smc_run_says_what_happened(tmp_path):
 
 
 def test_a_failed_run_without_a_summary_gives_the_recorded_message(tmp_path):
-    from qvr.inference.events import FitFailed, FitStarted
+    from qvr.events import FitFailed, FitStarted
     from qvr.runs import RunWriter
     w = RunWriter(tmp_path / "r", {"method": "smc", "program": {}})
     w.write(FitStarted("smc", 10))

@@ -6,7 +6,7 @@ import io
 from rich.console import Console
 
 from qvr.commands.progress import Progress
-from qvr.inference.events import FitProgress, FitStarted
+from qvr.events import FitProgress, FitStarted
 
 
 def text_of(progress: Progress) -> str:
@@ -109,7 +109,7 @@ def test_on_a_terminal_no_plain_lines():
 
 
 def test_without_a_terminal_a_warning_is_one_line_at_once():
-    from qvr.inference.events import FitWarning
+    from qvr.events import FitWarning
     out = io.StringIO()
     p = Progress(out, force=False)
     p.update(FitStarted("svi", 10, 1, {}))
@@ -123,7 +123,7 @@ def test_without_a_terminal_a_warning_is_one_line_at_once():
 
 
 def test_a_note_is_the_tables_title_until_the_chains_move_and_a_line_without_a_terminal():
-    from qvr.inference.events import FitNote
+    from qvr.events import FitNote
     note = "compiling the NUTS transition to C++ (the first run of this model)"
     p = Progress(io.StringIO(), force=False)
     p.update(FitStarted("nuts", 200, 2, {"num_warmup": 100, "num_samples": 100}))

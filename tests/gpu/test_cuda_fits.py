@@ -86,7 +86,7 @@ def test_svi_conjugate_posterior_on_cuda_as_on_cpu():
 
 
 def test_minibatch_svi_on_cuda(tmp_path):
-    from qvr.inference.events import FitProgress
+    from qvr.events import FitProgress
     n = 400
     y, mean, sd = normal_normal_rows(n)
     model = normal_normal_case()[0]

@@ -69,7 +69,7 @@ def write_fit(folder: Path, program: Path, chains: int = 2, draws: int = 2000,
               status: str = "finished") -> Path:
     """A finished run record of `program` whose ``samples.npz`` holds exact posterior
     draws of ``b`` (``(chains, draws, 1)``, as a scalar site is saved)."""
-    from qvr.inference.events import FitCancelled, FitFinished, FitStarted
+    from qvr.events import FitCancelled, FitFinished, FitStarted
     from qvr.inference.methods.save import summary_json
     from qvr.runs import RunWriter
     m, v = posterior()

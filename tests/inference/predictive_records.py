@@ -19,7 +19,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from qvr.inference.events import DrawsChunk, FitFinished, FitStarted
+from qvr.events import DrawsChunk, FitFinished, FitStarted
 from qvr.runs import layout
 from qvr.runs.writer import RunWriter
 

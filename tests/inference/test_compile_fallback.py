@@ -5,7 +5,7 @@ import torch
 
 import qvr
 from qvr.inference import FitConfig, fit
-from qvr.inference.events import FitNote
+from qvr.events import FitNote
 from qvr.inference.mcmc import nuts
 from qvr.inference.mcmc import transition as TR
 

@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent('''
     import qvr
     from qvr.inference import fit
     from qvr.inference.config import FitConfig
-    from qvr.inference.events import DrawsChunk, FitProgress
+    from qvr.events import DrawsChunk, FitProgress
 
     rank = int(os.environ["RANK"])
     out_dir, mode = sys.argv[1], sys.argv[2]

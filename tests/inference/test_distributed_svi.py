@@ -72,7 +72,7 @@ KILLER = """\
 import os, signal, sys
 import qvr
 from qvr.inference import fit, FitConfig
-from qvr.inference.events import FitProgress
+from qvr.events import FitProgress
 rank = int(os.environ["RANK"])
 victim = int(sys.argv[4])
 prog = qvr.load(sys.argv[1])
@@ -109,7 +109,7 @@ def test_a_killed_rank_fails_the_run_naming_the_rank(program, tmp_path, victim):
     assert run.status == "failed"
     message = (run.summary or {}).get("message", "")
     if not message:  # rank 0 died: the message is the terminal event's
-        from qvr.inference.events import FitFailed
+        from qvr.events import FitFailed
         ends = [e for e in run.events(load_draws=False) if isinstance(e, FitFailed)]
         message = ends[-1].message if ends else ""
     assert f"rank {victim} of 2 stopped" in message, (message, out.stderr[-3000:])
@@ -194,7 +194,7 @@ def test_a_stop_on_one_rank_stops_every_rank_after_the_same_step(program, tmp_pa
 
 def test_an_ended_record_is_never_ended_twice(tmp_path):
     from qvr.inference import FitConfig, fit
-    from qvr.inference.events import FitFailed
+    from qvr.events import FitFailed
     from qvr.runs import end_abandoned
     from qvr.runtime import loads
     model = loads(PROGRAM).morphism

@@ -25,7 +25,7 @@ import torch
 
 import qvr
 from qvr.inference import FitConfig, fit
-from qvr.inference.events import FitWarning
+from qvr.events import FitWarning
 from qvr.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +153,7 @@ def test_nuts_theta_matches_the_posteriordb_reference(nuts):
 
 def test_nuts_draws_chunks_carry_theta_as_they_are_reported(nuts):
     res, run_dir, events = nuts
-    from qvr.inference.events import DrawsChunk
+    from qvr.events import DrawsChunk
     chunks = [e for e in events if isinstance(e, DrawsChunk)]
     assert chunks and all("recorded.theta" in c.draws for c in chunks)
     for c in chunks:
@@ -222,7 +222,7 @@ KILLED = textwrap.dedent("""\
     import numpy as np
     import qvr
     from qvr.inference import FitConfig, fit
-    from qvr.inference.events import DrawsChunk
+    from qvr.events import DrawsChunk
     path, data, run_dir = sys.argv[1:4]
     d = json.load(open(data))
     def on_event(e):

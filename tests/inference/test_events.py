@@ -4,14 +4,14 @@ import sys
 import threading
 from pathlib import Path
 
-from qvr.inference.events import (Emitter, FitProgress, FitStarted, StopToken,
-                                  Throttle)
+from qvr.events import (Emitter, FitProgress, FitStarted, StopToken,
+                        Throttle)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_events_module_does_not_import_torch():
-    code = "import sys, qvr.inference.events; print('torch' in sys.modules)"
+    code = "import sys, qvr.events; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "False", out.stderr
@@ -54,7 +54,7 @@ def test_emitter_isolates_a_broken_callback():
 
 
 def test_a_note_round_trips_through_json():
-    from qvr.inference.events import FitNote, event_type, from_json, to_json
+    from qvr.events import FitNote, event_type, from_json, to_json
     e = FitNote("compiling the NUTS transition to C++")
     assert event_type(e) == "note"
     assert from_json(to_json(e)) == e

@@ -9,8 +9,8 @@ import torch
 
 from qvr import loads
 from qvr.inference import FitConfig, fit
-from qvr.inference.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
-                                  FitProgress, FitStarted, StopToken)
+from qvr.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
+                        FitProgress, FitStarted, StopToken)
 from qvr.inference.data import DataError
 
 from helpers import NORMAL_NORMAL
@@ -109,7 +109,7 @@ def test_non_finite_loss_stops_with_a_message_naming_the_step():
 def test_data_the_program_does_not_read_is_left_out_with_a_note():
     """As CmdStan (issue 36): `yy` is not read by the program, so it is left out, said in
     one note (it was an error before)."""
-    from qvr.inference.events import FitWarning
+    from qvr.events import FitWarning
     events, on_event = collect()
     res = fit(loads(NORMAL_NORMAL).morphism, {"y": torch.zeros(20), "yy": torch.zeros(20)},
               FitConfig(method="svi", steps=2), on_event=on_event)
@@ -166,7 +166,7 @@ def test_same_seed_same_results_as_the_drivers_called_directly():
 
 def test_smc_through_fit_reports_one_start_and_one_end(tmp_path):
     from qvr import load
-    from qvr.inference.events import ParticlesSnapshot
+    from qvr.events import ParticlesSnapshot
     prog = load(str(ROOT / "examples" / "transformer_lm.qvr"))
     events, on_event = collect()
     res = fit(prog, config=FitConfig(method="smc", particles=8, expansion=2, max_len=6, eos=1,

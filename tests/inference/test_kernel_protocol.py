@@ -212,7 +212,7 @@ def test_blocks_are_recorded_whole_and_the_first_divergence_is_named_exactly():
     """A kernel answering `sample_block` with blocks of 5: every iteration is recorded
     (the draws equal the blocks' positions), and a chain's first divergence is reported as
     its draw (`first_divergence`), not as the step of the report that saw it."""
-    from qvr.inference.events import FitProgress
+    from qvr.events import FitProgress
     from qvr.inference.mcmc.kernel import Steps
 
     fields = ("z", "log_density", "accept_prob", "accepted", "diverging", "num_steps",

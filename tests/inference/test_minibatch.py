@@ -179,7 +179,7 @@ def test_minibatch_svi_fit_recovers_the_conjugate_posterior(tmp_path):
 
 
 def test_progress_reports_epochs_and_a_too_large_batch_is_said():
-    from qvr.inference.events import FitProgress, FitWarning
+    from qvr.events import FitProgress, FitWarning
     model, x, obs, _ = normal_normal_case()
     events = []
     fit(model, data=obs, config=FitConfig(method="svi", steps=25, batch_size=5, seed=0,
@@ -237,7 +237,7 @@ def test_memory_mapped_data_is_read_a_batch_at_a_time(tmp_path, monkeypatch):
     array whole (reading one whole raises here), records the same data hash as the data
     in memory, and says why it records no pointwise terms."""
     from qvr.datafiles import MappedArray
-    from qvr.inference.events import FitWarning
+    from qvr.events import FitWarning
     data = effects_data()
     folder = tmp_path / "data"
     folder.mkdir()

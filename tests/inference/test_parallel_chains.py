@@ -4,7 +4,7 @@ import torch
 
 from helpers import check_moments, normal_normal_case
 from qvr.inference import MCMC, NUTSKernel
-from qvr.inference.events import DrawsChunk, FitProgress
+from qvr.events import DrawsChunk, FitProgress
 from qvr.inference.mcmc.parallel import fork_available
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="needs fork")

@@ -23,7 +23,7 @@ from scipy import stats
 
 import qvr
 from qvr.inference import FitConfig, fit
-from qvr.inference.events import FitWarning
+from qvr.events import FitWarning
 from qvr.inference.pointwise import Pointwise, data_sha256
 from qvr.runs import open_run
 

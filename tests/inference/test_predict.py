@@ -127,7 +127,7 @@ def test_fixed_sizes_are_an_error_that_says_so(tmp_path):
     example reads `J` from the data): `theta_trans : School` is a plate of 8 elements,
     bound from the fit's draws; three new schools cannot use it."""
     from qvr.runs import RunWriter
-    from qvr.inference.events import FitFinished, FitStarted
+    from qvr.events import FitFinished, FitStarted
     import hashlib
     source = (ROOT / "examples" / "eight_schools.qvr").read_text(encoding="utf-8")
     assert "object School : FinSet J\n" in source
@@ -215,7 +215,7 @@ def test_the_shipped_new_mothers_of_kid_scores(tmp_path):
     design times beta (the first row is posteriordb's mom_hs_new = 1, mom_iq_new = 100)."""
     import hashlib
     import json
-    from qvr.inference.events import FitFinished, FitStarted
+    from qvr.events import FitFinished, FitStarted
     from qvr.runs import RunWriter
     prog = ROOT / "examples" / "kid_scores.qvr"
     new = ROOT / "examples" / "data" / "kid_scores.new.json"

@@ -10,7 +10,7 @@ import pytest
 import qvr
 from qvr.inference import FitConfig, fit
 from qvr.inference.data import DataError
-from qvr.inference.events import FitWarning
+from qvr.events import FitWarning
 
 REG = """object Row : FinSet N
 

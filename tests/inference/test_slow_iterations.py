@@ -7,7 +7,7 @@ import warnings
 import torch
 
 from qvr.inference import MCMC, NUTSKernel
-from qvr.inference.events import FitNote, FitProgress
+from qvr.events import FitNote, FitProgress
 from qvr.inference.mcmc import driver
 from qvr.inference.potential import FunctionTarget, make_target, vmap_note
 
@@ -52,7 +52,7 @@ def test_a_slow_iteration_reports_progress_while_it_runs(monkeypatch):
     # the plain progress line (no terminal) says that the iteration is under way
     import io
     from qvr.commands.progress import Progress
-    from qvr.inference.events import FitStarted
+    from qvr.events import FitStarted
     p = Progress(io.StringIO(), force=False)
     p.update(FitStarted("nuts", 4, 2, {"num_warmup": 2, "num_samples": 2}))
     for e in events[:events.index(beats[-1]) + 1]:

@@ -377,7 +377,7 @@ def test_the_kernel_runs_blocks_cut_at_the_windows_and_samples_the_posterior(mon
     assert r.compiler == "transition" and r.compiler_notes[-1] == "eager block"
     # progress per chain and phase: from the first block to the last step, increasing;
     # the draws chunks cover every draw once
-    from qvr.inference.events import DrawsChunk, FitProgress
+    from qvr.events import DrawsChunk, FitProgress
     for c in range(4):
         for phase, total in (("warmup", 300), ("sampling", 600)):
             steps = [e.step for e in events if isinstance(e, FitProgress)
@@ -621,7 +621,7 @@ def test_auto_uses_the_transition_only_for_long_runs(monkeypatch):
 def test_the_driver_says_when_it_compiles_before_the_first_step(monkeypatch):
     """`NUTSKernel.prepare` (called by the driver after `init`) compiles before the first
     iteration and, when the package is not on disk, says so first (`FitNote`)."""
-    from qvr.inference.events import FitNote, FitProgress
+    from qvr.events import FitNote, FitProgress
     events, order = [], []
     monkeypatch.setattr(TR, "is_cached", lambda *a, **k: False)
     monkeypatch.setattr(TR, "compile_transition",

@@ -142,7 +142,7 @@ def test_synthetic_rows_follow_a_plate_whose_arguments_read_host_data():
 
 
 def test_the_record_keeps_the_rows_drawn_and_the_rows_asked(tmp_path):
-    from qvr.inference.events import FitWarning
+    from qvr.events import FitWarning
     from qvr.runs import open_run
     events = []
     fit(loads(VOL), None, FitConfig(method="svi", synthetic=20, steps=3),

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from qvr.inference.events import FitProgress, FitStarted
+from qvr.events import FitProgress, FitStarted
 from qvr.runs import RunWriter, open_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ import torch
 
 from qvr import load, loads
 from qvr.inference import FitConfig, fit
-from qvr.inference.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
-                                  FitProgress, FitStarted, FitWarning, ParticlesSnapshot,
-                                  StopToken, from_json, to_json)
+from qvr.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
+                        FitProgress, FitStarted, FitWarning, ParticlesSnapshot,
+                        StopToken, from_json, to_json)
 from qvr.runs import RunRecordError, RunWriter, list_runs, open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -302,7 +302,7 @@ def test_a_qvr_run_killed_mid_sampling_leaves_an_interrupted_readable_record(tmp
 FOLLOW_SCRIPT = """
 import sys, json
 from qvr.runs import open_run
-from qvr.inference.events import FitProgress, event_type
+from qvr.events import FitProgress, event_type
 import time
 deadline = time.monotonic() + 240
 run = None

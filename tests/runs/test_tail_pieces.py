@@ -1,7 +1,7 @@
 """`Tail.pieces`: a record read in bounded pieces gives the same events as one read, a
 line cut at a piece's end waits for the next piece, and `until` stops at the size the
 caller saw (lines a live writer appends later wait for the next call)."""
-from qvr.inference.events import FitProgress, FitStarted, to_json
+from qvr.events import FitProgress, FitStarted, to_json
 from qvr.runs import open_run
 
 

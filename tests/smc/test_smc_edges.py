@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from qvr.inference.events import FitFailed, ParticlesSnapshot
+from qvr.events import FitFailed, ParticlesSnapshot
 from qvr.smc import LogitsLM, SMCSteering
 from smc_helpers import A, B, EOS, VOCAB, bigram_logits
 from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)

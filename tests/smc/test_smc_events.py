@@ -1,12 +1,12 @@
-"""SMC steering reports through the fit event API (`qvr.inference.events`): order,
+"""SMC steering reports through the fit event API (`qvr.events`): order,
 metrics, snapshots, throttling, cancellation and a broken callback."""
 import math
 
 import pytest
 import torch
 
-from qvr.inference.events import (FitCancelled, FitFinished, FitProgress, FitStarted,
-                                  FitWarning, ParticlesSnapshot, StopToken)
+from qvr.events import (FitCancelled, FitFinished, FitProgress, FitStarted,
+                        FitWarning, ParticlesSnapshot, StopToken)
 from qvr.smc import LogitsLM, SMCSteering
 from smc_helpers import EOS, bigram_logits
 from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)

@@ -96,7 +96,7 @@ def _interrupted(src: Path) -> None:
 
 
 def _failed() -> None:
-    from qvr.inference.events import FitFailed, FitProgress, FitStarted, to_json
+    from qvr.events import FitFailed, FitProgress, FitStarted, to_json
     folder = OUT / "failed_svi"
     shutil.rmtree(folder, ignore_errors=True)
     src = json.loads((OUT / "svi_regression" / "run.json").read_text())

@@ -157,7 +157,7 @@ async def main():
             assert app.state.status == "finished", app.state.status
     heavy = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")
                    or m.startswith("qvr.runtime") or m.startswith("qvr.inference.")
-                   and m not in ("qvr.inference.events", "qvr.inference.config",
+                   and m not in ("qvr.events", "qvr.inference.config",
                                  "qvr.inference.diagnostics"))
     print("HEAVY", heavy)
 asyncio.run(main())

@@ -4,7 +4,7 @@ machine, where the first refresh came after exactly one step)."""
 import pytest
 from textual.app import App
 
-from qvr.inference.events import FitProgress, FitStarted
+from qvr.events import FitProgress, FitStarted
 from qvr_tui.state import RunState
 from qvr_tui.widgets.loss_plot import LossPlot
 

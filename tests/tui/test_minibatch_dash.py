@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Select
 
-from qvr.inference.events import FitFinished, FitProgress, FitStarted
+from qvr.events import FitFinished, FitProgress, FitStarted
 from qvr_tui.app import QvrDash
 from qvr_tui.results_model import Results, batch_facts
 from qvr_tui.state import RunState

@@ -110,7 +110,7 @@ async def test_all_five_statuses(runs):
     import fcntl
     import shutil
 
-    from qvr.inference.events import FitCancelled, to_json
+    from qvr.events import FitCancelled, to_json
     from qvr_tui.widgets.runs_table import STATUS_STYLE
 
     runs_dir, program = runs
@@ -144,7 +144,7 @@ async def test_refresh_if_changed_follows_runs_written_elsewhere(runs):
     import fcntl
     import shutil
 
-    from qvr.inference.events import FitCancelled, to_json
+    from qvr.events import FitCancelled, to_json
     runs_dir, program = runs
     pane = RunsPane(program, runs_dir)
     app = RunsHarness(pane)

@@ -10,8 +10,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from qvr.inference.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
-                                  FitProgress, FitStarted, ParticlesSnapshot)
+from qvr.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
+                        FitProgress, FitStarted, ParticlesSnapshot)
 from qvr.runs import open_run
 from qvr_tui.state import (EMA_BETA, RunState, decimate, format_seconds, ndtri,
                            tokens_text)
@@ -201,7 +201,7 @@ def test_an_mcmc_fit_with_nothing_to_sample_says_so_and_shows_no_chain():
     """NUTS on a program whose latents are all finite (summed out): no chain runs, and the
     header gives the log marginal likelihood instead of 'finished · 0%' over rows stuck
     at 0/500 (seen in tmux on examples/hmm.qvr)."""
-    from qvr.inference.events import FitStarted, FitWarning
+    from qvr.events import FitStarted, FitWarning
     s = RunState()
     s.run_dir = Path("runs/hmm-1")
     s.apply([FitStarted("nuts", 1000, 4, {"num_warmup": 500, "num_samples": 500}),
@@ -214,7 +214,7 @@ def test_an_mcmc_fit_with_nothing_to_sample_says_so_and_shows_no_chain():
 
 
 def test_a_note_shows_in_the_status_line_until_the_chains_move():
-    from qvr.inference.events import FitNote
+    from qvr.events import FitNote
     st = RunState()
     st.run_dir = "runs/x"
     st.apply([FitStarted("nuts", 200, 1, {"num_warmup": 100, "num_samples": 100}),

@@ -36,7 +36,7 @@ from typing import Optional
 
 from qvr.commands.progress import PLAIN_PREFIX
 from qvr.inference.config import FitConfig
-from qvr.inference.events import FitEvent
+from qvr.events import FitEvent
 
 __all__ = ["FitRequest", "FitRunner", "worker_command"]
 
@@ -142,7 +142,7 @@ class FitRunner:
         return out
 
     def _settle(self, code: int) -> None:
-        from qvr.inference.events import FitCancelled, FitFailed, FitFinished
+        from qvr.events import FitCancelled, FitFailed, FitFinished
         t = self.terminal
         if isinstance(t, FitFinished):
             self.outcome, self.message = "finished", ""

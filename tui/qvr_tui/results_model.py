@@ -50,7 +50,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from qvr.inference.diagnostics import EBFMI_MIN, ESS_PER_CHAIN, RHAT_MAX, e_bfmi
-from qvr.inference.events import FitFailed, FitProgress, ParticlesSnapshot
+from qvr.events import FitFailed, FitProgress, ParticlesSnapshot
 from qvr.runs.layout import RECORDED_PREFIX, nothing_sampled
 
 __all__ = ["Check", "Coord", "SiteRow", "ParamSeries", "GuideSite", "squeeze_shape", "SequenceRow", "Results",

@@ -1,7 +1,7 @@
 """`RunState`: a pure, torch-free model of one run, folded from its fit events.
 
 The live screen and a reopened past run use the same code: `RunState.apply(events)` folds
-the typed events of `qvr.inference.events` (from `Tail.poll()` while a fit runs, or from
+the typed events of `qvr.events` (from `Tail.poll()` while a fit runs, or from
 `Run.events()` afterwards) into plain series, rows and flags that widgets render.  Nothing
 here touches Textual, torch or the clock except through the injected `clock` (the
 running diagnostics are recomputed at most once per `diagnostics_interval` seconds of it).
@@ -46,9 +46,9 @@ from array import array
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
-from qvr.inference.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
-                                  FitNote, FitProgress, FitStarted, FitWarning,
-                                  ParticlesSnapshot)
+from qvr.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
+                        FitNote, FitProgress, FitStarted, FitWarning,
+                        ParticlesSnapshot)
 from qvr.runs.layout import EVENTS, nothing_sampled
 
 __all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "ChainRow",

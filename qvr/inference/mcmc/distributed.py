@@ -110,7 +110,7 @@ def _lead(run, z0, groups, seeds, link) -> dict:
                            "active": run.emit.on_event is not None})
         idle = [r for r, g in enumerate(groups) if not g]
         if idle:
-            from qvr.inference.events import FitNote
+            from qvr.events import FitNote
             run.emit(FitNote(f"{len(groups) - len(idle)} of {w.size} ranks run chains "
                              f"(num_chains={z0.shape[0]}); ranks "
                              f"{', '.join(map(str, idle))} idle"))

@@ -47,8 +47,8 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from qvr.inference.events import (DrawsChunk, Emitter, EventCallback, FitNote, FitProgress,
-                                  Throttle, never)
+from qvr.events import (DrawsChunk, Emitter, EventCallback, FitNote, FitProgress,
+                        Throttle, never)
 from qvr.inference.potential import Target, make_target
 
 _INIT = ("prior", "zero", "guide")

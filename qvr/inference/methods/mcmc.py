@@ -131,7 +131,7 @@ def _nothing_to_sample(ctx: FitContext, target) -> FitResult:
     coordinate to sample: the fit reports its log marginal likelihood instead of running
     chains that could not move."""
     import torch
-    from qvr.inference.events import FitWarning
+    from qvr.events import FitWarning
     with torch.no_grad():
         lp, _ = target.log_density_and_grad(torch.zeros(1, 0))
     value = float(lp.reshape(-1)[0])

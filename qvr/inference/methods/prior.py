@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from qvr.inference.events import FitProgress
+from qvr.events import FitProgress
 from qvr.inference.fit_result import FitContext, FitResult
 
 #: draws per vectorised program run

@@ -99,7 +99,7 @@ def run(ctx: FitContext) -> FitResult:
     from qvr.inference.recorded import smc_note
     note = smc_note(lm.morphism)  # `record v = e`: no per-particle site values to record
     if note:
-        from qvr.inference.events import FitWarning
+        from qvr.events import FitWarning
         ctx.report(FitWarning(note))
     smc = SMCSteering(lm, potential=build_potential(config, ctx.potential),
                       num_particles=config.particles, expansion=config.expansion,

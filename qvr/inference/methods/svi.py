@@ -14,7 +14,7 @@ import time
 import torch
 
 from qvr.inference.data import DataError
-from qvr.inference.events import FitProgress, Throttle
+from qvr.events import FitProgress, Throttle
 from qvr.inference.fit_result import FitContext, FitResult
 
 

@@ -1,6 +1,8 @@
 """Fit events: the typed messages every fit (SVI, HMC/NUTS, SMC) reports while it runs.
 
-This is the only part of `qvr.inference` the dashboard and the CLI progress display see.
+This is the only part of inference the dashboard and the CLI progress display see.  It sits
+below `qvr.runs` (which stores events) and `qvr.smc` (which reports them), and imports no
+other qvr module.
 It deliberately imports nothing heavy (no torch): events hold plain floats, ints, strings,
 tuples and (for draws) numpy arrays, so a consumer can type-check and render them without
 loading torch.
