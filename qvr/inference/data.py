@@ -355,7 +355,7 @@ def check_data(model, x, observations: dict) -> None:
     a missing entry).  A partially observed `observe` value that a later step reads is an
     error too (the later step would read the placeholder or the NaN)."""
     from qvr.runtime.errors import MissingValueError, QvrRuntimeError
-    from qvr.runtime.constraints import improper_init
+    from qvr.runtime.improper import improper_init
     partial = _check_missing(model, x, observations)
     try:
         # latent sites are drawn: an improper prior (E9.2) draws a fit's initial value

@@ -374,7 +374,7 @@ def shape_pass(model, x, observations: dict) -> dict:
         raise ValueError(f"{type(model).__name__} is not a program: guides and MCMC need a "
                          "model with execute/log_joint (a compiled, lifted or Python-built "
                          "MonadicProgram)")
-    from qvr.runtime.constraints import improper_init
+    from qvr.runtime.improper import improper_init
     devices = [x.device] if isinstance(x, torch.Tensor) and x.device.type == "cuda" else []
     # leave the RNG alone; improper priors (E9.2) draw Stan's initial values
     with torch.no_grad(), torch.random.fork_rng(devices=devices), improper_init():

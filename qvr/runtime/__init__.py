@@ -20,6 +20,7 @@ This package imports torch; `import qvr` alone does not (see `qvr/__init__.py`).
 inference algorithms (guides, SVI, MCMC, SMC) are not here: they build on
 `MonadicProgram.execute`, `site_infos` and `log_joint`.
 """
+from qvr.runtime import combinators as _combinators  # noqa: F401  (sets `>>`, `@`)
 from qvr.runtime.errors import (CompileError, ParseError, QvrError, QvrRuntimeError)
 from qvr.runtime.load import load, loads
 from qvr.runtime.morphisms.attention import attention_layers, circuits

@@ -5,7 +5,8 @@
   `log_prob` marginalises the last intermediate exactly (finite) or by Monte-Carlo with
   common random numbers (spec 4.1, 9.3), drawing the prefix once per distinct finite
   input (`chain_log_prob` records that decision);
-* `tensor(f, g)` — `f @ g`: `FiniteTensor` or the continuous `Tensor`;
+* `tensor(f, g)` — `f @ g`: `FiniteTensor` or the continuous `Tensor`; both operators are
+  set on `Morphism` here (`morphisms/base.py` is below the composites and imports none);
 * `Fan` — shared input, parallel heads, outputs concatenated (spec 4.3);
 * `stack(f, n)` — `n` independent deep copies chained; `repeat(f, n)` — the same object
   chained `n` times (weight tying);
@@ -65,6 +66,20 @@ def tensor(f: Morphism, g: Morphism, *, label: str = None) -> Morphism:
     if isinstance(f, FiniteMorphism) and isinstance(g, FiniteMorphism):
         return FiniteTensor(f, g, label=label)
     return Tensor(f, g, label=label)
+
+
+def _rshift(self, other):
+    return compose(self, other)
+
+
+def _matmul(self, other):
+    return tensor(self, other)
+
+
+# `f >> g` and `f @ g` of every morphism: defined here, where the composites are, and set on
+# the base class, which sits below them (`qvr.runtime.__init__` imports this module).
+Morphism.__rshift__ = _rshift
+Morphism.__matmul__ = _matmul
 
 
 def chain(parts, *, label: str = None) -> Morphism:

@@ -1,8 +1,8 @@
 """Supports of the statistics extension (docs/extensions.md E9.2) at run time.
 
-* improper flat priors `Flat` / `HalfFlat` (`Improper`: log-density 0 on its support; no
-  forward draws, `ImproperPriorError`, except while a fit initialises its chains:
-  `improper_init()`, Stan's uniform(-2, 2) in the unconstrained space);
+* improper flat priors `Flat` / `HalfFlat` on truncated and constrained supports (from
+  `qvr.runtime.improper.Improper`: log-density 0 on its support, no forward draws except
+  under `improper_init()`);
 * truncation `[lower=a, upper=b]` of a continuous family (`Truncated`: p(x) / (F(b) - F(a))
   on [a, b]; the normaliser from torch's `cdf` when it depends on run-time values, or a
   number computed once, `constant_log_normaliser`, when the family's arguments and the
@@ -36,26 +36,9 @@ from torch.distributions import biject_to, constraints
 from torch.distributions import transforms as T
 
 from qvr.runtime.errors import QvrRuntimeError
+from qvr.runtime.improper import Improper
 from qvr.runtime.steps import FamilyStep
 from qvr.sema.families import FAMILIES
-
-
-class ImproperPriorError(QvrRuntimeError, ValueError):
-    """A value was to be drawn from an improper flat prior (prior predictive, synthetic
-    data, `rsample` without a value for the site).  The message names the site (the step
-    the executor adds as context)."""
-
-    def __str__(self) -> str:
-        name = self.site or self.step
-        self.what = (f"`{name}` has an improper flat prior and cannot be drawn from the prior"
-                     if name else "an improper flat prior cannot be drawn from") + \
-            " (give it a proper family, e.g. `Uniform(a, b)`, to draw prior predictive or " \
-            "synthetic data)"
-        saved, self.step, self.site = (self.step, self.site), None, None
-        try:
-            return super().__str__()
-        finally:
-            self.step, self.site = saved
 
 
 # ------------------------------------------------------------------ run-time state
@@ -65,22 +48,6 @@ _state = threading.local()
 
 def _get(name, default=None):
     return getattr(_state, name, default)
-
-
-@contextmanager
-def improper_init():
-    """While active, improper priors draw Stan's initial values: uniform(-2, 2) in the
-    unconstrained space, mapped to the support (a fit's shape pass and data check)."""
-    old = _get("init", False)
-    _state.init = True
-    try:
-        yield
-    finally:
-        _state.init = old
-
-
-def initialising() -> bool:
-    return bool(_get("init", False))
 
 
 class _Pins:
@@ -185,65 +152,6 @@ def _bij_ordered(c):
 @biject_to.register(_PositiveOrdered)
 def _bij_positive_ordered(c):
     return PositiveOrderedTransform()
-
-
-# ------------------------------------------------------------------ improper priors
-
-class Improper(D.Distribution):
-    """A flat density (log-density 0) on `support`: `Flat`, `HalfFlat`, a truncated
-    `Flat`, or a flat density on a constrained space.  Not a distribution: drawing from it
-    raises `ImproperPriorError`, except under `improper_init()`."""
-
-    arg_constraints = {}
-    has_rsample = True
-
-    def __init__(self, support, batch_shape=torch.Size(), event_shape=torch.Size(),
-                 family: str = "Flat", dtype=None, device=None):
-        self._support = support
-        self.family = family
-        self._dtype = dtype or torch.get_default_dtype()
-        self._device = device
-        super().__init__(torch.Size(batch_shape), torch.Size(event_shape), validate_args=False)
-
-    @constraints.dependent_property(is_discrete=False)
-    def support(self):
-        return self._support
-
-    def log_prob(self, value):
-        n = len(self.event_shape)
-        shape = value.shape[:value.dim() - n] if n else value.shape
-        return torch.zeros(torch.broadcast_shapes(shape, self.batch_shape), dtype=value.dtype,
-                           device=value.device)
-
-    def rsample(self, sample_shape=torch.Size()):
-        if not initialising():
-            raise ImproperPriorError(
-                f"`{self.family}` is an improper flat prior and cannot be drawn from the prior",
-                family=self.family)
-        shape = self._extended_shape(sample_shape)
-        t = biject_to(self._support)
-        u_shape = t.inverse_shape(shape) if shape else shape
-        dtype = self._dtype
-        device = self._device
-        bound = _support_tensor(self._support)
-        if bound is not None:
-            dtype, device = bound.dtype, bound.device
-        u = torch.rand(u_shape, dtype=dtype, device=device) * 4.0 - 2.0
-        return t(u)
-
-
-def _support_tensor(support):
-    for attr in ("lower_bound", "upper_bound"):
-        v = getattr(support, attr, None)
-        if isinstance(v, torch.Tensor):
-            return v
-    return None
-
-
-def improper(name: str, event_size: Optional[int] = None) -> Improper:
-    """`Flat` / `HalfFlat` on the real line / positive reals (scalar events)."""
-    sup = constraints.positive if name == "HalfFlat" else constraints.real
-    return Improper(sup, family=name)
 
 
 # ------------------------------------------------------------------ sorted iid draws

@@ -83,7 +83,7 @@ def inline_distribution(name: str, args, event_size: Optional[int] = None,
     """
     fam = FAMILIES[name]
     if fam.improper:  # E9.2: `Flat`, `HalfFlat` (no arguments)
-        from qvr.runtime.constraints import improper
+        from qvr.runtime.improper import improper
         return improper(name, event_size)
     args = _float_args(list(args))
     vals = [clamp_param(a, kind) for a, (_, kind) in zip(args, fam.params)]

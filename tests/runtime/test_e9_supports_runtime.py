@@ -14,9 +14,10 @@ from torch.autograd.functional import jacobian
 
 import qvr
 from qvr.inference.potential import make_target
-from qvr.runtime.constraints import (ImproperPriorError, OrderedTransform,
-                                     PositiveOrderedTransform, constant_log_normaliser,
-                                     improper_init, ordered_vector, positive_ordered_vector)
+from qvr.runtime.constraints import (OrderedTransform, PositiveOrderedTransform,
+                                     constant_log_normaliser, ordered_vector,
+                                     positive_ordered_vector)
+from qvr.runtime.improper import ImproperPriorError, improper_init
 from qvr.runtime.errors import CompileError
 
 

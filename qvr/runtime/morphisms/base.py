@@ -9,8 +9,11 @@ used in error messages.  Two kinds exist:
   subclasses work anywhere a built-in one does.
 * `FiniteMorphism` (in `finite.py`) — a tensor between finite sets.
 
-The operators `f >> g` and `f @ g` build composites (`qvr.runtime.combinators`), checking
-types and algebras; mismatches raise `IncompatibleMorphismsError` (a `TypeError`).
+The operators `f >> g` and `f @ g` build composites, checking types and algebras;
+mismatches raise `IncompatibleMorphismsError` (a `TypeError`).  They are defined in
+`qvr.runtime.combinators`, with the composites they build, and set on `Morphism` there
+(this module is below the composites, which subclass its classes, and imports none of
+them); `qvr.runtime` imports the combinators, so every morphism has them.
 This module defines no concrete distribution.
 """
 from __future__ import annotations
@@ -69,14 +72,6 @@ class Morphism(nn.Module):
     def links(self) -> list:
         """This morphism as a flat chain of links (spec 4.1); a non-composite is one link."""
         return [self]
-
-    def __rshift__(self, other):
-        from qvr.runtime.combinators import compose
-        return compose(self, other)
-
-    def __matmul__(self, other):
-        from qvr.runtime.combinators import tensor
-        return tensor(self, other)
 
     def extra_repr(self) -> str:
         return f"{self.label}: {self.domain.name} -> {self.codomain.name}"
