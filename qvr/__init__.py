@@ -5,8 +5,12 @@
 compares fitted runs by PSIS-LOO (torch-free; ArviZ's statistics imported on first use);
 `qvr.predict(run, data)` (also `qvr.runs.Run.predict`) draws a fitted program's
 observations at new data (`qvr.inference.predict`, imported on first use).
+
+This package is the layer above the runtime, the inference and the run records: it sets
+the analyses `qvr.runs.Run` offers but the record store cannot import
+(`qvr.record_analyses`: `Run.loo`, `Run.ppc`, `Run.predict`), before any subpackage runs.
 """
-__version__ = "0.1.0"
+from qvr.version import __version__
 
 __all__ = ["__version__", "compare", "load", "loads", "predict"]
 
@@ -40,3 +44,18 @@ def predict(run, data, **options):
     calls it."""
     from qvr.inference.predict import predict as _predict
     return _predict(run, data, **options)
+
+
+def _loo_of_run(run):
+    from qvr.inference.checks import loo_of_run
+    return loo_of_run(run)
+
+
+def _ppc_of_run(run):
+    from qvr.inference.checks import ppc_of_run
+    return ppc_of_run(run)
+
+
+from qvr import record_analyses as _record_analyses  # noqa: E402
+
+_record_analyses.ANALYSES.update(loo=_loo_of_run, ppc=_ppc_of_run, predict=predict)

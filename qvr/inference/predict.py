@@ -150,10 +150,10 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
     ``(model, notes)``."""
     import hashlib
 
-    import qvr
     from qvr.inference.fitting import model_of
     from qvr.inference.data import relations_for
     from qvr.inference.start import StartError, StartState
+    from qvr.runtime.load import load
     info = run.program
     notes = []
     if program is None:
@@ -168,7 +168,7 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
                          f"text")
         data_file = (run.meta.get("data") or {}).get("path")
         try:
-            program = qvr.load(Path(path), data=relations_for(path, data_file) or None)
+            program = load(Path(path), data=relations_for(path, data_file) or None)
         except Exception as exc:
             raise PredictError(f"{path}: {message_of(exc)}") from None
     program = _bind_new_sizes(program, values, where)

@@ -10,6 +10,9 @@ summary and final results, and a status:
   record reads cleanly up to its last complete line; a torn last line is ignored.
 
 It imports numpy (for draws) but never torch, so the dashboard's UI process uses it.
+It imports nothing above the records: what `Run.loo`, `Run.ppc` (when the record lacks
+their files) and `Run.predict` compute lives in `qvr.inference`, reached through the table
+of `qvr.record_analyses` that the root package `qvr` fills.
 
 Example::
 
@@ -30,6 +33,7 @@ from typing import Any, Iterator, Optional
 
 from qvr.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
                         FitStarted, from_dict)
+from qvr.record_analyses import analysis
 from qvr.runs import layout
 
 _STATUS_OF = {FitFinished: "finished", FitFailed: "failed", FitCancelled: "cancelled"}
@@ -447,10 +451,9 @@ class Run:
         `qvr.inference.predict.Prediction` (``.draws``/``.recorded``: ``{name: (chains,
         draws, *shape)}``, ``.summary``); `options`: ``draws``, ``seed``, ``run_dir`` (write
         a record, method ``predict``), ``program``.  The computation (torch) lives in
-        `qvr.inference.predict`; this reader does not import it: it calls the public
-        `qvr.predict`, the layer above both, which does."""
-        import qvr
-        return qvr.predict(self, data, **options)
+        `qvr.inference.predict`, above this reader, which asks `qvr.record_analyses` for it
+        (set by the root package `qvr`)."""
+        return analysis("predict")(self, data, **options)
 
     def importance(self) -> dict:
         """SVI: ``{"log_p", "log_q"}`` per draw ``(1, draws)``; {} for other methods."""
@@ -463,16 +466,14 @@ class Run:
         found = self._json(layout.LOO)
         if found is not None:
             return found
-        from qvr.inference import checks
-        return checks.loo_of_run(self)
+        return analysis("loo")(self)
 
     def ppc(self) -> Optional[dict]:
         """The predictive checks (``ppc.json``; computed like `loo` when absent)."""
         found = self._json(layout.PPC)
         if found is not None:
             return found
-        from qvr.inference import checks
-        return checks.ppc_of_run(self)
+        return analysis("ppc")(self)
 
     @property
     def sequences(self) -> Optional[dict]:

@@ -50,8 +50,8 @@ def new_run_dir(root, name: str) -> Path:
 
 
 def versions() -> dict:
-    import qvr
-    out = {"qvr": qvr.__version__, "python": platform.python_version()}
+    from qvr.version import __version__
+    out = {"qvr": __version__, "python": platform.python_version()}
     for mod in ("torch", "numpy"):
         m = sys.modules.get(mod)
         out[mod] = getattr(m, "__version__", None) if m is not None else None
