@@ -3,7 +3,7 @@
 Heavy imports (torch, pygls, textual) are deferred into the command functions so that
 `qvr check` stays fast.  Exit status convention: 0 success, 1 the command found errors,
 2 usage or I/O errors, 3 internal error (an unexpected exception: its traceback is saved
-by `qvr.commands.internal_error`, never printed), 130 interrupted.
+by `qvr.internal_error`, never printed), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
             pass
         return 2
     except Exception as exc:  # a bug: one message, the traceback saved to a file
-        from qvr.commands.internal_error import report
+        from qvr.internal_error import report
         return report(exc, args, argv=sys.argv[1:] if argv is None else argv)
 
 

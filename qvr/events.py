@@ -25,6 +25,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
 
+#: the start of every plain progress line, the text form of these events that `qvr run`
+#: prints without a terminal (`qvr.commands.progress`); the dashboard's fit runner leaves
+#: such lines out of the worker's stderr it shows as a failure's cause.  Here, below both.
+PLAIN_PREFIX = "qvr run: progress: "
+
 
 @dataclass(frozen=True)
 class FitStarted:

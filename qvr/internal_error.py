@@ -1,6 +1,8 @@
 """Internal errors: a bug in a command becomes one message and a saved traceback.
 
-`qvr.cli.main` (and `qvr-lsp`) hand every exception a command did not expect to `report`:
+`qvr.cli.main` (and `qvr-lsp`) hand every exception a command did not expect to `report`
+(apart from `qvr.commands`, below both the command line and the language server, which
+the command line starts):
 the traceback goes to a file, never to the terminal, and the user reads one line saying
 what failed, where the traceback is and to report it.  Known failures of a program or its
 data are not internal errors: commands print those themselves (exit status 1 or 2).

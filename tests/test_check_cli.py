@@ -123,7 +123,7 @@ def test_an_unexpected_exception_is_an_internal_error_with_the_traceback_in_a_te
 def test_a_command_with_a_run_folder_gets_the_traceback_there(monkeypatch, tmp_path, capsys):
     import qvr.commands.check as check
     from qvr.cli import main
-    from qvr.commands.internal_error import FOLDER_ATTR
+    from qvr.internal_error import FOLDER_ATTR
 
     def boom(args):
         setattr(args, FOLDER_ATTR, tmp_path)  # what a command with a run folder does
@@ -140,7 +140,7 @@ def test_an_unwritable_run_folder_falls_back_to_a_temp_file(monkeypatch, tmp_pat
     import tempfile
     import qvr.commands.check as check
     from qvr.cli import main
-    from qvr.commands.internal_error import FOLDER_ATTR
+    from qvr.internal_error import FOLDER_ATTR
 
     def boom(args):
         setattr(args, FOLDER_ATTR, tmp_path / "missing" / "folder")

@@ -3,7 +3,7 @@
 Speaks LSP over stdio by default; `--tcp [--host H] [--port P]` serves one TCP client
 (for debugging with an editor attached to a running server).  pygls is imported only in
 `serve`.  An unexpected exception outside the handlers (which answer their own errors, see
-`handlers.guarded`) is an internal error: `qvr.commands.internal_error` saves its
+`handlers.guarded`) is an internal error: `qvr.internal_error` saves its
 traceback and prints one line (exit status 3).
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug: one message, the traceback saved to a file
-        from qvr.commands.internal_error import report
+        from qvr.internal_error import report
         return report(exc, args, argv=["lsp", *(sys.argv[1:] if argv is None else argv)])
 
 

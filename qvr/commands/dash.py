@@ -99,10 +99,3 @@ def headless(args) -> int:
     argv = headless_argv(args)
     print(f"qvr dash: no terminal: running `qvr {' '.join(argv)}`", file=sys.stderr)
     return run_cmd.run(p.parse_args(argv))
-
-
-def main(argv=None) -> int:
-    """`python -m qvr_tui`: the same options as `qvr dash`."""
-    p = argparse.ArgumentParser(prog="python -m qvr_tui", description="the qvr dashboard")
-    add_arguments(p)
-    return run(p.parse_args(argv))

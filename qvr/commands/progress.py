@@ -13,11 +13,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from qvr.events import FitEvent, FitNote, FitProgress, FitStarted, FitWarning
+from qvr.events import PLAIN_PREFIX, FitEvent, FitNote, FitProgress, FitStarted, FitWarning
 
-#: the start of every plain progress line (the dashboard leaves such lines out of the
-#: worker's stderr it shows as a failure's cause)
-PLAIN_PREFIX = "qvr run: progress: "
 #: seconds of fit time (the events' `elapsed`) between two plain progress lines
 PLAIN_EVERY_S = 10.0
 

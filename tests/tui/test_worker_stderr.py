@@ -1,7 +1,7 @@
 """What the dashboard shows of a dead worker's stderr: its last meaningful lines, without
 the run-folder notes and the plain progress lines `qvr run` prints when its stderr is not
 a terminal (as in the worker)."""
-from qvr.commands.progress import PLAIN_PREFIX
+from qvr.events import PLAIN_PREFIX
 from qvr_tui.fit_runner import FitRunner
 
 
@@ -18,8 +18,10 @@ def test_progress_lines_are_not_a_failure_cause(tmp_path):
 
 
 def test_the_prefix_is_qvr_runs_own():
-    """The prefix is imported from `qvr run`'s progress module (it was spelled out
-    again here: a change there would have let progress lines through as the cause)."""
+    """`qvr run`'s progress lines and the fit runner take the prefix from one place,
+    `qvr.events` (it was spelled out again here: a change there would have let progress
+    lines through as the cause)."""
+    from qvr import events
     from qvr.commands import progress
     from qvr_tui import fit_runner
-    assert fit_runner.PLAIN_PREFIX is progress.PLAIN_PREFIX
+    assert fit_runner.PLAIN_PREFIX is events.PLAIN_PREFIX is progress.PLAIN_PREFIX

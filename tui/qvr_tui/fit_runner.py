@@ -19,8 +19,8 @@ at once).  When the worker has exited and the record has no terminal event, the 
 record at all, only its message).
 
 Torch-free: imports `qvr.runs`, `qvr.inference.config` and the prefix of `qvr run`'s
-plain progress lines (`qvr.commands.progress.PLAIN_PREFIX`, torch-free: left out of
-the stderr shown as a failure's cause).
+plain progress lines (`qvr.events.PLAIN_PREFIX`: left out of the stderr shown as a
+failure's cause); nothing of `qvr.commands`, which opens the dashboard.
 """
 from __future__ import annotations
 
@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from qvr.commands.progress import PLAIN_PREFIX
+from qvr.events import PLAIN_PREFIX, FitEvent
 from qvr.inference.config import FitConfig
-from qvr.events import FitEvent
 
 __all__ = ["FitRequest", "FitRunner", "worker_command"]
 
