@@ -84,3 +84,87 @@ def test_the_library_contract_fails_on_a_planted_command_line_import(tmp_path):
     out = _lint_imports(tmp_path, str(tmp_path), ".importlinter")
     assert out.returncode != 0
     assert "BROKEN" in out.stdout and "qvr.inference.planted -> qvr.commands" in out.stdout
+
+
+# The layers of ARCHITECTURE.md, bottom first.  Each layer is a list of groups of files (a
+# folder ends in "/"); a file may import the files of its own group and of lower layers, and
+# the groups of one layer are independent (neither imports the other).  Lazy imports count
+# (a function that needs something of a higher layer gets it passed down, or lives above),
+# and so does an import of an enclosing package by name (`import qvr` in qvr/runs/: the root
+# package is a layer above the records).  Every file of qvr/, lsp/qvr_lsp/ and tui/qvr_tui/
+# belongs to a group: a new top-level module or package is placed here.
+LAYERS = [
+    [["qvr/text.py"], ["qvr/version.py"], ["qvr/record_analyses.py"], ["qvr/events.py"],
+     ["qvr/datafiles.py"], ["qvr/internal_error.py"]],
+    [["qvr/diagnostics.py"]],
+    [["qvr/syntax/"]],
+    [["qvr/sema/"]],
+    [["qvr/analysis.py"]],
+    [["qvr/ide/"]],
+    [["lsp/qvr_lsp/"], ["qvr/runtime/"], ["qvr/runs/"]],
+    [["qvr/smc/"], ["qvr/continuous/", "qvr/core/", "qvr/dsl.py"]],
+    [["qvr/inference/"]],
+    [["qvr/__init__.py"], ["tui/qvr_tui/"]],
+    [["qvr/commands/"]],
+    [["qvr/cli.py"]],
+    [["qvr/__main__.py"]],
+]
+
+
+def place(path: str, layers=LAYERS):
+    """(layer, group) of a file: its longest matching entry; None when it has none."""
+    best, found = -1, None
+    for i, layer in enumerate(layers):
+        for j, group in enumerate(layer):
+            for entry in group:
+                hit = path == entry or (entry.endswith("/") and path.startswith(entry))
+                if hit and len(entry) > best:
+                    best, found = len(entry), (i, j)
+    return found
+
+
+def layer_violations(graph: dict, layers=LAYERS) -> list:
+    """The imports of `graph` that go up a layer or across independent groups, and the
+    files no group holds, as sentences."""
+    out = [f"{f}: in no layer of LAYERS (tests/test_layering.py): place it"
+           for f in sorted(graph) if place(f, layers) is None]
+    for a in sorted(graph):
+        pa = place(a, layers)
+        for b in sorted(graph[a]):
+            pb = place(b, layers)
+            if pa is None or pb is None or pa == pb or pa[0] > pb[0]:
+                continue
+            how = "a higher layer" if pb[0] > pa[0] else "an independent group of its layer"
+            out.append(f"{a} imports {b}, {how}")
+    return out
+
+
+def test_no_import_runs_up_a_layer():
+    from test_import_circles import import_graph
+    bad = layer_violations(import_graph(ancestors=True))
+    assert bad == [], "imports against the layering (lazy ones included):\n  " + "\n  ".join(bad)
+
+
+def test_a_planted_upward_import_fails_and_is_named(tmp_path):
+    """The check can fail: a lazy import of a higher layer, an import of the enclosing
+    package by name, an import across independent groups and an unplaced file."""
+    from test_import_circles import import_graph
+    pkg = tmp_path / "p"
+    for d in ("low", "mid", "side"):
+        (pkg / d).mkdir(parents=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("def top():\n    from p.mid import m\n")
+    (pkg / "low" / "a.py").write_text("def f():\n    from p.mid.m import g\n")  # lazy, up
+    (pkg / "low" / "b.py").write_text("import p\n")  # the root package, above
+    (pkg / "mid" / "m.py").write_text("from p.low import a\nfrom p.side import s\n")
+    (pkg / "side" / "s.py").write_text("")
+    (pkg / "stray.py").write_text("")
+    layers = [[["p/low/"]], [["p/mid/"], ["p/side/"]], [["p/__init__.py"]]]
+    bad = layer_violations(import_graph(tmp_path, {"p": "p"}, ancestors=True), layers)
+    assert bad == ["p/stray.py: in no layer of LAYERS (tests/test_layering.py): place it",
+                   "p/low/a.py imports p/mid/m.py, a higher layer",
+                   "p/low/b.py imports p/__init__.py, a higher layer",
+                   "p/mid/m.py imports p/side/s.py, an independent group of its layer"]
+    # without the ancestor edges `import p` is not seen
+    assert "p/low/b.py imports p/__init__.py, a higher layer" not in layer_violations(
+        import_graph(tmp_path, {"p": "p"}), layers)
