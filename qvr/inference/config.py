@@ -295,7 +295,7 @@ class FitConfig:
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``, ``batch_size``
     (`qvr.inference.minibatch`).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
-    ``target_accept``, ``mass_matrix``, ``init_strategy``, ``chain_method``, ``threads``
+    ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``, ``chain_method``, ``threads``
     (`qvr.inference.methods.mcmc.sampling_threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
@@ -389,6 +389,11 @@ class FitConfig:
         choices=("identity", "diagonal", "dense"),
         check=_choice("identity", "diagonal", "dense", optional=True),
         help="HMC/NUTS: mass matrix (default identity for HMC, diagonal for NUTS)")
+    adapt: str = _opt("fisher", methods=MCMC, choices=("fisher", "stan"),
+                      check=_choice("fisher", "stan"),
+                      help="HMC/NUTS: warmup adaptation of a diagonal metric: fisher "
+                           "(nutpie's: draws and gradients, early short windows) or stan "
+                           "(Stan's windows: draws only)")
     init_strategy: str = _opt("prior", methods=MCMC, flag="--init", choices=("prior", "zero"),
                               check=_choice("prior", "zero"),
                               help="HMC/NUTS: initial positions")

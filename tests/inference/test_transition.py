@@ -260,8 +260,13 @@ def test_blocks_agree_up_to_rounding_but_not_on_leaves_or_values():
         torch.tensor(T), store, check, *TR.idle_adaptation(C, D, False, torch.float32, "cpu")))
     assert TR.blocks_agree(out, out)
     rounded = out._replace(z=out.z + 3e-5, rec=out.rec + torch.cat(
-        [torch.full((T, C, D + 3), 3e-5), torch.zeros(T, C, 3)], -1))
+        [torch.full((T, C, D + 3), 3e-5), torch.zeros(T, C, 3), torch.full((T, C, D), 3e-5)],
+        -1))
     assert TR.blocks_agree(out, rounded)
+    # the gradient columns close the record: the density's gradient at each z
+    assert out.rec.shape == (T, C, 2 * D + 6)
+    assert torch.allclose(out.rec[..., D + 6:], density(out.rec[..., :D].reshape(-1, D))[0]
+                          .reshape(T, C, D), atol=1e-6)
     assert not TR.blocks_agree(out, out._replace(z=out.z + 1e-2))
     leaves = out.rec.clone()
     leaves[1, 0, D + 4] += 1

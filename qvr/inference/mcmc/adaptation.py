@@ -167,3 +167,141 @@ def mass_update_points(num_warmup: int) -> set[int]:
     if len(sched) < 3:
         return set()
     return {end for _, end in sched[1:-1]}
+
+
+class Moments:
+    """Per-chain count, mean and sum of squared deviations (M2) of `(C, D)` vectors, fed a
+    block of draws at a time with a per-draw mask (Chan et al.'s pairwise merge, so a
+    block adds exactly what the same draws one by one would, up to rounding).
+
+      >>> m = Moments(1, 2, torch.float64, None)
+      >>> m.add(torch.randn(5, 1, 2, dtype=torch.float64), torch.ones(5, 1, dtype=torch.bool))
+      >>> m.n.tolist()
+      [5.0]
+    """
+
+    def __init__(self, C: int, D: int, dtype, device):
+        self.n = torch.zeros(C, dtype=dtype, device=device)
+        self.mean = torch.zeros(C, D, dtype=dtype, device=device)
+        self.m2 = torch.zeros(C, D, dtype=dtype, device=device)
+
+    def add(self, X: torch.Tensor, keep: torch.Tensor) -> None:
+        """Fold the draws `X` `(k, C, D)` where `keep` `(k, C)` is true."""
+        keep = keep & torch.isfinite(X).all(-1)
+        w = keep.to(self.mean.dtype).unsqueeze(-1)
+        X = torch.where(keep.unsqueeze(-1), X.to(self.mean.dtype), torch.zeros_like(w))
+        nb = w.sum(0).squeeze(-1)  # (C,)
+        mb = X.sum(0) / nb.clamp_min(1.0).unsqueeze(-1)
+        m2b = (w * (X - mb) ** 2).sum(0)
+        n = self.n + nb
+        frac = (nb / n.clamp_min(1.0)).unsqueeze(-1)
+        delta = mb - self.mean
+        self.mean = self.mean + delta * frac
+        self.m2 = self.m2 + m2b + delta ** 2 * (self.n.unsqueeze(-1) * frac)
+        self.n = n
+
+    def copy(self) -> "Moments":
+        out = Moments.__new__(Moments)
+        out.n, out.mean, out.m2 = self.n.clone(), self.mean.clone(), self.m2.clone()
+        return out
+
+
+def fisher_schedule(num_warmup: int, early: float = 0.3, final: float = 0.15,
+                    early_window: int = 10, window: int = 80,
+                    growth: float = 1.5) -> tuple[list[int], int]:
+    """nutpie's (nuts-rs 0.18) warmup windows: `(switches, final_start)`.
+
+    The first `early` share of warmup swaps the foreground estimator for the background
+    one every `early_window` draws; then windows of `window` draws growing by `growth`,
+    while a whole next window still fits before `final_start = num_warmup -
+    floor(final * num_warmup)`, from where the metric stays fixed and only the step size
+    adapts.  `switches` are the 0-based iterations after which a swap happens (the initial
+    point counts as the first draw of the first window).
+
+      >>> fisher_schedule(400)[0][:3], fisher_schedule(400)[0][-2:], fisher_schedule(400)[1]
+      ([8, 18, 28], [118, 198], 340)
+    """
+    T = int(num_warmup)
+    E = int(math.floor(early * T))
+    S = T - int(math.floor(final * T))
+    w, count, out = window, 1, []
+    for t in range(S):
+        is_early = t < E
+        if t == E:
+            w = max(w, count)
+        sw = early_window if is_early else w
+        nxt = early_window if is_early else max(w + 1, int(round(growth * w)))
+        late = t + nxt > S
+        count += 1
+        if count >= sw and not late:
+            out.append(t)
+            count = 0
+            if not is_early:
+                w = nxt
+    return out, S
+
+
+def initial_inverse_metric(grad: torch.Tensor) -> torch.Tensor:
+    """nutpie's metric before any draw: `M^-1 = diag(1 / |g0|)` from the gradient at the
+    initial point, clamped to `[1e-10, 1e10]`; a zero or non-finite gradient entry gives
+    1 (nuts-rs gives 1e20 for an exact zero, which the research note flags as unsafe)."""
+    a = grad.abs()
+    ok = torch.isfinite(a) & (a > 0)
+    return torch.where(ok, 1.0 / torch.where(ok, a, torch.ones_like(a)),
+                       torch.ones_like(a)).clamp(1e-10, 1e10)
+
+
+class FisherDiag:
+    """The diagonal metric that minimises the sample Fisher divergence (Seyboldt, Carlson &
+    Carpenter 2026; nutpie's default): from the accepted draws `x` and their gradients
+    `g = grad log p(x)`, `M^-1 = diag(sqrt(var x / var g))`, one per chain.
+
+    Two estimators run at once, as in nuts-rs: every draw that moved goes into the
+    foreground and the background; at each of `fisher_schedule`'s switches the background
+    becomes the foreground and a fresh background starts, so the metric in use rests on the
+    draws since the switch before last.  The metric is recomputed after each iteration in
+    `update_points` (each of the first 20, then every tenth and at every switch; nuts-rs
+    recomputes after every draw: ours is cut to those points so that a compiled block of
+    transitions runs between them with a fixed metric, the same on every path), never from
+    `final_start` on.  A coordinate whose ratio is zero or not finite, or a chain with
+    fewer than 3 draws in its foreground, keeps its previous value.
+
+      >>> f = FisherDiag(1, 2, 100, torch.float64, None)
+      >>> f.final_start, min(f.update_points), f.first_update
+      (85, 2, 2)
+    """
+
+    def __init__(self, C: int, D: int, num_warmup: int, dtype, device):
+        self.switches, self.final_start = fisher_schedule(num_warmup)
+        S = self.final_start
+        self.first_update = 2
+        points = set(range(2, min(20, S))) | set(range(9, S, 10)) | set(self.switches)
+        self.update_points = frozenset(t for t in points if t < S)
+        self._switch_set = frozenset(self.switches)
+        self.C, self.D, self.dtype, self.device = C, D, dtype, device
+        self.fore = self._fresh()
+        self.back = self._fresh()
+
+    def _fresh(self) -> tuple:
+        return (Moments(self.C, self.D, self.dtype, self.device),
+                Moments(self.C, self.D, self.dtype, self.device))
+
+    def add(self, z: torch.Tensor, grad: torch.Tensor, keep: torch.Tensor) -> None:
+        """Fold draws `z` `(k, C, D)` with their gradients where `keep` `(k, C)` holds."""
+        keep = keep & torch.isfinite(grad).all(-1)
+        for x, g in (self.fore, self.back):
+            x.add(z, keep)
+            g.add(grad, keep)
+
+    def after(self, i: int, inv: torch.Tensor) -> torch.Tensor:
+        """What warmup iteration `i` ends with, after its draws were added: the swap at a
+        switch, then the metric (`inv` `(C, D)` itself when `i` is no update point)."""
+        if i in self._switch_set:
+            self.fore, self.back = self.back, self._fresh()
+        if i not in self.update_points:
+            return inv
+        x, g = self.fore
+        ratio = x.m2 / g.m2
+        new = torch.sqrt(ratio).clamp(1e-10, 1e10)
+        ok = torch.isfinite(ratio) & (ratio > 0) & (x.n >= 3).unsqueeze(-1)
+        return torch.where(ok, new.to(inv.dtype), inv)

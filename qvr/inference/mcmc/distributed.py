@@ -465,7 +465,7 @@ def _merged(parts: list, device) -> dict:
         if p is None:
             continue
         raw = _from_numpy(p)
-        for key in ("zs", "warm_div", "step_sizes", "inv_mass"):
+        for key in ("zs", "warm_div", "warm_steps", "step_sizes", "inv_mass"):
             if isinstance(raw.get(key), torch.Tensor):
                 raw[key] = raw[key].to(device)
         for key in ("rec", "rec_l", "rec_b"):

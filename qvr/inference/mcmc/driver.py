@@ -84,6 +84,7 @@ class MCMCResult:
       diverging: `(num_chains, num_samples)` bool.
       tree_depths, num_steps: `(num_chains, num_samples)` NUTS depth / leapfrog steps.
       warmup_divergences: `(num_chains,)` divergent warmup iterations.
+      warmup_num_steps: `(num_chains,)` leapfrog steps taken in warmup.
       inverse_mass_matrix: `(num_chains, D)` (diagonal) or `(num_chains, D, D)` or None.
       unconstrained: `(num_chains, num_samples, D)` draws in unconstrained space.
       warmup_time, sampling_time: seconds (all chains).
@@ -114,6 +115,7 @@ class MCMCResult:
     tree_depths: torch.Tensor = None
     num_steps: torch.Tensor = None
     warmup_divergences: torch.Tensor = None
+    warmup_num_steps: torch.Tensor = None
     inverse_mass_matrix: Optional[torch.Tensor] = None
     unconstrained: Optional[torch.Tensor] = None
     warmup_time: float = 0.0
@@ -352,6 +354,7 @@ class _Run:
         rec_b = {k: torch.zeros(C, S, dtype=torch.bool, device=device)
                  for k in ("diverging", "accepted")}
         warm_div = torch.zeros(C, device=device)
+        warm_steps = torch.zeros(C, dtype=torch.long, device=device)
         step_sizes = torch.zeros(C, dtype=dtype, device=device)
         inv_mass = None
         done = [0] * C  # draws recorded per chain
@@ -395,6 +398,7 @@ class _Run:
                 depths[idx, it:it + k] = steps.tree_depth.t()
                 if warm:
                     warm_div[idx] += steps.diverging.to(warm_div.dtype).sum(0)
+                    warm_steps[idx] += steps.num_steps.sum(0)
                     step, total = it + k, W
                 else:
                     s = it - W
@@ -448,7 +452,7 @@ class _Run:
             if cancelled:
                 break
         return dict(zs=zs, rec=rec, rec_l=rec_l, rec_b=rec_b, warm_div=warm_div,
-                    step_sizes=step_sizes, inv_mass=inv_mass, done=done, t_warm=t_warm,
+                    warm_steps=warm_steps, step_sizes=step_sizes, inv_mass=inv_mass, done=done, t_warm=t_warm,
                     t_samp=t_samp, cancelled=cancelled, evals=self.target.num_evals - evals0)
 
     # ------------------------------------------------------------------ events
@@ -500,8 +504,8 @@ class _Run:
         return end
 
     # ------------------------------------------------------------------ result
-    def _result(self, zs, rec, rec_l, rec_b, warm_div, step_sizes, inv_mass, done, t_warm,
-                t_samp, cancelled, evals) -> MCMCResult:
+    def _result(self, zs, rec, rec_l, rec_b, warm_div, warm_steps, step_sizes, inv_mass,
+                done, t_warm, t_samp, cancelled, evals) -> MCMCResult:
         mc = self.mc
         S = mc.num_samples
         C = zs.shape[0]
@@ -544,6 +548,7 @@ class _Run:
             step_sizes=step_sizes[idx], accept_probs=rec["accept_prob"][idx, :n],
             diverging=div, tree_depths=rec_l["tree_depth"][idx, :n],
             num_steps=rec_l["num_steps"][idx, :n], warmup_divergences=warm_div[idx],
+            warmup_num_steps=warm_steps[idx],
             inverse_mass_matrix=inv_mass[idx] if inv_mass is not None else None,
             unconstrained=zs, warmup_time=t_warm, sampling_time=t_samp,
             num_grad_evals=evals, cancelled=cancelled, method=self.method,

@@ -29,7 +29,8 @@ class HMCKernel(HMCBase):
       target_accept: dual-averaging target in (0, 1).
       divergence_threshold: energy error above which an iteration is divergent.
       adapt_step_size, adapt_mass_matrix: warmup adaptation switches.
-      warmup_schedule: ``"windowed"`` (Stan) or ``"end"`` (one update at the end).
+      warmup_schedule: ``"fisher"`` (nutpie's, the default), ``"windowed"`` (Stan) or
+        ``"end"`` (one update at the end); see `kernel`.
       step_size_jitter: each iteration uses `eps * (1 + jitter * U(-1, 1))` (Stan's
         ``stepsize_jitter``; default 0, the spec's fixed step).  A little jitter breaks the
         periodic trajectories fixed-length HMC falls into on near-Gaussian targets.
@@ -40,7 +41,7 @@ class HMCKernel(HMCBase):
     def __init__(self, step_size: float = 0.1, num_steps: int = 10,
                  mass_matrix: str = "identity", target_accept: float = 0.65,
                  divergence_threshold: float = 1000.0, adapt_step_size: bool = True,
-                 adapt_mass_matrix: bool = True, warmup_schedule: str = "windowed",
+                 adapt_mass_matrix: bool = True, warmup_schedule: str = "fisher",
                  find_step_size: bool = True, step_size_jitter: float = 0.0):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
                          adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size)

@@ -35,20 +35,27 @@ driver never reads it.
 
 * state initialisation (mass matrix = identity, adaptation reset — per run, hence per chain);
 * dual-averaging step-size adaptation toward `target_accept`;
-* mass-matrix adaptation, either ``"windowed"`` (Stan's schedule: slow windows end with a
-  mass-matrix update, a fresh step-size search and a restart of dual averaging) or
-  ``"end"`` (the spec's legacy rule: one update from every warmup position at the end of
-  warmup, step size not re-tuned);
+* mass-matrix adaptation, one of
+  ``"fisher"`` (the default; nutpie's: the diagonal metric starts at `1/|grad|` of the
+  initial point and is re-estimated from the accepted draws *and their gradients*,
+  `sqrt(var x / var g)`, on overlapping windows of 10 draws early and 80, 120, ... later,
+  fixed for the last 15 % of warmup; `adaptation.FisherDiag`), ``"windowed"`` (Stan's
+  schedule: slow windows end with a mass-matrix update, a fresh step-size search and a
+  restart of dual averaging) or ``"end"`` (the spec's legacy rule: one update from every
+  warmup position at the end of warmup, step size not re-tuned).  A dense metric is
+  adapted on Stan's windows under ``"fisher"`` (`HMCBase.schedule`);
 * after warmup the averaged step size `eps-bar`; with `num_warmup = 0` the initial one;
 * with `find_step_size` (and at least 20 warmup iterations), a heuristic search for a
   step size whose one-step acceptance is about 0.8 (Hoffman & Gelman's Algorithm 4) at
-  the start of warmup and after each mass-matrix update.
+  the start of warmup and after each windowed mass-matrix update (``"fisher"``: after
+  the first metric update only, dual averaging then runs to the end of warmup).
 
 Decision (issue 24): runtime spec 6.6.3 keeps the identity metric for the whole warmup and
 never re-tunes the step size after the metric changes; that is wrong for any posterior
 whose scales differ (`earnings-logearn_height` spent 344 s in warmup at tree depth 10).
-The default is Stan's windowed adaptation above (``warmup_schedule="windowed"``); the
-spec's text is to be changed to it.
+Issue 24 made Stan's windowed adaptation the default; issue 37 made nutpie's Fisher
+adaptation the default (``--adapt fisher``; Stan's stays as ``--adapt stan``), measured
+in `bench/warmup.py`.  The spec's text is to be changed to it.
 
 Subclasses implement `_transition(state, target) -> Transition`.
 
@@ -63,7 +70,8 @@ from typing import Optional
 
 import torch
 
-from qvr.inference.mcmc.adaptation import (DualAveraging, DualAveragingState, Welford,
+from qvr.inference.mcmc.adaptation import (DualAveraging, DualAveragingState, FisherDiag,
+                                           Welford, initial_inverse_metric,
                                            mass_update_points, warmup_schedule)
 from qvr.inference.mcmc.integrator import MassMatrix, leapfrog
 
@@ -88,8 +96,12 @@ class HMCState:
       tree_depth: `(C,)` NUTS tree depth of the last iteration (0 for HMC).
       energy: `(C,)` Hamiltonian at the new state.
       da: dual-averaging state (None when step sizes are not adapted).
-      welford: the running position covariance (None when the mass matrix is fixed).
-      mass_updates: warmup iterations after which the mass matrix is updated.
+      welford: the running position covariance (None when the mass matrix is fixed or
+        adapted by `fisher`).
+      fisher: the draws-and-gradients estimator of the ``"fisher"`` schedule (None
+        otherwise).
+      mass_updates: warmup iterations after which the mass matrix is updated (a compiled
+        block of transitions never runs past one).
       slow_range: inclusive `(start, end)` of the iterations folded into the covariance.
       num_samples: draws after warmup in this run: with `num_warmup` the run's length,
         which a kernel may use to plan (NUTS: whether compiling pays).
@@ -110,6 +122,7 @@ class HMCState:
     energy: torch.Tensor
     da: Optional[DualAveragingState] = None
     welford: Optional[Welford] = None
+    fisher: Optional[FisherDiag] = None
     mass_updates: frozenset = frozenset()
     slow_range: tuple = (0, -1)
     num_samples: int = 0
@@ -194,7 +207,7 @@ class MCMCKernel:
 
 
 _MASS_KINDS = ("identity", "diagonal", "dense")
-_SCHEDULES = ("windowed", "end")
+_SCHEDULES = ("fisher", "windowed", "end")
 
 
 class HMCBase(MCMCKernel):
@@ -204,7 +217,7 @@ class HMCBase(MCMCKernel):
 
     def __init__(self, step_size: float, mass_matrix: str, target_accept: float,
                  divergence_threshold: float, adapt_step_size: bool, adapt_mass_matrix: bool,
-                 warmup_schedule: str = "windowed", find_step_size: bool = True):
+                 warmup_schedule: str = "fisher", find_step_size: bool = True):
         if not (isinstance(step_size, (int, float)) and step_size > 0):
             raise ValueError(f"step_size must be positive, got {step_size}")
         if not 0 < target_accept < 1:
@@ -237,6 +250,14 @@ class HMCBase(MCMCKernel):
     def _adapts_mass(self) -> bool:
         return self.adapt_mass_matrix and self.mass_matrix != "identity"
 
+    @property
+    def schedule(self) -> str:
+        """The warmup schedule that runs: ``"fisher"`` adapts a diagonal metric only; a
+        dense one is adapted on Stan's windows (``"windowed"``)."""
+        if self.warmup_schedule == "fisher" and self.mass_matrix == "dense":
+            return "windowed"
+        return self.warmup_schedule
+
     # ------------------------------------------------------------------ init
     def init(self, target, z0: torch.Tensor, num_warmup: int,
              num_samples: int) -> HMCState:
@@ -251,16 +272,24 @@ class HMCBase(MCMCKernel):
         izeros = torch.zeros(C, dtype=torch.long, device=z0.device)
         state = HMCState(0, int(num_warmup), z0, logp, grad, step, mass, zeros, false, false,
                          izeros, izeros, -logp, num_samples=int(num_samples))
+        fisher = (self.schedule == "fisher" and self._adapts_mass and num_warmup >= 20
+                  and D > 0)
+        if fisher:  # the metric from the first gradient, before the step-size search
+            state.mass = MassMatrix("diagonal", initial_inverse_metric(grad))
+            state.fisher = FisherDiag(C, D, num_warmup, z0.dtype, z0.device)
+            state.fisher.add(z0.unsqueeze(0), grad.unsqueeze(0),
+                             torch.isfinite(logp).unsqueeze(0))
+            state.mass_updates = state.fisher.update_points
         if num_warmup > 0 and self.adapt_step_size:
             # below 20 warmup iterations (no adaptation windows) keep the given step size
             # as the starting point: too few iterations to recover from a poor search
             if self.find_step_size and D > 0 and num_warmup >= 20:
                 state.step_size = self._reasonable_step_size(state, target)
             state.da = self.dual_averaging.init(state.step_size)
-        if num_warmup > 0 and self._adapts_mass:
+        if num_warmup > 0 and self._adapts_mass and self.schedule != "fisher":
             state.welford = Welford(C, D, dense=self.mass_matrix == "dense", dtype=z0.dtype,
                                     device=z0.device)
-            if self.warmup_schedule == "windowed":
+            if self.schedule == "windowed":
                 state.mass_updates = frozenset(mass_update_points(num_warmup))
                 if state.mass_updates:
                     state.slow_range = (warmup_schedule(num_warmup)[1][0],
@@ -297,6 +326,9 @@ class HMCBase(MCMCKernel):
         lo, hi = state.slow_range
         if state.welford is not None and lo <= i <= hi:
             state.welford.update(state.z)
+        if state.fisher is not None:
+            state.fisher.add(state.z.unsqueeze(0), state.grad.unsqueeze(0),
+                             state.accepted.unsqueeze(0))
         return self._adapt_window(state, target, i)
 
     def _adapt_window(self, state: HMCState, target, i: int) -> HMCState:
@@ -305,13 +337,23 @@ class HMCBase(MCMCKernel):
         step-size search, dual averaging restarted) and the warmup itself (the averaged
         step size)."""
         last = i == state.num_warmup - 1
+        if state.fisher is not None:
+            # nutpie: the metric after every update point, one fresh step-size search
+            # after the first (dual averaging restarted there only)
+            inv = state.fisher.after(i, state.mass.inv)
+            if inv is not state.mass.inv:
+                state.mass = MassMatrix("diagonal", inv)
+            if i == state.fisher.first_update and state.da is not None:
+                if self.find_step_size:
+                    state.step_size = self._reasonable_step_size(state, target)
+                state.da = self.dual_averaging.init(state.step_size)
         lo, hi = state.slow_range
         if state.welford is not None and lo <= i <= hi:
             if i in state.mass_updates and state.welford.n >= 2:
                 state.mass = self._mass_from(state.welford)
                 state.welford = Welford(*state.z.shape, dense=state.welford.dense,
                                         dtype=state.z.dtype, device=state.z.device)
-                if state.da is not None and self.warmup_schedule == "windowed":
+                if state.da is not None and self.schedule == "windowed":
                     if self.find_step_size:
                         state.step_size = self._reasonable_step_size(state, target)
                     state.da = self.dual_averaging.init(state.step_size)

@@ -84,7 +84,8 @@ class NUTSKernel(HMCBase):
       target_accept: dual-averaging target in (0, 1) (default 0.8).
       divergence_threshold: energy error above which a leaf is divergent.
       adapt_step_size, adapt_mass_matrix: warmup adaptation switches.
-      warmup_schedule: ``"windowed"`` (Stan) or ``"end"`` (one update at the end).
+      warmup_schedule: ``"fisher"`` (nutpie's, the default), ``"windowed"`` (Stan) or
+        ``"end"`` (one update at the end); see `kernel`.
       transition: how a finished subtree replaces the iteration's proposal:
         ``"biased"`` (default: Stan's and Pyro's biased progressive sampling, probability
         `min(1, W_sub / W_current)`, which favours the far end of the trajectory and gives
@@ -114,7 +115,7 @@ class NUTSKernel(HMCBase):
     def __init__(self, step_size: float = 0.1, max_tree_depth: int = 10,
                  mass_matrix: str = "diagonal", target_accept: float = 0.8,
                  divergence_threshold: float = 1000.0, adapt_step_size: bool = True,
-                 adapt_mass_matrix: bool = True, warmup_schedule: str = "windowed",
+                 adapt_mass_matrix: bool = True, warmup_schedule: str = "fisher",
                  find_step_size: bool = True, transition: str = "biased",
                  uturn: str = "momentum", compiler: str = "auto"):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
@@ -265,8 +266,9 @@ class NUTSKernel(HMCBase):
     def sample_block(self, state: HMCState, target, max_n: int):
         """Up to `max_n` iterations as one compiled call (`transition.block_function`:
         momenta and uniforms drawn here, dual averaging and the Welford window inside the
-        loop), cut at the end of warmup and of each slow window, whose new metric and
-        step-size search follow in Python (`_adapt_window`).  Without a compiled
+        loop), cut at the end of warmup and at each of the state's `mass_updates` (a slow
+        window's end, a Fisher update point), whose new metric and step-size search follow
+        in Python (`_adapt_window`).  Without a compiled
         transition: one iteration."""
         compiled = self._whole_transition(state, target, state.z.contiguous(),
                                           state.mass.dense, self.max_tree_depth)
@@ -275,7 +277,7 @@ class NUTSKernel(HMCBase):
             if state.warming_up:
                 k = min(k, state.num_warmup - state.i)
                 ends = [m for m in state.mass_updates if m >= state.i]
-                if state.welford is not None and ends:
+                if ends:
                     k = min(k, min(ends) - state.i + 1)
             done = self._run_block(compiled, state, target, max(k, 1))
             if done is not None:
@@ -344,6 +346,8 @@ class NUTSKernel(HMCBase):
             new.step_size = out.eps
             new.da = DualAveragingState(out.da[:, 0], out.da[:, 1], out.da[:, 2],
                                         out.da[:, 3], int(out.da[0, 4]))
+        if warm and state.fisher is not None:
+            new.fisher.add(z, rec[..., D + len(transitions.REC_COLUMNS):], steps.accepted)
         if welford is not None:
             w = Welford(C, D, dense=welford.dense, dtype=dtype, device=device)
             w.n = int(out.welford_n[0])  # the block counts what it folded in

@@ -197,7 +197,7 @@ def _merge(parts: list) -> dict:
     """Concatenate raw recordings along the chain axis (in group order)."""
     first = parts[0]
     out = {}
-    for key in ("zs", "warm_div", "step_sizes"):
+    for key in ("zs", "warm_div", "warm_steps", "step_sizes"):
         out[key] = torch.cat([p[key] for p in parts])
     for key in ("rec", "rec_l", "rec_b"):
         out[key] = {k: torch.cat([p[key][k] for p in parts]) for k in first[key]}

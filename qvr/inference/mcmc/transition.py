@@ -310,8 +310,9 @@ class BlockOut(NamedTuple):
     z: Tensor  # (C, D) the position after the last transition
     log_density: Tensor  # (C,)
     grad: Tensor  # (C, D)
-    rec: Tensor  # (T, C, D + 6): per transition z, log density, acceptance statistic,
-    #              energy, diverged, leaves, depth (see `REC_COLUMNS`); rows >= limit zero
+    rec: Tensor  # (T, C, 2 D + 6): per transition z, log density, acceptance statistic,
+    #              energy, diverged, leaves, depth (see `REC_COLUMNS`), then the gradient
+    #              at z (for the Fisher metric adaptation); rows >= limit zero
     da: Tensor  # (C, 5) dual averaging: log step, log averaged step, h-bar, mu, updates
     eps: Tensor  # (C,) the step size after the block (changed only by dual averaging)
     welford: Tensor  # (C, D + M) running mean and M2 (M = D, or D * D when dense)
@@ -319,7 +320,8 @@ class BlockOut(NamedTuple):
     passes: Tensor  # () long: loop passes (batched density evaluations)
 
 
-#: the columns of a block's record after the `D` position columns
+#: the columns of a block's record after the `D` position columns (the `D` gradient
+#: columns follow them)
 REC_COLUMNS = ("log_density", "accept_prob", "energy", "diverged", "num_steps", "depth")
 
 
@@ -365,7 +367,7 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
         F0 = torch.cat([z0, g0, wf, lp0.unsqueeze(-1), eps0.unsqueeze(-1), da,
                         wn.unsqueeze(-1)], -1)
         I0 = torch.zeros(2, dtype=torch.long, device=device)  # t, passes
-        R0 = z0.new_zeros(T, C, D + len(REC_COLUMNS))
+        R0 = z0.new_zeros(T, C, 2 * D + len(REC_COLUMNS))
 
         def cond(F, I, R):
             return I[0] < limit
@@ -382,7 +384,7 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
                 U.index_select(0, row).squeeze(0), store_tab, check_tab)
             line = torch.cat([zp, lpp.unsqueeze(-1), acc.unsqueeze(-1), hp.unsqueeze(-1),
                               div.to(dtype).unsqueeze(-1), leaves.to(dtype).unsqueeze(-1),
-                              depth.to(dtype).unsqueeze(-1)], -1)
+                              depth.to(dtype).unsqueeze(-1), gp], -1)
             rows = torch.arange(T, device=device).view(T, 1, 1)
             R = torch.where(rows == t, line.unsqueeze(0), R)
             i0, w_da, lo, hi = sched.unbind()
@@ -438,11 +440,11 @@ def eager_loop(cond, body, carry):
 def block_size(C: int, D: int, K: int) -> int:
     """Transitions per compiled call (`T`, fixed by the shapes so that a seeded run's
     draws never depend on timing): up to 64, fewer when the record each transition
-    rewrites (`T x C x (D + 6)` values) or the uniform table (`T x C x table_width(K)`)
+    rewrites (`T x C x (2 D + 6)` values) or the uniform table (`T x C x table_width(K)`)
     grows large; a call of 64 eight-schools transitions takes a few milliseconds, of 64 GARCH
     ones about a second (the driver's progress, draws and stop checks come between
     calls)."""
-    per = C * (D + len(REC_COLUMNS))
+    per = C * (2 * D + len(REC_COLUMNS))
     return int(max(1, min(64, 8192 // per, (1 << 20) // (C * table_width(K)))))
 
 
@@ -479,7 +481,8 @@ def blocks_agree(want: BlockOut, got: BlockOut) -> bool:
     if int(want.passes) != int(got.passes):
         return False
     D = want.z.shape[-1]
-    if not torch.equal(want.rec[..., D + 3:], got.rec[..., D + 3:]):
+    exact = slice(D + 3, D + len(REC_COLUMNS))  # diverged, leaves, depth
+    if not torch.equal(want.rec[..., exact], got.rec[..., exact]):
         return False
     for a, b in zip(want, got):
         if a.shape != b.shape or a.dtype != b.dtype:

@@ -13,7 +13,8 @@ from qvr.inference.fit_result import FitContext, FitResult
 def kernel_of(config):
     from qvr.inference.mcmc.hmc import HMCKernel
     from qvr.inference.mcmc.nuts import NUTSKernel
-    kw = {"step_size": config.step_size}
+    kw = {"step_size": config.step_size,
+          "warmup_schedule": {"fisher": "fisher", "stan": "windowed"}[config.adapt]}
     if config.target_accept is not None:
         kw["target_accept"] = config.target_accept
     if config.mass_matrix is not None:
@@ -100,6 +101,9 @@ def run(ctx: FitContext) -> FitResult:
                  "num_chains": res.num_chains,
                  "warmup_time": res.warmup_time, "sampling_time": res.sampling_time,
                  "mean_tree_depth": float(depths.mean()) if depths.numel() else float("nan"),
+                 "adapt": config.adapt,
+                 "warmup_leapfrogs": _total(res.warmup_num_steps),
+                 "leapfrogs": _total(res.num_steps),
                  "max_tree_depth": config.max_tree_depth if config.method == "nuts" else None,
                  "max_depth_hits": int((res.tree_depths >= config.max_tree_depth).sum())
                  if config.method == "nuts" else 0,
@@ -108,6 +112,11 @@ def run(ctx: FitContext) -> FitResult:
                  "compile_fallback": compile_fallback(res),
                  **out.summary.worst()}
     return out
+
+
+def _total(steps):
+    """Leapfrog steps summed over chains (and draws), or None when not recorded."""
+    return int(steps.sum()) if steps is not None else None
 
 
 def compile_fallback(res):
