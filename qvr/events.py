@@ -104,8 +104,17 @@ class FitWarning:
 class FitNote:
     """What the fit is doing when it is not stepping, said once (e.g. that NUTS is
     compiling its transition before the first iteration: tens of seconds on a first run).
-    Not a warning: nothing is wrong."""
+    Not a warning: nothing is wrong.  `path`, when the note changes it: how NUTS's
+    steps run from now on (`STEPS_LEAF_BY_LEAF`, `STEPS_COMPILED`), which the live view
+    shows while the run goes on."""
     message: str
+    path: str = ""
+
+
+#: `FitNote.path` values: the steps run leaf by leaf while the C++ loop compiles in the
+#: background, then in that loop (issue 37.4)
+STEPS_LEAF_BY_LEAF = "leaf by leaf, C++ loop compiling"
+STEPS_COMPILED = "compiled C++ loop"
 
 
 @dataclass(frozen=True)

@@ -375,7 +375,7 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
         if importance is not None:
             importance = [q[::stride][:N] for q in importance]
     ctx.report(FitNote(f"recording {what} ({len(per_chain)} x {N} draws"
-                       + (f", every {stride}th of {total}" if stride > 1 else "") + ")"))
+                       + (f", every {_ordinal(stride)} of {total}" if stride > 1 else "") + ")"))
     probe = {n: v[0] for n, v in probe_out.items()}
     elements = sum(int(v.numel()) for v in probe.values())
     size = max(1, min(N, CHUNK_ELEMENTS // max(1, elements)))
@@ -436,3 +436,10 @@ def _kept_draws(total: int, chains: int, cost: float, asked, fit_seconds: float)
 
 def _np(v):
     return v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+
+
+def _ordinal(n: int) -> str:
+    """2nd, 3rd, 4th, 11th, 21st ..."""
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

@@ -329,3 +329,9 @@ def test_grouping_indices_are_told_from_integer_covariates():
                               "g": torch.tensor([0, 1, 1, 2, 0, 2, 1, 0]),
                               "perm": torch.arange(8), "y": torch.zeros(8)}, ["y"])
     assert list(found) == ["group.g"]
+
+
+def test_the_thinning_note_says_its_ordinal_right():
+    from qvr.inference.pointwise import _ordinal
+    assert [_ordinal(n) for n in (2, 3, 4, 11, 12, 13, 21, 22, 23, 111)] == [
+        "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "111th"]

@@ -605,9 +605,29 @@ def test_a_transition_failing_at_run_time_hands_over_to_ticks(monkeypatch):
     assert r.samples["mu"].shape == (2, 30, 1)
 
 
+class _FakeBackground:
+    """`BackgroundCompile` without a worker: done after `after` polls (None: never),
+    then hands over an eagerly run block (or `result`)."""
+
+    after, result_note, made = 3, "the whole NUTS transition compiled by AOTInductor", []
+
+    def __init__(self, graph, z0, dense, thr, momentum, K, biased, T, directory=None):
+        self.block = _EagerBlock(graph, dense, thr, momentum, K, biased, T)
+        self.polls = 0
+        _FakeBackground.made.append(self)
+
+    def done(self):
+        self.polls += 1
+        return self.after is not None and self.polls > self.after
+
+    def result(self):
+        return self.block, self.result_note
+
+
 def test_auto_uses_the_transition_only_for_long_runs(monkeypatch):
     calls = []
     monkeypatch.delenv(T.ENV_VAR, raising=False)
+    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: True)  # not in the background
     monkeypatch.setattr(TR, "compile_transition",
                         lambda *a, **k: calls.append(a) or (None, "not here"))
     model, x, obs, _ = normal_normal_case()
@@ -687,3 +707,81 @@ def test_a_cancelled_run_does_not_wait_for_the_compile(monkeypatch):
     finally:
         release.set()
         failsafe.cancel()
+
+
+def test_auto_compiles_in_the_background_and_takes_over_at_a_block_boundary(monkeypatch):
+    """Issue 37.4: a first run (nothing on disk) samples leaf by leaf at once while the
+    transition compiles elsewhere, says so, and moves to the compiled loop between two
+    iterations once it is ready, saying at which; the draws have the exact moments."""
+    from qvr.events import FitNote
+    monkeypatch.delenv(T.ENV_VAR, raising=False)
+    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: False)
+    monkeypatch.setattr(TR, "compile_transition", lambda *a, **k: pytest.fail("waited"))
+    monkeypatch.setattr(TR, "BackgroundCompile", _FakeBackground)
+    monkeypatch.setattr(_FakeBackground, "after", 40)
+    _FakeBackground.made.clear()
+    model, x, obs, exact = normal_normal_case()
+    events = []
+    torch.manual_seed(3)
+    r = MCMC(NUTSKernel(), num_warmup=300, num_samples=600, num_chains=4,
+             on_event=events.append).run(None, target=make_target(model, x, obs))
+    assert len(_FakeBackground.made) == 1
+    notes = [e.message for e in events if isinstance(e, FitNote)]
+    took = ("the whole NUTS transition, compiled in the background (a C++ loop of up to "
+            f"{TR.block_size(4, 1, 10)} transitions a call), took over from the "
+            "leaf-by-leaf steps at iteration 20")  # two polls an iteration, ready after 40
+    assert notes == ["compiling NUTS to C++ in the background (once per model: tens of "
+                     "seconds); sampling leaf by leaf meanwhile", took]
+    assert r.compiler == "transition" and r.compiler_notes[-1] == took
+    assert max(check_moments(r.samples, exact).values()) < 1.01
+
+
+def test_a_run_that_ends_before_the_background_compile_says_so(monkeypatch):
+    monkeypatch.delenv(T.ENV_VAR, raising=False)
+    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: False)
+    monkeypatch.setattr(TR, "BackgroundCompile", _FakeBackground)
+    monkeypatch.setattr(_FakeBackground, "after", None)
+    model, x, obs, _ = normal_normal_case()
+    torch.manual_seed(3)
+    r = MCMC(NUTSKernel(), num_warmup=200, num_samples=200, num_chains=2).run(
+        None, target=make_target(model, x, obs))
+    assert r.compiler == "torchscript"
+    assert r.compiler_notes == ["the C++ compile started in the background had not "
+                                "finished when the run ended: its steps ran leaf by leaf"]
+    # waiting instead (explicit: a first run reproducible from its seed)
+    calls = []
+    monkeypatch.setattr(TR, "compile_transition",
+                        lambda *a, **k: calls.append(a) or (None, "not here"))
+    MCMC(NUTSKernel(background_compile=False), num_warmup=200, num_samples=200,
+         num_chains=2).run(None, target=make_target(model, x, obs))
+    assert len(calls) == 1
+
+
+@needs_cc
+def test_the_background_worker_builds_the_package_a_run_then_loads(tmp_path, normal_target):
+    """The worker process (`compile_worker`) compiles into the cache directory; the run's
+    `result()` loads that package; while a worker's lock names a live process a second
+    run starts none and waits for it."""
+    t, _ = normal_target
+    z0 = torch.zeros(4, t.dim) + 0.3
+    graph = t.density_graph(z0)
+    T_ = TR.block_size(4, t.dim, 10)
+    job = TR.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
+    assert job.proc is not None and job.lock.read_text() == str(job.proc.pid)
+    other = TR.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
+    assert other.proc is None and not other.done()  # the first worker is alive
+    try:
+        job.proc.wait(timeout=900)  # an event (the worker's exit), not a duration
+    finally:
+        job.stop()
+    assert job.done() and other.done()
+    compiled, note = job.result()
+    assert compiled is not None and compiled.cached, note
+    assert not job.lock.exists() and job.package.is_file()
+    args = TR.example_inputs(graph, z0 - 0.7, False, 10, T_, seed=21, limit=3)
+    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, True, 10, True)(*args))
+    assert TR.blocks_agree(want, compiled(*(args[:8] + args[10:])))
+    # a worker that left no package: why, in one line
+    job.package.unlink()
+    again, why = other.result()
+    assert again is None and why.startswith("the transition did not compile")

@@ -236,3 +236,24 @@ def test_the_first_divergence_is_the_draw_the_driver_names():
               FitProgress("nuts", "sampling", 100, 100, 0,
                           {"divergences": 2.0, "first_divergence": 37.0})])
     assert st.chains[0].first_divergence == 37 and st.chains[1].first_divergence == 64
+
+
+def test_the_status_line_says_how_the_steps_run_when_a_note_changes_it():
+    """Issue 37.4: leaf by leaf while the C++ loop compiles in the background, then the
+    compiled loop; gone once the run has finished; a record's note without a path (older
+    records) changes nothing."""
+    from qvr.events import STEPS_COMPILED, STEPS_LEAF_BY_LEAF, FitNote, from_dict, to_dict
+    st = RunState()
+    st.run_dir = "runs/x"
+    st.apply([FitStarted("nuts", 200, 1, {"num_warmup": 100, "num_samples": 100}),
+              FitNote("compiling NUTS to C++ in the background", STEPS_LEAF_BY_LEAF),
+              FitProgress("nuts", "warmup", 5, 100, 0, {}, elapsed=1.0)])
+    assert " · leaf by leaf, C++ loop compiling · " in st.status_line()
+    note = FitNote("the whole NUTS transition took over at iteration 40", STEPS_COMPILED)
+    assert from_dict(to_dict(note)) == note
+    st.apply([from_dict(to_dict(note))])
+    assert " · compiled C++ loop · " in st.status_line()
+    st.apply([from_dict({"type": "note", "message": "recording the pointwise terms"})])
+    assert " · compiled C++ loop · " in st.status_line()
+    st.apply([FitFinished({}, 2.0)])
+    assert "C++" not in st.status_line()

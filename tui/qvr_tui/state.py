@@ -232,6 +232,7 @@ class RunState:
         self.events_seen = 0
         self.warnings: list[str] = []
         self.note = ""  # the fit's last `FitNote` (shown until the chains move)
+        self.steps_path = ""  # how NUTS's steps run now (`FitNote.path`), while running
         self.version = 0  # bumped by every apply() that changed something
         # SVI
         self.loss = Series()
@@ -332,6 +333,8 @@ class RunState:
                     self._chain(c)
         elif isinstance(ev, FitNote):
             self.note = ev.message
+            if getattr(ev, "path", ""):
+                self.steps_path = ev.path
         elif isinstance(ev, FitWarning):
             at = f" (step {ev.step})" if ev.step is not None else ""
             self.warnings.append(f"{ev.message}{at}")
@@ -623,6 +626,8 @@ class RunState:
             parts.append(f"{100 * done / tot:.0f}%")
             if not done and self.note and not self.finished:
                 parts.append(self.note)  # e.g. compiling, before the first step
+            elif self.steps_path and not self.finished:
+                parts.append(self.steps_path)
             divs = sum(r.divergences for r in self.chains.values())
             parts.append(f"{divs} divergence{'s' if divs != 1 else ''}")
         elif self.method == "smc":

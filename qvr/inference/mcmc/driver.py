@@ -368,7 +368,8 @@ class _Run:
             state = self.kernel.init(self.target, z0[idx], W, S)
             prepare = getattr(self.kernel, "prepare", None)
             if prepare is not None:
-                prepare(state, self.target, lambda message: self.emit(FitNote(message)),
+                prepare(state, self.target,
+                        lambda message, path="": self.emit(FitNote(message, path)),
                         self.stop)
             acc_sum = torch.zeros(len(group), dtype=dtype, device=device)
             div_sum = torch.zeros(len(group), dtype=dtype, device=device)

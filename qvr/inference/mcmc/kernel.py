@@ -19,7 +19,8 @@ The kernel protocol (`MCMCKernel`; the driver uses nothing else):
   up to 64 iterations in one compiled call (`transition.py`).
 * ``diagnostics(state) -> dict`` — per-chain statistics of the last iteration.
 * ``prepare(state, target, note, should_stop)`` — once after `init`, before the first
-  iteration (NUTS compiles its whole transition there, saying so through `note(message)`
+  iteration (NUTS compiles its whole transition there, or starts compiling it in the
+  background, saying so through `note(message, path=...)`
   when the compile is not on disk, and gives it up when `should_stop()` turns true);
   optional, a no-op by default.
 * ``compiler_used(target) -> str`` and ``compiler_notes(target) -> list[str]`` — how the

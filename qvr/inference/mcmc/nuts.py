@@ -57,6 +57,7 @@ from dataclasses import replace
 
 import torch
 
+from qvr.events import STEPS_COMPILED, STEPS_LEAF_BY_LEAF
 from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc import transition as transitions
 from qvr.inference.mcmc.adaptation import DualAveragingState, Welford
@@ -103,6 +104,12 @@ class NUTSKernel(HMCBase):
         Inductor falls back to TorchScript when it or a C++ compiler is unavailable,
         when its kernel disagrees with PyTorch, or when the kernel raises at run time
         (the leaf is then recomputed by TorchScript): never does it fail the fit.
+        With ``"auto"``, a whole transition not yet on disk is compiled in a background
+        thread while the first iterations run leaf by leaf; the compiled loop takes over
+        at the first block boundary after it is ready (`compiler_notes` says at which
+        iteration).  `background_compile=False` waits for it instead (as
+        ``"transition"`` always does: where the loop takes over depends on the compile's
+        duration, so only those runs are reproducible from a seed on a first run).
         `compiler_used(target)` / `compiler_notes(target)` (in the result:
         `MCMCResult.compiler` / `compiler_notes`) say how the steps ran and why.
 
@@ -117,7 +124,8 @@ class NUTSKernel(HMCBase):
                  divergence_threshold: float = 1000.0, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, warmup_schedule: str = "fisher",
                  find_step_size: bool = True, transition: str = "biased",
-                 uturn: str = "momentum", compiler: str = "auto"):
+                 uturn: str = "momentum", compiler: str = "auto",
+                 background_compile: bool = True):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
                          adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size)
         if not (isinstance(max_tree_depth, int) and max_tree_depth >= 1):
@@ -132,6 +140,7 @@ class NUTSKernel(HMCBase):
         self.transition = transition
         self.uturn = uturn
         self.compiler = compiler
+        self.background_compile = background_compile
         self._tick_caches = {}  # id(target) -> (weak reference, tick.TickCache)
 
     def config(self) -> dict:
@@ -169,7 +178,11 @@ class NUTSKernel(HMCBase):
         sentences: ``"compiled by Inductor"``, why Inductor was not used or was dropped
         for TorchScript, why the density runs eagerly)."""
         cache = self._known_cache(target)
-        return list(cache.notes) if cache is not None else []
+        if cache is None:
+            return []
+        waiting = ["the C++ compile started in the background had not finished when the "
+                   "run ended: its steps ran leaf by leaf"] if cache.pending else []
+        return list(cache.notes) + waiting
 
     def _tick(self, state: HMCState, target, z0: torch.Tensor, dense: bool, K: int):
         """The tick (`tick.py`) for this iteration."""
@@ -179,7 +192,7 @@ class NUTSKernel(HMCBase):
         cache = self.tick_cache(target)
         tick = cache.get(target, z0, dense, thr, momentum, K)
         want = setting == "inductor"
-        if setting == "auto":
+        if setting == "auto" and not cache.pending:  # (no leaf compile beside the loop's)
             # reconsidered at fixed iterations from the ticks taken since the last
             # probe (never from a clock: a seeded run stays reproducible)
             if state.i == 0:
@@ -221,6 +234,23 @@ class NUTSKernel(HMCBase):
         T = transitions.block_size(*z0.shape, K)
         key = ("transition", *cache.key(z0, dense, self.divergence_threshold,
                                         self.uturn == "momentum", K), self.transition, T)
+        job = cache.pending.get(key)
+        if job is not None:
+            if not job[0].done():
+                return None  # still compiling: this block runs leaf by leaf
+            del cache.pending[key]
+            compiled, said = job[0].result()
+            if compiled is None:
+                said = fallback_note(said)
+            else:
+                said = (f"the whole NUTS transition, compiled in the background (a C++ "
+                        f"loop of up to {T} transitions a call), took over from the "
+                        f"leaf-by-leaf steps at iteration {state.i}")
+                cache.took_over = state.i
+            if job[1] is not None:
+                job[1](said, path=STEPS_COMPILED if compiled is not None else "")
+            cache.notes.append(said)
+            cache.transitions[key] = compiled
         if key not in cache.transitions:
             cache.transitions[key] = None
             graph_for = getattr(target, "density_graph", None)
@@ -230,9 +260,24 @@ class NUTSKernel(HMCBase):
                 cache.notes.append("the whole transition was not compiled: the density is "
                                    + (f"not compiled ({why})" if why else "not compiled"))
             else:
-                if note is not None and not transitions.is_cached(
+                cached = transitions.is_cached(
+                    graph, z0, dense, self.divergence_threshold,
+                    self.uturn == "momentum", K, self.transition == "biased", T)
+                if not cached and setting == "auto" and self.background_compile:
+                    # issue 37.4: no wait for the compiler; the steps run leaf by leaf
+                    # until the package is ready (a seeded run is reproducible only with
+                    # an explicit compiler: where the compiled loop takes over depends
+                    # on how long the compile takes)
+                    if note is not None:
+                        note("compiling NUTS to C++ in the background (once per model: "
+                             "tens of seconds); sampling leaf by leaf meanwhile",
+                             path=STEPS_LEAF_BY_LEAF)
+                    cache.pending[key] = (transitions.BackgroundCompile(
                         graph, z0, dense, self.divergence_threshold,
-                        self.uturn == "momentum", K, self.transition == "biased", T):
+                        self.uturn == "momentum", K, self.transition == "biased", T),
+                        note)
+                    return None
+                if note is not None and not cached:
                     note("compiling NUTS to C++ (once per model: tens of seconds)")
                 compiled, said = transitions.compile_transition(
                     graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",

@@ -678,6 +678,92 @@ def _discard(*paths: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+class BackgroundCompile:
+    """The transition compiled by a worker process while the run goes on leaf by leaf
+    (issue 37.4; `compile_worker`): `done()` says whether the worker has ended,
+    `result()` loads its package into this process (`compile_transition` finding it on
+    disk: a load and a check, well under a second) or says why there is none.
+
+    A process, not a thread: the export and Inductor's code generation are seconds of
+    Python, which a thread beside the sampler would share the interpreter lock with (a
+    thread took 26 s for a 16 s compile, and slowed the sampler as much).  The worker runs
+    at a lower priority with one thread; it writes the package aside and renames it, so
+    it may outlive the run: a run that ends first leaves it to finish for the next one.
+    A second run of the same model meanwhile waits for that worker's package instead of
+    starting another (`KEY.compiling` holds its pid)."""
+
+    def __init__(self, graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+                 biased: bool, T: int, directory: Path = None):
+        import subprocess
+        import sys
+        self.args = (graph, z0, dense, thr, momentum, K, biased, T)
+        self.directory = Path(directory) if directory is not None else cache_dir()
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
+        self.package = self.directory / f"{key}.pt2"
+        self.lock = self.directory / f"{key}.compiling"
+        self.out = self.directory / f"{key}.compile-note"
+        self.proc = None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if _alive(self.lock):
+            return  # another run's worker compiles this very package: wait for it
+        job = self.directory / f"{key}.job.{os.getpid()}.pt"
+        torch.save({"graph": graph, "z0": z0.detach().cpu(), "device": str(z0.device),
+                    "settings": (dense, thr, momentum, K, biased, T),
+                    "directory": str(self.directory)}, job)
+        self.out.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "qvr.inference.mcmc.compile_worker", str(job)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True)  # Ctrl-C in the terminal stops the run, not this
+        self.lock.write_text(str(self.proc.pid))
+
+    def done(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is not None
+        return not _alive(self.lock)
+
+    def result(self) -> tuple:
+        why = None
+        if self.proc is not None:
+            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+            self.proc.stderr.close()
+            self.lock.unlink(missing_ok=True)
+            try:
+                why = self.out.read_text().strip() or None
+            except OSError:
+                lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+                why = (f"the transition did not compile: the compile worker exited with "
+                       f"status {self.proc.returncode}"
+                       + (f": {lines[-1][:200]}" if lines else ""))
+        if not self.package.is_file():
+            return None, why or "the transition did not compile (its worker left no package)"
+        graph, z0, dense, thr, momentum, K, biased, T = self.args
+        return compile_transition(graph, z0, dense, thr, momentum, K, biased, T,
+                                  directory=self.directory)
+
+    def stop(self) -> None:
+        """End the worker now (a test's tidy-up; runs leave it to finish)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+            self.lock.unlink(missing_ok=True)
+
+
+def _alive(lock: Path) -> bool:
+    """Whether the pid in `lock` names a live process."""
+    try:
+        pid = int(lock.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
                        K: int, biased: bool, T: int, directory: Path = None,
                        should_stop: Callable[[], bool] = None) -> tuple:
