@@ -104,7 +104,7 @@ LAYERS = [
     [["lsp/qvr_lsp/"], ["qvr/runtime/"], ["qvr/runs/"]],
     [["qvr/smc/"], ["qvr/continuous/", "qvr/core/", "qvr/dsl.py"]],
     # qvr/inference/: its rooms, bottom first (ARCHITECTURE.md, "Inference rooms")
-    [["qvr/inference/config.py"], ["qvr/inference/trace.py"], ["qvr/inference/distributed/", "qvr/inference/distributed.py"],
+    [["qvr/inference/config.py"], ["qvr/inference/trace.py"], ["qvr/inference/distributed/", "qvr/inference/distributed/world.py"],
      ["qvr/inference/enumeration/", "qvr/inference/enumerate.py", "qvr/inference/discrete.py"]],
     [["qvr/inference/programs/", "qvr/inference/sites.py", "qvr/inference/lifts.py", "qvr/inference/morphism_fit.py"], ["qvr/inference/data/", "qvr/inference/data.py", "qvr/inference/minibatch.py"], ["qvr/inference/criticism/", "qvr/inference/diagnostics.py", "qvr/inference/checks.py", "qvr/inference/pointwise.py", "qvr/inference/recorded.py"]],
     [["qvr/inference/vi/", "qvr/inference/guides.py", "qvr/inference/elbo.py", "qvr/inference/svi.py"], ["qvr/inference/mcmc/", "qvr/inference/potential.py", "qvr/inference/graph_opt.py", "qvr/inference/graph_cache.py"]],

@@ -285,7 +285,7 @@ def load_program(file: str, export, data_file=None):
 
 
 def run(args) -> int:
-    from qvr.inference.distributed import env_rank, launched
+    from qvr.inference.distributed.world import env_rank, launched
     rank = env_rank()
     tool = "qvr run" if rank == 0 else f"qvr run [rank {rank}]"
     if getattr(args, "nproc", None) is not None and not launched():
@@ -305,7 +305,7 @@ def run(args) -> int:
             raise UsageError(problem)
         from qvr.runs import RecordError, new_run_dir
         try:
-            if rank != 0:  # rank 0 alone writes the record (qvr.inference.distributed)
+            if rank != 0:  # rank 0 alone writes the record (qvr.inference.distributed.world)
                 folder = None
             elif args.run_dir:
                 folder = Path(args.run_dir)
@@ -349,7 +349,7 @@ def _launch(args, tool) -> int:
     except UsageError as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 2
-    from qvr.inference.distributed import launch_refusal
+    from qvr.inference.distributed.world import launch_refusal
     refused = launch_refusal(config.method, config.chain_method, n) if n > 1 else None
     if refused is not None:
         print(f"{tool}: --nproc {n}: {refused[1]}", file=sys.stderr)
@@ -419,7 +419,7 @@ def _fit(args, config, program, export, folder, tool) -> int:
         previous = signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not the main thread: Ctrl-C is not ours to handle
         previous = None
-    from qvr.inference.distributed import RankLost, launched
+    from qvr.inference.distributed.world import RankLost, launched
     progress = Progress(sys.stderr) if folder is not None else contextlib.nullcontext()
     status = 0
     try:
@@ -440,7 +440,7 @@ def _fit(args, config, program, export, folder, tool) -> int:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
         if launched():
-            from qvr.inference.distributed import finish
+            from qvr.inference.distributed.world import finish
             finish()
     if folder is None:  # another rank than 0: it writes nothing and says nothing more
         return status

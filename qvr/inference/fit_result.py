@@ -68,6 +68,6 @@ class FitContext:
     start: Any = None  # `qvr.inference.start.StartState` or None
     potential: Any = None  # SMC: a Python potential (multiplied with the config's)
     vocab: Optional[list] = None  # token id -> text (SMC's text, attention patterns' axes)
-    world: Any = None  # `qvr.inference.distributed.World` (None: one process)
+    world: Any = None  # `qvr.inference.distributed.world.World` (None: one process)
     rows: Any = None  # `qvr.inference.minibatch.RowData`: the data as rows (minibatch SVI)
     batches: Any = None  # `qvr.inference.minibatch.Batches`, None for full-data steps

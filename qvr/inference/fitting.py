@@ -22,7 +22,7 @@ worker call nothing else.  `fit`
    in the record (``summary.json``, ``samples.npz``/``params.npz``/``losses.npy``,
    ``sequences.json``) and closes it.
 
-Under torch's launcher (`torchrun`, `qvr run --nproc N`; `qvr.inference.distributed`)
+Under torch's launcher (`torchrun`, `qvr run --nproc N`; `qvr.inference.distributed.world`)
 every rank calls `fit` with the same config: SVI runs data-parallel (minibatches,
 `qvr.inference.minibatch`), HMC/NUTS need ``chain_method="distributed"``, other methods
 are a `ConfigError`; rank 0 alone writes the record (``run.json`` says ``world_size``),
@@ -278,10 +278,10 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
     world = _world_of(config)
     rank0_record = None
     if world.distributed:  # every rank knows rank 0's record: to end it if rank 0 dies
-        from qvr.inference.distributed import broadcast_object
+        from qvr.inference.distributed.world import broadcast_object
         rank0_record = broadcast_object(world, str(Path(run_dir).resolve()) if (
             run_dir is not None and world.is_writer) else None)
-    if not world.is_writer:  # rank 0 alone writes the record (`qvr.inference.distributed`)
+    if not world.is_writer:  # rank 0 alone writes the record (`qvr.inference.distributed.world`)
         run_dir = None
     with fit_dtype(config.dtype), _launcher_stop(world):
         return _fit(program, data, config, on_event, should_stop, run_dir, start_from,
@@ -299,7 +299,7 @@ def _launcher_stop(world):
     if not world.distributed or threading.current_thread() is not threading.main_thread():
         yield
         return
-    from qvr.inference.distributed import RankLost, lost_message
+    from qvr.inference.distributed.world import RankLost, lost_message
 
     def on_term(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
@@ -328,7 +328,7 @@ def _world_of(config: FitConfig):
     """This process's `World` for the fit: a launch by torchrun (``WORLD_SIZE`` > 1) runs
     SVI data-parallel and HMC/NUTS with ``chain_method="distributed"``; any other method
     under a launch would run N copies of one fit, and is refused."""
-    from qvr.inference import distributed
+    from qvr.inference.distributed import world as distributed
     if not distributed.launched():
         return distributed.World()
     refused = distributed.launch_refusal(config.method, config.chain_method,
@@ -404,7 +404,7 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
         _hold_launcher_stop(world)  # the launcher's SIGTERM must not cut this record short
         msg = message_of(exc)
         if world.distributed and _is_collective_failure(exc):
-            from qvr.inference.distributed import lost_message
+            from qvr.inference.distributed.world import lost_message
             msg = lost_message(world, "during the fit", exc)
         report(FitFailed(message=msg, step=last_step[0], error_type=type(exc).__name__,
                          elapsed=emit.elapsed))
@@ -437,7 +437,7 @@ def _end_rank0_record(world, record: str, msg: str, step, exc, elapsed) -> None:
     """Another rank's failure because rank 0 died: rank 0's record, left without its
     terminal event, is ended as failed with the message naming rank 0
     (`qvr.runs.end_abandoned` writes only if no live process holds the record)."""
-    from qvr.inference.distributed import lost_ranks
+    from qvr.inference.distributed.world import lost_ranks
     if 0 not in lost_ranks(world):
         return
     from qvr.runs import end_abandoned
@@ -451,7 +451,7 @@ def _end_rank0_record(world, record: str, msg: str, step, exc, elapsed) -> None:
 def _is_collective_failure(exc: BaseException) -> bool:
     """A torch.distributed collective that failed (its peer is gone), not our own
     `RankLost` (which already names the rank)."""
-    from qvr.inference.distributed import RankLost
+    from qvr.inference.distributed.world import RankLost
     if isinstance(exc, RankLost):
         return False
     dist_error = getattr(getattr(torch, "distributed", None), "DistError", None)
@@ -461,7 +461,7 @@ def _is_collective_failure(exc: BaseException) -> bool:
 
 
 def _is_user_error(exc: BaseException) -> bool:
-    from qvr.inference.distributed import RankLost
+    from qvr.inference.distributed.world import RankLost
     from qvr.inference.start import StartError
     from qvr.runtime.errors import QvrRuntimeError
     return isinstance(exc, (DataError, StartError, ConfigError, QvrRuntimeError, RankLost))
@@ -604,7 +604,7 @@ def _minibatches(model, fd: FitData, config, device, world, report, writer) -> t
     memory; with memory-mapped data they are one batch of rows (what the data check,
     the guide's shapes and the summaries after the fit read)."""
     import numpy as np
-    from qvr.inference.distributed import World, broadcast_object
+    from qvr.inference.distributed.world import World, broadcast_object
     from qvr.inference.minibatch import Batches, RowData, check_supported, describe, \
         split_rows
     world = world or World()

@@ -19,7 +19,7 @@ Global latents are shared by all batches; local (per-row) latents are drawn for 
 batch's rows only (the guide's local sites share their parameters across rows, runtime
 spec 6.3, so no per-row parameter goes untouched).
 
-Data parallel (`qvr.inference.distributed`): with ``W`` ranks every rank draws the same
+Data parallel (`qvr.inference.distributed.world`): with ``W`` ranks every rank draws the same
 global batch and scores the contiguous ``1/W`` share of it that is its own, with row
 scale ``N W / B`` and the whole loss divided by ``W``; the sum over ranks is the
 one-process loss (row terms ``N / B`` each, global terms once), and so is the summed

@@ -1,4 +1,4 @@
-"""Data-parallel SVI on torch.distributed (`qvr.inference.distributed`): two CPU ranks
+"""Data-parallel SVI on torch.distributed (`qvr.inference.distributed.world`): two CPU ranks
 (gloo) started by torch's launcher give the one-process parameters of the same global
 batch and seed, one run record written by rank 0, and a killed rank ends the run as
 failed, naming the rank."""
@@ -216,7 +216,7 @@ def test_the_launchers_sigterm_does_not_cut_a_failing_fit_short():
     written, raised `RankLost` inside the failure path.  Once the path starts it holds
     SIGTERM off; the launch's handler (and after it the old one) comes back on exit."""
     import signal
-    from qvr.inference.distributed import RankLost, World
+    from qvr.inference.distributed.world import RankLost, World
     from qvr.inference.fitting import _hold_launcher_stop, _launcher_stop
     world = World(rank=1, size=2)
     before = signal.getsignal(signal.SIGTERM)

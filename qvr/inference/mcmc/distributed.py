@@ -21,9 +21,9 @@ every chain, so every rank's `MCMCResult` is the whole run (rank 0 writes the re
 * Failures: a rank whose chains raise tells rank 0, which raises a `RuntimeError` naming
   the rank and its chains (the failing rank raises its own error after rank 0 has seen
   it); a rank that dies without a word (or stops answering for `SILENT_SECONDS`) makes
-  rank 0 raise `RankLost` (`qvr.inference.distributed.lost_message`, naming the rank
+  rank 0 raise `RankLost` (`qvr.inference.distributed.world.lost_message`, naming the rank
   when it ran on this machine); a rank that never starts its chains is given up after
-  `qvr.inference.distributed.TIMEOUT_SECONDS`.  Whatever stops rank 0 stops the other
+  `qvr.inference.distributed.world.TIMEOUT_SECONDS`.  Whatever stops rank 0 stops the other
   ranks, which raise `RankLost` saying why.
 * Fewer chains than ranks: the ranks past the last chain idle (rank 0 notes it with a
   `FitNote`); the run is the same.
@@ -52,7 +52,7 @@ one ``all_gather_object`` on the default process group: it is entered only after
 rank has said, through the store, that it finished and rank 0 has seen them all, so it
 cannot wait for a rank that failed; a rank dying inside it fails it (gloo sees the
 closed connection), and in any case it is bounded by the group's timeout
-(`qvr.inference.distributed.TIMEOUT_SECONDS`).
+(`qvr.inference.distributed.world.TIMEOUT_SECONDS`).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 
-from qvr.inference.distributed import RankLost, lost_message, lost_ranks, world
+from qvr.inference.distributed.world import RankLost, lost_message, lost_ranks, world
 from qvr.inference.mcmc.parallel import _from_numpy, _merge, _to_numpy
 
 #: seconds between two heartbeats of a rank
@@ -357,7 +357,7 @@ class _Link:
         """Raise `RankLost` when one of `ranks` is gone: its process on this machine has
         exited, its heartbeat has not moved for `SILENT_SECONDS`, or it never beat within
         the group's timeout."""
-        from qvr.inference import distributed
+        from qvr.inference.distributed import world as distributed
         if not ranks:
             return
         gone = [r for r in lost_ranks(self.w, wait=0.0) if r in ranks]

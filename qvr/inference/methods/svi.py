@@ -3,7 +3,7 @@ guide's parameters (a `start_from` run initialises them: an SVI run's guide, an 
 run's posterior means, or with ``start_at="draws"`` the moments of its draws,
 `qvr.inference.start`).  With `FitConfig.batch_size` (or several ranks of a launch) each
 step scores a minibatch of rows (`qvr.inference.minibatch`; progress says the epoch), and
-across ranks gradients are summed (`qvr.inference.distributed`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
+across ranks gradients are summed (`qvr.inference.distributed.world`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
 the steps since the previous report) is throttled; a non-finite loss stops the fit with
 status ``"failed"`` and a message naming the step."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ def run(ctx: FitContext) -> FitResult:
         raise DataError("nothing to fit: the program has no parameters and no latent sites")
     world, batches = ctx.world, ctx.batches
     if world is not None and world.distributed:
-        from qvr.inference.distributed import broadcast_parameters
+        from qvr.inference.distributed.world import broadcast_parameters
         broadcast_parameters(world, params)  # every rank starts from rank 0's values
     optim = adam(params, config.lr)
     svi = SVI(model, guide, optim, ELBO(num_particles=config.elbo_particles))
@@ -104,12 +104,12 @@ def _batch_step(svi, world, params, x, observations, row_scale: float, step: int
                 stop) -> tuple:
     """One minibatch step (`qvr.inference.minibatch`): ``(loss, stop)``.  With several
     ranks the loss is divided by their number and gradients and loss are summed over them
-    before the optimiser's step (`qvr.inference.distributed.all_reduce_sum`), so every
+    before the optimiser's step (`qvr.inference.distributed.world.all_reduce_sum`), so every
     rank takes the one-process step of the global batch; a stop request of any rank
     (`stop()`, e.g. Ctrl-C) rides along, and every rank stops after this step."""
     if world is None or not world.distributed:
         return svi.step(x, observations, row_scale=row_scale), False
-    from qvr.inference.distributed import RankLost, all_reduce_sum, lost_message
+    from qvr.inference.distributed.world import RankLost, all_reduce_sum, lost_message
     asked = [False]
 
     def reduce(loss):
