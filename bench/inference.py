@@ -12,7 +12,7 @@ normal-normal (N = 50), eight schools (non-centred), a 10-D funnel, and Bayesian
 regression (N = 1000, D = 10) — and a hidden Markov model with its regimes summed out
 (`hmm_t100_k4`: T = 100 steps, K = 4 regimes, written as a chain of 100 `sample` steps;
 Dirichlet transition rows, per-regime emission means and one emission scale, 21
-parameters; the finite regimes enumerated, `qvr.inference.enumerate`, against Pyro's NUTS
+parameters; the finite regimes enumerated, `qvr.inference.enumeration.enumerate`, against Pyro's NUTS
 with `config_enumerate` and `max_plate_nesting=1`; its own smaller budget,
 `--hmm-warmup`/`--hmm-samples`, 200 + 200 by default: one Pyro gradient costs about
 0.1 s) — reports the *minimum bulk ESS over all parameters divided
@@ -364,7 +364,7 @@ def check_hmm_density(seed: int = 0) -> float:
     exceeds 1e-3 (float32 sums of 100 terms)."""
     from pyro import poutine
     from pyro.infer import TraceEnum_ELBO
-    from qvr.inference.enumerate import enumerated_total
+    from qvr.inference.enumeration.enumerate import enumerated_total
     d = hmm_data()
     g = _gen(seed)
     vals = {"trans": torch.distributions.Dirichlet(d["trans_conc"]).sample(),

@@ -15,7 +15,7 @@ Estimators: ``None``/``"reparam"`` (the spec's default) and ``"stl"`` (sticking 
 landing: the guide's density is evaluated with gradient-free parameters, which removes the
 score term's variance near the optimum; same expectation).
 
-Finite latent sites are summed out of `log_joint` exactly (`qvr.inference.enumerate`):
+Finite latent sites are summed out of `log_joint` exactly (`qvr.inference.enumeration.enumerate`):
 the guide covers the continuous latents only, as with Pyro's `TraceEnum_ELBO`.
 
 References:
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from qvr.inference.enumerate import enumerated_total
+from qvr.inference.enumeration.enumerate import enumerated_total
 
 _ESTIMATORS = (None, "reparam", "stl")
 
@@ -58,7 +58,7 @@ class ELBO:
         observations = dict(observations or {})
         model = getattr(model, "morphism", model) if not hasattr(model, "log_joint") else model
         K = self.num_particles
-        from qvr.inference.enumerate import prepare
+        from qvr.inference.enumeration.enumerate import prepare
         prepare(model, x, observations)  # finite latents: the structure, outside vmap
         if K > 1 and self.vectorize and not self._vmap_failed:
             try:

@@ -138,7 +138,7 @@ class Batches:
 
 def check_supported(model, observations: dict) -> None:
     """A `DataError` for programs minibatches cannot serve (module docstring)."""
-    from qvr.inference.enumerate import enumerated_names
+    from qvr.inference.enumeration.enumerate import enumerated_names
     finite = enumerated_names(getattr(model, "morphism", model), observations)
     if finite:
         names = ", ".join(f"`{n}`" for n in finite)

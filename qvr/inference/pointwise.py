@@ -8,7 +8,7 @@ chains, S draws of SVI's fitted guide (`GUIDE_DRAWS`, 1,000), the prior draws of
   observed row (a row-wise ``observe``), per plate element, or one term (a global
   ``observe``).  A ``marginalize`` block's rows are its exact marginals
   ``log sum_c p(c) p(y_i | c, theta)`` (named by the block's observed sites).  A program
-  whose finite latents are summed out by enumeration (`qvr.inference.enumerate`) keeps
+  whose finite latents are summed out by enumeration (`qvr.inference.enumeration.enumerate`) keeps
   them summed out: its term per row is the enumerated log joint of the row minus the
   row-attributed prior terms of the continuous latents, ``log p(y_row | theta)`` (one term
   per row, named by the observed sites joined with ``+``).  A *global* finite latent
@@ -138,7 +138,7 @@ class Pointwise:
     and host data), for draws of the latent sites `latent` (the fit's)."""
 
     def __init__(self, model, x, observations: dict, latent, chunk: int = 128):
-        from qvr.inference.enumerate import enumerated_names, prepare
+        from qvr.inference.enumeration.enumerate import enumerated_names, prepare
         self.model = _model(model)
         self.x = x
         self.observations = dict(observations)
@@ -166,7 +166,7 @@ class Pointwise:
         full = {**self.observations, **values}
         ex = m.execute(self.x, full, score=True, record=True)
         if self.enumerated:
-            from qvr.inference.enumerate import enumerated_log_joint
+            from qvr.inference.enumeration.enumerate import enumerated_log_joint
             total = enumerated_log_joint(m, self.x, full)
             prior = torch.zeros_like(total)
             for n, r in ex.sites.items():

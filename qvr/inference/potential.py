@@ -24,7 +24,7 @@ with the gradient by autograd.  A `Target` evaluates it for `C` chains at once,
 Failures follow the spec: an evaluation that raises `ValueError`/`RuntimeError`, or a
 non-finite value, gives `-inf` and a zero gradient; non-finite gradient entries become 0.
 Finite latent sites are not coordinates of `z`: they are summed out of `log_joint` exactly
-(`qvr.inference.enumerate`, built when the target is).  This module holds no sampler logic.
+(`qvr.inference.enumeration.enumerate`, built when the target is).  This module holds no sampler logic.
 """
 from __future__ import annotations
 
@@ -130,9 +130,9 @@ def _per_chain(fn: Callable, z: torch.Tensor) -> tuple:
 
 def _total(model, x, values) -> torch.Tensor:
     """`log_joint(x, values).sum()`, without row attribution when the program offers it;
-    finite latents absent from `values` summed out (`qvr.inference.enumerate`)."""
+    finite latents absent from `values` summed out (`qvr.inference.enumeration.enumerate`)."""
     if getattr(model, "_qvr_enum_cache", None):
-        from qvr.inference.enumerate import enumerated_total
+        from qvr.inference.enumeration.enumerate import enumerated_total
         return enumerated_total(model, x, values)
     total = getattr(model, "log_joint_total", None)
     if total is not None:
@@ -156,7 +156,7 @@ class ProgramTarget(Target):
         self.x = x
         self.observations = dict(observations or {})
         self.registry = build_registry(model, x, self.observations)
-        from qvr.inference.enumerate import prepare
+        from qvr.inference.enumeration.enumerate import prepare
         # finite latents are summed out of the density; their structure is built here,
         # outside vmap, so that an impossible enumeration raises now (not -inf later)
         self.enumeration = prepare(model, x, self.observations)
@@ -232,7 +232,7 @@ class ProgramTarget(Target):
     #: removes in seconds of tracing; a graph of ~12,700 (the topic model) took 70 s to
     #: trace and compile, more than a short run saves
     compile_max_ops = 6000
-    #: the same for a density with finite latents summed out (`qvr.inference.enumerate`)
+    #: the same for a density with finite latents summed out (`qvr.inference.enumeration.enumerate`)
     compile_enumerated_below_s = 5.0
     #: keep compiled graphs on disk (`graph_cache`): a second run of the same model at the
     #: same chain count skips tracing (eight schools 0.3 s, a 200-step GARCH 9 s)

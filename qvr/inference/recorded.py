@@ -20,7 +20,7 @@ when vmap cannot run the program, one program call per draw (never one per coord
   token sequences): nothing is recorded, and the fit says so (`smc_note`).
 
 A recorded value that reads a site the fit does not give a value per draw — a finite
-latent summed out exactly (`qvr.inference.enumerate`) — is not recorded; `skipped` names
+latent summed out exactly (`qvr.inference.enumeration.enumerate`) — is not recorded; `skipped` names
 it with the sites it lacks, and the fit reports a `FitWarning` (`warnings`).
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Recorder:
             out.append(f"`{n}` is not recorded: it reads {which}, which {method} sums out "
                        f"exactly (a finite latent has no value per draw); record a quantity "
                        f"of the continuous sites, or recover the finite ones with "
-                       f"qvr.inference.discrete.infer_discrete")
+                       f"qvr.inference.enumeration.discrete.infer_discrete")
         return out
 
     # ------------------------------------------------------------ one point

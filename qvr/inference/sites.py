@@ -3,7 +3,7 @@
 For a model (a `MonadicProgram`, lifted or Python-built), an input `x` and the observed
 names, the *latent sites* are, in program order, every `sample`/`observe` variable that is
 not observed and not finite (finite latents are summed out exactly by
-`qvr.inference.enumerate`; an infinite discrete latent is an error).  `build_registry` finds them with one forward **shape pass** (the program run
+`qvr.inference.enumeration.enumerate`; an infinite discrete latent is an error).  `build_registry` finds them with one forward **shape pass** (the program run
 once under `torch.no_grad()` with the observations clamped) and describes each one as a
 `LatentSite`: kind, value shape, support, bijector and sizes.  A `Registry` then converts
 between the flat unconstrained vector `z` that MCMC moves and the dict of constrained site
@@ -346,14 +346,14 @@ def build_registry(model, x, observations: Optional[dict] = None,
             return Registry(reg.sites, model, x, observations)
         return reg
     records = shape_pass(model, x, {k: v for k, v in observations.items()})
-    from qvr.inference.enumerate import check_discrete_latent, is_finite_support
+    from qvr.inference.enumeration.enumerate import check_discrete_latent, is_finite_support
     inside = _marginalized_names(model)
     sites = []
     for name, rec in records.items():
         if rec.step not in ("sample", "observe") or name in observed or name in inside:
             continue
         if rec.support is not None and is_finite_support(rec.support):
-            continue  # a finite latent: summed out exactly (qvr.inference.enumerate)
+            continue  # a finite latent: summed out exactly (qvr.inference.enumeration.enumerate)
         check_discrete_latent(name, rec.support)
         sites.append(_site_from_record(model, rec))
     reg = Registry(sites, model, x, observations)
@@ -408,7 +408,7 @@ class SiteSpec:
 
 
 def _spec_of(name, kind, event_shape, support, plate, dependent: bool = False) -> SiteSpec:
-    from qvr.inference.enumerate import check_discrete_latent
+    from qvr.inference.enumeration.enumerate import check_discrete_latent
     check_discrete_latent(name, support)
     if support.is_discrete:
         raise ValueError(
@@ -431,7 +431,7 @@ def static_sites(model, observed_names) -> list[SiteSpec]:
     literal arguments (other arguments replaced by a valid dummy value of their kind)."""
     from qvr.runtime.steps import SiteStep
     from qvr.sema.families import FAMILIES
-    from qvr.inference.enumerate import finite_site_names
+    from qvr.inference.enumeration.enumerate import finite_site_names
     observed = set(observed_names)
     finite = set(finite_site_names(model))  # summed out exactly, never guide sites
     out = []

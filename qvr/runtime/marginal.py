@@ -11,7 +11,7 @@ latent per row when the prior has a leading row axis and one shared latent other
 `reduction` (logsumexp, sum, mean) combines the classes.  The result is recorded as the
 deterministic entry `_marg_<c>` (per row or per group where it has rows) and added to the
 log joint.  Under `collect_posteriors()` each block also leaves its coordinate's posterior
-(`qvr.inference.discrete`).
+(`qvr.inference.enumeration.discrete`).
 
 Forward sampling (a body observe not supplied, as in `trace(model, x)`): the coordinate is
 drawn from its prior — one class per group (grouped), per row (a plate annotation or a
@@ -53,7 +53,7 @@ def collect_posteriors():
     """Within the block, every scored `marginalize` block (with `reduction=logsumexp`, the
     mixture) leaves the posterior of its coordinate in the yielded dict, under the
     coordinate's environment key: `(N, K)` for one latent per row, `(|G|, K)` per group,
-    `(K,)` for one shared latent (`qvr.inference.discrete.infer_discrete` reads them)."""
+    `(K,)` for one shared latent (`qvr.inference.enumeration.discrete.infer_discrete` reads them)."""
     out: dict = {}
     token = _POSTERIORS.set(out)
     try:
@@ -303,7 +303,7 @@ class _SubFrame:
     def __init__(self, parent, values=None):
         self.parent = parent
         env = parent.env
-        # a dependency-tracking environment (qvr.inference.enumerate) stays tracking
+        # a dependency-tracking environment (qvr.inference.enumeration.enumerate) stays tracking
         self.env = env.child() if hasattr(env, "child") else dict(env)
         self.values = parent.values if values is None else values
         self.x = parent.x

@@ -240,7 +240,7 @@ def bad_scan_cell(span: Span, mt: MorType, finite_state: Optional[str] = None,
     if finite_state == "cell":
         # scan threads a Real state only (runtime spec 4.7: its states have no density);
         # the finite-state recurrence is a chain of sample steps, which enumeration sums
-        # out by the forward algorithm (qvr.inference.enumerate)
+        # out by the forward algorithm (qvr.inference.enumeration.enumerate)
         msg += (f"; `scan` does not thread a finite state: write one `sample` step per time "
                 f"step (`sample h2 <- {cell}(x2, h1)`, `sample h3 <- {cell}(x3, h2)`, ...; "
                 f"inference sums the states out by the forward algorithm)")

@@ -9,8 +9,8 @@ import torch
 
 import qvr
 from qvr.inference import AutoNormalGuide, ELBO, trace
-from qvr.inference.discrete import infer_discrete
-from qvr.inference.enumerate import (EnumerationError, enumerated_log_joint,
+from qvr.inference.enumeration.discrete import infer_discrete
+from qvr.inference.enumeration.enumerate import (EnumerationError, enumerated_log_joint,
                                      enumerated_total, prepare)
 from qvr.inference.potential import make_target
 from qvr.inference.sites import build_registry

@@ -20,8 +20,8 @@ import torch
 import qvr
 from qvr.analysis import Document
 from qvr.inference import trace
-from qvr.inference.discrete import infer_discrete
-from qvr.inference.enumerate import enumerated_log_joint, log_partition, prepare
+from qvr.inference.enumeration.discrete import infer_discrete
+from qvr.inference.enumeration.enumerate import enumerated_log_joint, log_partition, prepare
 from qvr.inference.potential import make_target
 from qvr.runtime.errors import CompileError
 

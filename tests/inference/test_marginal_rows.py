@@ -15,7 +15,7 @@ from scipy.special import logsumexp, softmax
 
 import qvr
 from qvr.inference import MCMC, NUTSKernel
-from qvr.inference.discrete import infer_discrete
+from qvr.inference.enumeration.discrete import infer_discrete
 from qvr.inference.pointwise import Pointwise
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -178,7 +178,7 @@ def test_an_enumerated_site_read_inside_a_block_is_summed_out_with_it():
     # `s` (enumerated: global, or one per row) is read by the block's terms: the block is a
     # factor over `s` (it was taken for a constant before, a silent wrong answer)
     import itertools
-    from qvr.inference.enumerate import enumerated_log_joint
+    from qvr.inference.enumeration.enumerate import enumerated_log_joint
     y = torch.tensor([0.1, 2.1, 3.2, 5.1])
     x = torch.zeros(4, 1)
     for ones, values in (("p / p", [torch.tensor(v) for v in (0, 1)]),

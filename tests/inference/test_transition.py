@@ -274,9 +274,10 @@ def test_blocks_agree_up_to_rounding_but_not_on_leaves_or_values():
     assert not TR.blocks_agree(out, out._replace(passes=out.passes + 1))
 
 
-def test_the_cache_key_digests_scalar_constants():
-    """A density graph holding a 0-d tensor (kid_scores' did) has a cache key, and the
-    constant's value is part of it."""
+def test_the_cache_key_digests_a_held_tensors_shape_not_its_value():
+    """A density graph holding a tensor (a 0-d one: kid_scores' did) has a cache key; the
+    tensor is an input of the package (`lift_constants`, issue 37.4), so its value is not
+    part of the key but its shape and dtype are."""
     class Scaled(torch.nn.Module):
         def __init__(self, c):
             super().__init__()
@@ -287,8 +288,16 @@ def test_the_cache_key_digests_scalar_constants():
 
     z0 = torch.zeros(2, 3)
     keys = [TR.cache_key(torch.fx.symbolic_trace(Scaled(c)), z0, False, 1000.0, True, 10,
-                         True, 8) for c in (2.0, 2.0, 3.0)]
-    assert keys[0] == keys[1] != keys[2]
+                         True, 8) for c in (2.0, 3.0, [2.0, 2.0, 2.0], 2)]
+    assert keys[0] == keys[1] and len(set(keys[1:])) == 3
+    lifted, consts = TR.lift_constants(torch.fx.symbolic_trace(Scaled(3.0)))
+    assert consts and not [n for n in lifted.graph.nodes if n.op == "get_attr"]
+    z = torch.randn(2, 3)
+    # the lifted graph computes with the values it is given (all linear in c here)
+    for k in (1.0, 2.0):
+        got = lifted(z, *[k * c for c in consts])
+        want = torch.fx.symbolic_trace(Scaled(3.0 * k))(z)
+        assert all(torch.allclose(a, b) for a, b in zip(got, want))
 
 
 def test_the_cache_key_is_digested_once_per_graph_and_settings(monkeypatch):
@@ -309,12 +318,13 @@ def test_the_cache_key_is_digested_once_per_graph_and_settings(monkeypatch):
     assert len(calls) == 3
 
 
-def test_the_cache_key_digests_constant_folded_values():
+def test_constant_folded_values_are_inputs_not_part_of_the_key():
     """A constant-folded density keeps its folded values in a list attribute
     (`_FX_CONST_FOLDED_ATTRS`, read by `getitem`, or as ``_FX_CONST_FOLDED_ATTRS.0`` once
-    the graph went through the disk cache); two graphs that differ only there (eight
-    schools with the same `y` and another `sigma`) get different keys.  A folded value
-    may be expanded (stride 0), as garch's is."""
+    the graph went through the disk cache); both forms are lifted to inputs, so two
+    graphs that differ only there (eight schools with the same `y` and another `sigma`)
+    share a key, while a list read whole stays a constant whose values key it.  A folded
+    value may be expanded (stride 0), as garch's is: its stride is part of the key."""
     import operator
 
     def folded(c, dotted):
@@ -337,7 +347,28 @@ def test_the_cache_key_digests_constant_folded_values():
         graphs = [folded(c, dotted) for c in (2.0, 2.0, 3.0)]
         assert graphs[0].code == graphs[2].code  # only the listed value differs
         keys = [TR.cache_key(g, z0, False, 1000.0, True, 10, True, 8) for g in graphs]
-        assert keys[0] == keys[1] != keys[2]
+        assert keys[0] == keys[1] == keys[2]
+        lifted, consts = TR.lift_constants(graphs[2])
+        assert len(consts) == 1 and consts[0].stride() == (0,)
+        z = torch.ones(2, 3)
+        want = graphs[2](z)
+        got = lifted(z, *consts)
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+        assert not [n for n in lifted.graph.nodes if n.op == "get_attr"]
+
+    def whole(c):  # a list read whole (as a tuple of its items): not lifted
+        root = torch.nn.Module()
+        root.consts = torch.nn.ParameterList([
+            torch.nn.Parameter(torch.tensor(c), requires_grad=False)])
+        g = torch.fx.Graph()
+        z = g.placeholder("z")
+        k = g.call_function(torch.stack, (g.get_attr("consts"),))
+        grad = g.call_function(torch.mul, (z, k))
+        g.output((grad, g.call_function(torch.sum, (grad, -1))))
+        return torch.fx.GraphModule(root, g)
+
+    keys = [TR.cache_key(whole(c), z0, False, 1000.0, True, 10, True, 8) for c in (2.0, 3.0)]
+    assert keys[0] != keys[1]
 
 
 class _EagerBlock(TR.CompiledTransition):
@@ -546,6 +577,31 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
     assert TR.blocks_agree(want, got)
     assert int(got.passes) > 3 and float(got.rec[2].abs().sum()) > 0
     assert float(got.rec[3:].abs().sum()) == 0  # rows past the limit untouched
+
+
+@needs_cc
+def test_other_data_of_the_same_shapes_reuse_the_package(cache_dir, normal_target):
+    """Issue 37.4: the data are inputs of the compiled transition: the same program fitted
+    to another data set of the same shapes loads the package built for the first, and
+    the loop computes with the new data (it agrees with PyTorch on them, not on the old)."""
+    t, _ = normal_target
+    z0 = torch.zeros(4, t.dim) + 0.3
+    T_ = TR.block_size(4, t.dim, 10)
+    first, _ = TR.compile_transition(t.density_graph(z0), z0, False, 1000.0, True, 10, True,
+                                     T_, cache_dir)
+    assert first is not None
+    model, x, obs, _ = normal_normal_case(seed=11)  # other y, same 20 rows
+    other = make_target(model, x, obs)
+    graph = other.density_graph(z0)
+    again, note = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T_,
+                                        cache_dir)
+    assert again is not None and again.cached, note
+    args = TR.example_inputs(graph, z0 - 0.7, False, 10, T_, seed=21, limit=3)
+    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, True, 10, True)(*args))
+    assert TR.blocks_agree(want, again(*(args[:8] + args[10:])))
+    old = TR.BlockOut(*TR.block_function(t.density_graph(z0), False, 1000.0, True, 10,
+                                         True)(*args))
+    assert not torch.allclose(old.log_density, want.log_density)  # the data matter
 
 
 @needs_cc

@@ -451,9 +451,11 @@ def block_size(C: int, D: int, K: int) -> int:
 class CompiledTransition:
     """A compiled block of transitions for fixed shapes (an AOTInductor package loaded in
     this process): `ct(z0, lp0, g0, inv, eps, P, U, limit, da, welford, welford_n,
-    sched, hyper) -> BlockOut` (`block_function`'s inputs without the mask tables)."""
+    sched, hyper) -> BlockOut` (`block_function`'s inputs without the mask tables; the
+    density's data, `consts`, are passed after them: `lift_constants`)."""
 
-    def __init__(self, runner, K: int, T: int, device, seconds: float, cached: bool):
+    def __init__(self, runner, K: int, T: int, device, seconds: float, cached: bool,
+                 consts=()):
         self._run = runner
         # the package's loader called with the flat list of tensors: the public wrapper
         # parses its input and output tree specs from JSON at every call (~100 us of a
@@ -466,11 +468,12 @@ class CompiledTransition:
         self.store_tab, self.check_tab = mask_tables(K, device)
         self.seconds = seconds  # what compiling (or loading) took
         self.cached = cached  # loaded from the disk cache
+        self.consts = list(consts)  # this target's data (the package's last inputs)
 
     def __call__(self, z0, lp0, g0, inv, eps, P, U, limit, da, wf, wn, sched,
                  hyper) -> BlockOut:
         return BlockOut(*self._run(z0, lp0, g0, inv, eps, P, U, limit, self.store_tab,
-                                   self.check_tab, da, wf, wn, sched, hyper))
+                                   self.check_tab, da, wf, wn, sched, hyper, *self.consts))
 
 
 def blocks_agree(want: BlockOut, got: BlockOut) -> bool:
@@ -558,19 +561,19 @@ def _digest(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
             biased: bool, T: int) -> str:
     h = hashlib.sha256()
     h.update(graph.code.encode())
+    lifts = _liftable(graph)
+    for node, t in lifts:  # inputs of the package (`lift_constants`): shapes and dtypes
+        h.update(f"{node.name}{tuple(t.shape)}{t.dtype}{t.stride()}".encode())
+    lifted = {n for n, _ in lifts}
+    dead = _dead_lists(graph, lifted)
     for node in graph.graph.nodes:
-        if node.op == "get_attr":
-            obj = graph
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part)
-            # a tensor, or a constant folder's list of them (`_FX_CONST_FOLDED_ATTRS`)
-            if isinstance(obj, torch.Tensor):
-                obj = [obj]
-            elif not isinstance(obj, (torch.nn.ParameterList, list, tuple)):
-                continue
-            for t in (t for t in obj if isinstance(t, torch.Tensor)):
-                h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
-                h.update(tensor_bytes(t))
+        # a list attribute read whole (not lifted): a constant of the package
+        if node.op == "get_attr" and node not in lifted and node not in dead:
+            obj = _attr(graph, node.target)
+            if isinstance(obj, (torch.nn.ParameterList, list, tuple)):
+                for t in (t for t in obj if isinstance(t, torch.Tensor)):
+                    h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
+                    h.update(tensor_bytes(t))
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
                    momentum, K, biased, T, torch.__version__)).encode())
     for module in (__file__, ops.__file__):
@@ -628,6 +631,67 @@ def without_error_checks(graph):
     return gm
 
 
+def _attr(graph, target: str):
+    obj = graph
+    for part in str(target).split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _liftable(graph) -> list:
+    """`(node, tensor)` for every tensor the density's graph holds, in graph order: a
+    tensor attribute read by `get_attr`, or an element of a constant folder's list
+    (`_FX_CONST_FOLDED_ATTRS`) read by `getitem` with a fixed index."""
+    import operator
+    out = []
+    for n in graph.graph.nodes:
+        if n.op == "get_attr":
+            obj = _attr(graph, n.target)
+            if isinstance(obj, torch.Tensor):
+                out.append((n, obj))
+        elif n.op == "call_function" and n.target is operator.getitem:
+            src, i = n.args
+            if isinstance(src, torch.fx.Node) and src.op == "get_attr" and isinstance(i, int):
+                obj = _attr(graph, src.target)
+                if isinstance(obj, (torch.nn.ParameterList, list, tuple)) and \
+                        isinstance(obj[i], torch.Tensor):
+                    out.append((n, obj[i]))
+    return out
+
+
+def _dead_lists(graph, lifted: set) -> set:
+    """The list attributes every reader of which is lifted (nothing else reads them)."""
+    return {n for n in graph.graph.nodes if n.op == "get_attr" and n.users
+            and not isinstance(_attr(graph, n.target), torch.Tensor)
+            and all(u in lifted for u in n.users)}
+
+
+def lift_constants(graph) -> tuple:
+    """`(lifted, consts)`: the density's FX graph with every tensor it holds (the data,
+    and what constant folding computed from them: `_liftable`) made an input after the
+    position, `lifted(z, *consts)`, and those tensors in order (issue 37.4: data are
+    inputs of the compiled transition, not constants, so the same program with other
+    data of the same shapes reuses the package; `cache_key` digests their shapes and
+    dtypes only).  A number computed from the data in Python is in the graph's code,
+    which the key digests: such a program compiles again for other data."""
+    import torch.fx as fx
+    lifts = _liftable(graph)
+    lifted = {n for n, _ in lifts}
+    dead = _dead_lists(graph, lifted)
+    new = fx.Graph()
+    env = {}
+    for n in graph.graph.nodes:
+        if n.op == "placeholder":
+            env[n] = new.placeholder(n.name)
+    for i, (n, _) in enumerate(lifts):
+        env[n] = new.placeholder(f"lifted_const_{i}")
+    for n in graph.graph.nodes:
+        if n.op == "placeholder" or n in env or n in dead:
+            continue
+        env[n] = new.node_copy(n, lambda a: env[a])
+    return fx.GraphModule(graph, new), [t for _, t in lifts]
+
+
 #: `compile_transition`'s reason when the run was stopped during the build
 STOPPED = "the transition's compile was stopped with the run"
 
@@ -655,8 +719,8 @@ def _build_unless_stopped(build: Callable[[], None], should_stop: Callable[[], b
 
 
 def _write_check(path: Path, args: list, want) -> None:
-    """Keep a built package's last check (its inputs and PyTorch's outputs) beside it,
-    written aside and renamed; never raises."""
+    """Keep a built package's last check (its inputs, the data included, and PyTorch's
+    outputs) beside it, written aside and renamed; never raises."""
     data = {"args": list(args), "want": [t.detach().cpu() for t in want]}
     try:
         write_aside(path, lambda tmp: torch.save(data, tmp))
@@ -797,25 +861,29 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
             warnings.simplefilter("ignore")
             from torch._inductor import aoti_compile_and_package, aoti_load_package
             cached = path.is_file()
+            built = without_error_checks(graph)
+            lifted, consts = lift_constants(built)
             if not cached:
-                built = without_error_checks(graph)
                 example = example_inputs(built, torch.full_like(z0, 0.1), dense, K, T)
-                fn = block_function(built, dense, thr, momentum, K, biased,
-                                    torch.while_loop)
+                n_args = len(example)
 
                 class Transition(torch.nn.Module):
                     def __init__(self):
                         super().__init__()
-                        self.density = built  # a submodule: export inlines it
+                        self.density = lifted  # a submodule: export inlines it
 
                     def forward(self, *args):
-                        return fn(*args)
+                        data = args[n_args:]
+                        fn = block_function(lambda z: self.density(z, *data), dense, thr,
+                                            momentum, K, biased, torch.while_loop)
+                        return fn(*args[:n_args])
 
                 def build():
                     with torch.no_grad():  # (grad mode is per thread)
                         # strict (Dynamo) export: the non-strict one leaves the inner loop
                         # of the nested while_loop without the metadata the verifier asks for
-                        exported = torch.export.export(Transition(), tuple(example),
+                        exported = torch.export.export(Transition(),
+                                                       tuple(example) + tuple(consts),
                                                        strict=True)
                         directory.mkdir(parents=True, exist_ok=True)
                         # written aside and renamed: a killed compile leaves no broken package
@@ -842,7 +910,7 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
             if cached:
                 stored = _read_check(kept)
                 if stored is not None:
-                    args, want = stored
+                    args, want = stored  # with the data it was built with
                     if not blocks_agree(BlockOut(*want), BlockOut(*runner(*args))):
                         _discard(path, kept)
                         return None, ("the compiled transition disagrees with what it gave "
@@ -850,7 +918,9 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
                     checks = []
             for seed, at, limit in checks:
                 args = example_inputs(graph, at, dense, K, T, seed=seed, limit=limit)
-                want, got = reference(*args), runner(*args)
+                want = reference(*args)
+                args = args + consts
+                got = runner(*args)
                 if not blocks_agree(BlockOut(*want), BlockOut(*got)):
                     _discard(path, kept)
                     return None, "the compiled transition disagrees with PyTorch on test inputs"
@@ -864,6 +934,6 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     finally:
         torch.set_rng_state(state)
     how = "loaded from the disk cache" if cached else "compiled by AOTInductor"
-    return (CompiledTransition(runner, K, T, z0.device, seconds, cached),
+    return (CompiledTransition(runner, K, T, z0.device, seconds, cached, consts),
             f"the whole NUTS transition {how} (a C++ loop of up to {T} transitions "
             f"a call; {seconds:.1f} s)")

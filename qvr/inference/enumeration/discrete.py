@@ -1,6 +1,6 @@
 """Posterior of the finite latents: marginals and samples (like Pyro's `infer_discrete`).
 
-Enumeration (`qvr.inference.enumerate`) sums the finite latent sites out of the density that
+Enumeration (`qvr.inference.enumeration.enumerate`) sums the finite latent sites out of the density that
 SVI and MCMC use; afterwards their posterior given the continuous values is recovered here:
 
     post = infer_discrete(model, x, observations, latents={"mu": ...}, sample=True)
@@ -32,7 +32,7 @@ from typing import Optional
 
 import torch
 
-from qvr.inference.enumerate import _model_of, log_partition, prepare
+from qvr.inference.enumeration.enumerate import _model_of, log_partition, prepare
 
 
 @dataclass

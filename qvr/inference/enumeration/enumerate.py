@@ -42,7 +42,7 @@ computed by variable elimination in the order the program gives (program order),
 `enumerated_log_joint(model, x, values)` is the `(B,)` log joint with every finite latent
 absent from `values` summed out (the plain `log_joint` when there is none);
 `enumerated_total` its sum.  `prepare(model, x, observations)` builds the structure outside
-any `vmap`.  Posterior marginals and samples of the finite sites: `qvr.inference.discrete`.
+any `vmap`.  Posterior marginals and samples of the finite sites: `qvr.inference.enumeration.discrete`.
 
 References:
   Koller & Friedman (2009), Probabilistic Graphical Models, ch. 9 (variable elimination).
