@@ -16,7 +16,8 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from qvr.runs import open_run
-from qvr_tui.results_model import load_results, param_series
+from qvr_tui.plots_model import param_series
+from qvr_tui.results_model import load_results
 from qvr_tui.screens.results import ResultsPane
 from qvr_tui.widgets.param_plots import ParamPlots
 from qvr_tui.widgets.summary_table import SummaryTable

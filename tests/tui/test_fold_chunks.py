@@ -104,7 +104,7 @@ def test_results_read_in_pieces(name, monkeypatch, tmp_path):
 
 def test_same_tells_results_apart():
     """The comparison above can fail: one float, one array value, one guide site."""
-    from qvr_tui.results_model import GuideSite, Results
+    from qvr_tui.results_data import GuideSite, Results
     a = Results(path=RECORDED, method="svi", status="finished", final_loss=1.0,
                 losses=np.array([2.0, 1.0]),
                 guide=(GuideSite("w", np.zeros(3), np.ones(3), (3,)),))

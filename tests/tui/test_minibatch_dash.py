@@ -13,7 +13,8 @@ from textual.widgets import Input, Select
 
 from qvr.events import FitFinished, FitProgress, FitStarted
 from qvr_tui.app import QvrDash
-from qvr_tui.results_model import Results, batch_facts
+from qvr_tui.results_data import Results
+from qvr_tui.results_model import batch_facts
 from qvr_tui.state import RunState
 
 from conftest import EXAMPLES, option_error as err, settle, setup_tab, text_of

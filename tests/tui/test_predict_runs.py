@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qvr_tui.results_model import load_results, run_rows
+from qvr_tui.results_model import load_results
+from qvr_tui.runs_model import run_rows
 from qvr_tui.screens.results import ResultsPane
 from qvr_tui.screens.runs import RunsPane
 from qvr_tui.widgets.runs_table import RunsTable

@@ -12,9 +12,13 @@ import numpy as np
 import pytest
 
 from qvr.runs import open_run
-from qvr_tui import results_model as rm
-from qvr_tui.results_model import (ArvizMissing, e_bfmi, export_arviz, load_results,
-                                   param_series, run_rows, site_matrix, table_rows)
+from qvr.inference.diagnostics import e_bfmi
+from qvr_tui import results_data, runs_model
+from qvr_tui.arviz_export import ArvizMissing, export_arviz
+from qvr_tui.plots_model import param_series, site_matrix
+from qvr_tui.results_model import load_results
+from qvr_tui.runs_model import run_rows
+from qvr_tui.table_model import table_rows
 
 from results_fixtures import RUNS, copy_runs
 
@@ -100,9 +104,9 @@ def test_sorting(nuts):
 
 
 def test_nan_rhat_sorts_first():
-    coord = lambda s, v: rm.Coord(s, s, (), {"r_hat": v})
-    a = rm.SiteRow("a", (), (coord("a", 1.2),), 0)
-    b = rm.SiteRow("b", (), (coord("b", float("nan")),), 1)
+    coord = lambda s, v: results_data.Coord(s, s, (), {"r_hat": v})
+    a = results_data.SiteRow("a", (), (coord("a", 1.2),), 0)
+    b = results_data.SiteRow("b", (), (coord("b", float("nan")),), 1)
     assert [r.key for r in table_rows([a, b], "r_hat")] == ["b", "a"]
 
 
@@ -133,7 +137,7 @@ def test_param_series(nuts):
 
 
 def test_rank_histogram_of_separated_chains():
-    res = rm.Results(path=RUNS, method="nuts", status="finished")
+    res = results_data.Results(path=RUNS, method="nuts", status="finished")
     res.draws = {"x": np.stack([np.arange(50.0), 100 + np.arange(50.0)])[..., None]}
     s = param_series(res, "x", bins=10)
     # chain 0 holds the lowest 50 ranks of 100: all its draws in the first half of the bins
@@ -263,13 +267,13 @@ def test_run_rows_and_stale(tmp_path):
 
 
 def test_curves():
-    label, x, y = rm.curve(open_run(RUNS / "svi"))
+    label, x, y = runs_model.curve(open_run(RUNS / "svi"))
     assert label == "loss" and len(x) == len(y) == 300
-    label, x, y = rm.curve(open_run(RUNS / "nuts"))
+    label, x, y = runs_model.curve(open_run(RUNS / "nuts"))
     lp = np.load(RUNS / "nuts" / "samples.npz")["sample_stats.log_density"]
     assert label == "log density" and len(y) == 60
     np.testing.assert_allclose(y, lp.mean(axis=0))
-    label, x, y = rm.curve(open_run(RUNS / "interrupted"))
+    label, x, y = runs_model.curve(open_run(RUNS / "interrupted"))
     assert label == "log density" and 0 < len(y) < 60
     assert all(math.isfinite(v) for v in y)
 
@@ -309,15 +313,16 @@ def test_the_runs_table_gives_a_run_with_nothing_to_sample_its_log_marginal_like
     was empty; it gives the log marginal likelihood the run reported."""
     from pathlib import Path
     run = open_run(Path(__file__).parent / "recorded" / "nuts_nothing_to_sample")
-    label, value = rm.run_key_number(run)
+    label, value = runs_model.run_key_number(run)
     assert label == "log ML" and value == pytest.approx(-184.8496856689453, abs=1e-9)
-    row = rm.RunRow(run.path, "x", "finished", "nuts", "", label, value, False)
+    row = runs_model.RunRow(run.path, "x", "finished", "nuts", "", label, value, False)
     assert row.key_text == "log ML -184.8"
 
 
 def test_the_partial_note_of_a_cancelled_run():
     from pathlib import Path
-    from qvr_tui.results_model import Results, _partial_note
+    from qvr_tui.results_data import Results
+    from qvr_tui.results_model import _partial_note
     res = Results(path=Path("r"), method="svi", status="cancelled", partial=True,
                   losses=np.array([3.0, 2.0]))
     assert _partial_note(res) == "partial: the fit was cancelled; losses from 2 progress events"

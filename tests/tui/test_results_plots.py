@@ -32,7 +32,8 @@ def test_nan_dropped():
 @pytest.mark.asyncio
 async def test_divergent_draws_marked():
     from conftest import Harness
-    from qvr_tui.results_model import Results, param_series
+    from qvr_tui.plots_model import param_series
+    from qvr_tui.results_data import Results
     from qvr_tui.widgets.param_plots import ParamPlots
     from pathlib import Path
 

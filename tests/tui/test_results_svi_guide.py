@@ -6,7 +6,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from qvr_tui.results_model import GuideSite
+from qvr_tui.results_data import GuideSite
 from qvr_tui.screens.results import ResultsPane, guide_shape_text
 
 from conftest import Harness

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from textual.app import App
 
-from qvr_tui.results_model import RunRow
+from qvr_tui.runs_model import RunRow
 from qvr_tui.widgets.runs_table import RunsTable, short_folder, short_started
 
 

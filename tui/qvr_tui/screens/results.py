@@ -4,7 +4,8 @@
 mode); `show_run(path)` switches it to another record (None: nothing open).  The stale
 check reads the program file the record names (``program_path`` stands in when that file
 is gone).  Data comes
-from `qvr_tui.results_model.load_results` (torch-free); this module only lays it out.
+from `qvr_tui.results_model.load_results` (torch-free; the table's rows from
+`qvr_tui.table_model`, the plots' from `qvr_tui.plots_model`); this module only lays it out.
 
 * Always: a header with the method, the status (finished / cancelled / failed with its
   message / interrupted / running), a *partial* note when the record ends before its
@@ -63,9 +64,11 @@ from textual_plot import HiResMode, PlotWidget
 
 from qvr.runs import RunRecordError, open_run
 from qvr_tui.program_model import read_program, source_sha256
-from qvr_tui.results_model import (ArvizMissing, Results, SORT_KEYS, batch_facts,
-                                   export_arviz, load_results, param_series, site_matrix,
-                                   squeeze_shape, table_rows)
+from qvr_tui.arviz_export import ArvizMissing, export_arviz
+from qvr_tui.plots_model import param_series, site_matrix
+from qvr_tui.results_data import Results, squeeze_shape
+from qvr_tui.results_model import batch_facts, load_results
+from qvr_tui.table_model import SORT_KEYS, table_rows
 from qvr_tui.widgets.checks import ChecksRow
 from qvr_tui.widgets.circuits import CircuitsView
 from qvr_tui.widgets.heatmap import Heatmap

@@ -7,7 +7,7 @@ start time, key number (SVI final loss, MCMC max R-hat, SMC log Z-hat) and a *st
 mark when the program's text has changed since.  Keys: Enter opens the run under the
 cursor (posts `RunsPane.OpenRun(path)`); space marks a run; ``o`` with two runs marked
 overlays their curves in one plot below the table (SVI losses, MCMC mean log density
-per draw, SMC log Z-hat per step; `results_model.curve`) and posts
+per draw, SMC log Z-hat per step; `runs_model.curve`) and posts
 `RunsPane.Overlay(paths)`; ``C`` with two or more runs marked compares them by PSIS-LOO
 (`qvr.inference.checks.compare`, in a worker thread: it imports arviz-stats) in a
 `CompareTable` below the table, with the verdict under it, and posts
@@ -36,7 +36,7 @@ from textual_plot import HiResMode, PlotWidget
 
 from qvr.runs import RunRecordError, open_run
 from qvr_tui.predictive_model import Comparison, compare_runs
-from qvr_tui.results_model import curve, run_rows
+from qvr_tui.runs_model import curve, run_rows
 from qvr_tui.screens.results import display_path
 from qvr_tui.widgets.param_plots import CHAIN_COLOURS, decimate, make_plot, points_for
 from qvr_tui.widgets.compare_table import CompareTable

@@ -1,5 +1,5 @@
 """Stan's five MCMC checks at a glance: one chip per check, green when it passes, red when
-it fails, grey when the record cannot tell (`qvr_tui.results_model.Check`).
+it fails, grey when the record cannot tell (`qvr_tui.mcmc_checks.Check`).
 
 A chip shows a mark (✓ ✗ ?), the check's name, its value and its threshold on two lines;
 the longer detail (worst coordinate, per-chain values) is the chip's tooltip.  Colours are
@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-from qvr_tui.results_model import Check
+from qvr_tui.mcmc_checks import Check
 
 __all__ = ["ChecksRow", "CheckChip", "MARKS"]
 

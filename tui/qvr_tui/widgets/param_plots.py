@@ -1,5 +1,5 @@
 """Per-parameter plots of MCMC draws: per-chain trace, rank plot and histogram
-(`qvr_tui.results_model.ParamSeries`), side by side, with `textual_plot.PlotWidget`.
+(`qvr_tui.plots_model.ParamSeries`), side by side, with `textual_plot.PlotWidget`.
 
 * trace — one line per chain (draw index → value), divergent draws marked ``x`` in red;
 * rank plot — for each chain, the count of its draws in each bin of the pooled ranks,
@@ -23,7 +23,7 @@ from textual_plot import HiResMode, PlotWidget
 
 from qvr_tui.widgets.axis import make_safe
 
-from qvr_tui.results_model import ParamSeries
+from qvr_tui.plots_model import ParamSeries
 
 __all__ = ["ParamPlots", "CHAIN_COLOURS", "MAX_POINTS", "decimate", "make_plot", "points_for"]
 

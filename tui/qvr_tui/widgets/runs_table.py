@@ -1,4 +1,4 @@
-"""The table of past runs (`qvr_tui.results_model.RunRow`): mark, status, method, start
+"""The table of past runs (`qvr_tui.runs_model.RunRow`): mark, status, method, start
 time, the run's key number (final loss / max R-hat / log Z), a stale mark and the folder.
 
 Status colours: finished green, failed red, cancelled and interrupted yellow, running
@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from qvr_tui.results_model import RunRow
+from qvr_tui.runs_model import RunRow
 
 __all__ = ["RunsTable", "STATUS_STYLE", "short_folder", "short_started"]
 

@@ -1,4 +1,4 @@
-"""The MCMC summary as a table grouped by site (`qvr_tui.results_model.table_rows`).
+"""The MCMC summary as a table grouped by site (`qvr_tui.table_model.table_rows`).
 
 A site row shows the site's shape and the worst of its coordinates (mean range, largest
 sd, smallest 5 %, largest 95 %, smallest bulk/tail ESS, largest R-hat, largest MCSE); an
@@ -15,7 +15,9 @@ from typing import Optional, Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from qvr_tui.results_model import RHAT_MAX, ESS_PER_CHAIN, SiteRow, TableRow
+from qvr_tui.mcmc_checks import ESS_PER_CHAIN, RHAT_MAX
+from qvr_tui.results_data import SiteRow
+from qvr_tui.table_model import TableRow
 
 __all__ = ["SummaryTable", "COLUMNS", "fmt"]
 
