@@ -62,7 +62,7 @@ from qvr.events import (Emitter, EventCallback, FitCancelled, FitEvent,
                         FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
                         never)
 from qvr.inference.fit_result import FitContext, FitResult
-from qvr.inference.morphism_fit import morphism_program
+from qvr.inference.programs.morphism_fit import morphism_program
 
 __all__ = ["fit", "FitConfig", "ConfigError", "DataError", "model_of", "args_error",
            "instantiate"]

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.distributions.transforms import ComposeTransform, identity_transform
 
-from qvr.inference.sites import SiteSpec, build_registry, static_sites
+from qvr.inference.programs.sites import SiteSpec, build_registry, static_sites
 from qvr.runtime.frame import current_row_scale
 
 _MIN_SCALE = 1e-6  # spec 9.4: guide scales >= 1e-6

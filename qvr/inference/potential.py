@@ -35,7 +35,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from qvr.inference import graph_cache
-from qvr.inference.sites import Registry, build_registry
+from qvr.inference.programs.sites import Registry, build_registry
 
 _EVAL_ERRORS = (ValueError, RuntimeError)
 

@@ -119,7 +119,7 @@ class StartState:
                                          f"{tuple(p.shape)} here (different data size?)")
                     p.copy_(torch.as_tensor(value, dtype=p.dtype, device=p.device))
             elif self.posterior_means:
-                from qvr.inference.sites import build_registry
+                from qvr.inference.programs.sites import build_registry
                 obs = dict(observations or {})
                 reg = build_registry(guide.model[0], x, obs, observed_names=set(obs))
                 for site, mean in self.posterior_means.items():
@@ -145,7 +145,7 @@ class StartState:
         to the unconstrained space, per coordinate (ddof 0), in float64.  A local site's
         guide has one ``(u,)`` pair shared by every row and position, so its moments pool
         the draws of all rows and positions."""
-        from qvr.inference.sites import build_registry
+        from qvr.inference.programs.sites import build_registry
         obs = dict(observations or {})
         reg = build_registry(guide.model[0], x, obs, observed_names=set(obs))
         for site in guide.latent_names:

@@ -16,7 +16,7 @@
   the family's arguments followed by the truncation bounds;
 * dependent supports: a latent site whose bounds depend on other values gets its bijector
   from the bounds of the current evaluation.  `pinned(values)` is how the MCMC registry
-  (`qvr.inference.sites.Registry`) does it: while pinned, the site's draw is `T(z)` for
+  (`qvr.inference.programs.sites.Registry`) does it: while pinned, the site's draw is `T(z)` for
   the given unconstrained `z`, with `T` the bijector of the support just computed, and the
   log-Jacobian is collected.
 

@@ -69,7 +69,7 @@ def test_vectorised_particles_fall_back_to_a_loop_for_models_vmap_cannot_run():
     class Prior(torch.nn.Module):
         pass
 
-    from qvr.inference.lifts import FlatNormal
+    from qvr.inference.programs.lifts import FlatNormal
 
     def score(env):
         v = env["theta"]

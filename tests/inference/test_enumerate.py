@@ -13,7 +13,7 @@ from qvr.inference.enumeration.discrete import infer_discrete
 from qvr.inference.enumeration.enumerate import (EnumerationError, enumerated_log_joint,
                                      enumerated_total, prepare)
 from qvr.inference.potential import make_target
-from qvr.inference.sites import build_registry
+from qvr.inference.programs.sites import build_registry
 
 
 def chain_source(T: int) -> str:

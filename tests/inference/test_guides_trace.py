@@ -7,7 +7,7 @@ from torch.distributions import biject_to, constraints
 
 from qvr import load, loads
 from qvr.inference import AutoNormalGuide, Trace, trace
-from qvr.inference.sites import build_registry
+from qvr.inference.programs.sites import build_registry
 
 from helpers import DISCRETE_LATENT
 

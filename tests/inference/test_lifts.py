@@ -7,7 +7,7 @@ import torch
 from qvr import load, loads
 from qvr.inference import (MCMC, NUTSKernel, bayesian_lift_parameters,
                            lift_from_log_prob, lift_to_bayesian_program)
-from qvr.inference.sites import build_registry
+from qvr.inference.programs.sites import build_registry
 
 
 def normal_logpdf(v, s):

@@ -201,7 +201,7 @@ export filt
 
 
 def test_an_exported_scan_is_scored_on_its_states():
-    from qvr.inference.morphism_fit import SYNTHETIC_STEPS
+    from qvr.inference.programs.morphism_fit import SYNTHETIC_STEPS
     torch.manual_seed(0)
     model = model_of(loads(SCAN))
     scan = model.wrapped_morphism
