@@ -5,7 +5,7 @@ Convention: the data of ``DIR/NAME.qvr`` is ``DIR/data/NAME.json`` (else
 
 * A data file maps names to arrays: observed site names and host-data names of the
   program's first export, ``x`` for the program input (``@input`` when the program
-  reads host data named ``x``: `qvr.inference.data.input_key`), and ``from_data/KEY`` for the
+  reads host data named ``x``: `qvr.inference.data.fit_data.input_key`), and ``from_data/KEY`` for the
   tensor of an ``observed`` morphism's ``from_data("KEY")`` initializer (given to
   ``qvr.load(path, data=...)``, not to the fit; `split_relations` separates them).
   JSON values are numbers or rectangular nested lists of numbers (integers are read as

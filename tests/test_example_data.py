@@ -52,7 +52,7 @@ def test_every_runnable_example_ships_data_that_its_program_accepts(name):
     import torch
 
     import qvr
-    from qvr.inference.data import check_data, split_data
+    from qvr.inference.data.fit_data import check_data, split_data
     from qvr.inference.fitting import model_of
     path = EXAMPLES / f"{name}.qvr"
     found = find_data(path)
@@ -63,7 +63,7 @@ def test_every_runnable_example_ships_data_that_its_program_accepts(name):
     model = model_of(bind_sizes(qvr.load(str(path), data=relations or None), values))
     # as a fit does: a size the program read from the data (a Stan data file's `J`, `T`,
     # `N`) is bound, not a site's value; an entry it does not read is left out with a note
-    from qvr.inference.data import _for_export
+    from qvr.inference.data.fit_data import _for_export
     values, notes, _ = _for_export(model, values, "shipped data")
     assert notes == LEFT_OUT.get(name, [])
     # string host data (a deduction's tokens) is passed as a list, the rest as arrays

@@ -66,7 +66,7 @@ def test_every_runnable_example_fits(name, method, data, monkeypatch):
     from qvr.commands.run import load_program
     from qvr.datafiles import find_data, load_data
     from qvr.inference import FitConfig, fit
-    from qvr.inference.data import DataError
+    from qvr.inference.data.fit_data import DataError
     torch.manual_seed(0)
     path = ROOT / "examples" / f"{name}.qvr"
     program, export = load_program(str(path), None)

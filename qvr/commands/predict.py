@@ -75,7 +75,7 @@ def run(args) -> int:
         print(f"{TOOL}: {exc}", file=sys.stderr)
         return 2
     from qvr.commands.report import render_run
-    from qvr.inference.data import DataError
+    from qvr.inference.data.fit_data import DataError
     from qvr.events import FitWarning
     from qvr.inference.predict import predict
     from qvr.runtime.errors import QvrRuntimeError

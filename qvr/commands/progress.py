@@ -216,7 +216,7 @@ class Progress:
 
 
 def epoch_text(m: dict) -> str:
-    """Where a minibatch SVI fit is in its epochs (`qvr.inference.minibatch` metrics):
+    """Where a minibatch SVI fit is in its epochs (`qvr.inference.data.minibatch` metrics):
     ``epoch 3 (step 120/400), batches of 256 of 1,000,000 rows``."""
     text = (f"epoch {int(m['epoch'])} (step {int(m.get('epoch_step', 0))}/"
             f"{int(m.get('steps_per_epoch', 0))}), batches of {int(m.get('batch_size', 0)):,} "

@@ -156,7 +156,7 @@ def headline(run, summary: Optional[dict]) -> str:
     state = "" if status == "finished" else f" [{status}]"
     if method == "svi":
         batch = ""
-        if stats.get("batch_size"):  # minibatch SVI (qvr.inference.minibatch)
+        if stats.get("batch_size"):  # minibatch SVI (qvr.inference.data.minibatch)
             batch = (f", batches of {stats['batch_size']:,} of {stats.get('rows', 0):,} rows "
                      f"({_f(stats.get('epochs'), '.4g')} epochs)")
         if int(stats.get("world_size", 1) or 1) > 1:

@@ -250,7 +250,7 @@ def load_program(file: str, export, data_file=None):
 
     Observed relations (``from_data("KEY")``) are read from the data file (`data_file`,
     else the one shipped beside the program) under ``from_data/KEY``."""
-    from qvr.inference.data import DataError, relations_for
+    from qvr.inference.data.fit_data import DataError, relations_for
     from qvr.runtime.errors import QvrLoadError
     import qvr
     try:
@@ -400,7 +400,7 @@ def _vocab(path):
 def _fit(args, config, program, export, folder, tool) -> int:
     from qvr.commands.progress import Progress
     from qvr.commands.report import render_run
-    from qvr.inference.data import DataError
+    from qvr.inference.data.fit_data import DataError
     from qvr.events import StopToken
     from qvr.inference.fitting import fit
     from qvr.inference.start import StartError

@@ -44,7 +44,7 @@ _EXPORTS = {
     "FitConfig": "qvr.inference.config",
     "FitResult": "qvr.inference.fit_result",
     "ConfigError": "qvr.inference.config",
-    "DataError": "qvr.inference.data",
+    "DataError": "qvr.inference.data.fit_data",
     "StartError": "qvr.inference.start",
 }
 

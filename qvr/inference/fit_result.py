@@ -69,5 +69,5 @@ class FitContext:
     potential: Any = None  # SMC: a Python potential (multiplied with the config's)
     vocab: Optional[list] = None  # token id -> text (SMC's text, attention patterns' axes)
     world: Any = None  # `qvr.inference.distributed.world.World` (None: one process)
-    rows: Any = None  # `qvr.inference.minibatch.RowData`: the data as rows (minibatch SVI)
-    batches: Any = None  # `qvr.inference.minibatch.Batches`, None for full-data steps
+    rows: Any = None  # `qvr.inference.data.minibatch.RowData`: the data as rows (minibatch SVI)
+    batches: Any = None  # `qvr.inference.data.minibatch.Batches`, None for full-data steps

@@ -14,7 +14,7 @@ worker call nothing else.  `fit`
 2. opens the run record when given ``run_dir`` (`qvr.runs.RunWriter`: ``run.json`` with
    the program's source hash, then every event as it happens);
 3. reports `FitStarted` — `fit` alone does, and it alone reports the one terminal event;
-4. resolves and checks the data once (`qvr.inference.data`), and applies ``start_from``
+4. resolves and checks the data once (`qvr.inference.data.fit_data`), and applies ``start_from``
    (a previous run's fitted parameters, `qvr.inference.start`);
 5. runs the method's loop (`qvr.inference.methods.svi`, `.mcmc`, `.smc`), which reports
    steps only (progress, draws, particles, warnings);
@@ -24,7 +24,7 @@ worker call nothing else.  `fit`
 
 Under torch's launcher (`torchrun`, `qvr run --nproc N`; `qvr.inference.distributed.world`)
 every rank calls `fit` with the same config: SVI runs data-parallel (minibatches,
-`qvr.inference.minibatch`), HMC/NUTS need ``chain_method="distributed"``, other methods
+`qvr.inference.data.minibatch`), HMC/NUTS need ``chain_method="distributed"``, other methods
 are a `ConfigError`; rank 0 alone writes the record (``run.json`` says ``world_size``),
 SIGTERM from the launcher ends it as failed naming the lost rank, and if rank 0 itself
 dies a surviving rank ends its abandoned record (`qvr.runs.end_abandoned`).
@@ -56,7 +56,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from qvr.inference.config import ConfigError, FitConfig
-from qvr.inference.data import DataError, FitData, check_data, message_of, numpy_dict, \
+from qvr.inference.data.fit_data import DataError, FitData, check_data, message_of, numpy_dict, \
     resolve_data, split_data
 from qvr.events import (Emitter, EventCallback, FitCancelled, FitEvent,
                         FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
@@ -257,7 +257,7 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
       program: a `qvr.load` result (its first export is fitted) or an export of one; a
         parametric program (a template) is fitted at `config.args` (`model_of`).
       data: arrays by observed-site / host-data name (``x``: the input); see
-        `qvr.inference.data` for what is used when it is None.
+        `qvr.inference.data.fit_data` for what is used when it is None.
       config: a `FitConfig` or a mapping of its options (default: NUTS with defaults).
       on_event, should_stop: the event callback and the cancellation poll
         (`qvr.events`).
@@ -561,7 +561,7 @@ def _bind_sizes(program, data, config, info, writer):
     the run record (`run.json`'s `sizes`).  A program without sizes is returned as is."""
     from qvr.runtime.load import bind_sizes
     from qvr.runtime.sizes import SizeError, bound_sizes, size_objects
-    from qvr.inference.data import data_for_sizes
+    from qvr.inference.data.fit_data import data_for_sizes
     typed = typed_of(program)
     if typed is None or not size_objects(typed):
         if config.sizes:
@@ -587,7 +587,7 @@ def _bind_sizes(program, data, config, info, writer):
 def _read_whole(fd: FitData, report) -> dict:
     """The data with memory-mapped arrays read into memory (every method but minibatch
     SVI needs the data whole), said in a note when there were any."""
-    from qvr.inference.minibatch import is_mapped
+    from qvr.inference.data.minibatch import is_mapped
     mapped = [k for k, v in fd.values.items() if is_mapped(v)]
     if not mapped:
         return fd.values
@@ -600,12 +600,12 @@ def _read_whole(fd: FitData, report) -> dict:
 
 def _minibatches(model, fd: FitData, config, device, world, report, writer) -> tuple:
     """``(x, observations, rows, batches)`` of a minibatch (or data-parallel) SVI fit
-    (`qvr.inference.minibatch`).  `x`/`observations` are the whole data when it is in
+    (`qvr.inference.data.minibatch`).  `x`/`observations` are the whole data when it is in
     memory; with memory-mapped data they are one batch of rows (what the data check,
     the guide's shapes and the summaries after the fit read)."""
     import numpy as np
     from qvr.inference.distributed.world import World, broadcast_object
-    from qvr.inference.minibatch import Batches, RowData, check_supported, describe, \
+    from qvr.inference.data.minibatch import Batches, RowData, check_supported, describe, \
         split_rows
     world = world or World()
     x_all, obs_all = split_rows(model, fd.values, device)

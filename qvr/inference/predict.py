@@ -50,7 +50,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from qvr.inference.data import DataError, INPUT_KEY, input_key, load_data_file, \
+from qvr.inference.data.fit_data import DataError, INPUT_KEY, input_key, load_data_file, \
     message_of, reads_host
 from qvr.inference.pointwise import Pointwise, _kept_draws
 from qvr.runs import layout
@@ -151,7 +151,7 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
     import hashlib
 
     from qvr.inference.fitting import model_of
-    from qvr.inference.data import relations_for
+    from qvr.inference.data.fit_data import relations_for
     from qvr.inference.start import StartError, StartState
     from qvr.runtime.load import load
     info = run.program
@@ -362,7 +362,7 @@ def split_new(run, model, values: dict, where: str, device="cpu") -> tuple:
     """``(x, host, notes)`` of the new data: the input, the covariates the program reads
     (every one present: `PredictError` naming a missing one), notes on what was left
     out.  Rows: see the module docstring."""
-    from qvr.inference.data import split_data
+    from qvr.inference.data.fit_data import split_data
     notes = []
     key = input_key(model, values)
     host_names = _host_names(model)

@@ -168,7 +168,7 @@ class SVI:
              reduce=None) -> float:
         """One gradient step.
 
-        Minibatches (`qvr.inference.minibatch`): `row_scale` multiplies every
+        Minibatches (`qvr.inference.data.minibatch`): `row_scale` multiplies every
         row-attributed term of the objective (`qvr.runtime.frame.rows_scaled`),
         `loss_scale` the whole loss before `backward`; `reduce(loss)`, called after
         `backward` and before the optimiser's step, may change the gradients (the

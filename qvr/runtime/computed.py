@@ -10,7 +10,7 @@
   supplied; under `replicating()` (the generative predictive replicates, predictions for
   new data) the site is drawn from F, whether or not a value is supplied.  `computed_observations(model, x, values)` gives
   the values of every such site from the data (the fit adds them to the observations,
-  `qvr.inference.data.split_data`, so a computed observe is an observed site everywhere:
+  `qvr.inference.data.fit_data.split_data`, so a computed observe is an observed site everywhere:
   latent registry, pointwise terms, replicates, checks).
 """
 from __future__ import annotations

@@ -334,7 +334,7 @@ class MonadicProgram(ContinuousMorphism):
         inline family's value is filled with a placeholder before it is coerced and scored
         and its term masked.  The environment keeps the value as given, missing entries
         included (NaN, or -1 in an index value), so that a later step reading it does not
-        silently see the placeholder (`qvr.inference.data.check_data` rejects such
+        silently see the placeholder (`qvr.inference.data.fit_data.check_data` rejects such
         programs before a fit)."""
         module = getattr(self, step.module_name)
         if step.computed is not None and is_replicating():  # E9.7: a replicate is drawn

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from qvr import load
-from qvr.inference.data import DataError, check_data, split_data
+from qvr.inference.data.fit_data import DataError, check_data, split_data
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "regression_plates.qvr"
 

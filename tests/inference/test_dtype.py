@@ -14,7 +14,7 @@ from helpers import check_moments, normal_normal_case
 from qvr import load, loads
 from qvr.inference import FitConfig, fit
 from qvr.inference.config import ConfigError
-from qvr.inference.data import DataError
+from qvr.inference.data.fit_data import DataError
 from qvr.inference.diagnostics import ess_mean
 from qvr.runs import open_run
 
@@ -205,7 +205,7 @@ def test_float64_resolves_a_posterior_float32_cannot():
 
 
 def test_json_decimals_are_read_at_the_fits_dtype(tmp_path):
-    from qvr.inference.data import load_data_file
+    from qvr.inference.data.fit_data import load_data_file
     from qvr.inference.fitting import fit_dtype
     path = tmp_path / "d.json"
     path.write_text(json.dumps({"y": [10000.00123], "n": [3]}))

@@ -11,7 +11,7 @@ from qvr import loads
 from qvr.inference import FitConfig, fit
 from qvr.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
                         FitProgress, FitStarted, StopToken)
-from qvr.inference.data import DataError
+from qvr.inference.data.fit_data import DataError
 
 from helpers import NORMAL_NORMAL
 
@@ -150,7 +150,7 @@ def test_same_seed_same_results_as_the_drivers_called_directly():
     losses of the driver run by hand after `torch.manual_seed` with the same seed."""
     from qvr.inference.mcmc.driver import MCMC
     from qvr.inference.mcmc.nuts import NUTSKernel
-    from qvr.inference.data import check_data, split_data
+    from qvr.inference.data.fit_data import check_data, split_data
     model, data = model_and_data()
     res = fit(model, data, FitConfig(method="nuts", num_warmup=15, num_samples=10,
                                      num_chains=2, seed=7))
@@ -199,7 +199,7 @@ def test_nuts_progress_steps_increase_per_chain_and_phase():
 
 
 def _x_obs(model, data):
-    from qvr.inference.data import check_data, split_data
+    from qvr.inference.data.fit_data import check_data, split_data
     x, obs = split_data(model, data)
     check_data(model, x, obs)  # as `fit` does
     return x, obs

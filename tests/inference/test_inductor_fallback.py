@@ -115,7 +115,7 @@ needs_cc = pytest.mark.skipif(not HAVE_CC, reason="Inductor needs a C++ compiler
 def test_inductor_runs_sensor_tracking():
     """The model of the report: a recurrent cell with trainable parameters (its weights
     require grad), which made the Inductor tick raise at its first call."""
-    from qvr.inference.data import split_data, synthesize
+    from qvr.inference.data.fit_data import split_data, synthesize
     from qvr.inference.fitting import model_of
     model = model_of(load(str(ROOT / "examples" / "sensor_tracking.qvr")))
     torch.manual_seed(0)

@@ -1,12 +1,12 @@
-"""Minibatch SVI (`FitConfig.batch_size`, `qvr.inference.minibatch`): the row scale, the
+"""Minibatch SVI (`FitConfig.batch_size`, `qvr.inference.data.minibatch`): the row scale, the
 batches, unbiased gradients, and fits."""
 import numpy as np
 import pytest
 import torch
 
 from qvr.inference import ELBO, AutoNormalGuide, FitConfig, fit
-from qvr.inference.data import DataError
-from qvr.inference.minibatch import Batches, RowData
+from qvr.inference.data.fit_data import DataError
+from qvr.inference.data.minibatch import Batches, RowData
 from qvr.inference.trace import trace
 from qvr.runtime import loads
 from qvr.runtime.frame import rows_scaled

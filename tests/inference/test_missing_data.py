@@ -10,7 +10,7 @@ import torch
 
 from qvr import loads
 from qvr.inference import FitConfig, fit
-from qvr.inference.data import DataError, check_data, split_data
+from qvr.inference.data.fit_data import DataError, check_data, split_data
 from qvr.inference.potential import make_target
 
 NAN = math.nan
@@ -201,7 +201,7 @@ def test_missing_entries_only_in_observe_values_nothing_reads():
 def test_an_observed_value_of_the_wrong_shape_is_named_with_both_shapes():
     """torch's broadcast error names no site: check_data says which value and both shapes."""
     import qvr
-    from qvr.inference.data import DataError, check_data
+    from qvr.inference.data.fit_data import DataError, check_data
     from qvr.inference.fitting import model_of
     from pathlib import Path
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import pytest
 
 import qvr
 from qvr.inference import FitConfig, fit
-from qvr.inference.data import DataError
+from qvr.inference.data.fit_data import DataError
 from qvr.events import FitWarning
 
 REG = """object Row : FinSet N

@@ -4,7 +4,7 @@ unknown word is a clear error with a suggestion."""
 import pytest
 
 from qvr.inference.config import FitConfig, parse_pattern, parse_requirement
-from qvr.inference.data import DataError
+from qvr.inference.data.fit_data import DataError
 from qvr.inference.methods.smc import resolve_tokens
 
 VOCAB = ["<eos>", "the", "a", "dog", "cat", "fox", "."]

@@ -337,7 +337,7 @@ sample b <- Normal(0.0, 1.0)
 return b
 """)
     assert model.host_names == {"X", "w"} and "X" not in model.bound_names
-    from qvr.inference.data import reads_host
+    from qvr.inference.data.fit_data import reads_host
     assert reads_host(model, "X") and reads_host(model, "w")
 
 
@@ -372,7 +372,7 @@ return b
 
 
 def test_synthetic_data_draws_data_steps_with_their_declared_shape():
-    from qvr.inference.data import synthesize
+    from qvr.inference.data.fit_data import synthesize
     model = prog("""
 data X : Row * Coef
 data w : Other

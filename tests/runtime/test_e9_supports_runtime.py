@@ -258,7 +258,7 @@ def test_improper_priors_have_density_zero_and_no_forward_draws():
 
 
 def test_synthetic_data_of_a_flat_prior_names_the_site():
-    from qvr.inference.data import synthesize
+    from qvr.inference.data.fit_data import synthesize
     m = program("sample mu <- Flat\nobserve y : Row <- Normal(mu, 1.0)\nreturn mu")
     with pytest.raises(Exception) as exc:
         synthesize(m, 5)
@@ -282,7 +282,7 @@ sample beta <- Normal(0.0, prior_scale)
 sample theta : Row <- Normal(centre, 1.0) [lower=floor]
 return beta""")
     assert {"prior_scale", "centre", "floor"} <= set(m.host_names)
-    from qvr.inference.data import reads_host
+    from qvr.inference.data.fit_data import reads_host
     assert reads_host(m, "prior_scale")
     centre = torch.arange(5.0)
     theta = centre + 0.5

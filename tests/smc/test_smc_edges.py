@@ -134,7 +134,7 @@ def test_invalid_potentials_raise(bad):
 def test_invalid_potentials_through_fit_are_recorded_as_failed():
     from qvr import load
     from qvr.inference import FitConfig, fit
-    from qvr.inference.data import DataError
+    from qvr.inference.data.fit_data import DataError
     events = []
     with pytest.raises(DataError, match="potential is"):
         fit(load("examples/transformer_lm.qvr"),

@@ -2,7 +2,7 @@
 guide's parameters (a `start_from` run initialises them: an SVI run's guide, an MCMC
 run's posterior means, or with ``start_at="draws"`` the moments of its draws,
 `qvr.inference.start`).  With `FitConfig.batch_size` (or several ranks of a launch) each
-step scores a minibatch of rows (`qvr.inference.minibatch`; progress says the epoch), and
+step scores a minibatch of rows (`qvr.inference.data.minibatch`; progress says the epoch), and
 across ranks gradients are summed (`qvr.inference.distributed.world`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
 the steps since the previous report) is throttled; a non-finite loss stops the fit with
 status ``"failed"`` and a message naming the step."""
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from qvr.inference.data import DataError
+from qvr.inference.data.fit_data import DataError
 from qvr.events import FitProgress, Throttle
 from qvr.inference.fit_result import FitContext, FitResult
 
@@ -102,7 +102,7 @@ def run(ctx: FitContext) -> FitResult:
 
 def _batch_step(svi, world, params, x, observations, row_scale: float, step: int,
                 stop) -> tuple:
-    """One minibatch step (`qvr.inference.minibatch`): ``(loss, stop)``.  With several
+    """One minibatch step (`qvr.inference.data.minibatch`): ``(loss, stop)``.  With several
     ranks the loss is divided by their number and gradients and loss are summed over them
     before the optimiser's step (`qvr.inference.distributed.world.all_reduce_sum`), so every
     rank takes the one-process step of the global batch; a stop request of any rank

@@ -2,7 +2,7 @@
 
 A fit needs a program (`MonadicProgram`); an exported morphism `f : A -> B` becomes one
 whose data are the input `x` (A) and the output `y` (B).  Synthetic input is drawn from A's
-type and the output from `f` (`qvr.inference.data.synthesize`).
+type and the output from `f` (`qvr.inference.data.fit_data.synthesize`).
 
 An exported `scan(cell)` is fitted on its **states**.  Its own `log_prob` is zero (runtime
 spec 4.7: the scan is deterministic given its parameters; the final state alone has no

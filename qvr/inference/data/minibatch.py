@@ -40,7 +40,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from qvr.inference.data import DataError
+from qvr.inference.data.fit_data import DataError
 
 
 def _lead(v) -> Optional[int]:
@@ -169,9 +169,9 @@ class _Zeros:
 
 
 def split_rows(model, values: dict, device="cpu") -> tuple:
-    """`qvr.inference.data.split_data` for data that may hold memory-mapped arrays: those
+    """`qvr.inference.data.fit_data.split_data` for data that may hold memory-mapped arrays: those
     stay mapped (read a batch at a time by `RowData.take`); the rest is split as always."""
-    from qvr.inference.data import input_key, split_data
+    from qvr.inference.data.fit_data import input_key, split_data
     mapped = {k: v for k, v in (values or {}).items() if is_mapped(v)}
     if not mapped:
         return split_data(model, values, device)

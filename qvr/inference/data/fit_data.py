@@ -196,7 +196,7 @@ def resolve_data(model, config, data: Optional[dict], program_path: Optional[str
     if config.data is not None:
         p = Path(config.data)
         # minibatch SVI reads a folder of .npy or an .npz memory-mapped, a batch at a time
-        # (`qvr.inference.minibatch`); every other fit reads the data whole
+        # (`qvr.inference.data.minibatch`); every other fit reads the data whole
         mapped = config.method == "svi" and getattr(config, "batch_size", None) is not None \
             and (p.is_dir() or p.suffix == ".npz")
         values, notes, left = _for_export(model, load_data_file(config.data, mapped=mapped),
