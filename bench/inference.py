@@ -37,7 +37,7 @@ densities on the same parameter tensors, the spec's Monte-Carlo estimator per ro
 equal to ours with the same noise) and, second line, on a model whose densities are the
 runtime's own modules — and the script prints our/Pyro ratios (SVI: steps per second of
 CPU time).  Both sides run with one intra-op torch thread.  Bulk ESS is computed by the
-same function (`qvr.inference.diagnostics.ess_bulk`) for both.  Each NUTS line also gives
+same function (`qvr.inference.criticism.diagnostics.ess_bulk`) for both.  Each NUTS line also gives
 min ESS per CPU second (ours: this process; Pyro: the sum over its chains' processes, the
 MCMC runs only): on a shared machine the wall clock measures the load as much as the code.
 
@@ -108,7 +108,7 @@ sys.path.insert(0, str(ROOT))
 
 from qvr import loads, load  # noqa: E402
 from qvr.inference import ELBO, MCMC, NUTSKernel, SVI, AutoNormalGuide  # noqa: E402
-from qvr.inference.diagnostics import ess_bulk  # noqa: E402
+from qvr.inference.criticism.diagnostics import ess_bulk  # noqa: E402
 
 # ------------------------------------------------------------------ data
 

@@ -25,7 +25,7 @@ compile, warmup and sampling included in the wall time), and prints
   bar; Pyro may get a smaller budget of its own: its Python loops make a 200-step
   recurrence cost minutes) when they are installed — and our/their ratios of ESS/s, all from one run.
 
-ESS and MCSE are computed by ``qvr.inference.diagnostics`` for every side.
+ESS and MCSE are computed by ``qvr.inference.criticism.diagnostics`` for every side.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from qvr import load  # noqa: E402
 from qvr.datafiles import find_data, load_data  # noqa: E402
 from qvr.inference import fit  # noqa: E402
-from qvr.inference.diagnostics import ess_bulk  # noqa: E402
+from qvr.inference.criticism.diagnostics import ess_bulk  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "posteriordb-sample"
 

@@ -30,7 +30,7 @@ from posteriors import POSTERIORS, SHARED, _shipped, compare, flat_draws  # noqa
 
 from qvr import load  # noqa: E402
 from qvr.inference import fit  # noqa: E402
-from qvr.inference.diagnostics import ess_bulk  # noqa: E402
+from qvr.inference.criticism.diagnostics import ess_bulk  # noqa: E402
 
 
 def run(example: str, adapt: str, warmup: int, samples: int, chains: int, seed: int) -> dict:

@@ -31,9 +31,9 @@ def loads(source, *, data=None, path="<string>", sizes=None):
 
 def compare(runs):
     """Compare runs (`qvr.runs.Run` objects or run folders) fitted to the same data by
-    PSIS-LOO: ``{"runs": [...best first], "verdict", ...}`` (`qvr.inference.checks.compare`;
-    raises `qvr.inference.checks.CompareError` when they cannot be compared)."""
-    from qvr.inference.checks import compare as _compare
+    PSIS-LOO: ``{"runs": [...best first], "verdict", ...}`` (`qvr.inference.criticism.checks.compare`;
+    raises `qvr.inference.criticism.checks.CompareError` when they cannot be compared)."""
+    from qvr.inference.criticism.checks import compare as _compare
     return _compare(list(runs))
 
 
@@ -47,12 +47,12 @@ def predict(run, data, **options):
 
 
 def _loo_of_run(run):
-    from qvr.inference.checks import loo_of_run
+    from qvr.inference.criticism.checks import loo_of_run
     return loo_of_run(run)
 
 
 def _ppc_of_run(run):
-    from qvr.inference.checks import ppc_of_run
+    from qvr.inference.criticism.checks import ppc_of_run
     return ppc_of_run(run)
 
 

@@ -1,7 +1,7 @@
 """The analyses a run record offers that are computed above the record store.
 
 `qvr.runs.Run.loo()` and `.ppc()` read ``loo.json`` / ``ppc.json``, and compute them from the
-record's pointwise terms when it lacks them (`qvr.inference.checks.loo_of_run`,
+record's pointwise terms when it lacks them (`qvr.inference.criticism.checks.loo_of_run`,
 `ppc_of_run`); `Run.predict(data)` runs the fitted program at new data
 (`qvr.inference.predict`).  Those computations live in `qvr.inference`, which imports
 `qvr.runs`, never the reverse: the reader asks this table for them (`analysis(name)`), and

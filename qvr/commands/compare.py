@@ -1,5 +1,5 @@
 """`qvr compare RUN RUN... [--format text|json]`: compare fitted models by PSIS-LOO
-(`qvr.inference.checks.compare`, torch-free).
+(`qvr.inference.criticism.checks.compare`, torch-free).
 
 A RUN is a run folder, or a run id under ``runs/`` (``runs/NAME-TIMESTAMP``).  Text output
 is a table (rank, run, program/export, elpd_loo, SE, elpd_diff and its SE, p_loo, stacking
@@ -35,7 +35,7 @@ def resolve_run(arg: str) -> Path:
 
 
 def run(args) -> int:
-    from qvr.inference.checks import CompareError, compare
+    from qvr.inference.criticism.checks import CompareError, compare
     from qvr.runs import RunRecordError, open_run
     records = []
     for arg in args.runs:

@@ -7,11 +7,11 @@ coordinates' posterior means, and its worst diagnostics (max R-hat, min bulk and
 worst R-hat first, at most `MAX_ROWS` rows; then one line saying where the full table
 (every coordinate) is.  A recorded quantity (``record v = e``) has its row too, its name
 followed by `RECORDED_MARK`.  The site rows are those the fit folded from every coordinate
-(``summary.json`` ``"sites"``, `qvr.inference.diagnostics.site_row`); a record without
+(``summary.json`` ``"sites"``, `qvr.inference.criticism.diagnostics.site_row`); a record without
 them (written before they were) is grouped from its coordinate rows, which then may not
 cover every coordinate, and the closing line says so.
 
-A record with pointwise terms (after the fit: `qvr.inference.checks`) ends with a LOO line
+A record with pointwise terms (after the fit: `qvr.inference.criticism.checks`) ends with a LOO line
 (elpd_loo, its SE, p_loo, the rows, the rows with high Pareto k, at most 5 named) and one
 line of predictive checks per observed site (each statistic's p-value, ``(extreme)``
 outside 0.025..0.975, the LOO-PIT uniformity p-value, extreme groups).
@@ -231,7 +231,7 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
     if fallback:  # NUTS's transition did not compile: the run went on leaf by leaf
         out.append(f"note: {fallback}")
     if run.method in ("hmc", "nuts") and summary is not None and status == "finished":
-        from qvr.inference.diagnostics import check_warnings
+        from qvr.inference.criticism.diagnostics import check_warnings
         out += [f"warning: {w}" for w in check_warnings(
             summary.get("stats", {}), run.method, (run.config or {}).get("mass_matrix"))]
     if run.method != "smc":

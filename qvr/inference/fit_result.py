@@ -26,7 +26,7 @@ class FitResult:
         independent draws from the fitted guide for SVI).
       params: fitted values as numpy arrays (SVI guide ``loc_*``/``log_scale_*``; model
         parameters under ``model.NAME`` for every method).
-      summary: `qvr.inference.diagnostics.Summary` of the posterior.
+      summary: `qvr.inference.criticism.diagnostics.Summary` of the posterior.
       stats: scalar facts (final loss, acceptance, divergences, step sizes, log Z...).
       mcmc: the `MCMCResult` (MCMC); guide: the fitted guide (SVI); smc: the `SMCResult`.
       circuits: the attention circuits and patterns to record

@@ -531,7 +531,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
             x, observations = split_data(model, _read_whole(fd, report), device)
         check_data(model, x, observations)
         if writer is not None:  # `qvr compare` refuses runs on different data
-            from qvr.inference.pointwise import data_sha256, observed_sites
+            from qvr.inference.criticism.pointwise import data_sha256, observed_sites
             # the observed values only: two models of the same observations compare, also
             # when they read different covariates (host data, the input)
             whole = rows.values if rows is not None else observations  # mapped: streamed
@@ -648,7 +648,7 @@ def _run_method(ctx: FitContext) -> FitResult:
     return run(ctx)
 
 
-#: the methods whose finished fits record pointwise terms (`qvr.inference.pointwise`)
+#: the methods whose finished fits record pointwise terms (`qvr.inference.criticism.pointwise`)
 POINTWISE_METHODS = ("hmc", "nuts", "svi", "prior")
 
 
@@ -663,7 +663,7 @@ def _after_fit(ctx: FitContext, result: FitResult, writer) -> None:
                               f"recorded: the data is memory-mapped ({ctx.rows.n:,} rows), "
                               f"and its terms would hold draws x rows values"))
         return
-    from qvr.inference.pointwise import record
+    from qvr.inference.criticism.pointwise import record
     try:
         note = record(ctx, result, writer)
     except KeyboardInterrupt:

@@ -8,7 +8,7 @@ else the draws chunks of a run that ended early), S draws of an SVI run's fitted
 (rebuilt from ``params.npz``), the draws of a ``--method prior`` run — and, for each draw
 (every k-th with ``draws=K``: K draws in all, evenly spaced, at least one per chain), binds
 the latent values and runs the program forward on the new data with its observed sites
-drawn, not conditioned: the generative replicates of `qvr.inference.pointwise.Pointwise`
+drawn, not conditioned: the generative replicates of `qvr.inference.criticism.pointwise.Pointwise`
 (vmapped over draws when the program allows it, one run per draw otherwise), here for
 every ``observe`` site of the program and every recorded quantity (``record v = e``,
 computed on the new data with the drawn observations).
@@ -52,7 +52,7 @@ import torch
 
 from qvr.inference.data.fit_data import DataError, INPUT_KEY, input_key, load_data_file, \
     message_of, reads_host
-from qvr.inference.pointwise import Pointwise, _kept_draws
+from qvr.inference.criticism.pointwise import Pointwise, _kept_draws
 from qvr.runs import layout
 from qvr.runtime.computed import replicating
 
@@ -75,7 +75,7 @@ class Prediction:
     Attributes:
       draws: ``{site: (chains, draws, *shape)}`` for every observe site of the program.
       recorded: ``{name: (chains, draws, *shape)}`` for every recorded quantity.
-      summary: `qvr.inference.diagnostics.Summary` of both (mean, sd, quantiles).
+      summary: `qvr.inference.criticism.diagnostics.Summary` of both (mean, sd, quantiles).
       rows: the rows of the new data; chains, per_chain: the draws' layout; stride: every
         stride-th draw of the fit was used; notes: what the user should know.
       run_dir: the prediction's run record, when one was written.
@@ -508,7 +508,7 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
                         if not k.startswith(layout.RECORDED_PREFIX)}
         result.recorded = {k[len(layout.RECORDED_PREFIX):]: v for k, v in stacked.items()
                            if k.startswith(layout.RECORDED_PREFIX)}
-        from qvr.inference.diagnostics import summary
+        from qvr.inference.criticism.diagnostics import summary
         result.summary = summary(stacked, columns=COLUMNS)
         elapsed = time.perf_counter() - t0
         stats = {"num_chains": C, "num_samples": N, "rows": result.rows,

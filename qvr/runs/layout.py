@@ -41,7 +41,7 @@ A run record is one folder, ``runs/NAME-TIMESTAMP/``:
   input is random when an earlier link draws); ``draws`` and ``tokens`` (1 when the
   inputs are token ids) are scalars in the file.
 
-After the fit (issue 25, `qvr.inference.pointwise` writes them; `qvr.inference.checks`
+After the fit (issue 25, `qvr.inference.criticism.pointwise` writes them; `qvr.inference.criticism.checks`
 reads them; a fit of HMC/NUTS/SVI that finished, and every ``--method prior`` run):
 
 * ``run.json`` gains ``data_sha256`` (sha256 over the observed values the fit conditioned
@@ -66,7 +66,7 @@ reads them; a fit of HMC/NUTS/SVI that finished, and every ``--method prior`` ru
   + rename), so a record killed mid-phase reads cleanly with the chunks it has;
 * ``loo.json`` — PSIS-LOO (arviz-stats) over the rows of the pointwise terms;
   ``ppc.json`` — posterior (or prior) predictive checks and LOO-PIT (written by
-  `qvr.inference.checks`, which documents their fields).
+  `qvr.inference.criticism.checks`, which documents their fields).
 
 A prediction (``qvr predict RUN --data NEW``, `qvr.inference.predict`) is a record of
 method ``predict``: ``run.json``'s ``predicted_from`` (``path``, ``run_id``, ``method``,

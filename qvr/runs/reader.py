@@ -462,7 +462,7 @@ class Run:
     def loo(self) -> Optional[dict]:
         """PSIS-LOO of the run (``loo.json``; computed from the pointwise terms — not
         written — when the record has them but not the file, e.g. a fit killed before its
-        checks); None without pointwise terms.  Fields: `qvr.inference.checks`."""
+        checks); None without pointwise terms.  Fields: `qvr.inference.criticism.checks`."""
         found = self._json(layout.LOO)
         if found is not None:
             return found

@@ -4,7 +4,7 @@
   element of T (trailing axes T, leading batch axes allowed), added to the density as a
   scalar `score` is (`Frame.add`: row attribution); `check_per_element` refuses a value of
   another shape at run time (the checker refuses the shapes it can see).  The pointwise
-  phase (`qvr.inference.pointwise`) records its terms as the log-likelihood `v`.
+  phase (`qvr.inference.criticism.pointwise`) records its terms as the log-likelihood `v`.
 * `observe v [: T] = e <- F(...)` — a `SiteStep` with `computed`: the env key of a hidden
   `let` (run before the site) holding e.  Its observed value is e unless a value is
   supplied; under `replicating()` (the generative predictive replicates, predictions for

@@ -157,7 +157,7 @@ def run_marginalize(program, step: MarginalizeStep, frame):
             contribution = reduce(log_pi + totals, -1)
     lp = frame.add(contribution)
     # the value is the block's terms before they are summed (one per group of a grouped
-    # block: `qvr.inference.pointwise` reads them as the block's pointwise terms)
+    # block: `qvr.inference.criticism.pointwise` reads them as the block's pointwise terms)
     value = per_group if step.group_size is not None else contribution
     program._record(frame, SiteRecord(step.site_name, "marginalize", value, lp,
                                    contribution, is_deterministic=True))

@@ -407,7 +407,7 @@ class MonadicProgram(ContinuousMorphism):
     def recorded_names(self) -> list:
         """The environment keys of the `record v = e` steps, in program order (a `record`
         of an inlined template is `<call>__v`).  Their shapes depend on the data: see
-        `recorded_values` (and `qvr.inference.recorded.Recorder.shapes`)."""
+        `recorded_values` (and `qvr.inference.criticism.recorded.Recorder.shapes`)."""
         return [s.name for s in self.steps if isinstance(s, LetStep) and s.recorded]
 
     def recorded_plan(self, names=None) -> list:

@@ -14,7 +14,7 @@ from predictive_records import conjugate_normal, normal_logpdf, write_record  # 
 
 import qvr  # noqa: E402
 from qvr.cli import main  # noqa: E402
-from qvr.inference.checks import CompareError  # noqa: E402
+from qvr.inference.criticism.checks import CompareError  # noqa: E402
 
 pytest.importorskip("arviz_stats")
 
@@ -137,7 +137,7 @@ def test_cli_text_json_and_exit_codes(pair, tmp_path, data, capsys, monkeypatch)
 
 def test_show_prints_loo_and_predictive_checks(pair, capsys):
     a, _, ma, _ = pair
-    from qvr.inference.checks import write_checks
+    from qvr.inference.criticism.checks import write_checks
     loo, _ = write_checks(a)
     assert main(["show", str(a)]) == 0
     out = capsys.readouterr().out
@@ -165,12 +165,12 @@ def test_show_lists_high_k_rows(tmp_path):
 
 
 def test_compare_and_checks_stay_torch_free(pair):
-    """The dashboard's UI process imports `qvr.inference.checks`: never torch, and ArviZ's
+    """The dashboard's UI process imports `qvr.inference.criticism.checks`: never torch, and ArviZ's
     statistics only when a check is computed."""
     import subprocess
     a, b, _, _ = pair
     root = Path(__file__).resolve().parents[2]
-    code = ("import sys, qvr, qvr.inference.checks, qvr.commands.compare; "
+    code = ("import sys, qvr, qvr.inference.criticism.checks, qvr.commands.compare; "
             "lazy = 'arviz_stats' not in sys.modules; "
             f"out = qvr.compare([{str(a)!r}, {str(b)!r}]); "
             "print(lazy, 'torch' in sys.modules, out['runs'][0]['run_id'])")

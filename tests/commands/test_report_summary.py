@@ -12,7 +12,7 @@ import torch
 from qvr import load, loads
 from qvr.commands.report import MAX_ROWS, render_run
 from qvr.inference import FitConfig, fit
-from qvr.inference import diagnostics as dg
+from qvr.inference.criticism import diagnostics as dg
 from qvr.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from qvr import loads
-from qvr.inference.diagnostics import ess_mean, split_rhat
+from qvr.inference.criticism.diagnostics import ess_mean, split_rhat
 
 NORMAL_NORMAL = """
 object Obs : FinSet 20

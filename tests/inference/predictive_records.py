@@ -1,6 +1,6 @@
 """Fake run records with the pointwise terms of a fit (`qvr.runs.layout`, "After the fit"),
 built with numpy alone, and models whose exact answers are known — for the tests of
-`qvr.inference.checks`, ``qvr compare`` and ``qvr show`` (torch-free: usable by any test).
+`qvr.inference.criticism.checks`, ``qvr compare`` and ``qvr show`` (torch-free: usable by any test).
 
 * `write_record(path, log_lik=, y_rep=, observed=, ...)` — a finished record: ``run.json``
   (format 1, ``data_sha256``, ``pointwise``), ``events.jsonl`` (started, posterior draws

@@ -1,4 +1,4 @@
-"""`qvr.inference.checks`: PSIS-LOO against arviz-stats and against exact leave-one-out
+"""`qvr.inference.criticism.checks`: PSIS-LOO against arviz-stats and against exact leave-one-out
 (a conjugate normal model), predictive p-values, LOO-PIT and its uniformity test, the
 files `write_checks` leaves in a record, and what `qvr show` prints of them.  The records
 are fakes built with numpy (`predictive_records.py`)."""
@@ -291,7 +291,7 @@ def test_write_checks_writes_the_files_the_reader_and_show_read(tmp_path, normal
     assert "  y: mean p=" in text and "LOO-PIT uniformity p=" in text
     assert "half: 0 of 2 groups extreme" in text
     # ArviZ export of the record: arviz's LOO on it is ours
-    from qvr.inference.diagnostics import run_to_arviz
+    from qvr.inference.criticism.diagnostics import run_to_arviz
     dt = run_to_arviz(run)
     assert set(dt.children) >= {"posterior", "log_likelihood", "posterior_predictive",
                                 "observed_data", "constant_data"}

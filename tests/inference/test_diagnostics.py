@@ -1,7 +1,7 @@
 """The checks of an MCMC run as sentences (`diagnostics.check_warnings`: what `qvr run` and
 `qvr show` print under the summary), with the thresholds the dashboard's check panel uses."""
 def test_check_warnings_name_each_failed_check_with_its_remedy():
-    from qvr.inference.diagnostics import check_warnings
+    from qvr.inference.criticism.diagnostics import check_warnings
     good = {"num_chains": 4, "num_samples": 500, "total_divergences": 0, "max_r_hat": 1.004,
             "min_ess_bulk": 812.0, "min_ess_tail": 640.0, "max_depth_hits": 0,
             "max_tree_depth": 10, "e_bfmi": [0.9, 1.1, 1.0, 0.95]}

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from helpers import NORMAL_NORMAL, check_moments, normal_normal_case
-from qvr.inference.diagnostics import split_rhat_basic
+from qvr.inference.criticism.diagnostics import split_rhat_basic
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from qvr import load, loads
 from qvr.inference import FitConfig, fit
 from qvr.inference.config import ConfigError
 from qvr.inference.data.fit_data import DataError
-from qvr.inference.diagnostics import ess_mean
+from qvr.inference.criticism.diagnostics import ess_mean
 from qvr.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from scipy import stats
 import qvr
 from qvr.inference import FitConfig, fit
 from qvr.inference.data.fit_data import DataError, split_data
-from qvr.inference.pointwise import NO_REPLICATE, Pointwise
+from qvr.inference.criticism.pointwise import NO_REPLICATE, Pointwise
 from qvr.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[2]

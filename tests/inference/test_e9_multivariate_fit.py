@@ -12,7 +12,7 @@ from scipy import integrate
 
 import qvr
 from qvr.inference import fit
-from qvr.inference.diagnostics import ess_bulk
+from qvr.inference.criticism.diagnostics import ess_bulk
 
 RHO, N, ETA = 0.6, 120, 2.0
 Y = np.random.default_rng(4).multivariate_normal([0.0, 0.0], [[1.0, RHO], [RHO, 1.0]], N)

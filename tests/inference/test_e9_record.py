@@ -309,7 +309,7 @@ def test_a_recorded_value_of_a_summed_out_finite_latent_is_reported_not_recorded
 
 
 def test_smc_says_it_records_nothing():
-    from qvr.inference.recorded import smc_note
+    from qvr.inference.criticism.recorded import smc_note
     prog = qvr.loads(PROGRAM)
     note = smc_note(prog)
     assert note == ("SMC generation records token sequences only: its particles carry no "

@@ -11,7 +11,7 @@ import torch
 
 import qvr
 from qvr.inference import fit
-from qvr.inference.diagnostics import ess_bulk
+from qvr.inference.criticism.diagnostics import ess_bulk
 
 NUTS = {"method": "nuts", "num_warmup": 300, "num_samples": 500, "num_chains": 4, "seed": 1}
 

@@ -20,7 +20,7 @@ import torch
 
 from qvr import loads
 from qvr.inference import MCMC, HMCKernel, NUTSKernel
-from qvr.inference.diagnostics import ess_mean
+from qvr.inference.criticism.diagnostics import ess_mean
 from qvr.inference.mcmc import tick as T
 from qvr.inference.potential import make_target
 

@@ -15,7 +15,7 @@ import torch
 
 from qvr.datafiles import DataFileError, MappedArray, load_data, open_arrays
 from qvr.inference.data.fit_data import DataError, load_data_file, mapped_values
-from qvr.inference.pointwise import data_sha256
+from qvr.inference.criticism.pointwise import data_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "data"

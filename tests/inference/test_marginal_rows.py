@@ -16,7 +16,7 @@ from scipy.special import logsumexp, softmax
 import qvr
 from qvr.inference import MCMC, NUTSKernel
 from qvr.inference.enumeration.discrete import infer_discrete
-from qvr.inference.pointwise import Pointwise
+from qvr.inference.criticism.pointwise import Pointwise
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -11,7 +11,7 @@ import pytest
 
 import qvr
 from qvr.inference import FitConfig, fit
-from qvr.inference.checks import compare
+from qvr.inference.criticism.checks import compare
 from qvr.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_poisson_replicates_are_under_dispersed(runs):
 
 
 def test_arviz_export_carries_the_predictive_groups(runs):
-    from qvr.inference.diagnostics import run_to_arviz
+    from qvr.inference.criticism.diagnostics import run_to_arviz
     dt = run_to_arviz(runs["rentals"])
     for group in ("posterior", "log_likelihood", "posterior_predictive", "observed_data"):
         assert group in dt.children, group

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from qvr.inference import diagnostics as dg
+from qvr.inference.criticism import diagnostics as dg
 from qvr.inference.mcmc.adaptation import (DualAveraging, Welford, mass_update_points,
                                            warmup_schedule)
 from qvr.inference.mcmc.integrator import MassMatrix, leapfrog

@@ -24,7 +24,7 @@ from scipy import stats
 import qvr
 from qvr.inference import FitConfig, fit
 from qvr.events import FitWarning
-from qvr.inference.pointwise import Pointwise, data_sha256
+from qvr.inference.criticism.pointwise import Pointwise, data_sha256
 from qvr.runs import open_run
 
 NORMAL = textwrap.dedent("""\
@@ -174,7 +174,7 @@ def test_record_holds_chunked_terms_with_shapes(conjugate_run):
 
 
 def test_posterior_predictive_moments_match_closed_form(conjugate_run):
-    from qvr.inference.diagnostics import ess_bulk
+    from qvr.inference.criticism.diagnostics import ess_bulk
     y, run = conjugate_run
     n = len(y)
     v = 1.0 / (1.0 / 100.0 + n)
@@ -269,7 +269,7 @@ def test_loo_pit_of_a_correct_model_is_uniform(conjugate_run):
 
 
 def test_draws_are_thinned_to_the_budget():
-    from qvr.inference.pointwise import BUDGET_MIN_SECONDS, _kept_draws
+    from qvr.inference.criticism.pointwise import BUDGET_MIN_SECONDS, _kept_draws
     assert _kept_draws(1000, 4, 1e-5, None, 60.0) == (1000, 1)  # cheap: all of them
     # 0.1 s a draw, a 60 s fit: 10 s of budget for 4 chains -> 25 per chain, at least 100
     assert _kept_draws(1000, 4, 0.1, None, 60.0) == (25, 40)
@@ -282,7 +282,7 @@ def test_draws_are_thinned_to_the_budget():
 def test_dear_draws_are_vmapped_in_chunks_as_small_as_the_probe():
     """A language model's draw (0.05 s) runs 8 at a time, as the probe timed it (vmapping
     all its draws at once cost 2.4 times more a draw); a cheap one (1 ms) 100 at a time."""
-    from qvr.inference.pointwise import CALL_SECONDS, PROBE_DRAWS, _vmap_chunk
+    from qvr.inference.criticism.pointwise import CALL_SECONDS, PROBE_DRAWS, _vmap_chunk
     assert (PROBE_DRAWS, CALL_SECONDS) == (8, 0.1)
     assert _vmap_chunk(0.05, 128) == 8
     assert _vmap_chunk(0.001, 128) == 100
@@ -323,7 +323,7 @@ def test_a_record_cut_mid_phase_reads_the_chunks_it_has(conjugate_run, tmp_path)
 
 
 def test_grouping_indices_are_told_from_integer_covariates():
-    from qvr.inference.pointwise import _groups
+    from qvr.inference.criticism.pointwise import _groups
     x = torch.zeros(8, 1)
     found = _groups(None, x, {"sigma": torch.tensor([15, 10, 16, 11, 9, 11, 10, 18]),
                               "g": torch.tensor([0, 1, 1, 2, 0, 2, 1, 0]),
@@ -332,6 +332,6 @@ def test_grouping_indices_are_told_from_integer_covariates():
 
 
 def test_the_thinning_note_says_its_ordinal_right():
-    from qvr.inference.pointwise import _ordinal
+    from qvr.inference.criticism.pointwise import _ordinal
     assert [_ordinal(n) for n in (2, 3, 4, 11, 12, 13, 21, 22, 23, 111)] == [
         "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "111th"]

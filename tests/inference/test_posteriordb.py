@@ -18,7 +18,7 @@ import pytest
 
 from qvr import load
 from qvr.inference import fit
-from qvr.inference.diagnostics import ess_bulk
+from qvr.inference.criticism.diagnostics import ess_bulk
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCES = Path(__file__).parent / "posteriordb"

@@ -1,10 +1,10 @@
-"""`qvr.inference.diagnostics.summary`: every coordinate by default, one row per site
+"""`qvr.inference.criticism.diagnostics.summary`: every coordinate by default, one row per site
 folded from all its coordinates (`Summary.sites`), and tied draws ranked by their mean
 rank (vectorised over the coordinates)."""
 import numpy as np
 import pytest
 
-from qvr.inference import diagnostics as dg
+from qvr.inference.criticism import diagnostics as dg
 
 
 def test_ties_get_their_mean_rank_in_every_row():

@@ -353,7 +353,7 @@ def test_ode_times_must_be_monotone(f64):
 # ---------------------------------------------------------------- NUTS fits
 
 def _mcse_mean(x: np.ndarray) -> float:
-    from qvr.inference.diagnostics import ess_mean
+    from qvr.inference.criticism.diagnostics import ess_mean
     return float(x.std() / math.sqrt(np.asarray(ess_mean(x[..., None])).item()))
 
 
@@ -419,7 +419,7 @@ def test_nuts_fits_an_ode_model_against_quadrature_of_the_exact_posterior():
     assert res.stats["compiler"] == "eager"
     k = np.asarray(res.samples["k"], dtype=float).reshape(2, -1)
     assert abs(k.mean() - mean) < 5 * _mcse_mean(k), (k.mean(), mean, _mcse_mean(k))
-    from qvr.inference.diagnostics import ess_mean
+    from qvr.inference.criticism.diagnostics import ess_mean
     sq = (k - k.mean()) ** 2
     mcse_sd = math.sqrt(sq.var() / np.asarray(ess_mean(sq[..., None])).item()) / (2 * k.std())
     assert abs(k.std() - sd) < 5 * mcse_sd, (k.std(), sd, mcse_sd)

@@ -1,7 +1,7 @@
 """The predictive checks, PSIS-LOO and run comparison in the dashboard (issue 25), under
 Pilot at 80x24 on finished records faked on disk: copies of the recorded NUTS and SVI runs
 of tiny.qvr (tests/tui/fixtures/runs) given ``loo.json`` and ``ppc.json`` computed by
-`qvr.inference.checks` from made-up pointwise terms (numpy), and run.json's
+`qvr.inference.criticism.checks` from made-up pointwise terms (numpy), and run.json's
 ``data_sha256`` and ``pointwise`` entries.
 
 Results: ``p`` shows the checks (the statistics' p-values, red where extreme, the groups,
@@ -42,11 +42,11 @@ C, S, B = 2, 100, 40  # chains, draws per chain, data rows of the fake records
 
 def fake_checks(run_dir: Path, sha: str = "sha-A", scale: float = 1.0, seed: int = 0):
     """Give the finished record `run_dir` a ``loo.json`` and a ``ppc.json`` (computed by
-    `qvr.inference.checks` from made-up terms) and run.json's ``data_sha256`` and
+    `qvr.inference.criticism.checks` from made-up terms) and run.json's ``data_sha256`` and
     ``pointwise``: a continuous site ``y`` far wider than its replicates, with an outlier
     in row 7 whose log-likelihood swings (a high Pareto k), and a count site ``n`` with
     too many zeros; a grouping index ``g`` (4 groups).  Returns (loo, ppc)."""
-    from qvr.inference import checks
+    from qvr.inference.criticism import checks
     rng = np.random.default_rng(seed)
     y = rng.normal(0, 3, size=B)
     y[7] = 14.0
@@ -246,7 +246,7 @@ async def _mark_and_compare(pilot, pane, names):
 
 @pytest.mark.asyncio
 async def test_compare_two_marked_runs(records):
-    from qvr.inference import checks
+    from qvr.inference.criticism import checks
     runs, program, _, _ = records
     fake_checks(runs / "svi", sha="sha-A", scale=3.0, seed=1)
     expected = checks.compare([open_run(runs / "nuts"), open_run(runs / "svi")])

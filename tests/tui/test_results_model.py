@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qvr.runs import open_run
-from qvr.inference.diagnostics import e_bfmi
+from qvr.inference.criticism.diagnostics import e_bfmi
 from qvr_tui import results_data, runs_model
 from qvr_tui.arviz_export import ArvizMissing, export_arviz
 from qvr_tui.plots_model import param_series, site_matrix
@@ -283,7 +283,7 @@ def test_normal_quantile_without_torch_matches_statistics():
     without torch: diagnostics' numpy normal quantile (AS241) against CPython's."""
     import statistics
 
-    from qvr.inference.diagnostics import _ndtri_as241
+    from qvr.inference.criticism.diagnostics import _ndtri_as241
     p = np.concatenate([np.linspace(1e-9, 1 - 1e-9, 2001), [1e-300, 0.075, 0.925]])
     want = np.array([statistics.NormalDist().inv_cdf(float(x)) for x in p])
     np.testing.assert_allclose(_ndtri_as241(p), want, rtol=0, atol=1e-15)

@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from qvr.inference.diagnostics import EBFMI_MIN, ESS_PER_CHAIN, RHAT_MAX, e_bfmi
+from qvr.inference.criticism.diagnostics import EBFMI_MIN, ESS_PER_CHAIN, RHAT_MAX, e_bfmi
 from qvr_tui.results_data import Results, nanmin
 
 __all__ = ["Check", "mcmc_checks", "RHAT_MAX", "ESS_PER_CHAIN", "EBFMI_MIN",

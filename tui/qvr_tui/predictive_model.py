@@ -1,7 +1,7 @@
 """Plain data for the dashboard's predictive checks, PSIS-LOO and run comparison (issue 25).
 
 Torch-free; nothing here draws.  The record's ``ppc.json`` and ``loo.json``
-(`qvr.runs.Run.ppc`, `Run.loo`; their fields are `qvr.inference.checks`'s) are read into:
+(`qvr.runs.Run.ppc`, `Run.loo`; their fields are `qvr.inference.criticism.checks`'s) are read into:
 
 * `Predictive` — the kind of check (posterior / prior / guide), the number of draws, and
   per observed site a `SiteChecks`: the test statistics (`StatCheck`: observed value, the
@@ -11,7 +11,7 @@ Torch-free; nothing here draws.  The record's ``ppc.json`` and ``loo.json``
   ECDF of the PIT values as a difference from the uniform's, with its band);
 * `LooView` — elpd_loo, SE, p_loo, rows, draws, the Pareto-k per row, the threshold and
   the rows above it (`HighK`), or the error the file holds;
-* `Comparison` — `qvr.inference.checks.compare`'s rows (`CompareRow`) and verdict, or the
+* `Comparison` — `qvr.inference.criticism.checks.compare`'s rows (`CompareRow`) and verdict, or the
   refusal (runs on different data).
 
 `load_predictive(run)` gives ``(Predictive | None, LooView | None, note)``: the note says
@@ -41,7 +41,7 @@ NO_CHECKS = ("this run has no predictive checks: fitted before qvr recorded them
 STAT_ORDER = ("mean", "sd", "min", "max", "zeros")
 WORST_GROUPS = 3  # groups listed per grouping (the most extreme first)
 EXTREME_P = 0.025  # two-sided: p < 0.025 or p > 0.975 when the file does not say
-#                    (`qvr.inference.checks`'s rule)
+#                    (`qvr.inference.criticism.checks`'s rule)
 
 
 # ---------------------------------------------------------------- small readers
@@ -302,7 +302,7 @@ def _xy(v: Any) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
 
 def _pit(d: Any) -> Optional[Pit]:
     """The LOO-PIT of a site: ``x`` and ``ecdf`` (the ECDF at x) with the band on the
-    ECDF's scale, as `qvr.inference.checks` writes it; also the ECDF as ``[[x, y]]`` or
+    ECDF's scale, as `qvr.inference.criticism.checks` writes it; also the ECDF as ``[[x, y]]`` or
     ``{"x", "y"}`` points, or already as differences, or only the PIT ``values``."""
     d = _dict(d)
     if not d:
@@ -521,7 +521,7 @@ class Comparison:
 
 
 def comparison_view(d: Any, paths: Sequence = ()) -> Comparison:
-    """`Comparison` of `qvr.inference.checks.compare`'s dict (rows under ``runs``, or
+    """`Comparison` of `qvr.inference.criticism.checks.compare`'s dict (rows under ``runs``, or
     ``rows``)."""
     d = _dict(d)
     rows = []
@@ -544,7 +544,7 @@ def comparison_view(d: Any, paths: Sequence = ()) -> Comparison:
 
 
 def compare_runs(paths: Sequence) -> Comparison:
-    """Compare the runs in `paths` by PSIS-LOO (`qvr.inference.checks.compare`; slow: it
+    """Compare the runs in `paths` by PSIS-LOO (`qvr.inference.criticism.checks.compare`; slow: it
     imports arviz-stats — call it off the UI thread).  A refusal (runs on different data)
     or any failure comes back as `Comparison.error`, never raised."""
     paths = tuple(Path(p) for p in paths)
@@ -554,7 +554,7 @@ def compare_runs(paths: Sequence) -> Comparison:
     except (ValueError, OSError) as exc:
         return Comparison(error=f"cannot compare: {exc}", paths=paths)
     try:
-        from qvr.inference import checks
+        from qvr.inference.criticism import checks
     except ImportError as exc:
         return Comparison(error=f"cannot compare: the checks are not available ({exc})",
                           paths=paths)

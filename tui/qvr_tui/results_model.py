@@ -1,7 +1,7 @@
 """A run record (`qvr.runs.Run`) read into the Results pane's `Results`
 (`qvr_tui.results_data`): `load_results`.
 
-Torch-free (numpy, `qvr.runs`, and the numpy-only `qvr.inference.diagnostics` for runs
+Torch-free (numpy, `qvr.runs`, and the numpy-only `qvr.inference.criticism.diagnostics` for runs
 that ended before their summary was written).  Nothing here draws; the panes render it.
 
 `load_results(run) -> Results`: status and message, whether the run is *partial* (no
@@ -180,7 +180,7 @@ def _load_mcmc(run, res: Results, summary: Optional[dict], events) -> None:
     params = dict((summary or {}).get("parameters") or {})
     res.truncated = int((summary or {}).get("truncated") or 0)
     if (not params or res.truncated) and res.draws and res.num_draws >= 4:
-        from qvr.inference.diagnostics import summary as diag_summary
+        from qvr.inference.criticism.diagnostics import summary as diag_summary
         params = diag_summary(res.draws, max_coordinates=None).rows
         res.truncated = 0
     res.sites = _mark_recorded(_group(params, res.draws), res.recorded)

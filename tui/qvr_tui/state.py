@@ -27,7 +27,7 @@ What is kept, by method:
   is charged its warmup rate for the rest of warmup and, until sampling has been seen,
   the same rate for sampling: warmup is slower, so this errs long), and once every chain
   has `MIN_DRAWS_FOR_DIAGNOSTICS` draws, the running rank-normalised R-hat and bulk/tail
-  ESS of the worst parameters (`worst`, computed with `qvr.inference.diagnostics`).
+  ESS of the worst parameters (`worst`, computed with `qvr.inference.criticism.diagnostics`).
 * SMC — `ess` and `log_z` series per step, finished/dead counts, the steps where the
   particles were resampled, and the latest particles (`particles`: text or token ids,
   normalised weight, finished) sorted by weight.
@@ -673,7 +673,7 @@ class RunState:
 
 # ---------------------------------------------------------------- running diagnostics
 #
-# `qvr.inference.diagnostics.split_rhat`/`ess_bulk` rank-normalise with torch's `ndtri`,
+# `qvr.inference.criticism.diagnostics.split_rhat`/`ess_bulk` rank-normalise with torch's `ndtri`,
 # which the UI process must not import; the same statistics are computed here with a
 # numpy inverse normal CDF (Acklam's rational approximation, relative error < 1.2e-9,
 # refined by one Halley step) and the module's numpy cores.
@@ -715,9 +715,9 @@ def ndtri(p):
 
 def rank_diagnostics(a):
     """``(split R-hat, bulk ESS, tail ESS)`` per column of draws ``(chains, draws, P)``,
-    as `qvr.inference.diagnostics.split_rhat`, `ess_bulk` and `ess_tail` define them."""
+    as `qvr.inference.criticism.diagnostics.split_rhat`, `ess_bulk` and `ess_tail` define them."""
     import numpy as np
-    from qvr.inference import diagnostics as dg
+    from qvr.inference.criticism import diagnostics as dg
     s = dg._split(dg._as_chains(a))  # (P, 2m, n/2)
     P = s.shape[0]
     if s.shape[-1] < 2:

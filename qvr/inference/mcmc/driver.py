@@ -151,7 +151,7 @@ class MCMCResult:
         (`qvr.inference.diagnostics.Summary`); every coordinate unless `max_coordinates`
         caps the rows (what a fit records is complete: a site's worst R-hat must be
         taken over the whole site)."""
-        from qvr.inference.diagnostics import summary
+        from qvr.inference.criticism.diagnostics import summary
         return summary(self.samples, max_coordinates)
 
     def print_summary(self, max_coordinates: Optional[int] = 200) -> None:
@@ -162,7 +162,7 @@ class MCMCResult:
               f"step sizes {[round(float(s), 4) for s in self.step_sizes]}")
 
     def to_arviz(self):
-        from qvr.inference.diagnostics import to_arviz
+        from qvr.inference.criticism.diagnostics import to_arviz
         return to_arviz(self)
 
 
@@ -529,7 +529,7 @@ class _Run:
         moved = acc.to(zs.dtype).sum(1) / max(n, 1)  # accepted (HMC) / moved (NUTS)
         probs = rec["accept_prob"][idx, :n].to(zs.dtype)
         rates = probs.nan_to_num(0.0).mean(1) if n else torch.full_like(moved, float("nan"))
-        from qvr.inference.diagnostics import ess_basic, split_rhat_basic
+        from qvr.inference.criticism.diagnostics import ess_basic, split_rhat_basic
         r_hat, ess = {}, {}
         for k, v in samples.items():
             arr = v.detach().cpu().double().numpy()

@@ -65,7 +65,7 @@ def run(ctx: FitContext) -> FitResult:
     target = make_target(ctx.model, ctx.x, ctx.observations)
     if target.dim == 0:
         return _nothing_to_sample(ctx, target)
-    from qvr.inference.recorded import for_mcmc
+    from qvr.inference.criticism.recorded import for_mcmc
     for_mcmc(ctx, target)  # `record v = e`: draws chunks and samples carry `recorded.v` too
     init, guide, initial = config.init_strategy, None, None
     if ctx.start is not None and ctx.start.draws:
@@ -129,7 +129,7 @@ def compile_fallback(res):
 
 def e_bfmi(res) -> list:
     """E-BFMI per chain of an `MCMCResult` (`qvr.inference.diagnostics.e_bfmi`)."""
-    from qvr.inference.diagnostics import e_bfmi as of_energies
+    from qvr.inference.criticism.diagnostics import e_bfmi as of_energies
     if res.energies is None:
         return [float("nan")] * res.num_chains
     return of_energies(res.energies.detach().cpu().double().numpy())

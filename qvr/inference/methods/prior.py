@@ -5,7 +5,7 @@
 forward with the observed values left out and the host data given — are the run's draws
 (``{site: (1, N, *shape)}``, summarised like SVI's guide draws: mean, sd and quantiles,
 no ESS or R-hat).  The replicates of the observed values and their checks against the
-data are recorded after it, as for a fit (`qvr.inference.pointwise`, kind ``prior``: no
+data are recorded after it, as for a fit (`qvr.inference.criticism.pointwise`, kind ``prior``: no
 log-likelihood, no LOO).  Nothing is fitted: the program's parameters stay as they are.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ CHUNK = 256
 
 
 def run(ctx: FitContext) -> FitResult:
-    from qvr.inference.diagnostics import summary
-    from qvr.inference.pointwise import observed_sites
+    from qvr.inference.criticism.diagnostics import summary
+    from qvr.inference.criticism.pointwise import observed_sites
     model, x, config = ctx.model, ctx.x, ctx.config
     observed = set(observed_sites(model, ctx.observations))
     host = {k: v for k, v in ctx.observations.items() if k not in observed}

@@ -32,7 +32,7 @@ def summary_rows(summary) -> dict:
 
 def summary_sites(summary) -> dict:
     """One row per site over all its coordinates (``{site: {"shape", "size", "n",
-    "mean_lo", "mean_hi", "sd", ..., "r_hat"}}``, `qvr.inference.diagnostics.site_row`)."""
+    "mean_lo", "mean_hi", "sd", ..., "r_hat"}}``, `qvr.inference.criticism.diagnostics.site_row`)."""
     return summary.sites_dict() if summary is not None else {}
 
 

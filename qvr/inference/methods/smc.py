@@ -96,7 +96,7 @@ def run(ctx: FitContext) -> FitResult:
     if ctx.start is not None:
         ctx.start.apply_to_model(lm.morphism)
     lm.morphism.to(torch.get_default_dtype())  # FitConfig.dtype (`fit` set the default)
-    from qvr.inference.recorded import smc_note
+    from qvr.inference.criticism.recorded import smc_note
     note = smc_note(lm.morphism)  # `record v = e`: no per-particle site values to record
     if note:
         from qvr.events import FitWarning

@@ -132,10 +132,10 @@ def svi_params(model, guide) -> dict:
 
 def guide_summary(guide, x, observations, n: int = 1000, report=None):
     """`n` independent draws of the fitted guide (``{site: (1, n, *shape)}``) and their
-    summary; the program's recorded quantities (``record v = e``, `qvr.inference.recorded`)
+    summary; the program's recorded quantities (``record v = e``, `qvr.inference.criticism.recorded`)
     are computed from the same draws, under ``recorded.v``."""
-    from qvr.inference.diagnostics import summary
-    from qvr.inference.recorded import for_guide, key
+    from qvr.inference.criticism.diagnostics import summary
+    from qvr.inference.criticism.recorded import for_guide, key
     columns = ("mean", "sd", "q5", "q50", "q95")  # independent draws: no ESS or R-hat
     if not guide.latent_names:
         return {}, summary({}, columns=columns)

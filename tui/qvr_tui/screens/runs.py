@@ -9,7 +9,7 @@ cursor (posts `RunsPane.OpenRun(path)`); space marks a run; ``o`` with two runs 
 overlays their curves in one plot below the table (SVI losses, MCMC mean log density
 per draw, SMC log Z-hat per step; `runs_model.curve`) and posts
 `RunsPane.Overlay(paths)`; ``C`` with two or more runs marked compares them by PSIS-LOO
-(`qvr.inference.checks.compare`, in a worker thread: it imports arviz-stats) in a
+(`qvr.inference.criticism.checks.compare`, in a worker thread: it imports arviz-stats) in a
 `CompareTable` below the table, with the verdict under it, and posts
 `RunsPane.Compared(comparison)`; runs that cannot be compared (fitted to different data,
 no pointwise terms) get the refusal as the message line.  The overlay and the

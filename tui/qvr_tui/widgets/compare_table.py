@@ -1,5 +1,5 @@
 """`CompareTable`: runs compared by PSIS-LOO (`qvr_tui.predictive_model.Comparison`, from
-`qvr.inference.checks.compare`), best first.
+`qvr.inference.criticism.checks.compare`), best first.
 
 Columns: rank, run (the comparison's name for it: the export, the program or the run
 folder), elpd_loo, its SE, the elpd difference from the best run and the SE of that

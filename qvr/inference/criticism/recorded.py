@@ -12,7 +12,7 @@ when vmap cannot run the program, one program call per draw (never one per coord
   (`qvr.runs.layout.RECORDED_PREFIX`), computed from the same unconstrained positions as
   the sites' values (`Registry.unpack`, the values the density saw).  The record's draws
   chunks, ``samples.npz``, `FitResult.samples` and `MCMCResult.samples` hold them that
-  way; summaries (`qvr.inference.diagnostics.summary`) list them under their own names,
+  way; summaries (`qvr.inference.criticism.diagnostics.summary`) list them under their own names,
   marked recorded.
 * SVI (`Recorder.from_values`): from the S draws of the fitted guide that the fit's
   summary is made of (`qvr.inference.methods.svi.guide_summary`).

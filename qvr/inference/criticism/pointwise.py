@@ -26,7 +26,7 @@ chains, S draws of SVI's fitted guide (`GUIDE_DRAWS`, 1,000), the prior draws of
   PSIS-LOO reweights the guide's draws towards the posterior (Magnusson et al. 2019).
 
 Computed with `torch.func.vmap` over chunks of draws (``randomness="different"``), or
-one program run per draw when vmap cannot run the program.  Then `qvr.inference.checks
+one program run per draw when vmap cannot run the program.  Then `qvr.inference.criticism.checks
 .write_checks` writes ``loo.json`` and ``ppc.json``.
 
 Cost: the phase times `PROBE_DRAWS` draws (vmapped: later calls take as many draws as
@@ -407,7 +407,7 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     if pw.replicates != writer.meta["pointwise"]["replicates"]:
         writer.meta["pointwise"]["replicates"] = pw.replicates
         writer.write_json(layout.RUN_JSON, writer.meta)
-    from qvr.inference import checks
+    from qvr.inference.criticism import checks
     checks.write_checks(writer.path)
     return None
 
