@@ -459,9 +459,9 @@ def timed_interleaved(runners: dict, steps: int, rounds: int = 5) -> dict:
 
 def svi_ours(batch, seq, default_adam=False):
     """A runner (`timed_interleaved`) of our SVI after one untimed warm-up step, with Adam
-    as `qvr run --method svi` builds it (`qvr.inference.svi.adam`: torch's fused
+    as `qvr run --method svi` builds it (`qvr.inference.vi.svi.adam`: torch's fused
     implementation) or with `torch.optim.Adam`'s default implementation."""
-    from qvr.inference.svi import adam
+    from qvr.inference.vi.svi import adam
     model, ctx, obs = transformer(batch, seq)
     guide = AutoNormalGuide(model, observed_names={"next_token"})
     params = list(model.parameters()) + list(guide.parameters())
@@ -691,7 +691,7 @@ def decoder(batch, seq):
 def svi_decoder_ours(batch, seq):
     """Our SVI as `qvr run --method svi` builds it (empty guide: the decoder has no latent
     site; fused Adam; fresh common random numbers per step)."""
-    from qvr.inference.svi import adam
+    from qvr.inference.vi.svi import adam
     model, ctx, obs = decoder(batch, seq)
     guide = AutoNormalGuide(model, observed_names=set(obs))
     svi = SVI(model, guide, adam(list(model.parameters()), 1e-2), ELBO(num_particles=1))

@@ -276,7 +276,7 @@ def nothing_sampled(run) -> bool:
 
 def _guide_draws(run, model, x, host: dict) -> dict:
     """`GUIDE_DRAWS` draws of an SVI run's fitted guide (its ``loc_*``/``log_scale_*``)."""
-    from qvr.inference.guides import AutoNormalGuide
+    from qvr.inference.vi.guides import AutoNormalGuide
     params = {k: v for k, v in run.params().items() if k.startswith(("loc_", "log_scale_"))}
     if not params:
         raise _no_draws(run, f"the SVI run saved no guide (status {run.status})")

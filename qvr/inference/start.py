@@ -211,7 +211,7 @@ class StartState:
         """A guide to draw HMC/NUTS initial positions from (None: nothing to start from)."""
         if not (self.guide_params or self.posterior_means):
             return None
-        from qvr.inference.guides import AutoNormalGuide
+        from qvr.inference.vi.guides import AutoNormalGuide
         guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
         self.apply_to_guide(guide, x, observations)
         if self.posterior_means and not self.guide_params:

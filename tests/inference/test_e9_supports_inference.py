@@ -125,7 +125,7 @@ return a""", 40)
     y = np.random.default_rng(0).normal(0.0, 1.3, 40)
     r = fit(prog, data={"y": y}, config={"method": "svi", "num_steps": 500, "seed": 1})
     assert r.status == "finished", r.message
-    from qvr.inference.guides import AutoNormalGuide
+    from qvr.inference.vi.guides import AutoNormalGuide
     guide = r.guide
     assert isinstance(guide, AutoNormalGuide)
     x = torch.zeros(40, 1)

@@ -227,10 +227,10 @@ def test_hmc_through_fit_gives_the_draws_of_the_driver_called_directly():
 
 
 def test_svi_through_fit_gives_the_losses_and_guide_of_the_loop_run_directly():
-    from qvr.inference.elbo import ELBO
+    from qvr.inference.vi.elbo import ELBO
     from qvr.inference.fitting import model_of
-    from qvr.inference.guides import AutoNormalGuide
-    from qvr.inference.svi import SVI, adam
+    from qvr.inference.vi.guides import AutoNormalGuide
+    from qvr.inference.vi.svi import SVI, adam
     _, data = model_and_data()
     res = fit(loads(NORMAL_NORMAL).morphism, data,
               FitConfig(method="svi", steps=25, lr=0.05, elbo_particles=2, seed=4))

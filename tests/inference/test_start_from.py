@@ -243,7 +243,7 @@ def test_svi_from_a_nuts_run_with_draws_is_the_guide_moment_matched_to_them(nuts
 
 def test_a_coordinate_the_draws_never_moved_gets_the_floor_scale(nuts_run):
     from qvr import loads
-    from qvr.inference.guides import AutoNormalGuide
+    from qvr.inference.vi.guides import AutoNormalGuide
     from qvr.inference.start import SD_FLOOR, load_start
     path, _ = nuts_run
     start = load_start(path, FitConfig(method="svi", start_at="draws"))

@@ -1,7 +1,7 @@
-"""`qvr.inference.svi.adam`: torch's Adam with its fastest implementation, same updates."""
+"""`qvr.inference.vi.svi.adam`: torch's Adam with its fastest implementation, same updates."""
 import torch
 
-from qvr.inference.svi import adam
+from qvr.inference.vi.svi import adam
 
 
 def test_adam_makes_the_updates_of_torch_adam():

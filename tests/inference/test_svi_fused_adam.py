@@ -1,11 +1,11 @@
-"""`qvr.inference.svi.FusedAdam`: torch's fused Adam with a lean step; the same updates,
+"""`qvr.inference.vi.svi.FusedAdam`: torch's fused Adam with a lean step; the same updates,
 bit for bit, in every situation (lean path and torch's fallback)."""
 import copy
 import sys
 
 import torch
 
-from qvr.inference.svi import FusedAdam, adam
+from qvr.inference.vi.svi import FusedAdam, adam
 
 
 def _params(seed=0):
@@ -93,7 +93,7 @@ def test_a_torch_without_the_private_kernel_signature_gets_torchs_step(monkeypat
     def changed(*args, **kwargs):
         # a PyTorch whose private kernel takes other arguments than the lean step passes
         # (torch's own step, which knows its kernel, still works)
-        if sys._getframe(1).f_globals.get("__name__") == "qvr.inference.svi":
+        if sys._getframe(1).f_globals.get("__name__") == "qvr.inference.vi.svi":
             calls.append(1)
             raise TypeError("_fused_adam_() got an unexpected keyword argument")
         return real(*args, **kwargs)

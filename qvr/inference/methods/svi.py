@@ -19,9 +19,9 @@ from qvr.inference.fit_result import FitContext, FitResult
 
 
 def run(ctx: FitContext) -> FitResult:
-    from qvr.inference.elbo import ELBO
-    from qvr.inference.guides import AutoNormalGuide
-    from qvr.inference.svi import SVI, adam
+    from qvr.inference.vi.elbo import ELBO
+    from qvr.inference.vi.guides import AutoNormalGuide
+    from qvr.inference.vi.svi import SVI, adam
     model, x, observations, config = ctx.model, ctx.x, ctx.observations, ctx.config
     guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
     if ctx.start is not None:

@@ -147,7 +147,7 @@ class SVI:
         if objective is None:
             objective = loss
         if objective is None:
-            from qvr.inference.elbo import ELBO
+            from qvr.inference.vi.elbo import ELBO
             objective = ELBO()
         self.model = model
         self.guide = guide
