@@ -98,7 +98,7 @@ def run_qvr(example: str, warmup: int, samples: int, chains: int, seed: int,
     one TorchScript leaf at a time, and densities slower than 50 ms per evaluation left
     eager) — the baseline the whole compiled transition is measured against."""
     import os
-    from qvr.inference.potential import ProgramTarget
+    from qvr.inference.mcmc.potential import ProgramTarget
     saved = os.environ.get("QVR_MCMC_COMPILER"), ProgramTarget.compile_below_s
     if ticks:
         os.environ["QVR_MCMC_COMPILER"] = "torchscript"

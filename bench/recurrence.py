@@ -9,7 +9,7 @@ A GARCH(1,1) volatility model over T steps (default 400),
     y[t] ~ Normal(mu, sigma[t]),   mu ~ Normal(0, 1), alpha0 ~ HalfNormal(1),
     alpha1 ~ Beta(2, 2), beta1 ~ Beta(2, 2)
 
-is evaluated as the MCMC target of NUTS: `ProgramTarget` (qvr.inference.potential, built
+is evaluated as the MCMC target of NUTS: `ProgramTarget` (qvr.inference.mcmc.potential, built
 the way `fit` builds it: `make_target(program, x, observations)`), timing
 `target.log_density_and_grad(z)` for C chains (default 4) after two warm-up calls (the
 first ones trace and compile the density when it is cheap enough).  Three versions:
@@ -133,7 +133,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import qvr
-    from qvr.inference.potential import FunctionTarget, make_target
+    from qvr.inference.mcmc.potential import FunctionTarget, make_target
 
     dtype = getattr(torch, args.dtype)
     torch.set_default_dtype(dtype)

@@ -47,7 +47,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("QVR_MCMC_COMPILER", "torchscript")
 
 
-#: compiled densities and transitions are cached on disk (`qvr.inference.graph_cache`,
+#: compiled densities and transitions are cached on disk (`qvr.inference.mcmc.graph_cache`,
 #: `mcmc/transition.py`); the suite uses a fresh directory per test process (and the
 #: commands it starts inherit it), so no test depends on what an earlier run left there
 import atexit  # noqa: E402

@@ -10,7 +10,7 @@ solve needing more than `MAX_STEPS` steps fails with `OdeStepLimitError` (a Valu
 -inf for MCMC).
 
 The adaptive step control branches on tensor values, so an `ode` cannot be traced by
-`make_fx` (the compiled MCMC density): the MCMC target (qvr.inference.potential)
+`make_fx` (the compiled MCMC density): the MCMC target (qvr.inference.mcmc.potential)
 evaluates such a density eagerly.  It does run under `torch.func.vmap`: the solve has a
 vmap rule of its own that solves every chain in one batch (`qvr.runtime.ode_batch`).
 """

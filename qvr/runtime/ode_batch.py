@@ -1,7 +1,7 @@
 """The solve behind `ode` (E9.3): one solve for every chain at once (issue 36.9).
 
 A solver's step control branches on tensor values, so `torch.func.vmap` cannot run it:
-the MCMC target (`qvr.inference.potential`) used to evaluate an ODE model chain by chain.
+the MCMC target (`qvr.inference.mcmc.potential`) used to evaluate an ODE model chain by chain.
 Here the solve is a `torch.autograd.Function` with a vmap rule of its own: under vmap
 (the chains), every chain's initial state and every tensor the lambda reads (its
 parameters) get a leading chain axis, and `qvr.runtime.dopri5` solves the chains as one

@@ -52,7 +52,7 @@ def _seed(monkeypatch):
     """As tests/inference/conftest.py: the same global seed, and densities compiled
     whatever the machine's speed."""
     torch.manual_seed(0)
-    from qvr.inference.potential import ProgramTarget
+    from qvr.inference.mcmc.potential import ProgramTarget
     monkeypatch.setattr(ProgramTarget, "compile_below_s", float("inf"))
     monkeypatch.setattr(ProgramTarget, "compile_enumerated_below_s", float("inf"))
 

@@ -12,7 +12,7 @@ from qvr.inference import AutoNormalGuide, ELBO, trace
 from qvr.inference.enumeration.discrete import infer_discrete
 from qvr.inference.enumeration.enumerate import (EnumerationError, enumerated_log_joint,
                                      enumerated_total, prepare)
-from qvr.inference.potential import make_target
+from qvr.inference.mcmc.potential import make_target
 from qvr.inference.programs.sites import build_registry
 
 

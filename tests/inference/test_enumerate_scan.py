@@ -22,7 +22,7 @@ from qvr.analysis import Document
 from qvr.inference import trace
 from qvr.inference.enumeration.discrete import infer_discrete
 from qvr.inference.enumeration.enumerate import enumerated_log_joint, log_partition, prepare
-from qvr.inference.potential import make_target
+from qvr.inference.mcmc.potential import make_target
 from qvr.runtime.errors import CompileError
 
 HINT = ("; `scan` does not thread a finite state: write one `sample` step per time step "

@@ -20,7 +20,7 @@ import torch
 from qvr.inference import MCMC, NUTSKernel
 from qvr.inference.mcmc.adaptation import (FisherDiag, Moments, fisher_schedule,
                                            initial_inverse_metric)
-from qvr.inference.potential import FunctionTarget
+from qvr.inference.mcmc.potential import FunctionTarget
 
 from helpers import check_moments
 

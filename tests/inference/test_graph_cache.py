@@ -1,4 +1,4 @@
-"""The disk cache of compiled densities (`qvr.inference.graph_cache`): a second target of
+"""The disk cache of compiled densities (`qvr.inference.mcmc.graph_cache`): a second target of
 the same program and data loads its compiled function instead of tracing, with the same
 values; anything else (other data, a broken or stale file) is traced afresh."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from qvr import loads
-from qvr.inference import graph_cache
+from qvr.inference.mcmc import graph_cache
 from qvr.inference.mcmc import transition as TR
-from qvr.inference.potential import ProgramTarget, make_target
+from qvr.inference.mcmc.potential import ProgramTarget, make_target
 
 from helpers import mu_sigma
 

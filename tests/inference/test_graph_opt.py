@@ -5,7 +5,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functionalize, grad_and_value, vmap
 
-from qvr.inference.graph_opt import count_ops, simplify
+from qvr.inference.mcmc.graph_opt import count_ops, simplify
 
 
 def _trace(fn, *args):

@@ -22,7 +22,7 @@ from qvr import loads
 from qvr.inference import MCMC, HMCKernel, NUTSKernel
 from qvr.inference.criticism.diagnostics import ess_mean
 from qvr.inference.mcmc import tick as T
-from qvr.inference.potential import make_target
+from qvr.inference.mcmc.potential import make_target
 
 from helpers import check_moments, normal_normal_case
 

@@ -11,7 +11,7 @@ import torch
 from qvr import loads
 from qvr.inference import FitConfig, fit
 from qvr.inference.data.fit_data import DataError, check_data, split_data
-from qvr.inference.potential import make_target
+from qvr.inference.mcmc.potential import make_target
 
 NAN = math.nan
 

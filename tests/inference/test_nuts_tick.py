@@ -11,7 +11,7 @@ import torch
 
 from qvr.inference import MCMC, NUTSKernel
 from qvr.inference.mcmc import tick as T
-from qvr.inference.potential import make_target
+from qvr.inference.mcmc.potential import make_target
 
 from qvr import loads
 

@@ -117,7 +117,7 @@ def test_sequential_and_vectorized_chains_target_the_same_posterior():
 def test_prior_initialisation_does_not_touch_the_global_rng():
     model, x, obs, _ = normal_normal_case()
     mc = MCMC(NUTSKernel(), num_warmup=0, num_samples=1, num_chains=3)
-    from qvr.inference.potential import make_target
+    from qvr.inference.mcmc.potential import make_target
     target = make_target(model, x, obs)
     state = torch.get_rng_state()
     z0 = mc._initial_positions(target, model, x, obs, None)

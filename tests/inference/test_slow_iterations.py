@@ -9,7 +9,7 @@ import torch
 from qvr.inference import MCMC, NUTSKernel
 from qvr.events import FitNote, FitProgress
 from qvr.inference.mcmc import driver
-from qvr.inference.potential import FunctionTarget, make_target, vmap_note
+from qvr.inference.mcmc.potential import FunctionTarget, make_target, vmap_note
 
 from helpers import normal_normal_case
 
@@ -74,7 +74,7 @@ NOTE = ("the chains' densities are evaluated one chain at a time (slower): torch
 
 
 def _unvmappable(monkeypatch):
-    from qvr.inference.potential import ProgramTarget
+    from qvr.inference.mcmc.potential import ProgramTarget
 
     def fail(self, z):
         raise RuntimeError(TORCH_MESSAGE)

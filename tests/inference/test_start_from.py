@@ -197,7 +197,7 @@ def test_initial_positions_are_given_to_the_driver_as_they_are(nuts_run):
     from qvr import loads
     from qvr.inference.mcmc.driver import MCMC
     from qvr.inference.mcmc.nuts import NUTSKernel
-    from qvr.inference.potential import make_target
+    from qvr.inference.mcmc.potential import make_target
     from qvr.inference.start import load_start
     path, draws = nuts_run
     model = loads(DRAWS_SRC).morphism

@@ -23,7 +23,7 @@ import torch
 from qvr.inference import MCMC, NUTSKernel
 from qvr.inference.mcmc import tick as T
 from qvr.inference.mcmc import transition as TR
-from qvr.inference.potential import FunctionTarget, make_target
+from qvr.inference.mcmc.potential import FunctionTarget, make_target
 
 from helpers import check_moments, normal_normal_case
 

@@ -12,7 +12,7 @@ import torch
 import qvr
 from qvr.inference.fitting import split_data
 from qvr.inference.mcmc import transition as TR
-from qvr.inference.potential import make_target
+from qvr.inference.mcmc.potential import make_target
 
 HAVE_CC = shutil.which(os.environ.get("CXX", "g++")) is not None
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C++ compiler for Inductor")

@@ -275,7 +275,7 @@ def test_gradcheck_through_a_scan_in_float64(f64):
 
 
 def _target(T=40):
-    from qvr.inference.potential import make_target
+    from qvr.inference.mcmc.potential import make_target
     r, vals = _garch_values(T, torch.float64, seed=7)
     obs = {"y": vals["y"], "r": vals["r"], "sigma1": vals["sigma1"]}
     model = qvr.loads(GARCH.format(T=T, ret="sigma")).morphism
@@ -283,7 +283,7 @@ def _target(T=40):
 
 
 def test_vmap_over_chains_equals_a_loop_and_the_traced_density(f64):
-    from qvr.inference.potential import _per_chain
+    from qvr.inference.mcmc.potential import _per_chain
     target = _target()
     z = 0.4 * torch.randn(5, target.dim, generator=torch.Generator().manual_seed(0))
     lp_v, g_v = target._vmapped(z)

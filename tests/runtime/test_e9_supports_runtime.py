@@ -13,7 +13,7 @@ import torch.distributions as D
 from torch.autograd.functional import jacobian
 
 import qvr
-from qvr.inference.potential import make_target
+from qvr.inference.mcmc.potential import make_target
 from qvr.runtime.constraints import (OrderedTransform, PositiveOrderedTransform,
                                      constant_log_normaliser, ordered_vector,
                                      positive_ordered_vector)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import qvr
-from qvr.inference.potential import _per_chain, make_target
+from qvr.inference.mcmc.potential import _per_chain, make_target
 from qvr.runtime import ode_batch
 from qvr.runtime.dopri5 import SolveFailed
 

@@ -49,7 +49,7 @@ import torch
 
 from qvr.events import (DrawsChunk, Emitter, EventCallback, FitNote, FitProgress,
                         Throttle, never)
-from qvr.inference.potential import Target, make_target
+from qvr.inference.mcmc.potential import Target, make_target
 
 _INIT = ("prior", "zero", "guide")
 #: while one block of iterations runs (a NUTS iteration of many slow gradients), a

@@ -78,7 +78,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from qvr.inference.graph_cache import cache_root, tensor_bytes, write_aside
+from qvr.inference.mcmc.graph_cache import cache_root, tensor_bytes, write_aside
 from qvr.inference.mcmc import ops
 from qvr.inference.mcmc.tick import checkpoint_masks
 

@@ -60,7 +60,7 @@ def sampling_threads(threads=None):
 
 def run(ctx: FitContext) -> FitResult:
     from qvr.inference.mcmc.driver import MCMC
-    from qvr.inference.potential import make_target
+    from qvr.inference.mcmc.potential import make_target
     config = ctx.config
     target = make_target(ctx.model, ctx.x, ctx.observations)
     if target.dim == 0:

@@ -1,7 +1,7 @@
 """Peephole simplification of traced density graphs (aten-level FX graphs from `make_fx`).
 
 The MCMC target is compiled by tracing `z -> (grad, log_density)` into a graph of aten
-operations (`qvr.inference.potential`).  Such a graph carries the program interpreter's
+operations (`qvr.inference.mcmc.potential`).  Such a graph carries the program interpreter's
 bookkeeping verbatim: views to shapes a tensor already has, multiplications by 1,
 additions of zero log-Jacobians, `unsqueeze` immediately summed away, the same view taken
 four times.  On small models every operation costs a few microseconds of dispatch

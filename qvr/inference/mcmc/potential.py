@@ -34,7 +34,7 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from qvr.inference import graph_cache
+from qvr.inference.mcmc import graph_cache
 from qvr.inference.programs.sites import Registry, build_registry
 
 _EVAL_ERRORS = (ValueError, RuntimeError)
@@ -387,7 +387,7 @@ def _compile(batched, z: torch.Tensor):
     import warnings as _w
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functionalize
-    from qvr.inference.graph_opt import draws_random_numbers, simplify
+    from qvr.inference.mcmc.graph_opt import draws_random_numbers, simplify
     z = z.detach()
     validate = torch.distributions.Distribution._validate_args
     torch.distributions.Distribution.set_default_validate_args(False)  # no .item() checks
