@@ -42,7 +42,7 @@ _EXPORTS = {
     "to_arviz": "qvr.inference.criticism.diagnostics",
     "fit": "qvr.inference.fitting",
     "FitConfig": "qvr.inference.config",
-    "FitResult": "qvr.inference.fit_result",
+    "FitResult": "qvr.inference.methods.fit_result",
     "ConfigError": "qvr.inference.config",
     "DataError": "qvr.inference.data.fit_data",
     "StartError": "qvr.inference.start",

@@ -61,7 +61,7 @@ from qvr.inference.data.fit_data import DataError, FitData, check_data, message_
 from qvr.events import (Emitter, EventCallback, FitCancelled, FitEvent,
                         FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
                         never)
-from qvr.inference.fit_result import FitContext, FitResult
+from qvr.inference.methods.fit_result import FitContext, FitResult
 from qvr.inference.programs.morphism_fit import morphism_program
 
 __all__ = ["fit", "FitConfig", "ConfigError", "DataError", "model_of", "args_error",

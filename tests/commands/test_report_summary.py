@@ -100,7 +100,7 @@ def _record_with_sites(tmp_path, n_sites: int):
     """A finished NUTS-like record of `n_sites` scalar sites whose R-hat grows with the
     site's index (chain offsets of growing size)."""
     from qvr.events import FitFinished, FitStarted
-    from qvr.inference.fit_result import FitResult
+    from qvr.inference.methods.fit_result import FitResult
     from qvr.inference.methods.save import save_results
     from qvr.runs import RunWriter
     rng = np.random.default_rng(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from qvr.inference.fit_result import FitContext, FitResult
+from qvr.inference.methods.fit_result import FitContext, FitResult
 
 
 def kernel_of(config):

@@ -15,7 +15,7 @@ import time
 import torch
 
 from qvr.events import FitProgress
-from qvr.inference.fit_result import FitContext, FitResult
+from qvr.inference.methods.fit_result import FitContext, FitResult
 
 #: draws per vectorised program run
 CHUNK = 256

@@ -9,7 +9,7 @@ import math
 import torch
 
 from qvr.inference.data.fit_data import DataError
-from qvr.inference.fit_result import FitContext, FitResult
+from qvr.inference.methods.fit_result import FitContext, FitResult
 
 EOS_SPELLINGS = ("<eos>", "</s>", "<|endoftext|>", "<end>")
 

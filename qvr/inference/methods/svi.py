@@ -15,7 +15,7 @@ import torch
 
 from qvr.inference.data.fit_data import DataError
 from qvr.events import FitProgress, Throttle
-from qvr.inference.fit_result import FitContext, FitResult
+from qvr.inference.methods.fit_result import FitContext, FitResult
 
 
 def run(ctx: FitContext) -> FitResult:
