@@ -678,7 +678,7 @@ def decoder(batch, seq):
     """`examples/decoder_lm.qvr` (the issue-17 decoder transformer) with its composites at
     `DECODER_DRAWS` draws, and `batch` rows of `seq` tokens of its shipped corpus."""
     from qvr.datafiles import find_data, load_data
-    from qvr.inference.fitting import set_draws
+    from qvr.inference.front.fitting import set_draws
     torch.manual_seed(0)
     path = ROOT / "examples" / "decoder_lm.qvr"
     model = load(str(path)).morphism

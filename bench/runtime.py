@@ -369,7 +369,7 @@ def bench_decoder(args):
     `args.dec_seq`.  The hand-written attention is timed both as an explicit
     matmul-softmax-matmul and with `scaled_dot_product_attention`; ratios are against
     the faster of the two."""
-    from qvr.inference.fitting import set_draws
+    from qvr.inference.front.fitting import set_draws
 
     torch.manual_seed(0)
     B, T, n = args.dec_batch, args.dec_seq, args.draws

@@ -4,7 +4,7 @@
 `qvr.loads(...)` import the runtime (and torch) on first use; `qvr.compare([...])`
 compares fitted runs by PSIS-LOO (torch-free; ArviZ's statistics imported on first use);
 `qvr.predict(run, data)` (also `qvr.runs.Run.predict`) draws a fitted program's
-observations at new data (`qvr.inference.predict`, imported on first use).
+observations at new data (`qvr.inference.front.predict`, imported on first use).
 
 This package is the layer above the runtime, the inference and the run records: it sets
 the analyses `qvr.runs.Run` offers but the record store cannot import
@@ -39,10 +39,10 @@ def compare(runs):
 
 def predict(run, data, **options):
     """Draws of a fitted run's observed sites and recorded quantities at new data (a data
-    file or a mapping of arrays): `qvr.inference.predict.predict` (`options`: ``draws``,
+    file or a mapping of arrays): `qvr.inference.front.predict.predict` (`options`: ``draws``,
     ``seed``, ``run_dir``, ``program``, ``data_path``, ``on_event``); `qvr.runs.Run.predict`
     calls it."""
-    from qvr.inference.predict import predict as _predict
+    from qvr.inference.front.predict import predict as _predict
     return _predict(run, data, **options)
 
 

@@ -3,7 +3,7 @@
 `qvr.runs.Run.loo()` and `.ppc()` read ``loo.json`` / ``ppc.json``, and compute them from the
 record's pointwise terms when it lacks them (`qvr.inference.criticism.checks.loo_of_run`,
 `ppc_of_run`); `Run.predict(data)` runs the fitted program at new data
-(`qvr.inference.predict`).  Those computations live in `qvr.inference`, which imports
+(`qvr.inference.front.predict`).  Those computations live in `qvr.inference`, which imports
 `qvr.runs`, never the reverse: the reader asks this table for them (`analysis(name)`), and
 the root package `qvr` — the layer above both, always imported before any of its
 subpackages — fills it at import time with functions that import the computation on first

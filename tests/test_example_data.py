@@ -53,7 +53,7 @@ def test_every_runnable_example_ships_data_that_its_program_accepts(name):
 
     import qvr
     from qvr.inference.data.fit_data import check_data, split_data
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     path = EXAMPLES / f"{name}.qvr"
     found = find_data(path)
     assert found == DATA / f"{name}.json"
@@ -107,7 +107,7 @@ def test_knowledge_graph_without_its_table_names_the_missing_key():
 @pytest.mark.parametrize("name,size", sorted(TOKEN_PROGRAMS.items()))
 def test_language_model_vocab_covers_every_declared_token(name, size):
     import qvr
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     vocab = load_vocab(find_vocab(EXAMPLES / f"{name}.qvr"))
     assert find_vocab(EXAMPLES / f"{name}.qvr") == DATA / f"{name}.vocab.json"
     assert model_of(qvr.load(str(EXAMPLES / f"{name}.qvr"))).domain.size == size
@@ -177,7 +177,7 @@ def test_pcfg_sentence_is_parsed_by_the_example_grammar():
     import torch
 
     import qvr
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     tokens = load_data(DATA / "pcfg_deduction.json")["tokens"]
     assert tokens.tolist() == ["the", "cat", "s", "chased", "the", "dog"]
     model = model_of(qvr.load(str(EXAMPLES / "pcfg_deduction.qvr")))

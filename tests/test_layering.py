@@ -109,7 +109,7 @@ LAYERS = [
     [["qvr/inference/programs/", "qvr/inference/programs/sites.py", "qvr/inference/programs/lifts.py", "qvr/inference/programs/morphism_fit.py"], ["qvr/inference/data/", "qvr/inference/data/fit_data.py", "qvr/inference/data/minibatch.py"], ["qvr/inference/criticism/", "qvr/inference/criticism/diagnostics.py", "qvr/inference/criticism/checks.py", "qvr/inference/criticism/pointwise.py", "qvr/inference/criticism/recorded.py"]],
     [["qvr/inference/vi/", "qvr/inference/vi/guides.py", "qvr/inference/vi/elbo.py", "qvr/inference/vi/svi.py"], ["qvr/inference/mcmc/", "qvr/inference/mcmc/potential.py", "qvr/inference/mcmc/graph_opt.py", "qvr/inference/mcmc/graph_cache.py"]],
     [["qvr/inference/methods/", "qvr/inference/methods/fit_result.py"]],
-    [["qvr/inference/front/", "qvr/inference/fitting.py", "qvr/inference/start.py", "qvr/inference/predict.py", "qvr/inference/methods/save.py"]],
+    [["qvr/inference/front/", "qvr/inference/front/fitting.py", "qvr/inference/front/start.py", "qvr/inference/front/predict.py", "qvr/inference/front/save.py"]],
     [["qvr/inference/__init__.py"]],
     [["qvr/__init__.py"], ["tui/qvr_tui/"]],
     [["qvr/commands/"]],

@@ -1,6 +1,6 @@
 """`qvr predict RUN --data NEW [--draws K] [--seed S]`: draws of a fitted program's
 observed sites (and recorded quantities) at new covariates — the posterior predictive
-for new data (`qvr.inference.predict`).
+for new data (`qvr.inference.front.predict`).
 
 RUN is a saved HMC, NUTS, SVI or prior run (`qvr run`); NEW a data file holding the
 covariates (host data, the input) the program reads, with any number of rows where the
@@ -77,7 +77,7 @@ def run(args) -> int:
     from qvr.commands.report import render_run
     from qvr.inference.data.fit_data import DataError
     from qvr.events import FitWarning
-    from qvr.inference.predict import predict
+    from qvr.inference.front.predict import predict
     from qvr.runtime.errors import QvrRuntimeError
 
     def on_event(ev):

@@ -166,7 +166,7 @@ def headline(run, summary: Optional[dict]) -> str:
     if method == "prior":
         return (f"prior: {stats.get('num_samples', '?')} draws from the prior predictive "
                 f"(nothing fitted){state}")
-    if method == "predict":  # `qvr predict` (qvr.inference.predict)
+    if method == "predict":  # `qvr predict` (qvr.inference.front.predict)
         return predict_headline(run, summary) + state
     if method == "smc" and "log_Z" in stats:
         return (f"smc: log Z = {_f(stats.get('log_Z'), '.6f')}, {stats.get('num_steps', '?')} "
@@ -367,7 +367,7 @@ def predict_headline(run, summary: Optional[dict]) -> str:
 
 def predict_lines(run, summary: dict, max_rows: int = MAX_ROWS) -> list[str]:
     """A prediction's table: one row per element (mean, sd, 5/50/95 %), at most
-    `max_rows`, then where the rest is (`qvr.inference.predict`)."""
+    `max_rows`, then where the rest is (`qvr.inference.front.predict`)."""
     params = summary.get("parameters") or {}
     recorded = set(summary.get("recorded") or [])
     lines = []

@@ -276,7 +276,7 @@ def load_program(file: str, export, data_file=None):
         return program.exports[export], export
     if not program.exports:
         raise ModelError(f"{file}: the module exports nothing to run")
-    from qvr.inference.fitting import choose_export
+    from qvr.inference.front.fitting import choose_export
     try:
         name = choose_export(program)
     except ValueError as exc:
@@ -299,7 +299,7 @@ def run(args) -> int:
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
         program, export = load_program(args.file, args.export, config.data)
-        from qvr.inference.fitting import args_error
+        from qvr.inference.front.fitting import args_error
         problem = args_error(program, config.args, export)  # a template's --arg NAME=VALUE
         if problem:
             raise UsageError(problem)
@@ -325,7 +325,7 @@ def run(args) -> int:
         return _fit(args, config, program, export, None, tool)
     print(f"{tool}: run folder {folder}", file=sys.stderr)
     if start_run is not None:
-        from qvr.inference.start import describe
+        from qvr.inference.front.start import describe
         print(f"{tool}: starting from {args.start_from} ({start_run.method}): "
               f"{describe(config.method, start_run.method, config.start_choice)}",
               file=sys.stderr)
@@ -402,8 +402,8 @@ def _fit(args, config, program, export, folder, tool) -> int:
     from qvr.commands.report import render_run
     from qvr.inference.data.fit_data import DataError
     from qvr.events import StopToken
-    from qvr.inference.fitting import fit
-    from qvr.inference.start import StartError
+    from qvr.inference.front.fitting import fit
+    from qvr.inference.front.start import StartError
     from qvr.runs import RecordError, open_run
     from qvr.runtime.errors import QvrRuntimeError
 

@@ -40,12 +40,12 @@ _EXPORTS = {
     "ess_bulk": "qvr.inference.criticism.diagnostics",
     "ess_tail": "qvr.inference.criticism.diagnostics",
     "to_arviz": "qvr.inference.criticism.diagnostics",
-    "fit": "qvr.inference.fitting",
+    "fit": "qvr.inference.front.fitting",
     "FitConfig": "qvr.inference.config",
     "FitResult": "qvr.inference.methods.fit_result",
     "ConfigError": "qvr.inference.config",
     "DataError": "qvr.inference.data.fit_data",
-    "StartError": "qvr.inference.start",
+    "StartError": "qvr.inference.front.start",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -68,7 +68,7 @@ reads them; a fit of HMC/NUTS/SVI that finished, and every ``--method prior`` ru
   ``ppc.json`` — posterior (or prior) predictive checks and LOO-PIT (written by
   `qvr.inference.criticism.checks`, which documents their fields).
 
-A prediction (``qvr predict RUN --data NEW``, `qvr.inference.predict`) is a record of
+A prediction (``qvr predict RUN --data NEW``, `qvr.inference.front.predict`) is a record of
 method ``predict``: ``run.json``'s ``predicted_from`` (``path``, ``run_id``, ``method``,
 ``sha256`` of the fitted run) and ``data`` (the new data); ``samples.npz`` holds every
 observed site's draws at the new data and ``recorded.v`` per recorded quantity, ``(chains,

@@ -448,10 +448,10 @@ class Run:
     def predict(self, data, **options):
         """Draws of the program's observed sites (and recorded quantities) at new data
         `data` (a data file or a mapping of arrays), from this run's draws: a
-        `qvr.inference.predict.Prediction` (``.draws``/``.recorded``: ``{name: (chains,
+        `qvr.inference.front.predict.Prediction` (``.draws``/``.recorded``: ``{name: (chains,
         draws, *shape)}``, ``.summary``); `options`: ``draws``, ``seed``, ``run_dir`` (write
         a record, method ``predict``), ``program``.  The computation (torch) lives in
-        `qvr.inference.predict`, above this reader, which asks `qvr.record_analyses` for it
+        `qvr.inference.front.predict`, above this reader, which asks `qvr.record_analyses` for it
         (set by the root package `qvr`)."""
         return analysis("predict")(self, data, **options)
 

@@ -184,7 +184,7 @@ def _lock(fh) -> None:
 
 def end_abandoned(path, event: FitEvent) -> bool:
     """End a record whose writer died without its terminal event (rank 0 of a
-    distributed fit, killed: another rank says why, `qvr.inference.fitting`): append
+    distributed fit, killed: another rank says why, `qvr.inference.front.fitting`): append
     `event` (a `FitFailed`) to ``events.jsonl`` — only if no live process holds the
     writer lock, which this call then holds while it writes.  Returns whether it wrote."""
     path = Path(path)

@@ -101,7 +101,7 @@ def _record_with_sites(tmp_path, n_sites: int):
     site's index (chain offsets of growing size)."""
     from qvr.events import FitFinished, FitStarted
     from qvr.inference.methods.fit_result import FitResult
-    from qvr.inference.methods.save import save_results
+    from qvr.inference.front.save import save_results
     from qvr.runs import RunWriter
     rng = np.random.default_rng(0)
     samples = {}

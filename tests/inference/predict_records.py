@@ -1,4 +1,4 @@
-"""Fake fitted runs for the prediction tests (`qvr.inference.predict`): a conjugate
+"""Fake fitted runs for the prediction tests (`qvr.inference.front.predict`): a conjugate
 Normal-Normal regression with known noise, whose posterior and posterior predictive are
 known in closed form, and run records holding exact posterior draws (numpy).
 
@@ -70,7 +70,7 @@ def write_fit(folder: Path, program: Path, chains: int = 2, draws: int = 2000,
     """A finished run record of `program` whose ``samples.npz`` holds exact posterior
     draws of ``b`` (``(chains, draws, 1)``, as a scalar site is saved)."""
     from qvr.events import FitCancelled, FitFinished, FitStarted
-    from qvr.inference.methods.save import summary_json
+    from qvr.inference.front.save import summary_json
     from qvr.runs import RunWriter
     m, v = posterior()
     if samples is None:

@@ -217,7 +217,7 @@ def test_the_launchers_sigterm_does_not_cut_a_failing_fit_short():
     SIGTERM off; the launch's handler (and after it the old one) comes back on exit."""
     import signal
     from qvr.inference.distributed.world import RankLost, World
-    from qvr.inference.fitting import _hold_launcher_stop, _launcher_stop
+    from qvr.inference.front.fitting import _hold_launcher_stop, _launcher_stop
     world = World(rank=1, size=2)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(RankLost):

@@ -206,7 +206,7 @@ def test_float64_resolves_a_posterior_float32_cannot():
 
 def test_json_decimals_are_read_at_the_fits_dtype(tmp_path):
     from qvr.inference.data.fit_data import load_data_file
-    from qvr.inference.fitting import fit_dtype
+    from qvr.inference.front.fitting import fit_dtype
     path = tmp_path / "d.json"
     path.write_text(json.dumps({"y": [10000.00123], "n": [3]}))
     assert load_data_file(path)["y"].dtype == torch.float32

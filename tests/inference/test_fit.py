@@ -206,7 +206,7 @@ def _x_obs(model, data):
 
 
 def test_hmc_through_fit_gives_the_draws_of_the_driver_called_directly():
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     from qvr.inference.mcmc.driver import MCMC
     from qvr.inference.mcmc.hmc import HMCKernel
     model, data = model_and_data()
@@ -228,7 +228,7 @@ def test_hmc_through_fit_gives_the_draws_of_the_driver_called_directly():
 
 def test_svi_through_fit_gives_the_losses_and_guide_of_the_loop_run_directly():
     from qvr.inference.vi.elbo import ELBO
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     from qvr.inference.vi.guides import AutoNormalGuide
     from qvr.inference.vi.svi import SVI, adam
     _, data = model_and_data()

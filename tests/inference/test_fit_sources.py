@@ -9,7 +9,7 @@ import torch
 from qvr import load, loads
 from qvr.inference import FitConfig, fit
 from qvr.inference.data.fit_data import DataError, synthesize
-from qvr.inference.fitting import choose_export, model_of
+from qvr.inference.front.fitting import choose_export, model_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -116,7 +116,7 @@ def test_inductor_runs_sensor_tracking():
     """The model of the report: a recurrent cell with trainable parameters (its weights
     require grad), which made the Inductor tick raise at its first call."""
     from qvr.inference.data.fit_data import split_data, synthesize
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     model = model_of(load(str(ROOT / "examples" / "sensor_tracking.qvr")))
     torch.manual_seed(0)
     data, _ = synthesize(model, 3)

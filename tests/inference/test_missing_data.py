@@ -202,7 +202,7 @@ def test_an_observed_value_of_the_wrong_shape_is_named_with_both_shapes():
     """torch's broadcast error names no site: check_data says which value and both shapes."""
     import qvr
     from qvr.inference.data.fit_data import DataError, check_data
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     from pathlib import Path
     torch.manual_seed(0)
     path = Path(__file__).resolve().parents[2] / "examples" / "transformer_lm.qvr"

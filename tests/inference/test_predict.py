@@ -1,4 +1,4 @@
-"""Prediction for new data (`qvr.inference.predict`, `qvr.runs.Run.predict`): the
+"""Prediction for new data (`qvr.inference.front.predict`, `qvr.runs.Run.predict`): the
 posterior predictive of a conjugate Normal-Normal regression with known noise at new
 covariates against its closed form (exact posterior draws in a fake record; an SVI fit
 of the same model), recorded quantities per draw, thinning, the record, and the errors
@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from predict_records import PROGRAM, SIGMA, SIZED, X, X_NEW, Y, posterior, predictive, write_fit, write_program  # noqa: E402,E501
 
-from qvr.inference.predict import PredictError, predict  # noqa: E402
+from qvr.inference.front.predict import PredictError, predict  # noqa: E402
 from qvr.runs import open_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

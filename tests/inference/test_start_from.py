@@ -9,7 +9,7 @@ import torch
 
 from qvr import load
 from qvr.inference import FitConfig, fit
-from qvr.inference.start import StartError
+from qvr.inference.front.start import StartError
 from qvr.runs import open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_smc_from_an_svi_fitted_language_model_generates_likelier_text(tmp_path)
     fitted_prog = load(LM)
     torch.manual_seed(5)
     fresh_prog = load(LM)
-    from qvr.inference.start import load_start
+    from qvr.inference.front.start import load_start
     load_start(tmp_path / "svi").apply_to_model(fitted_prog.morphism)
     bos = eos
     ll_fitted = mean_log_likelihood(fitted_prog, seqs, bos, eos)
@@ -125,7 +125,7 @@ def test_a_mismatch_in_a_stacked_layer_names_the_morphism_and_the_copy(tmp_path)
 
 
 def test_declaration_of_names_program_steps_and_unknown_paths():
-    from qvr.inference.start import declaration_of
+    from qvr.inference.front.start import declaration_of
     model = load(LM).morphism
     assert declaration_of(model, "_step_next_char.param_source.net.0.bias") == \
         "morphism `readout` (parameter `param_source.net.0.bias`)"
@@ -198,7 +198,7 @@ def test_initial_positions_are_given_to_the_driver_as_they_are(nuts_run):
     from qvr.inference.mcmc.driver import MCMC
     from qvr.inference.mcmc.nuts import NUTSKernel
     from qvr.inference.mcmc.potential import make_target
-    from qvr.inference.start import load_start
+    from qvr.inference.front.start import load_start
     path, draws = nuts_run
     model = loads(DRAWS_SRC).morphism
     x, obs = torch.zeros(10, 1), {"y": DRAWS_DATA["y"]}
@@ -244,7 +244,7 @@ def test_svi_from_a_nuts_run_with_draws_is_the_guide_moment_matched_to_them(nuts
 def test_a_coordinate_the_draws_never_moved_gets_the_floor_scale(nuts_run):
     from qvr import loads
     from qvr.inference.vi.guides import AutoNormalGuide
-    from qvr.inference.start import SD_FLOOR, load_start
+    from qvr.inference.front.start import SD_FLOOR, load_start
     path, _ = nuts_run
     start = load_start(path, FitConfig(method="svi", start_at="draws"))
     start.draws["xs"] = start.draws["xs"].copy()
@@ -260,7 +260,7 @@ def test_a_coordinate_the_draws_never_moved_gets_the_floor_scale(nuts_run):
 
 def test_draws_come_from_the_draw_chunks_when_the_run_saved_no_samples(nuts_run, tmp_path):
     """A run killed before it saved samples.npz still has its draw chunks."""
-    from qvr.inference.start import load_start
+    from qvr.inference.front.start import load_start
     path, draws = nuts_run
     copy = tmp_path / "killed"
     shutil.copytree(path, copy)

@@ -242,7 +242,7 @@ def test_command_line_arguments_add_to_shipped_ones(tmp_path):
 
 def test_choose_export_and_kind():
     from qvr import loads
-    from qvr.inference.fitting import choose_export, export_kind
+    from qvr.inference.front.fitting import choose_export, export_kind
     prog = loads(SHRINK)
     assert export_kind(prog.exports["shrink"]) == "template"
     assert choose_export(prog) == "shrink"
@@ -250,7 +250,7 @@ def test_choose_export_and_kind():
 
 def test_model_of_instantiates_with_args():
     from qvr import loads
-    from qvr.inference.fitting import DataError, model_of
+    from qvr.inference.front.fitting import DataError, model_of
     prog = loads(SHRINK)
     model = model_of(prog, {"spread": 0.5})
     assert hasattr(model, "execute") and hasattr(model, "log_joint")
@@ -266,7 +266,7 @@ def test_fit_records_a_failure_for_missing_args(tmp_path):
     """Through `fit` itself (no command line): a `DataError`, the record says failed."""
     from qvr import loads
     from qvr.inference import FitConfig, fit
-    from qvr.inference.fitting import DataError
+    from qvr.inference.front.fitting import DataError
     from qvr.runs import open_run
     with pytest.raises(DataError, match=r"missing: spread : Real"):
         fit(loads(SHRINK), config=FitConfig(method="svi", steps=5, synthetic=5),

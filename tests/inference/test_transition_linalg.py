@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import qvr
-from qvr.inference.fitting import split_data
+from qvr.inference.front.fitting import split_data
 from qvr.inference.mcmc import transition as TR
 from qvr.inference.mcmc.potential import make_target
 

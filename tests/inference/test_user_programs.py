@@ -10,7 +10,7 @@ import torch
 from qvr import loads
 from qvr.inference import FitConfig, fit
 from qvr.inference.data.fit_data import INPUT_KEY, DataError, split_data, synthesize
-from qvr.inference.fitting import model_of
+from qvr.inference.front.fitting import model_of
 
 from helpers import check_moments
 

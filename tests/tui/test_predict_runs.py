@@ -27,7 +27,7 @@ pytestmark = pytest.mark.asyncio
 
 @pytest.fixture
 def predicted(tmp_path):
-    from qvr.inference.predict import predict
+    from qvr.inference.front.predict import predict
     from qvr.runs import open_run
     program = write_program(tmp_path / "prog")
     runs = tmp_path / "runs"

@@ -12,7 +12,7 @@ with one process) is a world of one and touches nothing of `torch.distributed`.
   `all_reduce` per step, so every rank takes the same optimiser step.
 * HMC/NUTS with ``chain_method="distributed"`` run a group of chains per rank
   (`qvr.inference.mcmc.distributed`).
-* Rank 0 alone writes the run record (`qvr.inference.fitting.fit`); ``run.json`` says
+* Rank 0 alone writes the run record (`qvr.inference.front.fitting.fit`); ``run.json`` says
   ``world_size``.
 
 Every rank gathers every rank's ``(host, pid)`` when it joins, so that a rank that

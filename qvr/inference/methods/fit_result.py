@@ -1,6 +1,6 @@
 """`FitResult` and `FitContext`: what a method's loop gets from `fit` and what it gives back.
 
-Apart from `qvr.inference.fitting` so that the loops (`qvr.inference.methods`), which
+Apart from `qvr.inference.front.fitting` so that the loops (`qvr.inference.methods`), which
 `fit` calls, import them without importing `fit` (no import circle).  Torch-free.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ class FitContext:
     config: FitConfig
     report: Callable[[FitEvent], None]  # steps only: progress, draws, particles, warnings
     stop: Callable[[], bool]
-    start: Any = None  # `qvr.inference.start.StartState` or None
+    start: Any = None  # `qvr.inference.front.start.StartState` or None
     potential: Any = None  # SMC: a Python potential (multiplied with the config's)
     vocab: Optional[list] = None  # token id -> text (SMC's text, attention patterns' axes)
     world: Any = None  # `qvr.inference.distributed.world.World` (None: one process)

@@ -1,7 +1,7 @@
 """SVI behind `fit`: `AutoNormalGuide` + `ELBO(elbo_particles)` + Adam on the model's and
 guide's parameters (a `start_from` run initialises them: an SVI run's guide, an MCMC
 run's posterior means, or with ``start_at="draws"`` the moments of its draws,
-`qvr.inference.start`).  With `FitConfig.batch_size` (or several ranks of a launch) each
+`qvr.inference.front.start`).  With `FitConfig.batch_size` (or several ranks of a launch) each
 step scores a minibatch of rows (`qvr.inference.data.minibatch`; progress says the epoch), and
 across ranks gradients are summed (`qvr.inference.distributed.world`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
 the steps since the previous report) is throttled; a non-finite loss stops the fit with

@@ -150,9 +150,9 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
     ``(model, notes)``."""
     import hashlib
 
-    from qvr.inference.fitting import model_of
+    from qvr.inference.front.fitting import model_of
     from qvr.inference.data.fit_data import relations_for
-    from qvr.inference.start import StartError, StartState
+    from qvr.inference.front.start import StartError, StartState
     from qvr.runtime.load import load
     info = run.program
     notes = []
@@ -188,7 +188,7 @@ def load_program(run, program=None, values: Optional[dict] = None, where: str = 
 def _size_names(model) -> set:
     """The sizes the program reads from the data (`object Row : FinSet N`: ``{"N"}``):
     a data entry `N` is read (it binds the size), not left out."""
-    from qvr.inference.fitting import typed_of
+    from qvr.inference.front.fitting import typed_of
     from qvr.runtime.sizes import size_objects
     typed = typed_of(model)
     return set(size_objects(typed)) if typed is not None else set()
@@ -200,7 +200,7 @@ def _bind_new_sizes(program, values: Optional[dict], where: str):
     sizes are fixed."""
     from qvr.runtime.load import bind_sizes
     from qvr.runtime.sizes import SizeError, size_objects
-    from qvr.inference.fitting import typed_of
+    from qvr.inference.front.fitting import typed_of
     typed = typed_of(program)
     if typed is None or not size_objects(typed):
         return program
@@ -440,7 +440,7 @@ def predict(run, data, *, draws: Optional[int] = None, seed: Optional[int] = Non
       data_path: how to name a mapping `data` in messages and in the record.
       on_event: called with each event (`qvr.events`) as it is recorded.
     """
-    from qvr.inference.fitting import fit_dtype
+    from qvr.inference.front.fitting import fit_dtype
     run = _open(run)
     seed = random.SystemRandom().randrange(2 ** 31) if seed is None else int(seed)
     dtype = (run.config or {}).get("dtype") or "float32"
@@ -570,7 +570,7 @@ def _writer(run, run_dir, values, data, where, draws, seed):
 
 
 def _save(writer, result: Prediction, stacked: dict, stats: dict) -> None:
-    from qvr.inference.methods.save import summary_json, summary_rows, summary_sites
+    from qvr.inference.front.save import summary_json, summary_rows, summary_sites
     writer.save_arrays(layout.SAMPLES, stacked)
     s = result.summary
     writer.write_text(layout.SUMMARY, summary_json(

@@ -15,7 +15,7 @@ worker call nothing else.  `fit`
    the program's source hash, then every event as it happens);
 3. reports `FitStarted` — `fit` alone does, and it alone reports the one terminal event;
 4. resolves and checks the data once (`qvr.inference.data.fit_data`), and applies ``start_from``
-   (a previous run's fitted parameters, `qvr.inference.start`);
+   (a previous run's fitted parameters, `qvr.inference.front.start`);
 5. runs the method's loop (`qvr.inference.methods.svi`, `.mcmc`, `.smc`), which reports
    steps only (progress, draws, particles, warnings);
 6. reports exactly one of `FitFinished`, `FitFailed`, `FitCancelled`, saves the results
@@ -263,7 +263,7 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
         (`qvr.events`).
       run_dir: write the run record there (`qvr.runs`); `FitStarted.run_dir` names it.
       start_from: a run folder (or `qvr.runs.Run`) whose fitted parameters this fit starts
-        from (`qvr.inference.start`); from an HMC/NUTS run, `config.start_at` says whether
+        from (`qvr.inference.front.start`); from an HMC/NUTS run, `config.start_at` says whether
         from its posterior means (default) or its draws.
       potential: SMC only: a Python potential (`qvr.smc.potentials`), multiplied with the
         constraints of the config.
@@ -462,7 +462,7 @@ def _is_collective_failure(exc: BaseException) -> bool:
 
 def _is_user_error(exc: BaseException) -> bool:
     from qvr.inference.distributed.world import RankLost
-    from qvr.inference.start import StartError
+    from qvr.inference.front.start import StartError
     from qvr.runtime.errors import QvrRuntimeError
     return isinstance(exc, (DataError, StartError, ConfigError, QvrRuntimeError, RankLost))
 
@@ -490,7 +490,7 @@ def set_draws(model, n: int) -> None:
 
 def _prepare(program, data, config, info, report, stop, writer, start_from, potential,
              vocab, world=None) -> FitContext:
-    from qvr.inference.start import load_start, require_start
+    from qvr.inference.front.start import load_start, require_start
     program = _bind_sizes(program, data, config, info, writer)
     if config.method == "smc":
         model, program = None, _smc_program(program, config.args)
@@ -680,7 +680,7 @@ def _save(writer, result: FitResult, status: str, message: str) -> None:
     if writer is None:
         return
     try:
-        from qvr.inference.methods.save import save_results
+        from qvr.inference.front.save import save_results
         save_results(writer, result, status, message)
     except Exception as exc:  # never lose the terminal event for a failed save
         try:
