@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from predictive_records import conjugate_normal, normal_logpdf, write_record  # noqa: E402
 
-from qvr.inference import checks  # noqa: E402
+from qvr.inference.criticism import checks  # noqa: E402
 from qvr.runs import open_run  # noqa: E402
 
 azb = pytest.importorskip("arviz_base")
