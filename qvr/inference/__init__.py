@@ -4,18 +4,21 @@ Public names (runtime spec 2.3, 6; loaded lazily, PEP 562, so that `qvr.inferenc
 stays importable without torch):
 
 * `trace`, `Trace`, `SampleSite` — one recorded forward run (`trace.py`);
-* `AutoNormalGuide` (`guides.py`), `ELBO` (`elbo.py`), `SVI` (`svi.py`);
+* `AutoNormalGuide`, `ELBO`, `SVI` (`vi/`);
 * `MCMC`, `MCMCResult`, `HMCKernel`, `NUTSKernel` (`mcmc/`);
-* `bayesian_lift_parameters`, `lift_to_bayesian_program`, `lift_from_log_prob` (`lifts.py`);
-* `summary`, `split_rhat`, `ess_bulk`, `ess_tail`, `to_arviz` (`diagnostics.py`);
-* `fit` (`fitting.py`), `FitResult` (`fit_result.py`), `FitConfig`, `ConfigError`
-  (`config.py`, torch-free) — the front door the dashboard and `qvr run` call for SVI,
-  HMC, NUTS and SMC;
-  `DataError` (`data.py`), `StartError` (`start.py`).
+* `bayesian_lift_parameters`, `lift_to_bayesian_program`, `lift_from_log_prob`
+  (`programs/lifts.py`);
+* `summary`, `split_rhat`, `ess_bulk`, `ess_tail`, `to_arviz` (`criticism/diagnostics.py`);
+* `fit` (`front/fitting.py`), `FitResult` (`methods/fit_result.py`), `FitConfig`,
+  `ConfigError` (`config.py`, torch-free) — the front door the dashboard and `qvr run`
+  call for SVI, HMC, NUTS and SMC;
+  `DataError` (`data/fit_data.py`), `StartError` (`front/start.py`).
 
-Layout: `sites.py` (latent registry, shape pass), `potential.py` (the MCMC target, chains
-batched), `mcmc/` (kernels apart from the driver).  The fit events are `qvr.events`
-(torch-free, below the run records, which store them).
+Layout: rooms named for what they hold, each importing only the floors below it
+(ARCHITECTURE.md, "Inference rooms"): `config.py`, `trace.py`, `distributed/`,
+`enumeration/`; `programs/`, `data/`, `criticism/`; `vi/`, `mcmc/`; `methods/`; `front/`.
+No room re-exports another's names: the public names are this file's.  The fit events are
+`qvr.events` (torch-free, below the run records, which store them).
 """
 from __future__ import annotations
 
