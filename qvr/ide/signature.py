@@ -107,7 +107,7 @@ def _builtin(b):
 
 def _ode_t0(text: str) -> bool:
     """The arguments typed so far are `ode`'s t0 form: a fourth argument is written and it
-    is not a number literal (`qvr.sema.axes.ode_arguments` reads the call the same way)."""
+    is not a number literal (`qvr.sema.axes_calls.ode_arguments` reads the call the same way)."""
     args = split_params(text)
     fourth = args[3].strip("()").strip() if len(args) > 3 else ""
     return bool(fourth) and re.fullmatch(r"-?\s*[0-9][0-9.]*([eE][+-]?[0-9]+)?", fourth) is None

@@ -23,8 +23,8 @@ from qvr.runtime.steps import (GLOBAL, PLATE, ROW, AliasStep, Arg, FamilyStep, L
 from qvr.runtime.templates import Skip, Template
 from qvr.sema.families import FAMILIES
 from qvr.runtime.data_step import DataStep  # E9.1
-from qvr.sema.axes import (Axis, ExprAxes, family_step_axes, observed_axes, spell_axes,
-                           type_expr_axes)
+from qvr.sema.axes import Axis, family_step_axes, observed_axes, spell_axes, type_expr_axes
+from qvr.sema.axes_walk import ExprAxes
 from qvr.sema.symbols import ProgramSym
 from qvr.sema.typed import option_values
 from qvr.syntax import ast as A
@@ -502,7 +502,7 @@ class _Builder:
 
 
 class _AxesScope:
-    """What names mean to the axes walk (qvr.sema.axes.ExprAxes) at compile time."""
+    """What names mean to the axes walk (qvr.sema.axes_walk.ExprAxes) at compile time."""
 
     def __init__(self, builder: "_Builder", ctx):
         self.b, self.ctx = builder, ctx

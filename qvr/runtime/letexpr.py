@@ -89,7 +89,7 @@ def free_names(expr, is_object=None) -> set:
 
 def compile_let(expr, resolve: Callable, type_size: Callable, axes=None) -> Callable:
     """A closure `f(frame, binders)` computing `expr` (see the module docstring).
-    `axes`: a `qvr.sema.axes.ExprAxes` already walked over `expr` (E9.1: the typed axes
+    `axes`: a `qvr.sema.axes_walk.ExprAxes` already walked over `expr` (E9.1: the typed axes
     that resolve reductions over objects, `@` and list literals)."""
     return _Compiler(resolve, type_size, axes).expr(expr, frozenset())
 

@@ -8,7 +8,7 @@ theirs there).  `compile_matmul` and `compile_list` compile `a @ b` and `[a, b, 
 Axes are trailing: a value may carry leading batch axes (rows of the input, a factor's
 binders) in front of its typed axes, so every dimension named by an object, the stacking
 axis of a list and the kind of product of `@` are resolved from the right with the axes the
-checker's inference gives (`qvr.sema.axes.ExprAxes`, run by the compiler over the whole
+checker's inference gives (`qvr.sema.axes_walk.ExprAxes`, run by the compiler over the whole
 right-hand side).  Every closure works under `torch.func.vmap` (MCMC maps the program over
 chains) and `make_fx` tracing (no `.item()`, no Python branching on tensor values), and keeps
 the dtype of its inputs (float32 or float64, a fit's dtype).

@@ -45,7 +45,7 @@ def _tolerance(e, default: float) -> float:
 
 
 def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
-    from qvr.sema.axes import ode_arguments
+    from qvr.sema.axes_calls import ode_arguments
     lam, y0_e = e.args[:2]
     t0_e, times_e, rtol_e, atol_e = ode_arguments(e.args)  # `ode(f, y0[, t0], times, …)`
     rtol = _tolerance(rtol_e, DEFAULT_RTOL) if rtol_e is not None else DEFAULT_RTOL

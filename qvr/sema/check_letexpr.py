@@ -16,6 +16,8 @@ from qvr.sema.families import (BUILTINS, CHART_METHODS, OUTSIDE_CORE_BUILTINS,
                                OUTSIDE_CORE_CHART_METHODS)
 from qvr.sema import axes as X  # E9.1
 from qvr.sema.axes import E9_BUILTINS
+from qvr.sema.axes_calls import ode_arguments
+from qvr.sema.axes_walk import ExprAxes
 from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES
 from qvr.sema.runnable import SPACE_FAMILIES, step_supported  # E9.9
 from qvr.sema.resolve import resolve_type
@@ -489,7 +491,7 @@ class LetChecker:
                                     "is_local": lambda _s, t: scope.is_local(t),
                                     "object_type": lambda _s, t: scope.object_type(t)})()
         try:
-            return X.ExprAxes(quiet).expr(e)
+            return ExprAxes(quiet).expr(e)
         except Exception:  # the walk is E9.1's; a hover text never fails the check
             return None
 
@@ -558,7 +560,7 @@ class LetChecker:
     def _ode(self, e: A.ECall) -> None:
         ctx = self.ctx
         args = e.args
-        t0, times, rtol, atol = X.ode_arguments(args)  # `ode(f, y0[, t0], times, …)`
+        t0, times, rtol, atol = ode_arguments(args)  # `ode(f, y0[, t0], times, …)`
         if not 3 <= len(args) <= (5 if t0 is None else 6):
             ctx.report(E.ode_arity(e.callee.span, len(args)))
         if args:
@@ -626,7 +628,7 @@ class LetChecker:
 
     def value_axes_of(self, e) -> Optional[tuple]:
         """The axes of a let/score right-hand side; reports QVR421-QVR423."""
-        return X.ExprAxes(_AxesScope(self)).expr(e)
+        return ExprAxes(_AxesScope(self)).expr(e)
 
     def observed_axes(self, step) -> Optional[tuple]:
         """The axes of an observe step's value, known before the step (E9.1)."""
@@ -793,7 +795,7 @@ class LetChecker:
 
 
 class _AxesScope:
-    """What names mean to the axes walk (qvr.sema.axes.ExprAxes), for the checker."""
+    """What names mean to the axes walk (qvr.sema.axes_walk.ExprAxes), for the checker."""
 
     def __init__(self, chk: LetChecker):
         self.chk = chk

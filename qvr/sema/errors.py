@@ -725,7 +725,7 @@ def space_alone(span: Span, name: str):
 
 
 # ---------------------------------------------------------------- E9.1 axes, builtins, data steps (QVR421-QVR423, QVR430)
-# (docs/e9/letexpr.md; the axis rules are qvr.sema.axes, which names these constructors)
+# (docs/e9/letexpr.md; the axis rules are qvr.sema.axes_walk/axes_calls, which name these constructors)
 
 def contraction(span: Span, expr: str, a: str, axis_a: str, b: str, axis_b: str):
     return error("QVR421", span, f"`{expr}` contracts {axis_a} of `{a}` with {axis_b} of `{b}`")

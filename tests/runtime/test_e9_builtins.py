@@ -139,7 +139,8 @@ def test_a_reduction_compiled_with_its_axes_resolves_from_the_right():
     per-row values or a factor's binders): the object's dimension is counted from the
     right, so the batch axes never shift it."""
     from qvr.runtime.letexpr import compile_let
-    from qvr.sema.axes import Axis, ExprAxes
+    from qvr.sema.axes import Axis
+    from qvr.sema.axes_walk import ExprAxes
     from qvr.sema.types import FinSet
     from qvr.syntax.chunks import split
     from qvr.syntax.parser import parse_chunk

@@ -6,7 +6,9 @@ import pytest
 
 from qvr.analysis import Document
 from qvr.ide.hover import hover
-from qvr.sema.axes import Axis, ExprAxes, ode_arguments
+from qvr.sema.axes import Axis
+from qvr.sema.axes_calls import ode_arguments
+from qvr.sema.axes_walk import ExprAxes
 from qvr.syntax.chunks import split
 from qvr.syntax.parser import parse_chunk
 
