@@ -3,7 +3,7 @@
 `LetChecker` owns the scope side table of one program: binding (QVR107), visibility
 (QVR106, QVR112), host-data warnings (QVR701-QVR703), let-expression kinds (QVR109,
 QVR110, QVR414-QVR420) and, at the end, unused lets and companions (QVR713, QVR714).
-`ProgramChecker` (check_program.py) adds steps and targets on top.
+`ProgramChecker` (check_program.py) adds steps and targets (check_targets.py) on top.
 """
 from __future__ import annotations
 
