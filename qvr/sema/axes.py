@@ -7,7 +7,7 @@ input) in front of them, never in between; so a dimension named by an object is 
 from the right (`dim_of`).
 
 This module is pure (no torch, no checker state) and shared by the checker
-(`qvr.sema.check_letexpr`, which reports QVR421-QVR423 through `ExprAxes`) and the runtime
+(`qvr.sema.check_axes`, which reports QVR421-QVR423 through `ExprAxes`) and the runtime
 (`qvr.runtime.compile_program` / `letexpr`, which resolve reduction dimensions, the
 stacking axis of list literals and the contraction of `@` from the same inference):
 

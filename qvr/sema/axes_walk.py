@@ -1,7 +1,7 @@
 """`ExprAxes`, the walk that gives the typed axes (`qvr.sema.axes`) of every
 sub-expression of a let-expression (docs/extensions.md E9.1), given a `scope` that answers
 what a name is; builtin calls are `qvr.sema.axes_calls.CALL_AXES`'s.  Pure (no torch, no
-checker state): the checker (`qvr.sema.check_letexpr`) and the runtime
+checker state): the checker (`qvr.sema.check_axes`) and the runtime
 (`qvr.runtime.compile_program`) run the same walk.
 """
 from __future__ import annotations
