@@ -7,7 +7,8 @@ from textual.app import App
 from textual_hires_canvas import Canvas
 
 from qvr.events import FitProgress, FitStarted
-from qvr_tui.state import RunState, Series
+from qvr_tui.series import Series
+from qvr_tui.state import RunState
 from qvr_tui.widgets.loss_plot import LossPlot
 from qvr_tui.widgets.trace_plot import TracePlot
 

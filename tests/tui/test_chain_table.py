@@ -7,7 +7,8 @@ import math
 import pytest
 from textual.app import App, ComposeResult
 
-from qvr_tui.state import ChainRow, RunState
+from qvr_tui.live_rows import ChainRow
+from qvr_tui.state import RunState
 from qvr_tui.widgets.chain_table import COLUMNS, ChainTable
 
 

@@ -13,8 +13,10 @@ import pytest
 from qvr.events import (DrawsChunk, FitCancelled, FitFailed, FitFinished,
                         FitProgress, FitStarted, ParticlesSnapshot)
 from qvr.runs import open_run
-from qvr_tui.state import (EMA_BETA, RunState, decimate, format_seconds, ndtri,
-                           tokens_text)
+from qvr_tui.live_rows import tokens_text
+from qvr_tui.running_diagnostics import ndtri
+from qvr_tui.series import decimate
+from qvr_tui.state import EMA_BETA, RunState, format_seconds
 
 RECORDED = Path(__file__).parent / "recorded"
 

@@ -35,24 +35,26 @@ What is kept, by method:
 `status` is ``waiting`` until `FitStarted`, ``running`` until a terminal event, then
 ``finished`` / ``failed`` / ``cancelled``; `mark_interrupted(message)` records a worker
 that died without one, `start_failed` one that ended before writing a record, and
-`cancelled_before_record` a fit cancelled before its worker wrote one.  Series are decimated for plotting with `decimate` (min/max per
-bucket, so spikes survive).
+`cancelled_before_record` a fit cancelled before its worker wrote one.  Series
+(`qvr_tui.series.Series`) are decimated for plotting with `decimate` (min/max per bucket,
+so spikes survive).  The rows are in `qvr_tui.live_rows`, the running R-hat and ESS
+in `qvr_tui.running_diagnostics`.
 """
 from __future__ import annotations
 
 import math
 import time
-from array import array
-from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
 from qvr.events import (DrawsChunk, FitCancelled, FitEvent, FitFailed, FitFinished,
                         FitNote, FitProgress, FitStarted, FitWarning,
                         ParticlesSnapshot)
 from qvr.runs.layout import EVENTS, nothing_sampled
+from qvr_tui.live_rows import ChainRow, ParticleRow, WorstRow, tokens_text
+from qvr_tui.running_diagnostics import rank_diagnostics
+from qvr_tui.series import Series
 
-__all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "ChainRow",
-           "Series", "ParticleRow", "decimate", "tokens_text",
+__all__ = ["RunState", "NO_FIT_YET", "CANCELLED_BEFORE_RECORD", "fold_record", "format_seconds",
            "EMA_BETA", "PLATEAU_MIN_STEPS", "MIN_DRAWS_FOR_DIAGNOSTICS", "BATCH_KEYS"]
 
 EMA_BETA = 0.9
@@ -65,121 +67,6 @@ RATE_WINDOW_S = 5.0  # steps/s over this much of the fit's clock
 MIN_DRAWS_FOR_DIAGNOSTICS = 20
 WORST_SHOWN = 5
 MAX_PARTICLES_SHOWN = 64
-
-
-class Series:
-    """Points ``(x, y)`` appended in order, stored as C doubles (`array('d')`: 16 bytes a
-    point, so a 100k-step fit costs megabytes, not tens of them)."""
-
-    __slots__ = ("x", "y")
-
-    def __init__(self) -> None:
-        self.x = array("d")
-        self.y = array("d")
-
-    def append(self, x: float, y: float) -> None:
-        self.x.append(float(x))
-        self.y.append(float(y))
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    @property
-    def last(self) -> Optional[float]:
-        return self.y[-1] if self.y else None
-
-    def decimated(self, points: int) -> tuple[list[float], list[float]]:
-        return decimate(self.x, self.y, points)
-
-
-def decimate(x: Sequence[float], y: Sequence[float],
-             points: int) -> tuple[list[float], list[float]]:
-    """At most `points` points of ``(x, y)``: the minimum and maximum of each of about
-    ``points // 2`` equal buckets, in x order (so a single spike is never dropped).
-    A bucket with no finite value keeps its first point (the plot drops it).  Vectorised
-    (numpy): cheap enough for every repaint of a long series."""
-    n = len(x)
-    if n <= points or points < 2:
-        return list(x), list(y)
-    import numpy as np
-    xs = np.asarray(x, dtype=np.float64)
-    ys = np.asarray(y, dtype=np.float64)
-    k = -(-n // (points // 2))  # bucket size
-    buckets = -(-n // k)
-    pad = buckets * k - n
-    yv = np.where(np.isfinite(ys), ys, np.nan)
-    if pad:
-        yv = np.concatenate([yv, np.full(pad, np.nan)])
-    rows = yv.reshape(buckets, k)
-    nan = np.isnan(rows)
-    i_min = np.where(nan, np.inf, rows).argmin(axis=1)  # 0 for a bucket with no finite value
-    i_max = np.where(nan, -np.inf, rows).argmax(axis=1)
-    base = np.arange(buckets) * k
-    first = base + np.minimum(i_min, i_max)
-    second = base + np.maximum(i_min, i_max)
-    idx = np.stack([first, second], axis=1).reshape(-1)
-    keep = np.ones(idx.shape[0], dtype=bool)
-    keep[1::2] = second != first  # one point when min and max are the same point
-    idx = idx[keep]
-    return xs[idx].tolist(), ys[idx].tolist()
-
-
-def tokens_text(tokens: Sequence[int], vocab: Optional[Sequence[str]]) -> str:
-    """Token ids as text: joined without spaces when every vocabulary entry but ``<...>``
-    markers is one character (a character model), with spaces otherwise; ids when no
-    vocabulary is known (or an id is outside it)."""
-    if not vocab or any(not (0 <= t < len(vocab)) for t in tokens):
-        return " ".join(str(t) for t in tokens)
-    chars = all(len(w) == 1 for w in vocab if not (w.startswith("<") and w.endswith(">")))
-    words = [vocab[t] for t in tokens]
-    return "".join(words) if chars else " ".join(words)
-
-
-@dataclass
-class ChainRow:
-    """One MCMC chain's live facts (what the chain table shows)."""
-
-    chain: int
-    phase: str = "warmup"
-    step: int = 0  # within the phase
-    total: int = 0  # of the phase
-    draws_per_s: float = 0.0
-    accept: float = math.nan
-    step_size: float = math.nan
-    tree_depth: float = math.nan
-    num_steps: float = math.nan
-    max_depth_hits: int = 0  # sampling phase (warmup's kept apart)
-    warmup_max_depth_hits: int = 0
-    divergences: int = 0  # sampling phase
-    warmup_divergences: int = 0
-    first_divergence: Optional[int] = None  # sampling iteration of the first divergence
-    eta: Optional[float] = None
-    # rates, for the ETA
-    warmup_rate: Optional[float] = None
-    sampling_rate: Optional[float] = None
-    phase_t0: float = 0.0  # elapsed when the phase began (the last event of the previous one)
-    last_elapsed: float = 0.0
-
-    @property
-    def diverged(self) -> bool:
-        return self.divergences > 0
-
-
-@dataclass
-class ParticleRow:
-    text: str
-    tokens: tuple
-    weight: float
-    finished: bool
-
-
-@dataclass
-class WorstRow:
-    name: str
-    r_hat: float
-    ess_bulk: float
-    ess_tail: float
-
 
 NO_FIT_YET = "no fit yet: set one up (2) and press r"
 CANCELLED_BEFORE_RECORD = "cancelled before the worker wrote a record"
@@ -669,72 +556,6 @@ class RunState:
         if self.nonfinite_step is not None:
             return f"the loss is not finite at step {self.nonfinite_step}"
         return None
-
-
-# ---------------------------------------------------------------- running diagnostics
-#
-# `qvr.inference.criticism.diagnostics.split_rhat`/`ess_bulk` rank-normalise with torch's `ndtri`,
-# which the UI process must not import; the same statistics are computed here with a
-# numpy inverse normal CDF (Acklam's rational approximation, relative error < 1.2e-9,
-# refined by one Halley step) and the module's numpy cores.
-
-_A = (-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
-      1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00)
-_B = (-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-      6.680131188771972e+01, -1.328068155288572e+01)
-_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
-      -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00)
-_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
-      3.754408661907416e+00)
-
-
-def ndtri(p):
-    """The standard normal quantile of `p` (numpy; 0 < p < 1)."""
-    import numpy as np
-    p = np.asarray(p, dtype=np.float64)
-    x = np.empty_like(p)
-    lo = p < 0.02425
-    hi = p > 1 - 0.02425
-    mid = ~(lo | hi)
-    q = p[mid] - 0.5
-    r = q * q
-    num = ((((_A[0] * r + _A[1]) * r + _A[2]) * r + _A[3]) * r + _A[4]) * r + _A[5]
-    den = ((((_B[0] * r + _B[1]) * r + _B[2]) * r + _B[3]) * r + _B[4]) * r + 1
-    x[mid] = num * q / den
-    for mask, sign, pp in ((lo, 1.0, p[lo]), (hi, -1.0, 1 - p[hi])):
-        q = np.sqrt(-2 * np.log(pp))
-        num = ((((_C[0] * q + _C[1]) * q + _C[2]) * q + _C[3]) * q + _C[4]) * q + _C[5]
-        den = (((_D[0] * q + _D[1]) * q + _D[2]) * q + _D[3]) * q + 1
-        x[mask] = sign * num / den
-    # one Halley step on Phi(x) - p (Phi through erfc, vectorised with math.erfc)
-    erfc = np.vectorize(math.erfc, otypes=[np.float64])
-    e = 0.5 * erfc(-x / math.sqrt(2)) - p
-    u = e * math.sqrt(2 * math.pi) * np.exp(x * x / 2)
-    return x - u / (1 + x * u / 2)
-
-
-def rank_diagnostics(a):
-    """``(split R-hat, bulk ESS, tail ESS)`` per column of draws ``(chains, draws, P)``,
-    as `qvr.inference.criticism.diagnostics.split_rhat`, `ess_bulk` and `ess_tail` define them."""
-    import numpy as np
-    from qvr.inference.criticism import diagnostics as dg
-    s = dg._split(dg._as_chains(a))  # (P, 2m, n/2)
-    P = s.shape[0]
-    if s.shape[-1] < 2:
-        nan = np.full(P, np.nan)
-        return nan, nan, nan
-
-    def rank_norm(x):
-        S = x.shape[-1] * x.shape[-2]
-        return ndtri((dg._ranks(x) - 3.0 / 8.0) / (S + 0.25))
-
-    bulk = dg._rhat_core(rank_norm(s))
-    folded = np.abs(s - np.median(s.reshape(P, -1), axis=1)[:, None, None])
-    tail = dg._rhat_core(rank_norm(folded))
-    rhat = np.fmax(bulk, tail)
-    ess_b = dg._ess_core(rank_norm(s))
-    ess_t = np.atleast_1d(dg.ess_tail(a)).reshape(-1)
-    return np.atleast_1d(rhat).reshape(-1), np.atleast_1d(ess_b).reshape(-1), ess_t
 
 
 def format_seconds(s: float) -> str:
