@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.families import BUILTINS
 from qvr.sema import axes as X  # E9.1
 from qvr.sema.axes_walk import ExprAxes
@@ -79,7 +80,7 @@ class AxesChecks:
             has = ("has axes that are not known here" if vaxes is None else "is a scalar"
                    if not vaxes else f"has axes `{X.spell_axes(vaxes)}`")
             kw = "record" if step.recorded else "let"
-            ctx.report(E.let_axes(step.index.span, f"{kw} {step.bind.text} : "
+            ctx.report(SE.let_axes(step.index.span, f"{kw} {step.bind.text} : "
                                   f"{X.spell_axes(want)} = …", X.spell_axes(want), has))
         return out
 
@@ -112,7 +113,7 @@ class AxesChecks:
             ctx.fact(e.callee.span, "family", name)
             for a in e.args:
                 self._infer(a)
-            ctx.report(E.family_call_value(e.callee.span, name))
+            ctx.report(SE.family_call_value(e.callee.span, name))
             return "unknown"
         b = BUILTINS[name]
         ctx.fact(e.callee.span, "builtin", name)
@@ -128,18 +129,18 @@ class AxesChecks:
             self._need_numeric(a, k, f"`{name}`")
         self.last_axes = None
         if not b.accepts(len(e.args)):
-            ctx.report(E.builtin_arity_range(e.callee.span, name, len(b.params), len(b.all_params),
+            ctx.report(SE.builtin_arity_range(e.callee.span, name, len(b.params), len(b.all_params),
                                              len(e.args)))
             return "numeric"
         if obj_pos is not None and len(e.args) > obj_pos and obj_pos not in objects \
                 and name not in ("max", "min"):  # max(a, b), min(a, b): elementwise
             a = e.args[obj_pos]
-            ctx.report(E.needs_object_arg(a.span, name, "first" if obj_pos == 0 else "second",
+            ctx.report(SE.needs_object_arg(a.span, name, "first" if obj_pos == 0 else "second",
                                           ctx.snippet(a.span)))
         if name == "slice":
             for a in e.args[1:]:
                 if not self._e9_fixed(a):
-                    ctx.report(E.slice_bounds(a.span, ctx.snippet(a.span)))
+                    ctx.report(SE.slice_bounds(a.span, ctx.snippet(a.span)))
         return "numeric"
 
     def _e9_fixed(self, e) -> bool:
@@ -180,9 +181,9 @@ class AxesChecks:
                 k = self._infer(a)
                 self._need_numeric(a, k, f"`{fam.name}`")
             if fam.step == "no" or getattr(fam, "improper", False):
-                ctx.report(E.density_family(inner.callee.span, fam.name))
+                ctx.report(SE.density_family(inner.callee.span, fam.name))
             elif not step_supported(fam.name) or fam.name in SPACE_FAMILIES:  # E9.9
-                ctx.report(E.runtime_unsupported(inner.callee.span,
+                ctx.report(SE.runtime_unsupported(inner.callee.span,
                                                  f"family `{fam.name}` in `log_density`"))
             elif len(inner.args) != len(fam.params):
                 ctx.report(E.arity(inner.callee.span, fam.name, len(fam.params),
@@ -198,7 +199,7 @@ class AxesChecks:
                                         suggest(inner.callee.text, FAMILIES)))
         else:
             self._infer(f)
-            ctx.report(E.log_density_needs_family(f.span, ctx.snippet(f.span)))
+            ctx.report(SE.log_density_needs_family(f.span, ctx.snippet(f.span)))
         k = self._infer(x)
         self._need_numeric(x, k, "`log_density`")
         self.last_axes = None
@@ -228,7 +229,9 @@ class AxesScope:
         return self.chk.object_type(text)
 
     def report(self, kind: str, span, *args) -> None:
-        self.chk.ctx.report(getattr(E, kind)(span, *args))
+        # the axes walk's diagnostics are E9's but for QVR415 (indices), the core's
+        make = getattr(SE, kind, None) or getattr(E, kind)
+        self.chk.ctx.report(make(span, *args))
 
     def snippet(self, span) -> str:
         return self.chk.ctx.snippet(span, limit=60)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.check_morph import (MORPHISM_BUILTINS, MInfo, family_lookup, infer_morph,
                                   value_lookup_error)
 from qvr.sema.context import DeclContext
@@ -140,7 +141,7 @@ def check_space_use(ctx: DeclContext, t, where: str) -> bool:
         sym = ctx.object(n.text)
         sp = space_of(sym.type) if isinstance(sym, ObjectSym) else None
         if sp is not None:
-            ctx.report(E.space_misuse(n.span, n.text, sp.spelling, where))
+            ctx.report(SE.space_misuse(n.span, n.text, sp.spelling, where))
             found = True
     return found
 
@@ -168,7 +169,7 @@ def check_composition(ctx: DeclContext, d: A.CompositionDecl) -> None:
         elif (want == "algebra" and level != "algebra") or want == "bilinear_form":
             ctx.report(E.rule_level(d.level.span, rule, level, want))
     if rule.lower() not in RUNTIME_RULES:  # E9.9: the checker refuses it, not `qvr run`
-        ctx.report(E.runtime_unsupported(d.name.span, f"composition rule `{name.lower()}`"))
+        ctx.report(SE.runtime_unsupported(d.name.span, f"composition rule `{name.lower()}`"))
     if not second:
         ctx.composition = (rule, level)
 
@@ -310,13 +311,13 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
         if isinstance(e, A.MName):
             family = family_lookup(ctx, e.name)
             if family is not None and family.improper:  # E9.2: `~ Flat`
-                ctx.report(E.improper_position(e.name.span, family.name, f"a kernel (`~ {family.name}`)"))
+                ctx.report(SE.improper_position(e.name.span, family.name, f"a kernel (`~ {family.name}`)"))
                 family = None
             elif family is not None and family.kernel == "no":
                 ctx.report(E.family_position(e.name.span, family.name))
                 family = None
             elif family is not None and not kernel_supported(family.name):  # E9.9
-                ctx.report(E.runtime_unsupported(e.name.span, f"family `{family.name}`"))
+                ctx.report(SE.runtime_unsupported(e.name.span, f"family `{family.name}`"))
         else:
             ctx.report(outside_core(init.span, "a kernel initializer with arguments or an expression"))
     elif role == "latent" and init is not None:
@@ -325,7 +326,7 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
         if improper is not None and improper.text in FAMILIES and FAMILIES[improper.text].improper \
                 and ctx.value(improper.text) is None:  # E9.2: `~ Flat` as a prior
             ctx.fact(improper.span, "family", improper.text)
-            ctx.report(E.improper_position(improper.span, improper.text, "a latent morphism's prior"))
+            ctx.report(SE.improper_position(improper.span, improper.text, "a latent morphism's prior"))
         elif isinstance(e, A.MName) and (e.name.text in FAMILIES or e.name.text in OUTSIDE_CORE_FAMILIES):
             fam = FAMILIES.get(e.name.text)
             example = fam.signature if fam else f"{e.name.text}(…)"

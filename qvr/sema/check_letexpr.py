@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.context import DeclContext, LocalInfo
 from qvr.sema.families import (BUILTINS, CHART_METHODS, OUTSIDE_CORE_BUILTINS,
                                OUTSIDE_CORE_CHART_METHODS)
@@ -238,7 +239,7 @@ class LetChecker(RecurrenceChecks, AxesChecks):
             kr = self._infer(e.right)
             self._need_numeric(e.right, kr, what)
             if e.op in COMPARISONS and isinstance(e.left, A.EBinOp) and e.left.op in COMPARISONS:
-                ctx.report(E.chained_comparison(e.op_span, ctx.snippet(e.span, limit=60)))
+                ctx.report(SE.chained_comparison(e.op_span, ctx.snippet(e.span, limit=60)))
             self.last_axes = None
             return "numeric"
         if isinstance(e, A.ENot):  # E9.10
@@ -358,7 +359,7 @@ class LetChecker(RecurrenceChecks, AxesChecks):
             k = self._infer(part)
             self._need_numeric(part, k, "a range")
             if k not in ("chart", "deduction") and not self._e9_fixed(part):
-                self.ctx.report(E.range_bounds(part.span, self.ctx.snippet(part.span)))
+                self.ctx.report(SE.range_bounds(part.span, self.ctx.snippet(part.span)))
 
     def _factor(self, e: A.EFactor) -> str:
         ctx = self.ctx

@@ -18,6 +18,7 @@ from typing import Optional
 
 from qvr.sema import axes as X
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.resolve import resolve_type
 from qvr.sema.types import is_discrete, is_unknown
 from qvr.syntax import ast as A
@@ -71,7 +72,7 @@ class ObservedChecks:
         t = resolve_type(ctx, step.index)
         coord = self._coordinate()
         if coord is not None:
-            ctx.report(E.computed_in_marginalize(step.kw, f"`score {step.bind.text} : …` (one "
+            ctx.report(SE.computed_in_marginalize(step.kw, f"`score {step.bind.text} : …` (one "
                                                  f"term per element)", coord))
         if is_unknown(t):
             return "?"
@@ -92,7 +93,7 @@ class ObservedChecks:
                 all(a.name is None or b.name is None for a, b in zip(got, want)):
             return  # an anonymous axis of the same size takes the object's name
         text = "is a scalar" if not got else f"has axes `{X.spell_axes(got)}`"
-        self.ctx.report(E.per_element_axes(e.span, what, X.spell_axes(want), text))
+        self.ctx.report(SE.per_element_axes(e.span, what, X.spell_axes(want), text))
 
     def observe_value(self, step: A.ObserveStep, res) -> None:
         """Check the `= e` of `observe v [: T] = e <- F(…)` (before v is bound)."""
@@ -100,19 +101,19 @@ class ObservedChecks:
         ctx = self.ctx
         for n in names_read(e):
             if n.text == step.bind.text and self.visible(n.text) is None:
-                ctx.report(E.computed_reads_itself(n.span, step.bind.text))
+                ctx.report(SE.computed_reads_itself(n.span, step.bind.text))
                 return
         self.infer(e)
         hit = self.latent_read(e)
         if hit is not None:
-            ctx.report(E.observed_latent(hit[0].span, step.bind.text, hit[0].text, hit[1]))
+            ctx.report(SE.observed_latent(hit[0].span, step.bind.text, hit[0].text, hit[1]))
             return
         coord = self._coordinate()
         if coord is not None:
-            ctx.report(E.computed_in_marginalize(step.kw, f"`observe {step.bind.text} = …` (an "
+            ctx.report(SE.computed_in_marginalize(step.kw, f"`observe {step.bind.text} = …` (an "
                                                  f"observed computed value)", coord))
         if res[0] in ("morphism", "template"):
-            ctx.report(E.computed_observe_target(step.target.name.span, step.bind.text,
+            ctx.report(SE.computed_observe_target(step.target.name.span, step.bind.text,
                                                  step.target.name.text))
             return
         if res[0] != "family":

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.check_decls import check_duplicate, check_family_shadow, check_space_use
 from qvr.sema.check_letexpr import LetChecker, Local
 from qvr.sema.check_observed import ObservedChecks  # E9.7
@@ -176,7 +177,7 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
         res = self.target(step.target, kind, indexed=step.index is not None, blk=blk)
         if kind == "sample" and blk.in_marginalize and not is_improper(step.target):
             # a latent there is neither summed out nor a site of a fit (`qvr run` would fail)
-            ctx.report(E.runtime_unsupported(step.kw, "a `sample` step inside a marginalize "
+            ctx.report(SE.runtime_unsupported(step.kw, "a `sample` step inside a marginalize "
                                              "block (draw it before the block)"))
         # options
         opts = read_options(ctx, step.options, f"{kind} step")
@@ -243,10 +244,10 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
             if spaces:  # E9.2: `over=Mu` with `object Mu : Ordered 2`
                 if key == "iid_over":
                     sp = self._space_object(spaces[0])
-                    ctx.report(E.space_misuse(spaces[0].span, spaces[0].text, sp.spelling,
+                    ctx.report(SE.space_misuse(spaces[0].span, spaces[0].text, sp.spelling,
                                               "an `iid_over` list"))
                 elif len(names) > 1:
-                    ctx.report(E.space_alone(spaces[0].span, spaces[0].text))
+                    ctx.report(SE.space_alone(spaces[0].span, spaces[0].text))
                 else:
                     space = names[0]
                 continue
@@ -261,7 +262,7 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
             return space.text
         if fam.name in runnable.SPACE_FAMILIES:  # E9.9: `LKJCholesky` needs its space
             over = opts.get("over")
-            ctx.report(E.space_family_needs_space(step.target.name.span, fam.name,
+            ctx.report(SE.space_family_needs_space(step.target.name.span, fam.name,
                                                   ctx.snippet(over.value.span) if over else ""))
             return None
         if "over" in lists and len(lists["over"]) != fam.event_rank:
@@ -415,11 +416,11 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
         """E9.6 `record v = e`: a number per draw (QVR429 for a chart or a deduction), never
         inside a marginalize block (its value would depend on the summed-out coordinate)."""
         if vkind in ("chart", "deduction"):
-            self.ctx.report(E.record_not_numeric(step.rhs.span, step.bind.text, vkind))
+            self.ctx.report(SE.record_not_numeric(step.rhs.span, step.bind.text, vkind))
         coord = next((local for scope in self.scopes for local in scope.values()
                       if local.kind == "marginalize"), None)
         if coord is not None:
-            self.ctx.report(E.record_in_marginalize(step.kw, step.bind.text, coord.name))
+            self.ctx.report(SE.record_in_marginalize(step.kw, step.bind.text, coord.name))
 
     def step_score(self, step: A.ScoreStep) -> None:
         self.effects.add("Score")
@@ -440,7 +441,7 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
         ctx = self.ctx
         ctx.fact(step.kw, "keyword", "data")
         if not top:
-            ctx.report(E.data_in_marginalize(step.kw))
+            ctx.report(SE.data_in_marginalize(step.kw))
         t = resolve_type(ctx, step.type)
         axes = None
         if not is_unknown(t):
@@ -448,7 +449,7 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
             for n in _type_names(step.type):
                 ty = self.object_type(n.text)
                 if ty is not None and not is_discrete(ty) and not is_continuous(ty):
-                    ctx.report(E.data_axis_type(n.span, n.text, Named(n.text, ty)))
+                    ctx.report(SE.data_axis_type(n.span, n.text, Named(n.text, ty)))
                     axes = None
         text = X.spell_axes(axes) if axes else spell(t)
         self.bind_local(step.bind, "data", None, text, "numeric", detail="data step",

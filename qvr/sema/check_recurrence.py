@@ -8,6 +8,7 @@ these calls to `_recurrence`.
 from __future__ import annotations
 
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.check_axes import AxesScope
 from qvr.sema.context import LocalInfo
 from qvr.sema import axes as X  # E9.1
@@ -44,18 +45,18 @@ class RecurrenceChecks:
         lam = args[2] if len(args) > 2 else None
         if lam is not None:
             if not isinstance(lam, A.ELambda):
-                ctx.report(E.recurrence_needs_lambda(lam.span, name))
+                ctx.report(SE.recurrence_needs_lambda(lam.span, name))
                 self._infer(lam)
             else:
                 if len(lam.params) != 2:
-                    ctx.report(E.recurrence_lambda_arity(lam.span, name, len(lam.params)))
+                    ctx.report(SE.recurrence_lambda_arity(lam.span, name, len(lam.params)))
                 axes = self._quiet_axes(init) if init is not None else None
                 scalar = init is not None and (axes == () or self.is_scalar(init))
                 infos = [(X.hover_text(axes) or "numeric",
                           f"state of `{name}`" if over is None else f"state of `{name}` over {over}"),
                          ("index" if over is None else f"index over {over}", f"index of `{name}`")]
                 self._lambda_body(lam, name, infos, vector_state=not scalar,
-                                  repeated=lambda sp, p: E.recurrence_lambda_repeated(sp, name, p))
+                                  repeated=lambda sp, p: SE.recurrence_lambda_repeated(sp, name, p))
         for i, a in enumerate(args[3:], start=3):
             self._recurrence_value(name, a, i, "an argument")
         self.last_axes = None
@@ -78,33 +79,33 @@ class RecurrenceChecks:
         """The first argument of fold/scan: a discrete object; (its size, its name) or Nones."""
         ctx = self.ctx
         if isinstance(a, A.ELambda):
-            ctx.report(E.recurrence_lambda_misplaced(a.span, fn, "first"))
+            ctx.report(SE.recurrence_lambda_misplaced(a.span, fn, "first"))
             return None, None
         if not isinstance(a, A.EName):
             self._infer(a)
             got = "a number" if isinstance(a, A.Number) else "an expression"
-            ctx.report(E.recurrence_not_object(a.span, fn, got))
+            ctx.report(SE.recurrence_not_object(a.span, fn, got))
             return None, None
         text = a.name.text
         if ctx.object(text) is None and (self.visible(text) is not None
                                          or text in self.binders_in_scope()):
             self._infer(a)  # the reference, for goto and unused-binding checks
-            ctx.report(E.recurrence_not_object(a.span, fn, f"the value `{text}`"))
+            ctx.report(SE.recurrence_not_object(a.span, fn, f"the value `{text}`"))
             return None, None
         t = resolve_type(ctx, A.TName(a.name, a.span))  # QVR101 when undefined
         if is_unknown(t):
             return None, None
         if not is_discrete(t):
-            ctx.report(E.recurrence_not_object(a.span, fn, E.describe(t)))
+            ctx.report(SE.recurrence_not_object(a.span, fn, E.describe(t)))
             return None, None
         return size(t), text
 
     def _recurrence_value(self, fn: str, a, i: int, what: str) -> None:
         if isinstance(a, A.ELambda):
             if fn == "ode":
-                self.ctx.report(E.ode_lambda_misplaced(a.span, self._ORDINALS[i]))
+                self.ctx.report(SE.ode_lambda_misplaced(a.span, self._ORDINALS[i]))
             else:
-                self.ctx.report(E.recurrence_lambda_misplaced(a.span, fn, self._ORDINALS[i]))
+                self.ctx.report(SE.recurrence_lambda_misplaced(a.span, fn, self._ORDINALS[i]))
             return
         k = self._infer(a)
         self._need_numeric(a, k, what)
@@ -141,27 +142,27 @@ class RecurrenceChecks:
         args = e.args
         t0, times, rtol, atol = ode_arguments(args)  # `ode(f, y0[, t0], times, …)`
         if not 3 <= len(args) <= (5 if t0 is None else 6):
-            ctx.report(E.ode_arity(e.callee.span, len(args)))
+            ctx.report(SE.ode_arity(e.callee.span, len(args)))
         if args:
             lam = args[0]
             if not isinstance(lam, A.ELambda):
-                ctx.report(E.ode_needs_lambda(lam.span))
+                ctx.report(SE.ode_needs_lambda(lam.span))
                 self._infer(lam)
             else:
                 if len(lam.params) != 2:
-                    ctx.report(E.ode_lambda_arity(lam.span, len(lam.params)))
+                    ctx.report(SE.ode_lambda_arity(lam.span, len(lam.params)))
                 axes = self._quiet_axes(args[1]) if len(args) > 1 else None
                 scalar = len(args) > 1 and (axes == () or self.is_scalar(args[1]))
                 self._lambda_body(lam, "ode", [(X.hover_text(axes) or "numeric", "state of `ode`"),
                                                ("Real", "time of `ode`")],
-                                  vector_state=not scalar, repeated=E.ode_lambda_repeated)
+                                  vector_state=not scalar, repeated=SE.ode_lambda_repeated)
         if len(args) > 1:
             self._recurrence_value("ode", args[1], 1, "the initial state of `ode`")
         if t0 is not None:
             self._recurrence_value("ode", t0, 2, "the initial time of `ode`")
             t0_axes = self._quiet_axes(t0)
             if t0_axes:
-                ctx.report(E.ode_t0_scalar(t0.span, ctx.snippet(t0.span), X.spell_axes(t0_axes)))
+                ctx.report(SE.ode_t0_scalar(t0.span, ctx.snippet(t0.span), X.spell_axes(t0_axes)))
         position = {id(a): i for i, a in enumerate(args)}
         if times is not None:
             self._recurrence_value("ode", times, position[id(times)], "the times of `ode`")
@@ -169,12 +170,12 @@ class RecurrenceChecks:
             while isinstance(inner, A.EParen):
                 inner = inner.inner
             if isinstance(inner, A.Number) or (isinstance(inner, A.ENeg) and isinstance(inner.operand, A.Number)):
-                ctx.report(E.ode_times_scalar(times.span))
+                ctx.report(SE.ode_times_scalar(times.span))
         for a, which in ((rtol, "rtol"), (atol, "atol")):
             if a is not None:
                 i = position[id(a)]
                 if isinstance(a, A.ELambda):
-                    ctx.report(E.ode_lambda_misplaced(a.span, self._ORDINALS[i]))
+                    ctx.report(SE.ode_lambda_misplaced(a.span, self._ORDINALS[i]))
                 elif not (isinstance(a, A.Number) and a.value > 0):
                     self._infer(a)
-                    ctx.report(E.ode_tolerance(a.span, which))
+                    ctx.report(SE.ode_tolerance(a.span, which))

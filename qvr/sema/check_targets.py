@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema import axes as X  # E9.1
 from qvr.sema.families import FAMILIES, OUTSIDE_CORE_FAMILIES, space_of
 from qvr.sema import runnable  # E9.9
@@ -117,7 +118,7 @@ class TargetChecks:
                 self.use_local_quiet(a.base)
                 continue
             if A.is_expr_arg(a):  # E9.10: only family targets take expressions
-                ctx.report(E.expr_arg_not_variable(a.span, t.name.text, "morphism"))
+                ctx.report(SE.expr_arg_not_variable(a.span, t.name.text, "morphism"))
                 self.infer(a)
                 continue
             local = self.use_step_arg(a)
@@ -144,7 +145,7 @@ class TargetChecks:
             elif isinstance(a, A.DAIndex):
                 ctx.report(E.bracket_arg(a.span))
             elif A.is_expr_arg(a):  # E9.10
-                ctx.report(E.expr_arg_not_variable(a.span, t.name.text, "program"))
+                ctx.report(SE.expr_arg_not_variable(a.span, t.name.text, "program"))
                 self.infer(a)
         return ("template", sym)
 
@@ -157,9 +158,9 @@ class TargetChecks:
         if fam.improper:  # E9.2: `Flat`, `HalfFlat`
             return self._improper_target(t, fam, blk, kind)
         if not runnable.step_supported(fam.name):  # E9.9: the checker refuses it, not `qvr run`
-            ctx.report(E.runtime_unsupported(t.name.span, f"family `{fam.name}`"))
+            ctx.report(SE.runtime_unsupported(t.name.span, f"family `{fam.name}`"))
         elif fam.name in runnable.SPACE_FAMILIES and kind != "sample":
-            ctx.report(E.space_family_needs_space(t.name.span, fam.name,
+            ctx.report(SE.space_family_needs_space(t.name.span, fam.name,
                                                   step=f"{'an' if kind == 'observe' else 'a'} "
                                                        f"`{kind}` step"))
         if t.args is None:
@@ -225,14 +226,14 @@ class TargetChecks:
     def _improper_target(self, t: A.Target, fam, blk: Block, kind: str):
         ctx = self.ctx
         if t.args is not None:
-            ctx.report(E.improper_args(t.name.span, fam.name))
+            ctx.report(SE.improper_args(t.name.span, fam.name))
             self._args_as_uses(t)
             return ("family", fam)
         where = {"observe": "an `observe` step", "marginalize": "a `marginalize` step"}.get(kind)
         if where is None and blk.in_marginalize:
             where = "a step inside a marginalize block"
         if where is not None:
-            ctx.report(E.improper_position(t.name.span, fam.name, where))
+            ctx.report(SE.improper_position(t.name.span, fam.name, where))
         return ("family", fam)
 
     def _space_object(self, n):
@@ -252,11 +253,11 @@ class TargetChecks:
         if kind.families:
             if fam.name not in kind.families:
                 need = " or ".join(f"`{f}`" for f in kind.families)
-                ctx.report(E.space_family(step.target.name.span, n.text, what, need, fam.name, ""))
+                ctx.report(SE.space_family(step.target.name.span, n.text, what, need, fam.name, ""))
         elif fam.support != kind.support or fam.event_rank != 0 or fam.discrete:
             need = {"Real": "a family on the real line (`Flat`, `Normal`, …)",
                     "Positive": "a family on the positive reals (`HalfFlat`, `Gamma`, …)"}[kind.support]
-            ctx.report(E.space_family(step.target.name.span, n.text, what, need, fam.name,
+            ctx.report(SE.space_family(step.target.name.span, n.text, what, need, fam.name,
                                       f" ({fam.support_text})"))
 
     def _truncation(self, opts: dict, res, step) -> None:
@@ -279,36 +280,36 @@ class TargetChecks:
         if res[0] == "unknown":
             return
         if res[0] != "family":
-            ctx.report(E.truncation_target(first.key.span, step.target.name.text))
+            ctx.report(SE.truncation_target(first.key.span, step.target.name.text))
             return
         fam = res[1]
         if fam.discrete:
-            ctx.report(E.truncation_discrete(first.key.span, fam.name))
+            ctx.report(SE.truncation_discrete(first.key.span, fam.name))
             return
         if fam.event_rank != 0:
-            ctx.report(E.truncation_vector(first.key.span, fam.name, fam.event_rank))
+            ctx.report(SE.truncation_vector(first.key.span, fam.name, fam.event_rank))
             return
         over = opts.get("over")
         if over is not None and isinstance(over.value, A.OVName) and self._space_object(over.value):
-            ctx.report(E.truncation_space(first.key.span, over.value.text))
+            ctx.report(SE.truncation_space(first.key.span, over.value.text))
             return
         if not fam.improper and fam.name not in runnable.CDF_FAMILIES and (
                 any(isinstance(e.value, A.OVName) for e in entries.values())
                 or not all(isinstance(a, A.Number) for a in step.target.args or ())):
             # E9.9: the runtime renormalises by quadrature only with numbers (QVR950 there)
-            ctx.report(E.runtime_unsupported(step.target.name.span, f"truncation of "
+            ctx.report(SE.runtime_unsupported(step.target.name.span, f"truncation of "
                                              f"`{fam.name}` with variable arguments"))
         lo, hi = literal.get("lower"), literal.get("upper")
         num = lambda x: repr(float(x))  # noqa: E731
         if lo is not None and hi is not None and lo >= hi:
-            ctx.report(E.truncation_empty(entries["upper"].key.span,
+            ctx.report(SE.truncation_empty(entries["upper"].key.span,
                                           f"`lower={num(lo)}` is not below `upper={num(hi)}`"))
         elif hi is not None and fam.support in ("Positive", "Unit") and hi <= 0:
-            ctx.report(E.truncation_empty(entries["upper"].key.span,
+            ctx.report(SE.truncation_empty(entries["upper"].key.span,
                                           f"`{fam.name}` draws {fam.support_text}, none of them "
                                           f"below `upper={num(hi)}`"))
         elif lo is not None and fam.support == "Unit" and lo >= 1:
-            ctx.report(E.truncation_empty(entries["lower"].key.span,
+            ctx.report(SE.truncation_empty(entries["lower"].key.span,
                                           f"`{fam.name}` draws {fam.support_text}, none of them "
                                           f"above `lower={num(lo)}`"))
 

@@ -17,6 +17,7 @@ every term of the block has one entry per element of I and a row reads only its 
 from __future__ import annotations
 
 from qvr.sema import errors as E
+from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.axes import REDUCTIONS, UNARY
 from qvr.sema.families import FAMILIES
 from qvr.syntax import ast as A
@@ -81,7 +82,7 @@ def check_grouped(chk, step: A.MarginalizeStep) -> None:
     would fail after a clean check).  `score v : T = e` there is QVR323."""
     for s in step.body:
         if isinstance(s, A.ScoreStep) and s.index is None:
-            chk.ctx.report(E.runtime_unsupported(
+            chk.ctx.report(SE.runtime_unsupported(
                 s.kw, "a `score` step inside a grouped marginalize block (score after the "
                 "block)"))
 
