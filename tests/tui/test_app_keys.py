@@ -13,7 +13,8 @@ from textual.widgets import Select
 from qvr.inference.config import FitConfig
 from qvr_tui.app import QvrDash
 from qvr_tui.screens.confirm import Confirm
-from qvr_tui.screens.setup import COMMON, OptionRow, SetupPane
+from qvr_tui.screens.setup import COMMON, SetupPane
+from qvr_tui.widgets.form_rows import OptionRow
 
 from conftest import EXAMPLES
 

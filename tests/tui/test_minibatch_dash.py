@@ -75,8 +75,8 @@ def test_a_shipped_distributed_chain_method_shows_as_the_default():
     """A program's data/NAME.fit.json may say ``chain_method: distributed`` (for `qvr run
     --nproc`); the form, which cannot launch processes, starts from the default."""
     from qvr.inference.config import FitConfig
-    from qvr_tui.screens.setup import OptionRow, _opt_of
-    row = OptionRow("chain_method", _opt_of("chain_method"), "distributed")
+    from qvr_tui.widgets.form_rows import OptionRow, opt_of
+    row = OptionRow("chain_method", opt_of("chain_method"), "distributed")
     assert row.value == FitConfig.default("chain_method") == "vectorized"
     assert "distributed" not in row.choices and "parallel" in row.choices
 
