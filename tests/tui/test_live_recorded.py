@@ -158,6 +158,7 @@ async def main():
     heavy = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")
                    or m.startswith("qvr.runtime") or m.startswith("qvr.inference.")
                    and m not in ("qvr.events", "qvr.inference.config",
+                                 "qvr.inference.criticism",  # the room's docstring only
                                  "qvr.inference.criticism.diagnostics"))
     print("HEAVY", heavy)
 asyncio.run(main())
