@@ -22,7 +22,7 @@ Each field's metadata (`Opt`) says
 ``args`` are the parameters of a parametric program (a template, language spec §7.13)
 when the export fitted is one: ``{name: number}``, ``--arg NAME=VALUE`` once per
 parameter on the command line, a row per parameter in the dashboard.  Which names are
-needed is known only with the program: `qvr.inference.fitting.args_error` checks them.
+needed is known only with the program: `qvr.inference.front.fitting.args_error` checks them.
 
 `FitConfig.errors()` gives every problem as ``{field: message}`` (the dashboard shows them
 in place); `FitConfig.validate()` raises `ConfigError` listing them; `FitConfig.from_dict`
@@ -288,12 +288,12 @@ class FitConfig:
 
     Common: ``method`` (``svi``, ``hmc``, ``nuts``, ``smc``), ``seed`` (`torch.manual_seed`
     before fitting; None leaves the RNG alone), ``device``, ``dtype`` (``float32`` or
-    ``float64``: the whole fit runs with that default dtype, `qvr.inference.fitting.fit`),
+    ``float64``: the whole fit runs with that default dtype, `qvr.inference.front.fitting.fit`),
     ``args`` (a parametric
     program's parameters, ``{name: number}``), ``progress_interval``.
     SVI, HMC and NUTS: ``data``, ``synthetic``, ``draws`` (Monte-Carlo draws of every
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``, ``batch_size``
-    (`qvr.inference.minibatch`).  HMC/NUTS: ``num_warmup``, ``num_samples``,
+    (`qvr.inference.data.minibatch`).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
     ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``, ``chain_method``, ``threads``
     (`qvr.inference.methods.mcmc.sampling_threads`).  SVI, HMC and
@@ -447,7 +447,7 @@ class FitConfig:
     top: int = _opt(10, methods=frozenset({"smc"}), parse=parse_int, check=_int_at_least(1),
                     metavar="K", help="SMC: number of top sequences kept in the summary "
                                       "(default 10)")
-    # ---- after the fit (qvr.inference.pointwise)
+    # ---- after the fit (qvr.inference.criticism.pointwise)
     pointwise: bool = _opt(True, methods=FITTING, flag=None,
                            check=lambda v: None if isinstance(v, bool) else
                            f"must be true or false, got {v!r}",
@@ -550,7 +550,7 @@ def start_at_error(start_at: Optional[str], run_method: Optional[str] = None,
     must be an HMC or NUTS run (its draws); ``"means"`` goes with any run, or none.  This
     is a check across `FitConfig` and the run, which `FitConfig` does not hold, so it is
     made where the run is known: `qvr run` before it creates the run folder (a usage
-    error), `qvr.inference.start.load_start` when the run is opened (a `StartError`), and
+    error), `qvr.inference.front.start.load_start` when the run is opened (a `StartError`), and
     `fit` when no run was given (a `ConfigError`).  Torch-free, so the
     dashboard's form can use it too."""
     if start_at != "draws":

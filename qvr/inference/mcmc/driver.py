@@ -25,10 +25,10 @@ seeded with the chain index (the global RNG is untouched); ``"zero"``; ``"guide"
 `T^-1` of one `guide.rsample` draw.  `run(..., initial=z0)` gives the positions
 themselves (`(num_chains, D)`, unconstrained, in the target's registry order), replacing
 the strategy: a fit started from an MCMC run's draws continues its chains that way
-(`qvr.inference.start.StartState.initial_positions`).  Everything else (momenta,
+(`qvr.inference.front.start.StartState.initial_positions`).  Everything else (momenta,
 acceptance, directions) uses the global torch RNG, so `torch.manual_seed` makes a run reproducible.
 
-Events (`qvr.inference.events`): throttled `FitProgress` per chain with ``accept_prob``
+Events (`qvr.events`): throttled `FitProgress` per chain with ``accept_prob``
 (running mean of the acceptance statistic in the phase), ``step_size``, ``tree_depth``,
 ``num_steps``, ``divergences`` (cumulative in the phase), ``max_depth_hits`` (cumulative
 in the phase, NUTS), ``log_density`` and, in sampling once a chain has diverged,
@@ -148,7 +148,7 @@ class MCMCResult:
     def summary(self, max_coordinates: Optional[int] = None):
         """Mean, sd, quantiles, MCSE, bulk/tail ESS and rank-normalised R-hat per
         coordinate, and per site over all its coordinates
-        (`qvr.inference.diagnostics.Summary`); every coordinate unless `max_coordinates`
+        (`qvr.inference.criticism.diagnostics.Summary`); every coordinate unless `max_coordinates`
         caps the rows (what a fit records is complete: a site's worst R-hat must be
         taken over the whole site)."""
         from qvr.inference.criticism.diagnostics import summary

@@ -1,7 +1,7 @@
 """HMC and NUTS behind `fit`: the `MCMC` driver with an `HMCKernel` or a `NUTSKernel` built
 from the config; a `start_from` run gives the initial positions: its posterior means, an
 SVI run's guide locations, or (``start_at="draws"``) the last draws of its chains, chain c
-at the run's chain ``c mod C_run`` (`qvr.inference.start`), passed to the driver as
+at the run's chain ``c mod C_run`` (`qvr.inference.front.start`), passed to the driver as
 `MCMC.run(initial=...)`."""
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def compile_fallback(res):
 
 
 def e_bfmi(res) -> list:
-    """E-BFMI per chain of an `MCMCResult` (`qvr.inference.diagnostics.e_bfmi`)."""
+    """E-BFMI per chain of an `MCMCResult` (`qvr.inference.criticism.diagnostics.e_bfmi`)."""
     from qvr.inference.criticism.diagnostics import e_bfmi as of_energies
     if res.energies is None:
         return [float("nan")] * res.num_chains
