@@ -139,3 +139,21 @@ def test_adapt_reaches_the_kernel_and_the_record(tmp_path):
     # a dense metric is adapted on Stan's windows
     assert NUTSKernel(mass_matrix="dense").schedule == "windowed"
     assert NUTSKernel().schedule == "fisher"
+
+
+def test_dual_averaging_restarts_for_the_fixed_metric_window():
+    """The step size after warmup averages the last 15 % only (the metric no longer
+    changes there): dual averaging restarts after `restart_at`, the last update point."""
+    f = FisherDiag(1, 2, 100, torch.float64, None)
+    assert f.restart_at == f.final_start - 1 == 84 and f.restart_at in f.update_points
+    assert max(f.update_points) == f.restart_at
+    torch.manual_seed(0)
+    kernel = NUTSKernel(compiler="torchscript")
+    target = gaussian_target()
+    state = kernel.init(target, torch.randn(2, 5), 100, 10)
+    while state.i < 100:
+        state = kernel.sample(state, target)
+        if state.i == 85:
+            assert state.da.t == 0  # restarted at the end of iteration 84
+    assert state.da.t == 15  # iterations 85 .. 99
+    assert torch.allclose(state.step_size, torch.exp(state.da.log_step_avg))

@@ -264,7 +264,12 @@ class FisherDiag:
     recomputes after every draw: ours is cut to those points so that a compiled block of
     transitions runs between them with a fixed metric, the same on every path), never from
     `final_start` on.  A coordinate whose ratio is zero or not finite, or a chain with
-    fewer than 3 draws in its foreground, keeps its previous value.
+    fewer than 3 draws in its foreground, keeps its previous value.  `restart_at`
+    (`final_start - 1`): the kernel restarts dual averaging there, so that the step size
+    after warmup averages the fixed-metric window only (nuts-rs never restarts after the
+    first update, and its final step size carries about half its weight from earlier
+    metrics: on Lotka-Volterra, 4 x (500 + 500), one chain then sampled at acceptance 0.2
+    with 63 divergences in 145 draws).
 
       >>> f = FisherDiag(1, 2, 100, torch.float64, None)
       >>> f.final_start, min(f.update_points), f.first_update
@@ -275,7 +280,9 @@ class FisherDiag:
         self.switches, self.final_start = fisher_schedule(num_warmup)
         S = self.final_start
         self.first_update = 2
+        self.restart_at = S - 1
         points = set(range(2, min(20, S))) | set(range(9, S, 10)) | set(self.switches)
+        points.add(S - 1)  # the last: dual averaging restarts after it (`HMCBase`)
         self.update_points = frozenset(t for t in points if t < S)
         self._switch_set = frozenset(self.switches)
         self.C, self.D, self.dtype, self.device = C, D, dtype, device

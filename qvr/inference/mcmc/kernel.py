@@ -348,6 +348,10 @@ class HMCBase(MCMCKernel):
                 if self.find_step_size:
                     state.step_size = self._reasonable_step_size(state, target)
                 state.da = self.dual_averaging.init(state.step_size)
+            elif i == state.fisher.restart_at and state.da is not None:
+                # the metric is final from here: the step size after warmup averages
+                # this window only (`FisherDiag`'s docstring says why)
+                state.da = self.dual_averaging.init(state.step_size)
         lo, hi = state.slow_range
         if state.welford is not None and lo <= i <= hi:
             if i in state.mass_updates and state.welford.n >= 2:
