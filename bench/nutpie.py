@@ -85,7 +85,7 @@ print("RESULT" + json.dumps(r))
 def wait_for_workers(cache: Path, limit: float = 1800.0) -> None:
     """Until no background compile (`transition.BackgroundCompile`) of the first run is
     still working in `cache` (its lock names a live process)."""
-    from qvr.inference.mcmc.transition import _alive
+    from qvr.inference.mcmc.transition_cache import _alive
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if not any(_alive(lock) for lock in cache.glob("transitions/*.compiling")):

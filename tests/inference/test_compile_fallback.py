@@ -8,6 +8,8 @@ from qvr.inference import FitConfig, fit
 from qvr.events import FitNote
 from qvr.inference.mcmc import nuts
 from qvr.inference.mcmc import transition as TR
+from qvr.inference.mcmc import transition_cache as TC
+from qvr.inference.mcmc import transition_graph as TG
 
 SRC = """
 object Obs : FinSet 3
@@ -32,7 +34,7 @@ def test_a_failed_compile_is_said_in_the_events_the_record_and_the_summary(
                            "was not passed in!")
 
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", build)
-    monkeypatch.setattr(TR, "cache_dir", lambda: tmp_path / "transitions")
+    monkeypatch.setattr(TC, "cache_dir", lambda: tmp_path / "transitions")
     monkeypatch.setenv("QVR_MCMC_COMPILER", "transition")
     events = []
     res = fit(qvr.loads(SRC), {"y": [0.3, -0.2, 0.9]},

@@ -11,6 +11,8 @@ import torch
 from qvr import loads
 from qvr.inference.mcmc import graph_cache
 from qvr.inference.mcmc import transition as TR
+from qvr.inference.mcmc import transition_cache as TC
+from qvr.inference.mcmc import transition_graph as TG
 from qvr.inference.mcmc.potential import ProgramTarget, make_target
 
 from helpers import mu_sigma
@@ -49,7 +51,7 @@ def test_a_second_target_loads_the_compiled_density_with_the_same_values(cache):
     # the FX graph (for a whole-transition compile) is read when asked for: the same
     # code, so the compiled transition the first run built is found by the second
     assert second.density_graph(Z).code == first.density_graph(Z).code
-    keys = {TR.cache_key(t.density_graph(Z), Z, False, 1000.0, True, 10, True, 8)
+    keys = {TC.cache_key(t.density_graph(Z), Z, False, 1000.0, True, 10, True, 8)
             for t in (first, second)}
     assert len(keys) == 1
     # another point is not another function; another chain count is

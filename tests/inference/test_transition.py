@@ -23,6 +23,8 @@ import torch
 from qvr.inference import MCMC, NUTSKernel
 from qvr.inference.mcmc import tick as T
 from qvr.inference.mcmc import transition as TR
+from qvr.inference.mcmc import transition_cache as TC
+from qvr.inference.mcmc import transition_graph as TG
 from qvr.inference.mcmc.potential import FunctionTarget, make_target
 
 from helpers import check_moments, normal_normal_case
@@ -287,10 +289,10 @@ def test_the_cache_key_digests_a_held_tensors_shape_not_its_value():
             return -self.c * z, -0.5 * self.c * (z * z).sum(-1)
 
     z0 = torch.zeros(2, 3)
-    keys = [TR.cache_key(torch.fx.symbolic_trace(Scaled(c)), z0, False, 1000.0, True, 10,
+    keys = [TC.cache_key(torch.fx.symbolic_trace(Scaled(c)), z0, False, 1000.0, True, 10,
                          True, 8) for c in (2.0, 3.0, [2.0, 2.0, 2.0], 2)]
     assert keys[0] == keys[1] and len(set(keys[1:])) == 3
-    lifted, consts = TR.lift_constants(torch.fx.symbolic_trace(Scaled(3.0)))
+    lifted, consts = TG.lift_constants(torch.fx.symbolic_trace(Scaled(3.0)))
     assert consts and not [n for n in lifted.graph.nodes if n.op == "get_attr"]
     z = torch.randn(2, 3)
     # the lifted graph computes with the values it is given (all linear in c here)
@@ -304,17 +306,17 @@ def test_the_cache_key_is_digested_once_per_graph_and_settings(monkeypatch):
     """A run asks for the key twice (is the package on disk? then compile or load it):
     the graph is digested once; other settings or another graph digest again."""
     calls = []
-    digest = TR._digest
-    monkeypatch.setattr(TR, "_digest", lambda *a: calls.append(a) or digest(*a))
+    digest = TC._digest
+    monkeypatch.setattr(TC, "_digest", lambda *a: calls.append(a) or digest(*a))
     graph = torch.fx.symbolic_trace(lambda z: (-z, -0.5 * (z * z).sum(-1)))
     z0 = torch.zeros(2, 3)
-    first = TR.cache_key(graph, z0, False, 1000.0, True, 10, True, 8)
-    assert TR.is_cached(graph, z0, False, 1000.0, True, 10, True, 8) is False
-    assert TR.cache_key(graph, z0, False, 1000.0, True, 10, True, 8) == first
+    first = TC.cache_key(graph, z0, False, 1000.0, True, 10, True, 8)
+    assert TC.is_cached(graph, z0, False, 1000.0, True, 10, True, 8) is False
+    assert TC.cache_key(graph, z0, False, 1000.0, True, 10, True, 8) == first
     assert len(calls) == 1
-    assert TR.cache_key(graph, z0, False, 1000.0, True, 10, True, 16) != first
+    assert TC.cache_key(graph, z0, False, 1000.0, True, 10, True, 16) != first
     other = torch.fx.symbolic_trace(lambda z: (-z, -0.5 * (z * z).sum(-1)))
-    assert TR.cache_key(other, z0, False, 1000.0, True, 10, True, 8) == first
+    assert TC.cache_key(other, z0, False, 1000.0, True, 10, True, 8) == first
     assert len(calls) == 3
 
 
@@ -346,9 +348,9 @@ def test_constant_folded_values_are_inputs_not_part_of_the_key():
     for dotted in (False, True):
         graphs = [folded(c, dotted) for c in (2.0, 2.0, 3.0)]
         assert graphs[0].code == graphs[2].code  # only the listed value differs
-        keys = [TR.cache_key(g, z0, False, 1000.0, True, 10, True, 8) for g in graphs]
+        keys = [TC.cache_key(g, z0, False, 1000.0, True, 10, True, 8) for g in graphs]
         assert keys[0] == keys[1] == keys[2]
-        lifted, consts = TR.lift_constants(graphs[2])
+        lifted, consts = TG.lift_constants(graphs[2])
         assert len(consts) == 1 and consts[0].stride() == (0,)
         z = torch.ones(2, 3)
         want = graphs[2](z)
@@ -367,7 +369,7 @@ def test_constant_folded_values_are_inputs_not_part_of_the_key():
         g.output((grad, g.call_function(torch.sum, (grad, -1))))
         return torch.fx.GraphModule(root, g)
 
-    keys = [TR.cache_key(whole(c), z0, False, 1000.0, True, 10, True, 8) for c in (2.0, 3.0)]
+    keys = [TC.cache_key(whole(c), z0, False, 1000.0, True, 10, True, 8) for c in (2.0, 3.0)]
     assert keys[0] != keys[1]
 
 
@@ -384,8 +386,8 @@ def _eager_blocks(monkeypatch, calls=None):
     def compile_transition(graph, z0, dense, thr, momentum, K, biased, T, *a, **k):
         return _EagerBlock(graph, dense, thr, momentum, K, biased, T), "eager block"
 
-    monkeypatch.setattr(TR, "compile_transition", compile_transition)
-    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: True)
+    monkeypatch.setattr(TC, "compile_transition", compile_transition)
+    monkeypatch.setattr(TC, "is_cached", lambda *a, **k: True)
     if calls is not None:
         from qvr.inference.mcmc import nuts as N
         run = N.NUTSKernel._run_block
@@ -522,12 +524,12 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
     graph = t.density_graph(z0)
     assert graph is not None
     T = TR.block_size(4, t.dim, 10)
-    ct, note = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T, cache_dir)
+    ct, note = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T, cache_dir)
     assert ct is not None, note
     assert note.startswith("the whole NUTS transition compiled by AOTInductor (a C++ loop "
                            f"of up to {T} transitions a call")
     assert len(list(cache_dir.glob("*.pt2"))) == 1
-    again, note2 = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
+    again, note2 = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
                                          cache_dir)
     assert again.cached and note2.startswith("the whole NUTS transition loaded from the "
                                              "disk cache")
@@ -544,7 +546,7 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(TR, "eager_loop", counted)
-        loaded, _ = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
+        loaded, _ = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
                                           cache_dir)
     assert loaded is not None and loaded.cached and eager == []
     elsewhere = cache_dir.parent / "altered"
@@ -555,7 +557,7 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
     data = torch.load(check)
     data["want"][0] = data["want"][0] + 1.0  # the positions it "gave"
     torch.save(data, check)
-    bad, why = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T, elsewhere)
+    bad, why = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T, elsewhere)
     assert bad is None and why == ("the compiled transition disagrees with what it gave "
                                    "when it was built")
     assert list(elsewhere.iterdir()) == []  # the package and its check deleted
@@ -565,7 +567,7 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
     later = make_target(model, x, obs)
     assert later.compiled_for(z0) is not None
     assert later.graph_cache_notes == {4: "loaded from the disk cache"}
-    third, _ = TR.compile_transition(later.density_graph(z0), z0, False, 1000.0, True, 10,
+    third, _ = TC.compile_transition(later.density_graph(z0), z0, False, 1000.0, True, 10,
                                      True, T, cache_dir)
     assert third is not None and third.cached
     # the compiled loop and the Python loop on fresh inputs, a few transitions with dual
@@ -587,13 +589,13 @@ def test_other_data_of_the_same_shapes_reuse_the_package(cache_dir, normal_targe
     t, _ = normal_target
     z0 = torch.zeros(4, t.dim) + 0.3
     T_ = TR.block_size(4, t.dim, 10)
-    first, _ = TR.compile_transition(t.density_graph(z0), z0, False, 1000.0, True, 10, True,
+    first, _ = TC.compile_transition(t.density_graph(z0), z0, False, 1000.0, True, 10, True,
                                      T_, cache_dir)
     assert first is not None
     model, x, obs, _ = normal_normal_case(seed=11)  # other y, same 20 rows
     other = make_target(model, x, obs)
     graph = other.density_graph(z0)
-    again, note = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T_,
+    again, note = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T_,
                                         cache_dir)
     assert again is not None and again.cached, note
     args = TR.example_inputs(graph, z0 - 0.7, False, 10, T_, seed=21, limit=3)
@@ -629,7 +631,7 @@ def test_a_failing_compile_leaves_the_fit_on_ticks(monkeypatch, normal_target):
     def boom(*a, **k):
         raise RuntimeError("no C++ compiler found")
 
-    monkeypatch.setattr(TR, "cache_key", boom)
+    monkeypatch.setattr(TC, "cache_key", boom)
     model, x, obs, _ = normal_normal_case()
     t = make_target(model, x, obs)
     torch.manual_seed(0)
@@ -649,7 +651,7 @@ def test_a_transition_failing_at_run_time_hands_over_to_ticks(monkeypatch):
         def __call__(self, *a):
             raise RuntimeError("kernel crashed")
 
-    monkeypatch.setattr(TR, "compile_transition", lambda *a, **k: (Broken(), "compiled"))
+    monkeypatch.setattr(TC, "compile_transition", lambda *a, **k: (Broken(), "compiled"))
     model, x, obs, _ = normal_normal_case()
     t = make_target(model, x, obs)
     torch.manual_seed(0)
@@ -683,8 +685,8 @@ class _FakeBackground:
 def test_auto_uses_the_transition_only_for_long_runs(monkeypatch):
     calls = []
     monkeypatch.delenv(T.ENV_VAR, raising=False)
-    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: True)  # not in the background
-    monkeypatch.setattr(TR, "compile_transition",
+    monkeypatch.setattr(TC, "is_cached", lambda *a, **k: True)  # not in the background
+    monkeypatch.setattr(TC, "compile_transition",
                         lambda *a, **k: calls.append(a) or (None, "not here"))
     model, x, obs, _ = normal_normal_case()
     MCMC(NUTSKernel(), num_warmup=100, num_samples=100, num_chains=2).run(
@@ -704,8 +706,8 @@ def test_the_driver_says_when_it_compiles_before_the_first_step(monkeypatch):
     iteration and, when the package is not on disk, says so first (`FitNote`)."""
     from qvr.events import FitNote, FitProgress
     events, order = [], []
-    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: False)
-    monkeypatch.setattr(TR, "compile_transition",
+    monkeypatch.setattr(TC, "is_cached", lambda *a, **k: False)
+    monkeypatch.setattr(TC, "compile_transition",
                         lambda *a, **k: order.append("compile") or (None, "not here"))
     model, x, obs, _ = normal_normal_case()
 
@@ -722,7 +724,7 @@ def test_the_driver_says_when_it_compiles_before_the_first_step(monkeypatch):
     assert order.index("FitNote") < order.index("compile") < order.index("FitProgress")
     # on disk: nothing to say
     events.clear()
-    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: True)
+    monkeypatch.setattr(TC, "is_cached", lambda *a, **k: True)
     MCMC(NUTSKernel(compiler="transition"), num_warmup=10, num_samples=10, num_chains=2,
          on_event=on_event).run(None, target=make_target(model, x, obs))
     assert [e.message for e in events if isinstance(e, FitNote)] == [
@@ -743,7 +745,7 @@ def test_a_cancelled_run_does_not_wait_for_the_compile(monkeypatch):
         raise RuntimeError("released")
 
     monkeypatch.setattr(torch.export, "export", export)
-    monkeypatch.setattr(TR, "cache_dir", lambda: Path(os.environ["QVR_CACHE_DIR"]) / "t")
+    monkeypatch.setattr(TC, "cache_dir", lambda: Path(os.environ["QVR_CACHE_DIR"]) / "t")
     model, x, obs, _ = normal_normal_case()
     target = make_target(model, x, obs)
     kernel = NUTSKernel(compiler="transition")
@@ -758,7 +760,7 @@ def test_a_cancelled_run_does_not_wait_for_the_compile(monkeypatch):
                  should_stop=lambda: entered.is_set()).run(None, target=target)
         assert r.cancelled and r.num_samples == 0 and r.samples["mu"].shape[:2] == (2, 0)
         assert r.num_grad_evals <= 1  # the starting point's evaluation only
-        assert TR.STOPPED in r.compiler_notes
+        assert TC.STOPPED in r.compiler_notes
         assert not kernel.tick_cache(target).transitions  # a later run tries again
     finally:
         release.set()
@@ -771,9 +773,9 @@ def test_auto_compiles_in_the_background_and_takes_over_at_a_block_boundary(monk
     iterations once it is ready, saying at which; the draws have the exact moments."""
     from qvr.events import FitNote
     monkeypatch.delenv(T.ENV_VAR, raising=False)
-    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: False)
-    monkeypatch.setattr(TR, "compile_transition", lambda *a, **k: pytest.fail("waited"))
-    monkeypatch.setattr(TR, "BackgroundCompile", _FakeBackground)
+    monkeypatch.setattr(TC, "is_cached", lambda *a, **k: False)
+    monkeypatch.setattr(TC, "compile_transition", lambda *a, **k: pytest.fail("waited"))
+    monkeypatch.setattr(TC, "BackgroundCompile", _FakeBackground)
     monkeypatch.setattr(_FakeBackground, "after", 40)
     _FakeBackground.made.clear()
     model, x, obs, exact = normal_normal_case()
@@ -794,8 +796,8 @@ def test_auto_compiles_in_the_background_and_takes_over_at_a_block_boundary(monk
 
 def test_a_run_that_ends_before_the_background_compile_says_so(monkeypatch):
     monkeypatch.delenv(T.ENV_VAR, raising=False)
-    monkeypatch.setattr(TR, "is_cached", lambda *a, **k: False)
-    monkeypatch.setattr(TR, "BackgroundCompile", _FakeBackground)
+    monkeypatch.setattr(TC, "is_cached", lambda *a, **k: False)
+    monkeypatch.setattr(TC, "BackgroundCompile", _FakeBackground)
     monkeypatch.setattr(_FakeBackground, "after", None)
     model, x, obs, _ = normal_normal_case()
     torch.manual_seed(3)
@@ -806,7 +808,7 @@ def test_a_run_that_ends_before_the_background_compile_says_so(monkeypatch):
                                 "finished when the run ended: its steps ran leaf by leaf"]
     # waiting instead (explicit: a first run reproducible from its seed)
     calls = []
-    monkeypatch.setattr(TR, "compile_transition",
+    monkeypatch.setattr(TC, "compile_transition",
                         lambda *a, **k: calls.append(a) or (None, "not here"))
     MCMC(NUTSKernel(background_compile=False), num_warmup=200, num_samples=200,
          num_chains=2).run(None, target=make_target(model, x, obs))
@@ -822,9 +824,9 @@ def test_the_background_worker_builds_the_package_a_run_then_loads(tmp_path, nor
     z0 = torch.zeros(4, t.dim) + 0.3
     graph = t.density_graph(z0)
     T_ = TR.block_size(4, t.dim, 10)
-    job = TR.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
+    job = TC.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
     assert job.proc is not None and job.lock.read_text() == str(job.proc.pid)
-    other = TR.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
+    other = TC.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
     assert other.proc is None and not other.done()  # the first worker is alive
     try:
         job.proc.wait(timeout=900)  # an event (the worker's exit), not a duration

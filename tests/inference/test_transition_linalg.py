@@ -12,6 +12,8 @@ import torch
 import qvr
 from qvr.inference.front.fitting import split_data
 from qvr.inference.mcmc import transition as TR
+from qvr.inference.mcmc import transition_cache as TC
+from qvr.inference.mcmc import transition_graph as TG
 from qvr.inference.mcmc.potential import make_target
 
 HAVE_CC = shutil.which(os.environ.get("CXX", "g++")) is not None
@@ -60,7 +62,7 @@ def test_the_checks_become_a_nan_log_density_of_the_failed_chains(gp_target):
     z = torch.full((4, gp_target.dim), 0.1)
     graph = gp_target.density_graph(z)
     assert any(_is_check(n) for n in graph.graph.nodes)
-    built = TR.without_error_checks(graph)
+    built = TG.without_error_checks(graph)
     assert not any(_is_check(n) for n in built.graph.nodes)
     assert any(_is_check(n) for n in graph.graph.nodes)  # the original is untouched
     g0, lp0 = graph(z)
@@ -81,7 +83,7 @@ def test_the_checks_become_a_nan_log_density_of_the_failed_chains(gp_target):
 def test_the_transition_of_a_gp_exports_and_decomposes(gp_target):
     """What AOTInductor runs first (the export's decompositions) no longer fails."""
     z0 = torch.full((4, gp_target.dim), 0.1)
-    graph = TR.without_error_checks(gp_target.density_graph(z0))
+    graph = TG.without_error_checks(gp_target.density_graph(z0))
     K, T = 10, TR.block_size(4, gp_target.dim, 10)
     fn = TR.block_function(graph, False, 1000.0, True, K, True, torch.while_loop)
 
@@ -104,7 +106,7 @@ def test_the_transition_of_a_gp_compiles(gp_target, tmp_path):
     z0 = torch.full((4, gp_target.dim), 0.1)
     graph = gp_target.density_graph(z0)
     T = TR.block_size(4, gp_target.dim, 10)
-    ct, note = TR.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
+    ct, note = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
                                      tmp_path / "transitions")
     assert ct is not None, note
     assert note.startswith("the whole NUTS transition compiled by AOTInductor")

@@ -1,8 +1,8 @@
 """``python -m qvr.inference.mcmc.compile_worker JOB``: compile a NUTS transition into the
-disk cache in a process of its own (`transition.BackgroundCompile`, issue 37.4).
+disk cache in a process of its own (`transition_cache.BackgroundCompile`, issue 37.4).
 
 JOB is a file written by `torch.save` holding the density's FX graph, an initial position
-and the transition's settings; the worker runs `transition.compile_transition` on them
+and the transition's settings; the worker runs `transition_cache.compile_transition` on them
 (one thread, at a lower priority than the run beside it), writes the package where the
 run will look for it, and its note (what it did, or why it could not) to
 ``KEY.compile-note`` beside it; it deletes JOB.  Exit status 0 when a package was built.
@@ -23,7 +23,7 @@ def main(argv=None) -> int:
         pass
     import torch
     torch.set_num_threads(1)
-    from qvr.inference.mcmc import transition as transitions
+    from qvr.inference.mcmc import transition_cache as transitions
     job = torch.load(job_path, weights_only=False)
     job_path.unlink(missing_ok=True)
     directory = Path(job["directory"])

@@ -60,6 +60,7 @@ import torch
 from qvr.events import STEPS_COMPILED, STEPS_LEAF_BY_LEAF
 from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc import transition as transitions
+from qvr.inference.mcmc import transition_cache
 from qvr.inference.mcmc.adaptation import DualAveragingState, Welford
 from qvr.inference.mcmc.ops import fused
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Steps, Transition
@@ -260,7 +261,7 @@ class NUTSKernel(HMCBase):
                 cache.notes.append("the whole transition was not compiled: the density is "
                                    + (f"not compiled ({why})" if why else "not compiled"))
             else:
-                cached = transitions.is_cached(
+                cached = transition_cache.is_cached(
                     graph, z0, dense, self.divergence_threshold,
                     self.uturn == "momentum", K, self.transition == "biased", T)
                 if not cached and setting == "auto" and self.background_compile:
@@ -272,17 +273,17 @@ class NUTSKernel(HMCBase):
                         note("compiling NUTS to C++ in the background (once per model: "
                              "tens of seconds); sampling leaf by leaf meanwhile",
                              path=STEPS_LEAF_BY_LEAF)
-                    cache.pending[key] = (transitions.BackgroundCompile(
+                    cache.pending[key] = (transition_cache.BackgroundCompile(
                         graph, z0, dense, self.divergence_threshold,
                         self.uturn == "momentum", K, self.transition == "biased", T),
                         note)
                     return None
                 if note is not None and not cached:
                     note("compiling NUTS to C++ (once per model: tens of seconds)")
-                compiled, said = transitions.compile_transition(
+                compiled, said = transition_cache.compile_transition(
                     graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
                     K, self.transition == "biased", T, should_stop=should_stop)
-                if said == transitions.STOPPED:  # cancelled: a later run compiles again
+                if said == transition_cache.STOPPED:  # cancelled: a later run compiles again
                     cache.notes.append(said)
                     del cache.transitions[key]
                     return None

@@ -1,0 +1,344 @@
+"""The compiled NUTS transition on disk and in this process: `compile_transition` exports
+`transition.block_function` (`torch.export`, through the density's FX graph as
+`transition_graph` rewrites it) and builds it with AOTInductor into a package whose loops
+are C++, kept on disk (`cache_dir`, keyed by `cache_key`: a later process loads it in
+under a second instead of compiling for ~30-50 s), checks it against the same function run
+by PyTorch on two short blocks (a package from the cache: against the outputs it gave
+then, kept beside it), and returns a `CompiledTransition` or the reason it could not.
+`BackgroundCompile` does the same in a worker process (`compile_worker`) while a run goes
+on leaf by leaf (issue 37.4).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import warnings
+import weakref
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from qvr.inference.mcmc import ops
+from qvr.inference.mcmc import transition as loop_module
+from qvr.inference.mcmc import transition_graph
+from qvr.inference.mcmc.graph_cache import cache_root, tensor_bytes, write_aside
+from qvr.inference.mcmc.transition import (BlockOut, CompiledTransition, block_function,
+                                           blocks_agree, example_inputs)
+from qvr.inference.mcmc.transition_graph import (_attr, _dead_lists, _liftable,
+                                                 lift_constants, without_error_checks)
+
+
+def cache_dir() -> Path:
+    """Where compiled transitions are kept: ``$QVR_CACHE_DIR/transitions``, else
+    ``$XDG_CACHE_HOME/qvr/transitions``, else ``~/.cache/qvr/transitions``."""
+    return cache_root() / "transitions"
+
+
+#: `cache_key`'s digests per graph (a run asks twice: whether the package is on disk, to
+#: say that it compiles, then to compile or load it); a graph is never changed once made
+_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+              biased: bool, T: int) -> str:
+    """A digest of everything the compiled transition depends on: the density's graph
+    (its code and every tensor it holds), the shapes, dtype and device, the settings,
+    the source of this module, the loop's, the graph rewrites' and `ops`, and the PyTorch
+    version (computed once per graph and
+    settings)."""
+    settings = (tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
+                momentum, K, biased, T)
+    try:
+        known = _KEYS.setdefault(graph, {})
+    except TypeError:  # not weakly referable: digested every time
+        known = {}
+    if settings not in known:
+        known[settings] = _digest(graph, z0, dense, thr, momentum, K, biased, T)
+    return known[settings]
+
+
+def _digest(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+            biased: bool, T: int) -> str:
+    h = hashlib.sha256()
+    h.update(graph.code.encode())
+    lifts = _liftable(graph)
+    for node, t in lifts:  # inputs of the package (`lift_constants`): shapes and dtypes
+        h.update(f"{node.name}{tuple(t.shape)}{t.dtype}{t.stride()}".encode())
+    lifted = {n for n, _ in lifts}
+    dead = _dead_lists(graph, lifted)
+    for node in graph.graph.nodes:
+        # a list attribute read whole (not lifted): a constant of the package
+        if node.op == "get_attr" and node not in lifted and node not in dead:
+            obj = _attr(graph, node.target)
+            if isinstance(obj, (torch.nn.ParameterList, list, tuple)):
+                for t in (t for t in obj if isinstance(t, torch.Tensor)):
+                    h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
+                    h.update(tensor_bytes(t))
+    h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
+                   momentum, K, biased, T, torch.__version__)).encode())
+    for module in (__file__, loop_module.__file__, transition_graph.__file__,
+                   ops.__file__):
+        h.update(Path(module).read_bytes())
+    return h.hexdigest()[:32]
+
+
+def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+              biased: bool, T: int, directory: Path = None) -> bool:
+    """Whether `compile_transition` will find its package on disk."""
+    directory = Path(directory) if directory is not None else cache_dir()
+    try:
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
+    except Exception:
+        return False
+    return (directory / f"{key}.pt2").is_file()
+
+
+#: `compile_transition`'s reason when the run was stopped during the build
+STOPPED = "the transition's compile was stopped with the run"
+
+
+def _build_unless_stopped(build: Callable[[], None], should_stop: Callable[[], bool]) -> bool:
+    """Run `build()` in a daemon thread; True when it finished (its exception raised
+    here), False as soon as `should_stop()` is true (the thread is left to finish)."""
+    box = {}
+
+    def run():
+        try:
+            build()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="qvr-transition-compile", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        if should_stop():
+            return False
+        worker.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    return True
+
+
+def _write_check(path: Path, args: list, want) -> None:
+    """Keep a built package's last check (its inputs, the data included, and PyTorch's
+    outputs) beside it, written aside and renamed; never raises."""
+    data = {"args": list(args), "want": [t.detach().cpu() for t in want]}
+    try:
+        write_aside(path, lambda tmp: torch.save(data, tmp))
+    except Exception:
+        pass
+
+
+def _read_check(path: Path):
+    """`(args, want)` kept by `_write_check` (on the device of the args), or None."""
+    try:
+        data = torch.load(path, weights_only=True)
+        return data["args"], [w.to(data["args"][0].device) for w in data["want"]]
+    except Exception:
+        return None
+
+
+def _discard(*paths: Path) -> None:
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
+class BackgroundCompile:
+    """The transition compiled by a worker process while the run goes on leaf by leaf
+    (issue 37.4; `compile_worker`): `done()` says whether the worker has ended,
+    `result()` loads its package into this process (`compile_transition` finding it on
+    disk: a load and a check, well under a second) or says why there is none.
+
+    A process, not a thread: the export and Inductor's code generation are seconds of
+    Python, which a thread beside the sampler would share the interpreter lock with (a
+    thread took 26 s for a 16 s compile, and slowed the sampler as much).  The worker runs
+    at a lower priority with one thread; it writes the package aside and renames it, so
+    it may outlive the run: a run that ends first leaves it to finish for the next one.
+    A second run of the same model meanwhile waits for that worker's package instead of
+    starting another (`KEY.compiling` holds its pid)."""
+
+    def __init__(self, graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+                 biased: bool, T: int, directory: Path = None):
+        import subprocess
+        import sys
+        self.args = (graph, z0, dense, thr, momentum, K, biased, T)
+        self.directory = Path(directory) if directory is not None else cache_dir()
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
+        self.package = self.directory / f"{key}.pt2"
+        self.lock = self.directory / f"{key}.compiling"
+        self.out = self.directory / f"{key}.compile-note"
+        self.proc = None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if _alive(self.lock):
+            return  # another run's worker compiles this very package: wait for it
+        job = self.directory / f"{key}.job.{os.getpid()}.pt"
+        torch.save({"graph": graph, "z0": z0.detach().cpu(), "device": str(z0.device),
+                    "settings": (dense, thr, momentum, K, biased, T),
+                    "directory": str(self.directory)}, job)
+        self.out.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "qvr.inference.mcmc.compile_worker", str(job)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True)  # Ctrl-C in the terminal stops the run, not this
+        self.lock.write_text(str(self.proc.pid))
+
+    def done(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is not None
+        return not _alive(self.lock)
+
+    def result(self) -> tuple:
+        why = None
+        if self.proc is not None:
+            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+            self.proc.stderr.close()
+            self.lock.unlink(missing_ok=True)
+            try:
+                why = self.out.read_text().strip() or None
+            except OSError:
+                lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+                why = (f"the transition did not compile: the compile worker exited with "
+                       f"status {self.proc.returncode}"
+                       + (f": {lines[-1][:200]}" if lines else ""))
+        if not self.package.is_file():
+            return None, why or "the transition did not compile (its worker left no package)"
+        graph, z0, dense, thr, momentum, K, biased, T = self.args
+        return compile_transition(graph, z0, dense, thr, momentum, K, biased, T,
+                                  directory=self.directory)
+
+    def stop(self) -> None:
+        """End the worker now (a test's tidy-up; runs leave it to finish)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+            self.lock.unlink(missing_ok=True)
+
+
+def _alive(lock: Path) -> bool:
+    """Whether the pid in `lock` names a live process."""
+    try:
+        pid = int(lock.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
+                       K: int, biased: bool, T: int, directory: Path = None,
+                       should_stop: Callable[[], bool] = None) -> tuple:
+    """`(CompiledTransition, note)` or `(None, why not)`.
+
+    The block of `T` transitions (`block_function`) around the density's FX `graph` (`ProgramTarget.density_graph`) is
+    exported (`torch.export`) and compiled by AOTInductor into a package of C++ (the loop
+    runs in C++), kept in `directory` (default `cache_dir()`) under `cache_key`: a later
+    process with the same model loads it in milliseconds.  A package it builds is
+    checked against the same function run by PyTorch (`eager_loop`) on two short
+    blocks, and the last check's inputs and outputs are kept beside it
+    (``KEY.check.pt``); one loaded from the cache is run on those inputs and must give
+    those outputs (without them: checked against PyTorch on one transition).  Any
+    disagreement beyond float rounding rejects it (and a cached package that disagrees
+    or fails to load is deleted, with its check).
+
+    With `should_stop`, a build runs in a thread of its own, and the call returns
+    `(None, STOPPED)` within a tenth of a second of `should_stop()` turning true (a
+    cancelled run does not wait tens of seconds for a C++ compile it will not use; the
+    abandoned build finishes or dies with the process, its package written aside, never
+    half)."""
+    directory = Path(directory) if directory is not None else cache_dir()
+    reference = block_function(graph, dense, thr, momentum, K, biased)
+    t0 = time.perf_counter()
+    state = torch.get_rng_state()
+    path = None
+    try:
+        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
+        path = directory / f"{key}.pt2"
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            from torch._inductor import aoti_compile_and_package, aoti_load_package
+            cached = path.is_file()
+            built = without_error_checks(graph)
+            lifted, consts = lift_constants(built)
+            if not cached:
+                example = example_inputs(built, torch.full_like(z0, 0.1), dense, K, T)
+                n_args = len(example)
+
+                class Transition(torch.nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.density = lifted  # a submodule: export inlines it
+
+                    def forward(self, *args):
+                        data = args[n_args:]
+                        fn = block_function(lambda z: self.density(z, *data), dense, thr,
+                                            momentum, K, biased, torch.while_loop)
+                        return fn(*args[:n_args])
+
+                def build():
+                    with torch.no_grad():  # (grad mode is per thread)
+                        # strict (Dynamo) export: the non-strict one leaves the inner loop
+                        # of the nested while_loop without the metadata the verifier asks for
+                        exported = torch.export.export(Transition(),
+                                                       tuple(example) + tuple(consts),
+                                                       strict=True)
+                        directory.mkdir(parents=True, exist_ok=True)
+                        # written aside and renamed: a killed compile leaves no broken package
+                        tmp = directory / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.pt2"
+                        aoti_compile_and_package(exported, package_path=str(tmp))
+                        os.replace(tmp, path)
+
+                if should_stop is None:
+                    build()
+                elif not _build_unless_stopped(build, should_stop):
+                    return None, STOPPED
+            runner = aoti_load_package(str(path))
+            seconds = time.perf_counter() - t0
+            # a few transitions: over many, float rounding (an ulp of a step size from dual
+            # averaging) grows into different trajectories, as any two builds' would.  A
+            # package from the cache passed both checks when it was built: one transition
+            # at the run's start checks that it loaded right (the PyTorch side runs
+            # eagerly: eight schools, 0.27 s for both checks, a third of a short run).
+            # Cheaper still, the package is run on the inputs of its last check when it
+            # was built and must give the outputs PyTorch gave then (`KEY.check.pt`)
+            checks = [(6, z0, 1)] if cached else [(5, torch.full_like(z0, 0.1), min(T, 3)),
+                                                  (6, z0, min(T, 2))]
+            kept = directory / f"{key}.check.pt"
+            if cached:
+                stored = _read_check(kept)
+                if stored is not None:
+                    args, want = stored  # with the data it was built with
+                    if not blocks_agree(BlockOut(*want), BlockOut(*runner(*args))):
+                        _discard(path, kept)
+                        return None, ("the compiled transition disagrees with what it gave "
+                                      "when it was built")
+                    checks = []
+            for seed, at, limit in checks:
+                args = example_inputs(graph, at, dense, K, T, seed=seed, limit=limit)
+                want = reference(*args)
+                args = args + consts
+                got = runner(*args)
+                if not blocks_agree(BlockOut(*want), BlockOut(*got)):
+                    _discard(path, kept)
+                    return None, "the compiled transition disagrees with PyTorch on test inputs"
+            if not cached:
+                _write_check(kept, args, want)
+    except Exception as exc:  # no C++ compiler, an unsupported operation, ...
+        if path is not None and path.is_file() and "cached" in locals() and cached:
+            _discard(path, path.with_name(f"{path.stem}.check.pt"))
+        first = (str(exc).strip().splitlines() or [""])[0]  # InductorError: many lines
+        return None, f"the transition did not compile: {type(exc).__name__}: {first[:200]}"
+    finally:
+        torch.set_rng_state(state)
+    how = "loaded from the disk cache" if cached else "compiled by AOTInductor"
+    return (CompiledTransition(runner, K, T, z0.device, seconds, cached, consts),
+            f"the whole NUTS transition {how} (a C++ loop of up to {T} transitions "
+            f"a call; {seconds:.1f} s)")
