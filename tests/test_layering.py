@@ -95,7 +95,7 @@ def test_the_library_contract_fails_on_a_planted_command_line_import(tmp_path):
 # belongs to a group: a new top-level module or package is placed here.
 LAYERS = [
     [["qvr/text.py"], ["qvr/version.py"], ["qvr/record_analyses.py"], ["qvr/events.py"],
-     ["qvr/datafiles.py"], ["qvr/internal_error.py"]],
+     ["qvr/datafiles.py", "qvr/mapped_arrays.py"], ["qvr/internal_error.py"]],
     [["qvr/diagnostics.py"]],
     [["qvr/syntax/"]],
     [["qvr/sema/"]],

@@ -34,7 +34,7 @@ A large corpus for ``decoder_lm.qvr`` (data larger than memory, issue 26): ``--t
 --out DIR`` writes ``DIR/x.npy`` and ``DIR/next_token.npy``, int16 arrays of ``N // 16``
 rows of 16 word ids (``--length``), cut as in ``decoder_lm.json`` from the stream ``<eos>
 sentence <eos> sentence ...``, ``next_token`` the same rows shifted by one; a fit opens
-the folder memory-mapped (``qvr.datafiles.open_arrays``).  How it is drawn (fast:
+the folder memory-mapped (``qvr.mapped_arrays.open_arrays``).  How it is drawn (fast:
 50 million tokens in seconds): a pool of ``min(100000, N // 4)`` sentences (``--pool``)
 is drawn once from the grammar with ``random.Random(seed)``, then the stream is a
 sequence of pool sentences drawn uniformly with replacement by

@@ -1,5 +1,5 @@
 """Data larger than memory (issue 26): `.npy` folders and stored `.npz` files opened
-memory-mapped (`qvr.datafiles.open_arrays`, `MappedArray`), read row by row with the
+memory-mapped (`qvr.mapped_arrays.open_arrays`, `MappedArray`), read row by row with the
 process's memory bounded by what is read; `load_data_file(mapped=...)`, `data_sha256`
 over mapped values, and the large-corpus option of `examples/data/make_corpus.py`."""
 import importlib
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from qvr.datafiles import DataFileError, MappedArray, load_data, open_arrays
+from qvr.datafiles import load_data
+from qvr.mapped_arrays import DataFileError, MappedArray, open_arrays
 from qvr.inference.data.fit_data import DataError, load_data_file, mapped_values
 from qvr.inference.criticism.pointwise import data_sha256
 
@@ -259,7 +260,7 @@ PROBE = textwrap.dedent("""
     import sys
     import numpy as np
     from pathlib import Path
-    from qvr.datafiles import open_arrays
+    from qvr.mapped_arrays import open_arrays
 
     def mb(field):
         for line in open("/proc/self/status"):

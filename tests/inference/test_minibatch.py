@@ -236,7 +236,7 @@ def test_memory_mapped_data_is_read_a_batch_at_a_time(tmp_path, monkeypatch):
     """A folder of .npy given with --batch-size is memory-mapped: the fit never reads an
     array whole (reading one whole raises here), records the same data hash as the data
     in memory, and says why it records no pointwise terms."""
-    from qvr.datafiles import MappedArray
+    from qvr.mapped_arrays import MappedArray
     from qvr.events import FitWarning
     data = effects_data()
     folder = tmp_path / "data"

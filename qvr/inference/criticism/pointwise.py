@@ -75,9 +75,9 @@ def data_sha256(x, observations: dict) -> str:
     """sha256 over `x` (when given) and the arrays of `observations` (keys sorted; shape
     included; floats as float32 and integers as int64, so that a float32 and a float64
     fit of the same data agree): equal for two fits on the same data.  A memory-mapped
-    value (`qvr.datafiles.MappedArray`) is hashed block by block, never read whole, to
+    value (`qvr.mapped_arrays.MappedArray`) is hashed block by block, never read whole, to
     the same digest as the same data in memory."""
-    from qvr.datafiles import MappedArray
+    from qvr.mapped_arrays import MappedArray
     h = hashlib.sha256()
 
     def converted(a):

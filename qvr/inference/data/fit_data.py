@@ -32,7 +32,7 @@ Where the data of a fit comes from (`resolve_data`), first match wins:
 
 Data larger than memory (issue 26): `load_data_file(path, mapped=True)` opens a folder of
 ``.npy`` files or a stored (``np.savez``) ``.npz`` memory-mapped: its numeric values are
-`qvr.datafiles.MappedArray`s (`mapped_values` names them), of which a minibatch fit
+`qvr.mapped_arrays.MappedArray`s (`mapped_values` names them), of which a minibatch fit
 copies only the rows of each batch into memory; a compressed member is an error, never a
 silent read of the whole file.
 """
@@ -86,7 +86,7 @@ def load_data_file(path, mapped: bool = False) -> dict:
     files (raises `DataError` naming the file and the cause).
 
     Numbers become tensors, words (string arrays) lists of strings.  `mapped=True` (a
-    folder or an ``.npz`` only): the numeric values are `qvr.datafiles.MappedArray`s,
+    folder or an ``.npz`` only): the numeric values are `qvr.mapped_arrays.MappedArray`s,
     memory-mapped, none read whole (words are still read whole: a deduction parses them
     whole); an ``.npz`` with a compressed member, or a ``.json``/``.pt`` file, is a
     `DataError` — data asked for memory-mapped is never silently read into memory."""
@@ -123,7 +123,7 @@ def load_data_file(path, mapped: bool = False) -> dict:
 
 
 def _load_mapped(p: Path, path) -> dict:
-    from qvr.datafiles import DataFileError, open_arrays
+    from qvr.mapped_arrays import DataFileError, open_arrays
     if not p.exists():
         raise DataError(f"{path}: no such data file or folder")
     if not p.is_dir() and p.suffix.lower() != ".npz":
@@ -151,7 +151,7 @@ def _load_mapped(p: Path, path) -> dict:
 def mapped_values(values: dict) -> list[str]:
     """The keys of `values` whose value is a memory-mapped array (`load_data_file(...,
     mapped=True)`), in order."""
-    from qvr.datafiles import MappedArray
+    from qvr.mapped_arrays import MappedArray
     return [k for k, v in (values or {}).items() if isinstance(v, MappedArray)]
 
 

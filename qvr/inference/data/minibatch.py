@@ -25,7 +25,7 @@ scale ``N W / B`` and the whole loss divided by ``W``; the sum over ranks is the
 one-process loss (row terms ``N / B`` each, global terms once), and so is the summed
 gradient.
 
-Memory-mapped data (`qvr.datafiles.MappedArray`, a folder of ``.npy`` or a stored
+Memory-mapped data (`qvr.mapped_arrays.MappedArray`, a folder of ``.npy`` or a stored
 ``.npz`` opened with ``mapped=True``) is never read whole here: a batch copies its rows
 and lets the pages go.
 
