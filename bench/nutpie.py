@@ -54,8 +54,9 @@ def run_nutpie(exe: Path, args) -> dict:
     cmd = [str(exe), str(ROOT / "bench" / "side" / "nutpie_models.py"), str(SHARED),
            str(out), "--warmup", str(args.warmup), "--samples", str(args.samples),
            "--chains", str(args.chains), "--seed", str(args.seed)]
-    if args.only:
-        cmd += ["--only", *args.only]
+    if args.only:  # the posteriors' full names (the side script knows no example names)
+        cmd += ["--only", *[name for name, (example, _) in POSTERIORS.items()
+                            if any(o in name or o == example for o in args.only)]]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
