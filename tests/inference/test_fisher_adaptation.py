@@ -103,11 +103,12 @@ def gaussian_target():
     return FunctionTarget(lambda z: -0.5 * ((z / scales) ** 2).sum(-1), 5)
 
 
-def _nuts(schedule, seed=3):
+def _nuts(schedule, seed=3, num_samples=400):
     torch.manual_seed(seed)
-    kernel = NUTSKernel(compiler="torchscript", warmup_schedule=schedule)
+    # depth 8: Stan's first window on the identity metric builds 255-leaf trees, not 1023
+    kernel = NUTSKernel(compiler="torchscript", warmup_schedule=schedule, max_tree_depth=8)
     z0 = torch.randn(4, 5)
-    return MCMC(kernel, num_warmup=300, num_samples=500, num_chains=4).run(
+    return MCMC(kernel, num_warmup=300, num_samples=num_samples, num_chains=4).run(
         None, target=gaussian_target(), initial=z0)
 
 
@@ -120,8 +121,7 @@ def test_nuts_with_the_fisher_metric_samples_a_badly_scaled_gaussian_and_warms_u
     # from a window of at least ~100 draws: within 35 %)
     ratio = r.inverse_mass_matrix.double() / SCALES ** 2
     assert float(ratio.min()) > 0.65 and float(ratio.max()) < 1.35, ratio
-    stan = _nuts("windowed")
-    check_moments({"z": stan.unconstrained}, exact)
+    stan = _nuts("windowed", num_samples=1)  # its warmup only (its draws: other tests)
     # Stan's first 75 iterations run on the identity metric across scales 0.01 .. 100
     assert int(r.warmup_num_steps.sum()) < 0.5 * int(stan.warmup_num_steps.sum()), (
         int(r.warmup_num_steps.sum()), int(stan.warmup_num_steps.sum()))
