@@ -843,3 +843,25 @@ def test_the_background_worker_builds_the_package_a_run_then_loads(tmp_path, nor
     job.package.unlink()
     again, why = other.result()
     assert again is None and why.startswith("the transition did not compile")
+
+
+def test_a_worker_that_cannot_start_leaves_the_compile_before_the_first_iteration(monkeypatch):
+    """`BackgroundCompile` raising (a graph that does not pickle, no process to start):
+    the run compiles before its first iteration as without the background, and says why."""
+    monkeypatch.delenv(T.ENV_VAR, raising=False)
+    monkeypatch.setattr(TC, "is_cached", lambda *a, **k: False)
+
+    def no_worker(*a, **k):
+        raise OSError("cannot fork")
+
+    calls = []
+    monkeypatch.setattr(TC, "BackgroundCompile", no_worker)
+    monkeypatch.setattr(TC, "compile_transition",
+                        lambda *a, **k: calls.append(a) or (None, "not here"))
+    model, x, obs, _ = normal_normal_case()
+    torch.manual_seed(3)
+    r = MCMC(NUTSKernel(), num_warmup=200, num_samples=200, num_chains=2).run(
+        None, target=make_target(model, x, obs))
+    assert len(calls) == 1 and r.compiler == "torchscript"
+    assert r.compiler_notes[0] == ("no background compile (OSError: cannot fork); "
+                                   "compiling before the first iteration instead")

@@ -264,19 +264,26 @@ class NUTSKernel(HMCBase):
                 cached = transition_cache.is_cached(
                     graph, z0, dense, self.divergence_threshold,
                     self.uturn == "momentum", K, self.transition == "biased", T)
+                job = None
                 if not cached and setting == "auto" and self.background_compile:
                     # issue 37.4: no wait for the compiler; the steps run leaf by leaf
                     # until the package is ready (a seeded run is reproducible only with
                     # an explicit compiler: where the compiled loop takes over depends
                     # on how long the compile takes)
+                    try:
+                        job = transition_cache.BackgroundCompile(
+                            graph, z0, dense, self.divergence_threshold,
+                            self.uturn == "momentum", K, self.transition == "biased", T)
+                    except Exception as exc:  # no worker (the graph does not pickle, ...)
+                        cache.notes.append(f"no background compile ({type(exc).__name__}: "
+                                           f"{str(exc)[:200]}); compiling before the "
+                                           f"first iteration instead")
+                if job is not None:
                     if note is not None:
                         note("compiling NUTS to C++ in the background (once per model: "
                              "tens of seconds); sampling leaf by leaf meanwhile",
                              path=STEPS_LEAF_BY_LEAF)
-                    cache.pending[key] = (transition_cache.BackgroundCompile(
-                        graph, z0, dense, self.divergence_threshold,
-                        self.uturn == "momentum", K, self.transition == "biased", T),
-                        note)
+                    cache.pending[key] = (job, note)
                     return None
                 if note is not None and not cached:
                     note("compiling NUTS to C++ (once per model: tens of seconds)")
