@@ -127,13 +127,13 @@ def lost_ranks(w: World, wait: float = 2.0) -> list:
     while True:
         out = [r for r, proc in enumerate(_PROCS)
                if r != w.rank and proc is not None and proc[0] == here
-               and not _alive(int(proc[1]))]
+               and not process_alive(int(proc[1]))]
         if out or time.monotonic() >= deadline:
             return out
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether process `pid` runs (a zombie — exited, not yet reaped by the launcher —
     does not)."""
     try:

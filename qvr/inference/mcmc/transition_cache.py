@@ -24,6 +24,7 @@ from torch import Tensor
 
 from qvr.inference.mcmc import ops
 from qvr.inference.mcmc import transition as loop_module
+from qvr.inference.distributed.world import process_alive
 from qvr.inference.mcmc import transition_graph
 from qvr.inference.mcmc.graph_cache import cache_root, tensor_bytes, write_aside
 from qvr.inference.mcmc.transition import (BlockOut, CompiledTransition, block_function,
@@ -219,18 +220,12 @@ class BackgroundCompile:
 
 
 def _alive(lock: Path) -> bool:
-    """Whether the pid in `lock` names a live process."""
+    """Whether the pid in `lock` names a live process (`world.process_alive`)."""
     try:
         pid = int(lock.read_text().strip())
     except (OSError, ValueError):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_alive(pid)
 
 
 def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
