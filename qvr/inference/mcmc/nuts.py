@@ -247,7 +247,6 @@ class NUTSKernel(HMCBase):
                 said = (f"the whole NUTS transition, compiled in the background (a C++ "
                         f"loop of up to {T} transitions a call), took over from the "
                         f"leaf-by-leaf steps at iteration {state.i}")
-                cache.took_over = state.i
             if job[1] is not None:
                 job[1](said, path=STEPS_COMPILED if compiled is not None else "")
             cache.notes.append(said)

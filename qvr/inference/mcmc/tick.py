@@ -570,10 +570,9 @@ class TickCache:
     def __init__(self):
         self.ticks = {}  # key -> LeafTick or InductorTick
         self.transitions = {}  # key -> transition.CompiledTransition, or None (not used)
-        # key -> (transition.BackgroundCompile, note callback): compiling while the run
-        # goes on leaf by leaf; the iteration at which the compiled loop took over
+        # key -> (transition_cache.BackgroundCompile, note callback): compiling while
+        # the run goes on leaf by leaf
         self.pending = {}
-        self.took_over = None
         self.densities = {}  # key -> the compiled density (None: evaluated eagerly)
         self.tried = set()  # keys whose Inductor compile was attempted
         self.notes = []
