@@ -48,15 +48,23 @@ os.environ.setdefault("QVR_MCMC_COMPILER", "torchscript")
 
 
 #: compiled densities and transitions are cached on disk (`qvr.inference.mcmc.graph_cache`,
-#: `mcmc/transition.py`); the suite uses a fresh directory per test process (and the
-#: commands it starts inherit it), so no test depends on what an earlier run left there
+#: `mcmc/transition_cache.py`).  One fresh directory serves the whole test run: the
+#: process that starts pytest makes it before xdist starts its workers, which inherit it
+#: through `QVR_TEST_CACHE` (as do the commands the tests start), so a model compiled by
+#: one worker is loaded by the other; no test depends on what an earlier run left there.
+#: The caches write aside and rename, so two workers storing one key is safe; the tests
+#: of caching itself use their own directories.
 import atexit  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-_cache = tempfile.mkdtemp(prefix="qvr-test-cache-")
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("QVR_TEST_CACHE"):
+    _cache = os.environ["QVR_TEST_CACHE"]  # the run's directory, made by the controller
+else:
+    _cache = tempfile.mkdtemp(prefix="qvr-test-cache-")
+    os.environ["QVR_TEST_CACHE"] = _cache
+    atexit.register(shutil.rmtree, _cache, True)
 os.environ["QVR_CACHE_DIR"] = _cache
-atexit.register(shutil.rmtree, _cache, True)
 
 
 #: modules whose tests take tens of seconds each, run first: with two workers, one of them
