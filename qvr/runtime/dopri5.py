@@ -1,5 +1,5 @@
 """The Dormand–Prince 5(4) solver behind `ode` (E9.3), with forward sensitivities and a
-compiled step (issue 36.9).
+compiled solve (issue 36.9).
 
 Method — the one of torchdiffeq and of Stan's `ode_rk45`: Dormand–Prince 5(4), the
 fifth-order solution kept (local extrapolation), first-same-as-last, Hairer's initial
@@ -17,22 +17,25 @@ seminorm).  The gradient of anything computed from the solution is then
 one contraction.  A solve that needs no gradient carries no `S`.
 
 Chains — every chain (the leading axis of a batched solve, `qvr.runtime.ode_batch`) has
-its own time, step size, step count and state: a step is *attempted* for all chains at
-once (branch-free: each chain accepts or rejects its own, a chain at the output time
-idles), so each chain takes exactly the steps it would take alone.  A chain past the step
-limit, or whose step size underflows, is *failed* (its values NaN, its gradient 0) and the
-others go on; an unbatched solve raises `SolveFailed` instead.
+its own time, step size, step count, next output time and state: a step is *attempted*
+for all chains at once (branch-free: each chain accepts or rejects its own, and moves on
+to its next output time when it reaches one; a chain past the last idles), so each chain
+takes exactly the steps it would take alone.  A chain past the step limit, or whose step
+size underflows, is *failed* (its values NaN, its gradient 0) and the others go on; an
+unbatched solve raises `SolveFailed` instead.
 
-Speed — one attempt (7 stages of the augmented system, the error, the controller) is one
-function of tensors: the augmented right-hand side traced once into aten operations
-(`make_fx`), the attempt compiled by `torch.compile` (one C++ kernel) after
-`COMPILE_AFTER` solves ran it eagerly (a model solved a handful of times never waits for
-the compiler).  The Python loop reads one flag per attempt (whether any chain still has
-to reach the output time).  Measured on `examples/lotka_volterra.qvr`'s system (4 chains,
-rtol 1e-5 / atol 1e-3, float64, one thread, 2-core VM), per solve with its gradient:
-torchdiffeq (backpropagation through its steps) 55 ms; Dormand–Prince steps with autograd,
-compiled per step 8.1 ms; this loop 4.1 ms (compile ~13 s, then from Inductor's cache);
-unrolling 2 or 4 attempts per call was slower (8.9 / 5.7 ms) and compiled 2-4x longer.
+Speed — a whole solve (the initial step, then attempts of 7 stages of the augmented
+system, the error and the controller until every chain is past its last output time) is
+one function of tensors (`make_solve`): the augmented right-hand side traced once into
+aten operations (`make_fx`), the loop a `torch.while_loop`, the whole compiled by
+`torch.compile` with Inductor's C++ wrapper (the loop runs in C++) after `COMPILE_AFTER`
+solves ran it eagerly, attempt by attempt in a Python loop (a model solved a handful of
+times never waits for the compiler).  Measured on `examples/lotka_volterra.qvr`'s system
+(4 chains, rtol 1e-5 / atol 1e-3, float64, one thread, 2-core VM; `bench/ode.py`), per
+solve with its sensitivities: the eager loop 97.5 ms; the compiled loop with Inductor's
+Python wrapper 2.5 ms, with its C++ wrapper 0.98 ms (compile ~13 s, then from
+Inductor's cache).  Before (issue 36.9's first pass): each attempt compiled alone, the
+loop in Python, 4.1 ms; torchdiffeq with backpropagation through its steps 55 ms.
 """
 from __future__ import annotations
 
@@ -115,17 +118,22 @@ def _combine(x, h, coefs, ks):
 
 
 def make_attempt(aug: Callable, rtol: float, atol: float) -> Callable:
-    """One step attempted by every chain toward the output time `T` (a 0-d tensor):
+    """One step attempted by every chain toward its next output time:
 
-        attempt(T, t, h, y, S, k1, K1, steps, failed, limit, *params)
-          -> (t, h, y, S, k1, K1, steps, failed, more)
+        attempt(times, idx, t, h, y, S, k1, K1, steps, failed, limit, ys, Ss, *params)
+          -> (idx, t, h, y, S, k1, K1, steps, failed, ys, Ss)
 
-    (per chain: time, step size, state, sensitivities, the derivative and its
-    sensitivities at (t, y), the steps taken; `failed` chains and those at `T` idle;
-    `more`: whether a chain still has to reach `T`)."""
+    (per chain: the index of its next output time in `times` (Tn,), its time, step size,
+    state, sensitivities, the derivative and its sensitivities at (t, y), the steps
+    taken; the solution so far `ys (Tn, B, n)`, `Ss (Tn, B, n, m)`).  A step that
+    reaches the chain's output time writes its row of `ys`/`Ss` and moves `idx` on;
+    `failed` chains and those past the last time idle, so each chain takes exactly the
+    steps it takes alone."""
 
-    def attempt(T, t, h, y, S, k1, K1, steps, failed, limit, *params):
-        idle = (t >= T) | failed
+    def attempt(times, idx, t, h, y, S, k1, K1, steps, failed, limit, ys, Ss, *params):
+        Tn = times.shape[0]
+        T = times[idx.clamp(max=Tn - 1)]
+        idle = (idx >= Tn) | failed
         last = t + h >= T - UNDERFLOW * torch.clamp(T.abs(), min=1.0)
         hh = torch.where(idle, torch.zeros_like(h), torch.where(last, T - t, h))
         hy, hS = hh[:, None], hh[:, None, None]
@@ -144,8 +152,9 @@ def make_attempt(aug: Callable, rtol: float, atol: float) -> Callable:
         factor = torch.clamp(SAFETY * ratio.pow(-0.2), SHRINK, GROW)
         factor = torch.where(ratio == 0.0, torch.full_like(ratio, GROW),
                              torch.nan_to_num(factor, nan=SHRINK))
-        t2 = torch.where(ok, torch.where(last, T.expand_as(t), t + hh), t)
-        h2 = torch.where(idle, h, torch.where(ok & last, torch.maximum(h, hh * factor),
+        reached = ok & last
+        t2 = torch.where(ok, torch.where(last, T, t + hh), t)
+        h2 = torch.where(idle, h, torch.where(reached, torch.maximum(h, hh * factor),
                                               hh * factor))
         steps2 = steps + (~idle).to(steps.dtype)
         tiny = h2.abs() <= UNDERFLOW * torch.clamp(t2.abs(), min=1.0)
@@ -154,28 +163,85 @@ def make_attempt(aug: Callable, rtol: float, atol: float) -> Callable:
         S2 = torch.where(ok[:, None, None], S5, S)
         k12 = torch.where(ok[:, None], ks[6], k1)
         K12 = torch.where(ok[:, None, None], Ks[6], K1)
-        more = ((t2 < T) & ~failed2).any()
-        return t2, h2, y2, S2, k12, K12, steps2, failed2, more
+        hit = (torch.arange(Tn, device=idx.device)[:, None] == idx[None, :]) \
+            & reached[None, :]
+        ys2 = torch.where(hit[:, :, None], y2[None], ys)
+        Ss2 = torch.where(hit[:, :, None, None], S2[None], Ss)
+        return (idx + reached.to(idx.dtype), t2, h2, y2, S2, k12, K12, steps2, failed2,
+                ys2, Ss2)
 
     return attempt
 
 
+def python_loop(cond: Callable, body: Callable, state: tuple) -> tuple:
+    """`torch.while_loop`'s semantics in Python (the eager solve)."""
+    while bool(cond(*state)):
+        state = tuple(body(*state))
+    return state
+
+
+def make_solve(aug: Callable, columns: int, rtol: float, atol: float,
+               loop: Callable = python_loop) -> Callable:
+    """A whole solve as one function of tensors:
+
+        whole(times (Tn,), y0 (B, n), limit, *params) -> (ys, Ss, failed, steps)
+
+    (`solve`'s results).  Its attempts run in `loop`: `python_loop` (eager, one flag read
+    per attempt) or `torch.while_loop` (the loop inside the compiled code)."""
+    attempt = make_attempt(aug, rtol, atol)
+
+    def whole(times, y0, limit, *params):
+        B, n = y0.shape
+        Tn = times.shape[0]
+        t = times[0].expand(B).clone()
+        S = torch.eye(n, columns, dtype=y0.dtype, device=y0.device).expand(B, n, columns) \
+            .clone()
+        k1, K1 = aug(t, y0, S, *params)
+        # the loop's state may not alias (without sensitivities `aug` gives S back as K)
+        k1, K1 = k1.clone(), K1.clone()
+        h = _initial_step(aug, t, y0, S, k1, params, rtol, atol)
+        steps = torch.zeros(B, dtype=y0.dtype, device=y0.device)
+        failed = ~torch.isfinite(k1).all(1)
+        ys = torch.cat([y0[None], y0.new_zeros((Tn - 1, B, n))])
+        Ss = torch.cat([S[None], S.new_zeros((Tn - 1, B, n, columns))])
+        idx = torch.ones(B, dtype=torch.int64, device=y0.device)
+
+        def cond(idx, t, h, y, k1, steps, failed, ys, *sens):
+            return ((idx < Tn) & ~failed).any()
+
+        def body(idx, t, h, y, k1, steps, failed, ys, *sens):
+            # without sensitivities the loop carries no S: empty tensors of zero columns
+            # get strides of their own that a loop's state may not change
+            S, K1, Ss = sens if columns else (y.new_zeros((B, n, 0)),) * 2 + (
+                y.new_zeros((Tn, B, n, 0)),)
+            idx, t, h, y, S, k1, K1, steps, failed, ys, Ss = attempt(
+                times, idx, t, h, y, S, k1, K1, steps, failed, limit, ys, Ss, *params)
+            return (idx, t, h, y, k1, steps, failed, ys) + ((S, K1, Ss) if columns else ())
+
+        out = loop(cond, body, (idx, t, h, y0, k1, steps, failed, ys)
+                   + ((S, K1, Ss) if columns else ()))
+        return out[7], (out[10] if columns else Ss), out[6], out[5]
+
+    return whole
+
+
 class Stepper:
-    """The attempt of one right-hand side at one set of shapes (`augmented`): eager for
-    its first `COMPILE_AFTER` solves, then compiled; a compile that fails leaves it eager
-    for good, with one warning.  `aug` is traced into aten operations once (`trace`)."""
+    """The solve of one right-hand side at one set of shapes (`augmented`): eager for
+    its first `COMPILE_AFTER` solves (a Python loop of attempts), then the whole solve
+    compiled (its loop a `torch.while_loop`); a compile that fails leaves it eager for
+    good, with one warning.  `aug` is traced into aten operations once (`trace`)."""
 
     def __init__(self, aug: Callable, columns: int, rtol: float, atol: float):
         self.aug = aug
         self.columns = columns  # m: the sensitivities' columns (0: none)
         self.rtol, self.atol = rtol, atol
-        self.eager = make_attempt(aug, rtol, atol)
+        self.eager = make_solve(aug, columns, rtol, atol)
         self.solves = 0
         self.compiled = None
         self.failed: Optional[str] = None
 
     def pick(self, example: tuple) -> Callable:
-        """The attempt to use for this solve (`example`: its first call's arguments)."""
+        """The solve to use (`example`: its arguments, `whole`'s)."""
         self.solves += 1
         if self.compiled is not None:
             return self.compiled
@@ -185,18 +251,26 @@ class Stepper:
         return self.compiled if self.compiled is not None else self.eager
 
     def _compile(self, example: tuple) -> None:
+        whole = _fresh(make_solve(self.aug, self.columns, self.rtol, self.atol,
+                                  loop=torch.while_loop))
         try:
-            compiled = torch.compile(_fresh(self.eager), fullgraph=True, dynamic=False)
+            # Inductor's C++ wrapper runs the loop in C++: the Python wrapper calls its
+            # kernels from a Python `while` (measured on lotka_volterra, per solve with
+            # sensitivities: 2.0 ms against 5.6 ms; the attempt compiled alone 12.4 ms)
+            compiled = torch.compile(whole, fullgraph=True, dynamic=False,
+                                     options={"cpp_wrapper": True})
             with torch.no_grad():  # compile now, and check it on this call
                 got, want = compiled(*example), self.eager(*example)
             if not all(torch.allclose(g, w, rtol=1e-6, atol=1e-9, equal_nan=True)
                        for g, w in zip(got, want) if g.is_floating_point()):
-                raise RuntimeError("the compiled step differs from the eager one")
+                raise RuntimeError("the compiled solve differs from the eager one")
+            if not torch.equal(got[2], want[2]):
+                raise RuntimeError("the compiled solve fails other chains than the eager one")
             self.compiled = compiled
         except Exception as exc:  # no C++ compiler, an operation Inductor cannot take...
             text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             self.failed = f"{type(exc).__name__}: {text}"
-            warnings.warn(f"`ode`: the solver's step did not compile ({self.failed}); it "
+            warnings.warn(f"`ode`: the solver did not compile ({self.failed}); it "
                           "runs uncompiled (several times slower)", RuntimeWarning,
                           stacklevel=3)
 
@@ -209,7 +283,7 @@ def _fresh(fn: Callable) -> Callable:
     recompile limit) per code object, and every attempt closure shares one; two steppers
     compiled in one process would then be recompiles of one frame (seen: the second
     failed, "found no compiled frames")."""
-    code = fn.__code__.replace(co_name=f"ode_attempt_{next(_FRESH)}")
+    code = fn.__code__.replace(co_name=f"ode_solve_{next(_FRESH)}")
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__,
                               fn.__closure__)
 
@@ -257,39 +331,12 @@ def solve(stepper: Stepper, y0: torch.Tensor, params: Sequence[torch.Tensor],
     """``(ys (T, B, n), S (T, B, n, m), failed (B,), steps (B,))`` from flat states ``y0 (B, n)`` at
     ``times[0]`` (increasing floats), the chains' parameters ``params (B, ...)``, with
     at most `max_steps` attempted steps per chain (rejected ones included).  No autograd:
-    the gradients are `S` (`stepper.aug` decides m; m = 0 without sensitivities)."""
-    B, n = y0.shape
+    the gradients are `S` (`stepper.columns` is m; m = 0 without sensitivities)."""
     dtype, device = y0.dtype, y0.device
     with torch.no_grad():
-        probe = stepper.aug  # m, from the augmented system at one point
-        t = torch.full((B,), float(times[0]), dtype=dtype, device=device)
-        S = _identity(B, n, stepper, dtype, device)
-        k1, K1 = probe(t, y0, S, *params)
-        h = _initial_step(probe, t, y0, S, k1, params, stepper.rtol, stepper.atol)
-        y = y0
-        steps = torch.zeros(B, dtype=dtype, device=device)
-        failed = ~torch.isfinite(k1).all(1)
-        limit = torch.tensor(float(max_steps), dtype=dtype, device=device)
-        ys, Ss = [y], [S]
-        attempt = None
-        for target in times[1:]:
-            T = torch.tensor(float(target), dtype=dtype, device=device)
-            more = True
-            while more:
-                args = (T, t, h, y, S, k1, K1, steps, failed, limit, *params)
-                if attempt is None:
-                    attempt = stepper.pick(args)
-                t, h, y, S, k1, K1, steps, failed, more = attempt(*args)
-                more = bool(more)
-            ys.append(y)
-            Ss.append(S)
-        return torch.stack(ys), torch.stack(Ss), failed, steps
-
-
-def _identity(B: int, n: int, stepper: "Stepper", dtype, device):
-    """S at the start: d y0 / d(y0, params) = [I | 0] (m columns), or (B, n, 0)."""
-    m = stepper.columns
-    S = torch.zeros(B, n, m, dtype=dtype, device=device)
-    if m:
-        S[:, :, :n] = torch.eye(n, dtype=dtype, device=device)
-    return S
+        # contiguous: the compiled solve is specialised to its inputs' strides (a chain
+        # axis added by vmap is often an expanded view), and its loop carries the state
+        args = (torch.tensor([float(x) for x in times], dtype=dtype, device=device),
+                y0.contiguous(), torch.tensor(float(max_steps), dtype=dtype, device=device),
+                *[p.contiguous() for p in params])
+        return stepper.pick(args)(*args)

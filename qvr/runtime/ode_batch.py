@@ -13,13 +13,22 @@ gradient with S.  Measured on `examples/lotka_volterra.qvr`'s system (4 chains, 
 1e-5 / atol 1e-3, float64, one thread, 2-core VM), per solve with its gradient:
 torchdiffeq's `odeint` with backpropagation through its steps 55 ms (its adjoint method,
 `odeint_adjoint`, ~3x that: an augmented system solved backwards with steps of its own),
-this solver 4.1 ms once compiled.
+this solver 0.98 ms once compiled (`bench/ode.py`).
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
 import torch
+
+
+_SOLVING = [0]
+
+
+def solving() -> bool:
+    """Whether a solve is running (the operations it dispatches are the solver's: the
+    MCMC target's operation count leaves them out, `potential._operations`)."""
+    return _SOLVING[0] > 0
 
 
 class Spec:
@@ -57,8 +66,12 @@ class Spec:
         if sign < 0:  # backwards in time: forwards in s = -t
             times = [-x for x in times]
         stepper = self._stepper(y0, params, sign)
-        ys, S, failed, steps = dopri5.solve(stepper, y0.reshape(B, -1), params, times,
-                                     self.max_steps)
+        _SOLVING[0] += 1
+        try:
+            ys, S, failed, steps = dopri5.solve(stepper, y0.reshape(B, -1), params, times,
+                                                self.max_steps)
+        finally:
+            _SOLVING[0] -= 1
         if bool(failed.any()):
             if not batched:
                 raise dopri5.SolveFailed(
@@ -74,7 +87,7 @@ class Spec:
     def _stepper(self, y0, params, sign: float):
         """The `dopri5.Stepper` of this right-hand side at these shapes, from `steppers`
         when a solve of the same shapes on the same data made it already (it counts the
-        solves and compiles its attempt after `dopri5.COMPILE_AFTER` of them)."""
+        solves and compiles the solve after `dopri5.COMPILE_AFTER` of them)."""
         from qvr.runtime import dopri5
         key = (tuple(y0.shape), y0.dtype, str(y0.device),
                tuple((tuple(p.shape), p.dtype) for p in params), self.data_key[0] if
@@ -190,7 +203,7 @@ def solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor],
     `params` (sensitivities are carried only when grad mode is on and an input requires
     a gradient, `_wants_grad`).
 
-    `steppers` (a dict kept by the caller) keeps the traced, eventually compiled step from
+    `steppers` (a dict kept by the caller) keeps the traced, eventually compiled solve from
     one solve to the next as long as the shapes and the `data` the lambda may read (the
     frame's host values: the same tensor objects, unmodified) are the same."""
     values = tuple((data or {}).values())

@@ -214,7 +214,7 @@ def test_a_step_that_does_not_compile_is_said_and_the_solve_goes_on(f64, monkeyp
     with pytest.warns(RuntimeWarning) as w:
         ys = _decay(torch.tensor(1.0), torch.tensor(0.3), times)
     assert [str(x.message) for x in w] == [
-        "`ode`: the solver's step did not compile (RuntimeError: no C++ compiler here); it "
+        "`ode`: the solver did not compile (RuntimeError: no C++ compiler here); it "
         "runs uncompiled (several times slower)"]
     assert torch.allclose(ys, torch.exp(-0.3 * times), rtol=1e-8)
 
