@@ -3,16 +3,17 @@
 Solves dy/dt = f(y, t) from y(times[0]) = y0 and gives y at every entry of `times`, a
 tensor of shape `(|times|, *y0.shape)` (`ode(f, y0, t0, times[, rtol, atol])`: from
 y(t0) = y0 instead, t0 before the first output time, as Stan's `ode_rk45`), with the
-adaptive Dormand–Prince RK45 of `qvr.runtime.dopri5` (its step compiled after a model's
+adaptive Dormand–Prince RK45 of `qvr.runtime.dopri5` (the whole solve compiled after a model's
 first 8 solves; defaults rtol = atol = 1e-6).  Gradients are forward sensitivities
 carried with the state (as Stan's): exact for the discretisation the solver took; a
 solve needing more than `MAX_STEPS` steps fails with `OdeStepLimitError` (a ValueError:
 -inf for MCMC).
 
-The adaptive step control branches on tensor values, so an `ode` cannot be traced by
-`make_fx` (the compiled MCMC density): the MCMC target (qvr.inference.mcmc.potential)
-evaluates such a density eagerly.  It does run under `torch.func.vmap`: the solve has a
-vmap rule of its own that solves every chain in one batch (`qvr.runtime.ode_batch`).
+The adaptive step control branches on tensor values, so a `make_fx` trace (the compiled
+MCMC density, qvr.inference.mcmc.potential) records an `ode` as one opaque operation
+(`qvr.runtime.ode_op`) that solves at run time.  Eagerly it runs under `torch.func.vmap`:
+the solve has a vmap rule of its own that solves every chain in one batch
+(`qvr.runtime.ode_batch`).
 """
 from __future__ import annotations
 
@@ -84,9 +85,6 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
                                                                 if t0_f is not None else ""),
                                       expected="monotone times",
                                       actual=f"{times.tolist()[:8]}")
-        if _tracing():  # a trace would fix the steps taken at the trace point
-            raise OdeNotTraceableError("an `ode` cannot be traced: its adaptive steps depend "
-                                       "on the values (the density is evaluated eagerly)")
         shape = y0.shape
         # what the lambda reads besides y and t (parameters, lets) becomes an input of the
         # solve, so that vmap (the chains) and autograd see it (`ode_batch`)
@@ -114,6 +112,12 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
                 dy = dy.expand(shape)
             return dy.to(y.dtype) if dy.dtype != y.dtype else dy
 
+        if _tracing():  # one opaque operation in the trace: its steps depend on values
+            from qvr.runtime.ode_op import traced_solve
+            sens = torch.is_grad_enabled() and (y0.requires_grad
+                                                or any(p.requires_grad for p in params))
+            ys = traced_solve(f, y0, params, times, rtol, atol, MAX_STEPS, sens)
+            return ys[1:] if t0_f is not None else ys
         try:
             ys = solve(f, y0, params, times, rtol, atol, MAX_STEPS, traces,
                        getattr(frame, "_host", None))
@@ -135,10 +139,6 @@ def _with_t0(t0, times):
         raise InputShapeError("the initial time of `ode` must be one number",
                               expected="a number", actual=f"shape {tuple(t0.shape)}")
     return torch.cat([t0.reshape(1).to(times.dtype), times])
-
-
-class OdeNotTraceableError(QvrRuntimeError, RuntimeError):
-    """An `ode` met by a `make_fx` trace (the compiled MCMC density): evaluated eagerly."""
 
 
 class _FrameView:

@@ -36,6 +36,7 @@ import torch
 
 from qvr.inference.mcmc import graph_cache
 from qvr.inference.programs.sites import Registry, build_registry
+from qvr.runtime.ode_op import contains_ode
 
 _EVAL_ERRORS = (ValueError, RuntimeError)
 
@@ -252,6 +253,12 @@ class ProgramTarget(Target):
         if self.compiled_for(z) is None:
             return None
         C = z.shape[0]
+        if not isinstance(self._graphs.get(C), _Stored) and self._graphs.get(C) is not None \
+                and contains_ode(self._graphs[C]):
+            # the solve is a Python operation of this process: no package can hold it
+            self.compile_notes[C] = "an `ode` solve is one Python operation in the " \
+                "compiled density, which AOTInductor cannot export"
+            return None
         graph = self._graphs.get(C)
         if isinstance(graph, _Stored):  # loaded with its function from the disk cache
             graph = graph_cache.load_graph(graph.key)
@@ -292,8 +299,8 @@ class ProgramTarget(Target):
                 return None
             try:
                 self._compiled[C], self._graphs[C] = _compile(self._vmapped_fn(), z)
-                if key is not None and graph_cache.store(key, self._graphs[C],
-                                                         self._compiled[C]):
+                if key is not None and not contains_ode(self._graphs[C]) and \
+                        graph_cache.store(key, self._graphs[C], self._compiled[C]):
                     # the graph as a later run will read it (reading re-traces its code):
                     # the same code, so the whole-transition package it keys is found
                     self._graphs[C] = _Stored(key)
@@ -356,17 +363,23 @@ def first_sentence(text: str, limit: int = 160) -> str:
 
 def _operations(fn, z: torch.Tensor) -> int:
     """The operations PyTorch dispatches in one evaluation of `fn(z)` (one more eager
-    evaluation, counted by a dispatch mode); a large number when they cannot be counted."""
+    evaluation, counted by a dispatch mode), an `ode` solve's own left out; a large
+    number when they cannot be counted."""
     try:
         from torch.utils._python_dispatch import TorchDispatchMode
     except ImportError:  # pragma: no cover - a PyTorch without dispatch modes
         return 1 << 62
 
+    from qvr.runtime.ode_batch import solving
+
     class Count(TorchDispatchMode):
         n = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.n += 1
+            # an `ode` solve's operations are not the trace's: it traces as one
+            # operation (`qvr.runtime.ode_op`)
+            if not solving():
+                Count.n += 1
             return func(*args, **(kwargs or {}))
 
     try:
