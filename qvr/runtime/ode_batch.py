@@ -206,12 +206,17 @@ def solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor],
     `steppers` (a dict kept by the caller) keeps the traced, eventually compiled solve from
     one solve to the next as long as the shapes and the `data` the lambda may read (the
     frame's host values: the same tensor objects, unmodified) are the same."""
-    values = tuple((data or {}).values())
-    data_key = (tuple((k, id(v), getattr(v, "_version", None))
-                      for k, v in (data or {}).items()), values)
     sens = torch.is_grad_enabled() and (_wants_grad(y0) or any(map(_wants_grad, params)))
     return _Solve.apply(Spec(rhs, times.detach(), rtol, atol, max_steps, steppers,
-                             data_key, sens), y0, *params)
+                             data_key(data), sens), y0, *params)
+
+
+def data_key(data: dict = None) -> tuple:
+    """What identifies the data a right-hand side may read, for `steppers`: the tensor
+    objects and their versions (and the values, held so that the ids stay theirs)."""
+    values = tuple((data or {}).values())
+    return (tuple((k, id(v), getattr(v, "_version", None))
+                  for k, v in (data or {}).items()), values)
 
 
 def _wants_grad(x: torch.Tensor) -> bool:

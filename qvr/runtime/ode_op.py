@@ -34,10 +34,12 @@ class _Entry:
     """A right-hand side and its solve's settings, for the operator's calls."""
 
     def __init__(self, rhs: Callable, rtol: float, atol: float, max_steps: int,
-                 sens: bool):
+                 sens: bool, steppers: dict, data_key: tuple):
         self.rhs, self.rtol, self.atol, self.max_steps = rhs, rtol, atol, max_steps
         self.sens = sens
-        self.steppers = {}  # shapes -> the `dopri5.Stepper` (compiled after a few solves)
+        # the eager solves' steppers (`ode_batch.solve`): the same right-hand side on the
+        # same data, so the compiled solve the eager evaluations made is used at once
+        self.steppers, self.data_key = steppers, data_key
 
 
 _ENTRIES: dict = {}
@@ -63,7 +65,7 @@ def ode_solve(times: torch.Tensor, y0: torch.Tensor, params: list[torch.Tensor],
         raise RuntimeError(f"`ode`: no right-hand side {key} in this process (a traced "
                            "density with an `ode` runs only where it was traced)")
     spec = Spec(entry.rhs, times, entry.rtol, entry.atol, entry.max_steps, entry.steppers,
-                (), entry.sens)
+                entry.data_key, entry.sens)
     ys = spec.run(y0, list(params), batched=True)
     S, failed = spec.saved[0], spec.saved[1]
     S = torch.where(failed[None, :, None, None], 0.0, S)
@@ -119,11 +121,14 @@ torch.library.register_vmap(OP_NAME, _vmap)
 
 def traced_solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor],
                  times: torch.Tensor, rtol: float, atol: float, max_steps: int,
-                 sens: bool) -> torch.Tensor:
+                 sens: bool, steppers: dict = None, data: dict = None) -> torch.Tensor:
     """`ode_batch.solve`'s values (times first, one chain's `y0`) through the operator,
-    with the gradient of the sensitivities (module docstring)."""
+    with the gradient of the sensitivities (module docstring); `steppers` and `data` as
+    `ode_batch.solve`'s."""
+    from qvr.runtime.ode_batch import data_key
     key = next(_KEYS)
-    _ENTRIES[key] = _Entry(rhs, rtol, atol, max_steps, sens)
+    _ENTRIES[key] = _Entry(rhs, rtol, atol, max_steps, sens,
+                           steppers if steppers is not None else {}, data_key(data))
     _TRACING[0] = True
     try:
         ys, S, _ = ode_solve(times.detach(), y0.detach().unsqueeze(0),

@@ -66,8 +66,20 @@ def test_the_compiled_density_of_an_ode_model_is_the_eager_one(lv_compiled):
         assert float(g.abs().min()) > 1e-3  # every coordinate has a gradient to compare
     assert stored == []
     assert t.density_graph(z) is None
-    assert t.compile_notes[4] == ("an `ode` solve is one Python operation in the compiled "
-                                  "density, which AOTInductor cannot export")
+    assert t.not_exportable(z) == "an `ode` solve is one Python operation in the compiled " \
+        "density"
+
+
+def test_the_ticks_around_an_ode_density_say_why_inductor_is_not_tried(lv_compiled):
+    """The NUTS tick cache: the TorchScript leaf around the density, and a note instead of
+    an Inductor compile that would trace into the solve (and fail there)."""
+    from qvr.inference.mcmc.tick import TickCache
+    t, _, _ = lv_compiled
+    cache = TickCache()
+    tick = cache.get(t, Z.log(), False, 1000.0, False, 10, want_inductor=True)
+    assert tick.backend == "torchscript"
+    assert cache.notes == ["not compiled by Inductor: an `ode` solve is one Python "
+                           "operation in the compiled density"]
 
 
 def test_a_failed_chain_in_the_compiled_density_is_minus_infinity(lv_compiled):

@@ -256,9 +256,11 @@ class NUTSKernel(HMCBase):
             graph_for = getattr(target, "density_graph", None)
             graph = graph_for(z0) if graph_for is not None else None
             if graph is None:
+                opaque = getattr(target, "not_exportable", lambda z: None)(z0)
                 why = getattr(target, "compile_notes", {}).get(z0.shape[0])
-                cache.notes.append("the whole transition was not compiled: the density is "
-                                   + (f"not compiled ({why})" if why else "not compiled"))
+                cache.notes.append("the whole transition was not compiled: " + (
+                    opaque if opaque is not None else "the density is "
+                    + (f"not compiled ({why})" if why else "not compiled")))
             else:
                 cached = transition_cache.is_cached(
                     graph, z0, dense, self.divergence_threshold,

@@ -253,11 +253,7 @@ class ProgramTarget(Target):
         if self.compiled_for(z) is None:
             return None
         C = z.shape[0]
-        if not isinstance(self._graphs.get(C), _Stored) and self._graphs.get(C) is not None \
-                and contains_ode(self._graphs[C]):
-            # the solve is a Python operation of this process: no package can hold it
-            self.compile_notes[C] = "an `ode` solve is one Python operation in the " \
-                "compiled density, which AOTInductor cannot export"
+        if self.not_exportable(z) is not None:
             return None
         graph = self._graphs.get(C)
         if isinstance(graph, _Stored):  # loaded with its function from the disk cache
@@ -269,6 +265,15 @@ class ProgramTarget(Target):
                     graph = None
             self._graphs[C] = graph
         return graph
+
+    def not_exportable(self, z: torch.Tensor) -> Optional[str]:
+        """Why the compiled density at `z`'s chain count cannot be traced further (into a
+        whole-transition package, an Inductor tick), or None: an `ode` solve is one
+        Python operation of this process in it (`qvr.runtime.ode_op`)."""
+        graph = self._graphs.get(z.shape[0])
+        if graph is not None and not isinstance(graph, _Stored) and contains_ode(graph):
+            return "an `ode` solve is one Python operation in the compiled density"
+        return None
 
     def _compiled_for(self, z: torch.Tensor):
         C = z.shape[0]

@@ -608,6 +608,11 @@ class TickCache:
             self.ticks[key], self.densities[key] = tick, density
         if want_inductor and tick.backend == "torchscript" and key not in self.tried:
             self.tried.add(key)
+            opaque = getattr(target, "not_exportable", lambda z: None)(z0)
+            if opaque is not None:  # Inductor would trace into it and fail
+                self.notes.append(f"not compiled by Inductor: {opaque}")
+                self.last = tick.backend
+                return tick
             compiled, note = inductor_tick(self.densities[key], z0, dense, thr, momentum, K)
             self.notes.append(note)
             if compiled is not None:
