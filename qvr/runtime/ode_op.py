@@ -44,6 +44,10 @@ class _Entry:
 
 _ENTRIES: dict = {}
 _KEYS = itertools.count()
+#: entries kept (one per trace of a density with an `ode`): a long-lived process (the
+#: dashboard's worker) traces many; a graph whose entry is gone raises when called, and
+#: the MCMC target then evaluates that density eagerly (`ProgramTarget`)
+MAX_ENTRIES = 256
 
 
 def _columns(entry: _Entry, y0: torch.Tensor, params: Sequence[torch.Tensor]) -> int:
@@ -127,6 +131,8 @@ def traced_solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor]
     `ode_batch.solve`'s."""
     from qvr.runtime.ode_batch import data_key
     key = next(_KEYS)
+    while len(_ENTRIES) >= MAX_ENTRIES:
+        _ENTRIES.pop(next(iter(_ENTRIES)))
     _ENTRIES[key] = _Entry(rhs, rtol, atol, max_steps, sens,
                            steppers if steppers is not None else {}, data_key(data))
     _TRACING[0] = True

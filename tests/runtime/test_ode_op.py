@@ -104,6 +104,23 @@ def test_a_failed_chain_in_the_compiled_density_is_minus_infinity(lv_compiled):
     assert torch.allclose(lp[keep], lp_all[keep], rtol=1e-9, atol=1e-9)
 
 
+def test_a_graph_whose_right_hand_side_is_gone_falls_back_to_the_eager_density(
+        lv_compiled, monkeypatch):
+    """`ode_op.MAX_ENTRIES`: a traced density whose entry was dropped raises when called;
+    the target then evaluates that density eagerly, with the same values.  (Last of the
+    tests of `lv_compiled`: it leaves the target eager.)"""
+    t, fn, _ = lv_compiled
+    z = Z.log()
+    lp_c, g_c = t.log_density_and_grad(z)
+    monkeypatch.setattr(ode_op, "_ENTRIES", {})
+    with pytest.raises(RuntimeError, match="no right-hand side"):
+        fn(z)
+    lp, g = t.log_density_and_grad(z)
+    assert t._compiled[4] is None
+    assert torch.allclose(lp, lp_c, rtol=1e-9, atol=1e-9)
+    assert torch.allclose(g, g_c, rtol=1e-7, atol=1e-7)
+
+
 @pytest.mark.parametrize("chains, grad", [(2, False), (1, True)])
 def test_the_whole_solve_compiles_at_every_shape(f64, monkeypatch, chains, grad):
     """Several chains (an expanded chain axis from vmap) without sensitivities (a loop
