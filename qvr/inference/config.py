@@ -394,9 +394,13 @@ class FitConfig:
                       help="HMC/NUTS: warmup adaptation of a diagonal metric: fisher "
                            "(nutpie's: draws and gradients, early short windows) or stan "
                            "(Stan's windows: draws only)")
-    init_strategy: str = _opt("prior", methods=MCMC, flag="--init", choices=("prior", "zero"),
-                              check=_choice("prior", "zero"),
-                              help="HMC/NUTS: initial positions")
+    init_strategy: str = _opt("prior", methods=MCMC, flag="--init",
+                              choices=("prior", "zero", "optimize"),
+                              check=_choice("prior", "zero", "optimize"),
+                              help="HMC/NUTS: initial positions: prior (near the "
+                                   "unconstrained origin), zero, or optimize (near the "
+                                   "highest point of a short multi-start climb: models "
+                                   "with a separated minor mode, e.g. ODEs)")
     chain_method: str = _opt("vectorized", methods=MCMC,
                              choices=CHAIN_METHODS, check=_choice(*CHAIN_METHODS),
                              help="HMC/NUTS: run chains as one batch (vectorized), one after "

@@ -51,7 +51,7 @@ from qvr.events import (DrawsChunk, Emitter, EventCallback, FitNote, FitProgress
                         Throttle, never)
 from qvr.inference.mcmc.potential import Target, make_target
 
-_INIT = ("prior", "zero", "guide")
+_INIT = ("prior", "zero", "guide", "optimize")
 #: while one block of iterations runs (a NUTS iteration of many slow gradients), a
 #: progress event per chain at least this often (seconds): where the chains stand, and
 #: how many gradients the running iteration has taken (``gradients_in_iteration``)
@@ -174,7 +174,7 @@ class MCMC:
       num_warmup: adaptation iterations (>= 0).
       num_samples: recorded iterations per chain (>= 1).
       num_chains: independent chains (>= 1).
-      init_strategy: ``"prior"``, ``"zero"`` or ``"guide"``.
+      init_strategy: ``"prior"``, ``"zero"``, ``"guide"`` or ``"optimize"`` (`init_search`).
       chain_method: ``"vectorized"`` (default), ``"sequential"``, ``"parallel"``
         (chains split over `num_workers` processes, each batch vectorised; see
         `qvr.inference.mcmc.parallel`) or ``"distributed"`` (chains split over the ranks
@@ -249,7 +249,10 @@ class MCMC:
         stop = should_stop or self.should_stop or never
         if target is None:
             target = make_target(model, x, observations)
+        self.init_note = None
         z0 = self._initial_positions(target, model, x, observations, guide, initial)
+        if self.init_note is not None:
+            emit(FitNote(self.init_note))
         return _Run(self, target, emit, stop).loop(z0)
 
     def _initial_positions(self, target, model, x, observations, guide,
@@ -267,6 +270,11 @@ class MCMC:
             return initial.detach().to(device=device, dtype=dtype).clone()
         if self.init_strategy == "zero":
             return torch.zeros(C, D, dtype=dtype, device=device)
+        if self.init_strategy == "optimize":  # the run's seed decides the starts
+            from qvr.inference.mcmc.init_search import optimized_starts
+            g = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, (1,))))
+            z0, self.init_note = optimized_starts(target, C, dtype, device, g)
+            return z0
         if self.init_strategy == "guide":
             if guide is None:
                 raise ValueError('init_strategy="guide" needs a guide: run(..., guide=guide)')
