@@ -54,7 +54,9 @@ def test_nuts_from_the_climb_samples_the_main_mode_and_says_how_it_started():
         mean = float(x[c].mean())
         mcse = 0.3 / math.sqrt(300 / 4)  # an ESS of at least a quarter of the draws
         assert abs(mean - MAIN) < 5 * mcse, (c, mean)
-    assert any(n and n.startswith("init optimize: ") for n in notes), notes
+    said = [n for n in notes if n and n.startswith("init optimize: ")]
+    assert said[0] == "init optimize: climbing 200 steps from 16 starts", notes
+    assert said[1].startswith("init optimize: 16 starts climbed 200 steps"), notes
 
 
 def test_a_density_that_is_nowhere_finite_is_a_clear_error():

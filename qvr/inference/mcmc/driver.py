@@ -250,6 +250,10 @@ class MCMC:
         if target is None:
             target = make_target(model, x, observations)
         self.init_note = None
+        if self.init_strategy == "optimize" and initial is None:  # seconds before warmup
+            from qvr.inference.mcmc.init_search import ROUNDS, STEPS
+            emit(FitNote(f"init optimize: climbing {STEPS} steps from "
+                         f"{ROUNDS * self.num_chains} starts"))
         z0 = self._initial_positions(target, model, x, observations, guide, initial)
         if self.init_note is not None:
             emit(FitNote(self.init_note))
