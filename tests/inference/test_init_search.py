@@ -32,7 +32,7 @@ def test_the_starts_are_near_the_highest_point_the_climb_found():
     assert float((z0[:, 0] - MAIN).abs().max()) < 0.5, z0
     assert float(z0[:, 1].abs().max()) < 0.5, z0
     assert len(set(z0[:, 0].tolist())) == 4  # jittered: not one point
-    assert note.startswith("init optimize: 16 starts climbed 200 steps; the chains start "
+    assert note.startswith("init optimize: 32 starts climbed 400 steps; the chains start "
                            "near the highest point (log density ")
     best = float(note.split("(log density ")[1].split(";")[0])
     assert abs(best - 0.0) < 0.05  # the main mode's top, log density 0
@@ -55,8 +55,8 @@ def test_nuts_from_the_climb_samples_the_main_mode_and_says_how_it_started():
         mcse = 0.3 / math.sqrt(300 / 4)  # an ESS of at least a quarter of the draws
         assert abs(mean - MAIN) < 5 * mcse, (c, mean)
     said = [n for n in notes if n and n.startswith("init optimize: ")]
-    assert said[0] == "init optimize: climbing 200 steps from 16 starts", notes
-    assert said[1].startswith("init optimize: 16 starts climbed 200 steps"), notes
+    assert said[0] == "init optimize: climbing 400 steps from 32 starts", notes
+    assert said[1].startswith("init optimize: 32 starts climbed 400 steps"), notes
 
 
 def test_a_density_that_is_nowhere_finite_is_a_clear_error():

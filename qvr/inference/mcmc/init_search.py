@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import torch
 
-ROUNDS = 4
-STEPS = 200
+#: measured on Lotka-Volterra (4 chains), the best point the climb reached on seeds 1-5:
+#: 4 rounds of 200 steps: -162.5, -132.9, ..., seed 4 -172.6 (the minor mode: every
+#: chain started there); 8 rounds of 400 steps: -132.6 to -136.1 on all five (the main
+#: mode), ~10 s of the fit's ~150 s
+ROUNDS = 8
+STEPS = 400
 LR = 0.05
 JITTER = 0.1
 
