@@ -114,9 +114,7 @@ def compile_ode(compiler, e: A.ECall, binders: frozenset) -> Callable:
 
         if _tracing():  # one opaque operation in the trace: its steps depend on values
             from qvr.runtime.ode_op import traced_solve
-            sens = torch.is_grad_enabled() and (y0.requires_grad
-                                                or any(p.requires_grad for p in params))
-            ys = traced_solve(f, y0, params, times, rtol, atol, MAX_STEPS, sens, traces,
+            ys = traced_solve(f, y0, params, times, rtol, atol, MAX_STEPS, traces,
                               getattr(frame, "_host", None))
             return ys[1:] if t0_f is not None else ys
         try:

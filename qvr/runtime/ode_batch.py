@@ -206,7 +206,7 @@ def solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor],
     `steppers` (a dict kept by the caller) keeps the traced, eventually compiled solve from
     one solve to the next as long as the shapes and the `data` the lambda may read (the
     frame's host values: the same tensor objects, unmodified) are the same."""
-    sens = torch.is_grad_enabled() and (_wants_grad(y0) or any(map(_wants_grad, params)))
+    sens = wants_sensitivities(y0, params)
     return _Solve.apply(Spec(rhs, times.detach(), rtol, atol, max_steps, steppers,
                              data_key(data), sens), y0, *params)
 
@@ -217,6 +217,12 @@ def data_key(data: dict = None) -> tuple:
     values = tuple((data or {}).values())
     return (tuple((k, id(v), getattr(v, "_version", None))
                   for k, v in (data or {}).items()), values)
+
+
+def wants_sensitivities(y0: torch.Tensor, params: Sequence[torch.Tensor]) -> bool:
+    """Whether a solve carries sensitivities: grad mode is on and an input may be asked
+    a gradient (`_wants_grad`)."""
+    return torch.is_grad_enabled() and (_wants_grad(y0) or any(map(_wants_grad, params)))
 
 
 def _wants_grad(x: torch.Tensor) -> bool:

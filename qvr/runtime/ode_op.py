@@ -125,11 +125,12 @@ torch.library.register_vmap(OP_NAME, _vmap)
 
 def traced_solve(rhs: Callable, y0: torch.Tensor, params: Sequence[torch.Tensor],
                  times: torch.Tensor, rtol: float, atol: float, max_steps: int,
-                 sens: bool, steppers: dict = None, data: dict = None) -> torch.Tensor:
+                 steppers: dict = None, data: dict = None) -> torch.Tensor:
     """`ode_batch.solve`'s values (times first, one chain's `y0`) through the operator,
     with the gradient of the sensitivities (module docstring); `steppers` and `data` as
     `ode_batch.solve`'s."""
-    from qvr.runtime.ode_batch import data_key
+    from qvr.runtime.ode_batch import data_key, wants_sensitivities
+    sens = wants_sensitivities(y0, params)
     key = next(_KEYS)
     while len(_ENTRIES) >= MAX_ENTRIES:
         _ENTRIES.pop(next(iter(_ENTRIES)))

@@ -14,3 +14,9 @@ def _seed_and_dtype():
     dtype = torch.get_default_dtype()
     yield
     torch.set_default_dtype(dtype)
+
+
+@pytest.fixture
+def f64():
+    """float64 as the default dtype (restored by `_seed_and_dtype`)."""
+    torch.set_default_dtype(torch.float64)

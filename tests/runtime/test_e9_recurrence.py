@@ -13,14 +13,6 @@ import qvr
 from qvr.runtime.errors import IndexRangeError, InputShapeError
 
 
-@pytest.fixture
-def f64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 def _run(src: str, values: dict, x=None):
     model = qvr.loads(src).morphism
     x = torch.zeros(1, 1) if x is None else x

@@ -28,14 +28,6 @@ export lv
 Y = [[30.0, 4.0], [47.2, 6.1], [70.2, 9.8], [77.4, 35.2], [36.3, 59.4], [20.6, 41.7]]
 
 
-@pytest.fixture
-def f64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 def _target():
     model = qvr.loads(LV).morphism
     obs = {"times": torch.arange(6.0), "y": torch.tensor(Y)}

@@ -13,14 +13,6 @@ from qvr.runtime import dopri5, ode_batch, ode_op
 from test_ode_batch import LV, Y
 
 
-@pytest.fixture
-def f64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
-
-
 Z = torch.tensor([[0.55, 0.028, 0.80, 0.024, 33.9, 5.9],
                   [0.9, 0.05, 0.6, 0.03, 20.0, 8.0],
                   [0.4, 0.02, 1.1, 0.02, 40.0, 3.0],
