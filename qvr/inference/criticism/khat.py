@@ -1,0 +1,119 @@
+"""How good is an approximation: the PSIS Pareto k-hat of its draws against the model.
+
+Yao, Vehtari, Simpson & Gelman (2018), "Yes, but did it work?: Evaluating variational
+inference": draw `S` independent `z_s ~ q`, form the log ratios
+`r_s = log p~(z_s) - log q(z_s)` (both on the same space: the constrained-space densities
+of a guide and of the model's joint give the same ratios as the unconstrained ones, the
+Jacobians cancel), and fit a generalized Pareto distribution to the largest ratios
+(arviz-stats' `psislw`, Zhang & Stephens' estimator with the usual shrinkage).
+
+* k-hat < 0.5: the draws are close to the posterior;
+* 0.5-0.7: usable, with importance weights;
+* > 0.7 (`KHAT_WARN`): the approximation is too far from the posterior for its means and
+  spreads to be trusted.
+
+`pareto_khat(log_ratios)` is the statistic; `guide_log_ratios(model, guide, x,
+observations, n)` draws a fitted guide and scores its draws against the program;
+`khat_record(...)` is what a run records (`result.stats["khat"]` and friends), and
+`khat_warning(k, method)` the one-line warning with the usual advice.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional
+
+import numpy as np
+
+#: above this the approximation's draws should not be trusted (the 2018 paper's threshold)
+KHAT_WARN = 0.7
+#: below this the draws are good (the 2018 paper's threshold)
+KHAT_GOOD = 0.5
+#: draws scored for the diagnostic (Pyro's and the paper's default)
+KHAT_DRAWS = 1000
+
+
+def pareto_khat(log_ratios) -> float:
+    """The PSIS k-hat of importance log ratios `log p - log q` (1-d, independent draws:
+    relative efficiency 1).  Non-finite ratios: `-inf` (a draw outside the model's support)
+    is a zero weight, kept; `+inf` or NaN gives `inf` (the ratios are unusable).  Fewer than
+    ten distinct finite ratios, or a flat tail, give NaN (no tail to fit)."""
+    r = np.asarray(log_ratios, dtype=np.float64).reshape(-1)
+    if np.isnan(r).any() or np.isposinf(r).any():
+        return math.inf
+    finite = r[np.isfinite(r)]
+    if finite.size < 10 or np.ptp(finite) == 0:
+        return math.nan
+    r = np.where(np.isfinite(r), r, finite.min() - 1e3)  # zero weights, still in the tail
+    from arviz_stats.base import array_stats
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        # psislw takes the negated log ratios (a log-likelihood, as LOO's `-ll`)
+        _, k = array_stats.psislw(-(r - r.max()), r_eff=1.0, axis=-1)
+    return float(k)
+
+
+def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None) -> Optional[str]:
+    """The warning for a k-hat above `KHAT_WARN` (None otherwise), with the usual advice."""
+    if khat is None or not (isinstance(khat, float) or isinstance(khat, int)):
+        return None
+    if math.isnan(khat) or khat <= KHAT_WARN:
+        return None
+    what = f"the {guide} guide" if guide else {"pathfinder": "Pathfinder's approximation",
+                                               "laplace": "the Laplace approximation"}.get(
+        method, "the approximation")
+    advice = ("try a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder "
+              "(--method pathfinder), or NUTS" if method == "svi" else
+              "its means and sds are unreliable: try NUTS (--method nuts)")
+    return (f"Pareto k-hat {khat:.2f} > {KHAT_WARN}: {what} is too far from the posterior "
+            f"for its draws to be trusted; {advice}")
+
+
+def guide_log_ratios(model, guide, x, observations: Optional[dict] = None,
+                     n: int = KHAT_DRAWS, chunk: int = 250):
+    """`(log_p - log_q)` of `n` independent draws of a fitted `guide` (a float64 numpy
+    array), with `log_p` the program's joint density (finite latents summed out) and
+    `log_q` the guide's, both at the constrained values.  Draws are scored `chunk` at a
+    time, vmapped where the program allows it (else one by one)."""
+    import torch
+
+    from qvr.inference.enumeration.enumerate import enumerated_total, prepare
+    observations = dict(observations or {})
+    prepare(model, x, observations)
+    out = []
+    with torch.no_grad():
+        left = int(n)
+        while left > 0:
+            m = min(chunk, left)
+            left -= m
+            draws = guide.rsample(x, observations, sample_shape=(m,))
+            log_q = guide.log_prob(x, draws, batch_ndims=1)
+            log_p = _joint(model, x, observations, draws, m, enumerated_total)
+            out.append((log_p.double() - log_q.double()).reshape(-1).cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def _joint(model, x, observations, draws, m, total):
+    import torch
+
+    def one(values):
+        return total(model, x, {**values, **observations})
+    try:
+        from torch.func import vmap
+        return vmap(one, randomness="same")(draws)
+    except Exception:
+        vals = []
+        for i in range(m):
+            try:
+                vals.append(one({k: v[i] for k, v in draws.items()}))
+            except (ValueError, RuntimeError):  # outside the support: a zero weight
+                vals.append(torch.tensor(-math.inf))
+        return torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in vals])
+
+
+def khat_record(log_ratios) -> dict:
+    """What a run records about its approximation: ``{"khat": k, "khat_draws": S}``."""
+    r = np.asarray(log_ratios, dtype=np.float64).reshape(-1)
+    k = pareto_khat(r)
+    return {"khat": (None if math.isnan(k) else (k if math.isfinite(k) else float("inf"))),
+            "khat_draws": int(r.size)}
