@@ -221,6 +221,49 @@ def parse_size(text: str) -> list:
     return [name, n]
 
 
+#: the SVI guide families (`--guide`); ``lowrank`` takes its rank as ``lowrank:K``
+GUIDES = ("meanfield", "fullrank", "lowrank", "flow", "map", "laplace")
+
+
+def split_guide(text: str) -> tuple:
+    """``"lowrank:8"`` -> ``("lowrank", 8)``; ``"fullrank"`` -> ``("fullrank", None)``
+    (``lowrank`` alone: rank None, chosen from the latent dimension).  Raises
+    `ValueError` naming the families for anything else."""
+    t = str(text).strip().lower()
+    name, sep, rank = t.partition(":")
+    name = name.strip()
+    if name not in GUIDES:
+        raise ValueError(f"unknown guide {text!r}; expected one of "
+                         f"{', '.join(g + (':K' if g == 'lowrank' else '') for g in GUIDES)}")
+    if not sep:
+        return name, None
+    if name != "lowrank":
+        raise ValueError(f"only the lowrank guide takes a rank (lowrank:K), got {text!r}")
+    try:
+        k = int(rank.strip())
+    except ValueError:
+        raise ValueError(f"lowrank:K needs a whole number K >= 1, got {text!r}") from None
+    if k < 1:
+        raise ValueError(f"lowrank:K needs a whole number K >= 1, got {text!r}")
+    return name, k
+
+
+def parse_guide(text: str) -> str:
+    """The canonical spelling of a guide (``" LowRank:8 "`` -> ``"lowrank:8"``)."""
+    name, rank = split_guide(text)
+    return name if rank is None else f"{name}:{rank}"
+
+
+def _guide(v) -> Optional[str]:
+    if not isinstance(v, str):
+        return f"must be a guide name, got {v!r}"
+    try:
+        split_guide(v)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _sizes(v) -> Optional[str]:
     if not isinstance(v, dict):
         return f"must be a mapping of size names to whole numbers, got {v!r}"
@@ -358,6 +401,11 @@ class FitConfig:
     elbo_particles: int = _opt(1, methods=frozenset({"svi"}), parse=parse_int,
                                check=_int_at_least(1), metavar="K",
                                help="SVI: ELBO particles per step")
+    guide: str = _opt("meanfield", methods=frozenset({"svi"}), parse=parse_guide,
+                      check=_guide, metavar="GUIDE",
+                      help="SVI: the guide: meanfield, fullrank, lowrank:K (diagonal plus "
+                           "rank K), flow (a normalizing flow), map (the mode) or laplace "
+                           "(a Normal at the mode)")
     batch_size: Optional[int] = _opt(
         None, methods=frozenset({"svi"}), parse=parse_optional(parse_int),
         check=_int_or_none_at_least(1), metavar="B",

@@ -117,3 +117,37 @@ def khat_record(log_ratios) -> dict:
     k = pareto_khat(r)
     return {"khat": (None if math.isnan(k) else (k if math.isfinite(k) else float("inf"))),
             "khat_draws": int(r.size)}
+
+
+def record_guide_khat(ctx, result, guide, *, method: str = "svi",
+                      guide_name: Optional[str] = None) -> None:
+    """Score `KHAT_DRAWS` draws of a fitted guide against the program and record k-hat in
+    `result.stats` (``khat``, ``khat_draws``; ``khat_note`` when it could not be computed),
+    warning (`FitWarning`) above `KHAT_WARN`.  The draws cost one joint evaluation each:
+    where a first chunk says the whole would take longer than ``max(10 s, the fit's own
+    time)``, fewer are scored (at least 100) and the record says how many."""
+    import time
+
+    from qvr.events import FitWarning
+    world = getattr(ctx, "world", None)
+    if world is not None and getattr(world, "distributed", False):
+        result.stats["khat_note"] = "not computed across ranks"
+        return
+    if guide is None or not getattr(guide, "latent_names", None):
+        return
+    try:
+        t0 = time.perf_counter()
+        first = guide_log_ratios(ctx.model, guide, ctx.x, ctx.observations, n=100)
+        cost = (time.perf_counter() - t0) / 100
+        budget = max(10.0, float(getattr(result, "elapsed", 0.0) or 0.0))
+        n = int(min(KHAT_DRAWS - 100, max(0, budget / max(cost, 1e-9) - 100)))
+        rest = guide_log_ratios(ctx.model, guide, ctx.x, ctx.observations, n=n) \
+            if n > 0 and not ctx.stop() else np.zeros(0)
+        ratios = np.concatenate([first, rest])
+    except Exception as exc:  # the diagnostic never fails the fit
+        result.stats["khat_note"] = f"not computed: {type(exc).__name__}: {exc}"[:200]
+        return
+    result.stats.update(khat_record(ratios))
+    message = khat_warning(result.stats["khat"], method, guide_name)
+    if message:
+        ctx.report(FitWarning(message))

@@ -86,9 +86,13 @@ def run(ctx: FitContext) -> FitResult:
     if result.status != "failed":
         result.samples, result.summary = guide_summary(guide, x, observations,
                                                        report=ctx.report)
+        from qvr.inference.criticism.khat import record_guide_khat
+        result.stats = {}
+        record_guide_khat(ctx, result, guide, guide_name=config.guide)
         from qvr.inference.methods.circuits import record_circuits
         result.circuits = record_circuits(model, x, vocab=ctx.vocab)
-    result.stats = {"final_loss": result.losses[-1] if result.losses else float("nan"),
+    result.stats = {**(result.stats or {}),
+                    "final_loss": result.losses[-1] if result.losses else float("nan"),
                     "steps": len(result.losses), "elapsed": result.elapsed}
     if batches is not None and not batches.full:
         result.stats.update(batch_size=batches.batch_size, rows=batches.n,
