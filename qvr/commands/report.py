@@ -163,6 +163,14 @@ def headline(run, summary: Optional[dict]) -> str:
             batch += f", {stats['world_size']} processes"
         return (f"svi: {stats.get('steps', '?')} steps, final loss "
                 f"{_f(stats.get('final_loss'), '.6g')}{batch}{state}")
+    if method == "pathfinder" and "paths" in stats:
+        failed = int(stats.get("failed_paths", 0) or 0)
+        elbo = [e for e in stats.get("elbo") or [] if e is not None]
+        return (f"pathfinder: {stats['paths']} paths" + (f" ({failed} failed)" if failed else "")
+                + f", {stats.get('gradient_evaluations', '?')} gradient evaluations, "
+                f"{stats.get('draws', '?')} draws"
+                + (" resampled (PSIS)" if stats.get("resampled") else "")
+                + (f", best ELBO {_f(max(elbo), '.6g')}" if elbo else "") + state)
     if method == "prior":
         return (f"prior: {stats.get('num_samples', '?')} draws from the prior predictive "
                 f"(nothing fitted){state}")

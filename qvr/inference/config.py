@@ -43,12 +43,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-METHODS = ("svi", "hmc", "nuts", "smc", "prior")
+METHODS = ("svi", "hmc", "nuts", "smc", "prior", "pathfinder")
 MCMC = frozenset({"hmc", "nuts"})
 ALL = frozenset(METHODS)
+PATHFINDER = frozenset({"pathfinder"})
 #: the methods that read the data (``prior`` draws the prior predictive and sets it
 #: against the data: it reads the data too, and fits nothing)
-FITTING = frozenset({"svi", "hmc", "nuts", "prior"})
+FITTING = frozenset({"svi", "hmc", "nuts", "prior", "pathfinder"})
 START_AT = ("means", "draws")
 DTYPES = ("float32", "float64")
 CHAIN_METHODS = ("vectorized", "sequential", "parallel", "distributed")
@@ -329,7 +330,7 @@ def _opt(default, **meta):
 class FitConfig:
     """Options of a fit; every field has a default.  See the module docstring.
 
-    Common: ``method`` (``svi``, ``hmc``, ``nuts``, ``smc``), ``seed`` (`torch.manual_seed`
+    Common: ``method`` (``svi``, ``hmc``, ``nuts``, ``smc``, ``prior``, ``pathfinder``), ``seed`` (`torch.manual_seed`
     before fitting; None leaves the RNG alone), ``device``, ``dtype`` (``float32`` or
     ``float64``: the whole fit runs with that default dtype, `qvr.inference.front.fitting.fit`),
     ``args`` (a parametric
@@ -342,12 +343,15 @@ class FitConfig:
     (`qvr.inference.methods.mcmc.sampling_threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
-    ``require``, ``min_len``, ``cache``, ``top``.
+    ``require``, ``min_len``, ``cache``, ``top``.  Pathfinder (`qvr.inference.vi.pathfinder`):
+    ``paths``, ``pathfinder_draws``, ``psis_draws``, ``history``, ``lbfgs_iters``,
+    ``elbo_draws``.
     """
 
     method: str = _opt("nuts", flag=None, check=_choice(*METHODS),
-                       help="inference method: svi, hmc, nuts or smc; prior draws the "
-                            "prior predictive (no fit) and checks it against the data")
+                       help="inference method: svi, hmc, nuts, pathfinder or smc; prior "
+                            "draws the prior predictive (no fit) and checks it against the "
+                            "data")
     seed: Optional[int] = _opt(0, parse=parse_optional(parse_int),
                                check=lambda v: None if v is None or (
                                    isinstance(v, int) and not isinstance(v, bool)) else
@@ -386,7 +390,7 @@ class FitConfig:
                                 help="Monte-Carlo draws of a composite's intermediate in "
                                      "its density (runtime spec 4.1; default 100)")
     # ---- the start (SVI, HMC, NUTS started from a run)
-    start_at: str = _opt("means", methods=FITTING - {"prior"}, choices=START_AT,
+    start_at: str = _opt("means", methods=FITTING - {"prior", "pathfinder"}, choices=START_AT,
                          check=_choice(*START_AT),
                          help="from an HMC/NUTS run (--from): its posterior means, or its "
                               "draws (chains continue from their last draws; SVI's guide "
@@ -411,6 +415,24 @@ class FitConfig:
         check=_int_or_none_at_least(1), metavar="B",
         help="SVI: rows of the data per step (minibatches drawn without replacement "
              "within an epoch, their likelihood scaled by rows / B; default: all rows)")
+    # ---- Pathfinder (qvr.inference.vi.pathfinder; Stan's defaults)
+    paths: int = _opt(4, methods=PATHFINDER, parse=parse_int, check=_int_at_least(1),
+                      metavar="I", help="Pathfinder: independent L-BFGS paths (1: the one "
+                                        "path's draws, no resampling)")
+    pathfinder_draws: int = _opt(1000, methods=PATHFINDER, parse=parse_int,
+                                 check=_int_at_least(1), metavar="M",
+                                 help="Pathfinder: draws of each path's approximation")
+    psis_draws: int = _opt(1000, methods=PATHFINDER, parse=parse_int,
+                           check=_int_at_least(1), metavar="R",
+                           help="Pathfinder: draws resampled (PSIS weights) from the "
+                                "paths' pooled draws: the run's draws")
+    history: int = _opt(5, methods=PATHFINDER, parse=parse_int, check=_int_at_least(1),
+                        metavar="J", help="Pathfinder: L-BFGS history size")
+    lbfgs_iters: int = _opt(1000, methods=PATHFINDER, parse=parse_int,
+                            check=_int_at_least(1), metavar="L",
+                            help="Pathfinder: maximum L-BFGS iterations per path")
+    elbo_draws: int = _opt(25, methods=PATHFINDER, parse=parse_int, check=_int_at_least(1),
+                           metavar="K", help="Pathfinder: draws per ELBO estimate")
     # ---- HMC / NUTS
     num_warmup: int = _opt(500, methods=MCMC, flag="--warmup", parse=parse_int,
                            check=_int_at_least(0), metavar="N",
@@ -443,12 +465,14 @@ class FitConfig:
                            "(nutpie's: draws and gradients, early short windows) or stan "
                            "(Stan's windows: draws only)")
     init_strategy: str = _opt("prior", methods=MCMC, flag="--init",
-                              choices=("prior", "zero", "optimize"),
-                              check=_choice("prior", "zero", "optimize"),
+                              choices=("prior", "zero", "optimize", "pathfinder"),
+                              check=_choice("prior", "zero", "optimize", "pathfinder"),
                               help="HMC/NUTS: initial positions: prior (near the "
-                                   "unconstrained origin), zero, or optimize (near the "
+                                   "unconstrained origin), zero, optimize (near the "
                                    "highest point of a short multi-start climb: models "
-                                   "with a separated minor mode, e.g. ODEs)")
+                                   "with a separated minor mode, e.g. ODEs), or pathfinder "
+                                   "(distinct draws of a 4-path Pathfinder, the metric "
+                                   "started from its inverse-Hessian diagonal)")
     chain_method: str = _opt("vectorized", methods=MCMC,
                              choices=CHAIN_METHODS, check=_choice(*CHAIN_METHODS),
                              help="HMC/NUTS: run chains as one batch (vectorized), one after "
@@ -546,7 +570,7 @@ class FitConfig:
     def start_choice(self) -> Optional[str]:
         """`start_at` where it applies (an SVI, HMC or NUTS fit: what it takes from an
         HMC/NUTS run it starts from), None for SMC (which takes a run's parameters)."""
-        return self.start_at if self.method in FITTING - {"prior"} else None
+        return self.start_at if self.method in FITTING - {"prior", "pathfinder"} else None
 
     def errors(self) -> dict[str, str]:
         """Every invalid value as ``{field: message}`` (empty when valid)."""

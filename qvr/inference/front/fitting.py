@@ -16,7 +16,7 @@ worker call nothing else.  `fit`
 3. reports `FitStarted` — `fit` alone does, and it alone reports the one terminal event;
 4. resolves and checks the data once (`qvr.inference.data.fit_data`), and applies ``start_from``
    (a previous run's fitted parameters, `qvr.inference.front.start`);
-5. runs the method's loop (`qvr.inference.methods.svi`, `.mcmc`, `.smc`), which reports
+5. runs the method's loop (`qvr.inference.methods.svi`, `.mcmc`, `.smc`, `.pathfinder`), which reports
    steps only (progress, draws, particles, warnings);
 6. reports exactly one of `FitFinished`, `FitFailed`, `FitCancelled`, saves the results
    in the record (``summary.json``, ``samples.npz``/``params.npz``/``losses.npy``,
@@ -377,8 +377,10 @@ def _fit(program, data, config: FitConfig, on_event, should_stop, run_dir, start
             writer.write(event)
         emit(event)
 
-    chains = config.num_chains if config.method in ("hmc", "nuts") else 1
-    total = {"svi": config.steps, "smc": config.max_len}.get(
+    chains = config.num_chains if config.method in ("hmc", "nuts") else \
+        config.paths if config.method == "pathfinder" else 1
+    total = {"svi": config.steps, "smc": config.max_len,
+             "pathfinder": config.lbfgs_iters}.get(
         config.method, config.num_warmup + config.num_samples)
     report(FitStarted(method=config.method, total_steps=total, num_chains=chains,
                       config=config.to_dict(),
@@ -643,13 +645,15 @@ def _run_method(ctx: FitContext) -> FitResult:
         from qvr.inference.methods.smc import run
     elif ctx.config.method == "prior":
         from qvr.inference.methods.prior import run
+    elif ctx.config.method == "pathfinder":
+        from qvr.inference.methods.pathfinder import run
     else:
         from qvr.inference.methods.mcmc import run
     return run(ctx)
 
 
 #: the methods whose finished fits record pointwise terms (`qvr.inference.criticism.pointwise`)
-POINTWISE_METHODS = ("hmc", "nuts", "svi", "prior")
+POINTWISE_METHODS = ("hmc", "nuts", "svi", "prior", "pathfinder")
 
 
 def _after_fit(ctx: FitContext, result: FitResult, writer) -> None:

@@ -259,14 +259,23 @@ class HMCBase(MCMCKernel):
             return "windowed"
         return self.warmup_schedule
 
+    #: a diagonal inverse metric `(D,)` or `(C, D)` to start warmup from (a diagonal
+    #: mass matrix only; `qvr.inference.methods.mcmc`: ``--init pathfinder``), None for
+    #: the usual start (identity, or nutpie's `1 / |g0|` under the Fisher schedule)
+    initial_inv_metric = None
+
     # ------------------------------------------------------------------ init
     def init(self, target, z0: torch.Tensor, num_warmup: int,
              num_samples: int) -> HMCState:
         """Fresh state at `z0` `(C, D)` for a run of `num_warmup` + `num_samples`
-        iterations: identity mass matrix, adaptation reset."""
+        iterations: identity mass matrix (or `initial_inv_metric`), adaptation reset."""
         C, D = z0.shape
         logp, grad = target.log_density_and_grad(z0)
         mass = MassMatrix.identity(self.mass_matrix, C, D, z0.dtype, z0.device)
+        given = self.initial_inv_metric  # e.g. Pathfinder's inverse-Hessian diagonal
+        if given is not None and self.mass_matrix == "diagonal":
+            given = torch.as_tensor(given, dtype=z0.dtype, device=z0.device).expand(C, D)
+            mass = MassMatrix("diagonal", given.clamp(1e-10, 1e10).clone())
         step = torch.full((C,), self.step_size, dtype=z0.dtype, device=z0.device)
         zeros = torch.zeros(C, dtype=z0.dtype, device=z0.device)
         false = torch.zeros(C, dtype=torch.bool, device=z0.device)
@@ -276,7 +285,8 @@ class HMCBase(MCMCKernel):
         fisher = (self.schedule == "fisher" and self._adapts_mass and num_warmup >= 20
                   and D > 0)
         if fisher:  # the metric from the first gradient, before the step-size search
-            state.mass = MassMatrix("diagonal", initial_inverse_metric(grad))
+            state.mass = mass if given is not None and self.mass_matrix == "diagonal" \
+                else MassMatrix("diagonal", initial_inverse_metric(grad))
             state.fisher = FisherDiag(C, D, num_warmup, z0.dtype, z0.device)
             state.fisher.add(z0.unsqueeze(0), grad.unsqueeze(0),
                              torch.isfinite(logp).unsqueeze(0))

@@ -68,13 +68,19 @@ def run(ctx: FitContext) -> FitResult:
     from qvr.inference.criticism.recorded import for_mcmc
     for_mcmc(ctx, target)  # `record v = e`: draws chunks and samples carry `recorded.v` too
     init, guide, initial = config.init_strategy, None, None
+    kernel = kernel_of(config)
+    if init == "pathfinder" and ctx.start is None:
+        initial, kernel.initial_inv_metric = pathfinder_init(ctx, target)
+        init = "prior"  # not used: `initial` is given
+    elif init == "pathfinder":
+        init = "prior"
     if ctx.start is not None and ctx.start.draws:
         initial = ctx.start.initial_positions(target, config.num_chains)
     elif ctx.start is not None:
         guide = ctx.start.init_guide(ctx.model, ctx.x, ctx.observations)
         if guide is not None:
             init = "guide"
-    mc = MCMC(kernel_of(config), num_warmup=config.num_warmup,
+    mc = MCMC(kernel, num_warmup=config.num_warmup,
               num_samples=config.num_samples, num_chains=config.num_chains,
               init_strategy=init, chain_method=config.chain_method,
               progress_interval=config.progress_interval)
@@ -112,6 +118,35 @@ def run(ctx: FitContext) -> FitResult:
                  "compile_fallback": compile_fallback(res),
                  **out.summary.worst()}
     return out
+
+
+def pathfinder_init(ctx: FitContext, target) -> tuple:
+    """``--init pathfinder``: `(initial (C, D), inverse metric (D,))`: one distinct
+    PSIS-resampled draw of a multi-path Pathfinder per chain (`qvr.inference.vi.pathfinder`,
+    the config's Pathfinder settings), and the diagonal of the best path's inverse-Hessian
+    estimate, from which warmup adapts the metric as usual.  Said in a `FitNote`."""
+    import time
+
+    import torch
+
+    from qvr.events import FitNote
+    from qvr.inference.methods.pathfinder import settings_of
+    from qvr.inference.vi.pathfinder import distinct_starts, pathfinder
+    config = ctx.config
+    settings = settings_of(config)
+    ctx.report(FitNote(f"init pathfinder: {settings.paths} L-BFGS paths"))
+    t0 = time.perf_counter()
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, (1,))))
+    dtype = torch.get_default_dtype()
+    device = ctx.x.device if isinstance(ctx.x, torch.Tensor) else torch.device("cpu")
+    res = pathfinder(target, settings, gen, dtype=dtype, device=device, should_stop=ctx.stop)
+    z0, note = distinct_starts(res, config.num_chains, gen)
+    ctx.report(FitNote(
+        f"init pathfinder: {len(res.ok_paths)} of {len(res.paths)} paths, "
+        f"{sum(p.evaluations for p in res.paths)} gradient evaluations, "
+        f"{time.perf_counter() - t0:.1f} s; the chains start at distinct draws and the "
+        f"metric at the inverse-Hessian diagonal{note}"))
+    return z0.to(dtype=dtype, device=device), res.inv_metric.to(dtype=dtype, device=device)
 
 
 def _total(steps):

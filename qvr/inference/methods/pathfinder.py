@@ -1,0 +1,114 @@
+"""``--method pathfinder`` behind `fit`: multi-path Pathfinder (`qvr.inference.vi.pathfinder`)
+on the program's unconstrained target (the MCMC target, `qvr.inference.mcmc.potential`).
+
+The run's draws are the PSIS-resampled draws (``psis_draws`` of them; one path: its
+``pathfinder_draws``) as constrained site values ``{site: (1, R, *shape)}``, like one
+chain of posterior draws: the summary (mean, sd, quantiles; no R-hat, no ESS), the
+recorded quantities (``record v = e``), and after the fit the pointwise terms, LOO and
+predictive checks treat them as posterior draws.  `stats`: paths, failed paths, L-BFGS
+iterations and gradient evaluations per path, density evaluations, ELBO per path, and the
+PSIS k-hat of the pooled draws' log ratios (`qvr.inference.criticism.khat`; a warning
+above 0.7).  Progress: one row per path (``chain`` = the path), phase ``optimization``:
+the loss ``-log p~`` while L-BFGS climbs, then the ELBO of each iterate's normal.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from qvr.events import FitProgress, FitWarning, Throttle
+from qvr.inference.methods.fit_result import FitContext, FitResult
+
+
+def settings_of(config):
+    from qvr.inference.vi.pathfinder import Settings
+    return Settings(paths=config.paths, draws=config.pathfinder_draws,
+                    psis_draws=config.psis_draws, history=config.history,
+                    max_iters=config.lbfgs_iters, elbo_draws=config.elbo_draws)
+
+
+def run(ctx: FitContext) -> FitResult:
+    from qvr.inference.criticism.diagnostics import summary
+    from qvr.inference.criticism.khat import khat_record, khat_warning
+    from qvr.inference.criticism.recorded import for_mcmc
+    from qvr.inference.mcmc.potential import make_target
+    from qvr.inference.vi.pathfinder import PathfinderError, pathfinder
+    config = ctx.config
+    target = make_target(ctx.model, ctx.x, ctx.observations)
+    result = FitResult("pathfinder")
+    if target.dim == 0:
+        from qvr.inference.methods.mcmc import _nothing_to_sample
+        out = _nothing_to_sample(ctx, target)
+        out.method = "pathfinder"
+        return out
+    for_mcmc(ctx, target)  # `record v = e`: `target.constrain` gives them too
+    target.report_note = lambda message: ctx.report(FitWarning(message))
+    settings = settings_of(config)
+    t0 = time.perf_counter()
+    throttle = Throttle(config.progress_interval)
+    last = {}
+
+    def progress(path, phase, l, metrics):
+        last[path] = (l, metrics)
+        if throttle.due(l, settings.max_iters):
+            _report(ctx, path, l, settings, metrics, t0)
+
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, (1,))))
+    dtype = torch.get_default_dtype()
+    device = ctx.x.device if isinstance(ctx.x, torch.Tensor) else torch.device("cpu")
+    try:
+        res = pathfinder(target, settings, gen, dtype=dtype, device=device,
+                         on_iteration=progress, should_stop=ctx.stop)
+    except PathfinderError as exc:
+        result.status = "failed" if not ctx.stop() else "cancelled"
+        result.message = str(exc)
+        result.elapsed = time.perf_counter() - t0
+        result.stats = {"error_type": "PathfinderError", "elapsed": result.elapsed}
+        return result
+    for path, (l, metrics) in last.items():  # each path's last iteration
+        _report(ctx, path, l, settings, metrics, t0)
+    if ctx.stop():
+        result.status = "cancelled"
+    with torch.no_grad():
+        values = target.constrain(res.draws.to(dtype=dtype, device=device))
+    result.samples = {k: v.detach().cpu().numpy()[None] for k, v in values.items()}
+    result.summary = summary(result.samples, columns=("mean", "sd", "q5", "q50", "q95"))
+    result.elapsed = time.perf_counter() - t0
+    paths = res.paths
+    result.step = sum(p.iterations for p in paths)
+    result.params = {f"model.{n}": p.detach().cpu().numpy()
+                     for n, p in ctx.model.named_parameters()}
+    result.params["pathfinder.inv_metric"] = res.inv_metric.numpy()
+    result.stats = {
+        "paths": len(paths), "failed_paths": res.failed,
+        "failed_reasons": [p.message for p in paths if not p.ok],
+        "iterations": [p.iterations for p in paths],
+        "gradient_evaluations": sum(p.evaluations for p in paths),
+        "density_evaluations": sum(p.density_evaluations for p in paths),
+        "elbo": [p.elbo if p.ok else None for p in paths],
+        "best_iteration": [p.best if p.ok else None for p in paths],
+        "stopped": [p.reason for p in paths],
+        "draws": int(res.draws.shape[0]), "resampled": len(paths) > 1,
+        "elapsed": result.elapsed,
+        **khat_record(res.log_ratios),
+    }
+    if res.failed:
+        ctx.report(FitWarning(f"{res.failed} of {len(paths)} Pathfinder paths failed and were "
+                              f"dropped: " + "; ".join(
+                                  f"path {i + 1}: {p.message}" for i, p in enumerate(paths)
+                                  if not p.ok)))
+    message = khat_warning(result.stats["khat"], "pathfinder")
+    if message:
+        ctx.report(FitWarning(message))
+    return result
+
+
+def _report(ctx, path: int, l: int, settings, metrics: dict, t0: float) -> None:
+    shown = {k: float(v) for k, v in metrics.items()
+             if isinstance(v, (int, float)) and math.isfinite(v)}
+    shown["path"] = path + 1
+    ctx.report(FitProgress(method="pathfinder", phase="optimization", step=l,
+                           total=settings.max_iters, chain=path, metrics=shown,
+                           elapsed=time.perf_counter() - t0))
