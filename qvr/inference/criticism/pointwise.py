@@ -336,6 +336,10 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
         guide = result.guide
         if guide is None or not guide.latent_names:
             return None
+        if getattr(guide, "point_estimate", False):  # --guide map: one point, no density
+            ctx.report(FitNote("no pointwise log-likelihood, LOO or predictive checks: a "
+                               "MAP fit is one point, not draws (use --guide laplace)"))
+            return None
         with torch.no_grad():
             draws = guide.rsample(x, observations, sample_shape=(GUIDE_DRAWS,))
             log_q = guide.log_prob(x, draws, batch_ndims=1)

@@ -19,6 +19,10 @@ from qvr.inference.methods.fit_result import FitContext, FitResult
 
 
 def run(ctx: FitContext) -> FitResult:
+    from qvr.inference.config import split_guide
+    if split_guide(ctx.config.guide)[0] in ("map", "laplace"):  # the mode, not an ELBO
+        from qvr.inference.methods.laplace import run as run_laplace
+        return run_laplace(ctx)
     from qvr.inference.vi.elbo import ELBO
     from qvr.inference.vi.guides import AutoNormalGuide
     from qvr.inference.vi.svi import SVI, adam
