@@ -150,8 +150,8 @@ def test_a_density_without_a_mode_is_named():
 
 def test_too_many_coordinates_are_refused(monkeypatch):
     from qvr.inference.data.fit_data import DataError
-    from qvr.inference.vi import laplace
-    monkeypatch.setattr(laplace, "MAX_DIM", 1)
+    from qvr.inference.vi import mode_search
+    monkeypatch.setattr(mode_search, "MAX_DIM", 1)
     with pytest.raises(DataError, match="--guide laplace: the latent sites have 2 "
                                         "unconstrained coordinates, above the 1 "):
         run_fit(load(GAUSS, 10), {"y": GAUSS_Y}, "laplace")

@@ -15,7 +15,7 @@ Failures end the fit with status ``"failed"`` and one line (``stats["error_type"
 no finite start (``NonFiniteDensity``), a search running off to infinity (``NoMode``), a
 Hessian that is not negative definite at the mode (``NotNegativeDefinite``).  Refused
 up front (`DataError`): minibatches, several ranks, a Laplace dimension above
-`vi.laplace.MAX_DIM`, a density that draws random numbers (a Monte-Carlo composite).
+`vi.mode_search.MAX_DIM`, a density that draws random numbers (a Monte-Carlo composite).
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ SUMMARY_DRAWS = 1000
 
 
 def run(ctx: FitContext) -> FitResult:
-    from qvr.inference.vi import laplace as lp
+    from qvr.inference.vi import laplace as lg
+    from qvr.inference.vi import mode_search as ms
     model, config = ctx.model, ctx.config
     kind, _ = split_guide(config.guide)
     what = "MAP" if kind == "map" else "the Laplace approximation"
@@ -69,13 +70,13 @@ def run(ctx: FitContext) -> FitResult:
         params = [p for p in model.parameters() if p.requires_grad]
         if D == 0 and not params:
             raise DataError("nothing to fit: the program has no parameters and no latent sites")
-        if kind == "laplace" and D > lp.MAX_DIM:
+        if kind == "laplace" and D > ms.MAX_DIM:
             raise DataError(f"--guide laplace: the latent sites have {D:,} unconstrained "
-                            f"coordinates, above the {lp.MAX_DIM:,} whose dense Hessian it "
+                            f"coordinates, above the {ms.MAX_DIM:,} whose dense Hessian it "
                             f"computes; use --guide meanfield, lowrank:K, or NUTS")
-        fn = lp.density(model, x, obs, reg, jacobian=(kind == "laplace"))
+        fn = lg.density(model, x, obs, reg, jacobian=(kind == "laplace"))
         z_probe = torch.zeros(D, dtype=torch.float64, device=_device(x))
-        if D and lp.is_stochastic(fn, z_probe):
+        if D and lg.is_stochastic(fn, z_probe):
             raise DataError(f"--guide {kind}: the program's log density is a Monte-Carlo "
                             f"estimate (it draws random numbers): {what} needs an exact "
                             f"density; use SVI (--guide meanfield) or NUTS")
@@ -85,34 +86,35 @@ def run(ctx: FitContext) -> FitResult:
                 f"values) are optimised jointly with the latents"
                 + ("" if kind == "map" else
                    ", then held at the mode: the Hessian is over the latents only")))
-        names = lp.coordinate_names(reg)
+        names = lg.coordinate_names(reg)
         z0 = _start_point(ctx, reg, x, obs)
         seed = config.seed
         tries = 2 if kind == "laplace" else 1  # a saddle is found by chance, a ridge is not
         for attempt in range(tries):
             try:
-                mode = lp.find_mode(fn, D, params, seed=seed, max_iter=config.steps,
+                mode = ms.find_mode(fn, D, params, seed=seed, max_iter=config.steps,
                                     device=_device(x), z0=z0 if attempt == 0 else None,
                                     on_iteration=on_iteration, should_stop=ctx.stop,
                                     names=names, on_restart=on_restart)
-            except lp.Stopped:
+            except ms.Stopped:
                 result.status = "cancelled"
                 break
-            except lp.ModeError as exc:
+            except ms.ModeError as exc:
                 _fail(result, str(exc), exc.error_type)
                 break
             z, H = mode.z, None
-            if D and D <= lp.MAX_DIM:  # Newton steps with the exact Hessian: the mode
-                z = lp.newton_polish(fn, z)
-                H = lp.hessian(fn, z)
+            if D and D <= ms.MAX_DIM:  # Newton steps with the exact Hessian: the mode
+                z = ms.newton_polish(fn, z)
+                H = ms.hessian(fn, z)
             with torch.no_grad():
                 log_density = float(fn(z))
             grad_max = _grad_max(fn, z, mode.max_grad)
-            converged = mode.converged or grad_max <= 10 * lp.GRAD_TOL * max(1.0, abs(log_density))
+            converged = mode.converged or \
+                grad_max <= 10 * ms.GRAD_TOL * max(1.0, abs(log_density))
             stats = {"mode_log_density": log_density, "iterations": mode.iterations,
                      "converged": converged, "restarts": mode.restarts,
                      "max_gradient": grad_max, "dim": D}
-            up = lp.rising(fn, z, H, names) if H is not None else None
+            up = ms.rising(fn, z, H, names) if H is not None else None
             if kind == "map":
                 if up:
                     ctx.report(FitWarning(
@@ -123,12 +125,12 @@ def run(ctx: FitContext) -> FitResult:
                     ctx.report(_not_converged(mode.iterations, grad_max))
                 elif H is not None:
                     try:
-                        lp.precision_factor(H, names)
-                    except lp.ModeError as exc:  # a flat direction or a saddle: say so
+                        ms.precision_factor(H, names)
+                    except ms.ModeError as exc:  # a flat direction or a saddle: say so
                         ctx.report(FitWarning(f"MAP: {exc}"[:-len("; try SVI or NUTS")]
                                               + ": the point found may not be a unique "
                                               "mode"))
-                guide = lp.MapGuide(model, set(obs), reg.sites, z)
+                guide = lg.MapGuide(model, set(obs), reg.sites, z)
                 ctx.report(FitNote(
                     "MAP: a point estimate, the mode of the density without the Jacobian "
                     "(as Stan's optimize); the summary's mean is the mode, its sd is not "
@@ -136,12 +138,12 @@ def run(ctx: FitContext) -> FitResult:
                 break
             try:
                 if up:
-                    raise lp.ModeError(
+                    raise ms.ModeError(
                         f"the log density has no mode: it still rises along {up} where the "
                         f"search stopped (its supremum is at infinity or at the edge of a "
                         f"support: an improper posterior?); try SVI or NUTS", "NoMode")
-                L, (lo, hi) = lp.precision_factor(H, names) if H is not None else (H, (0, 0))
-            except lp.ModeError as exc:
+                L, (lo, hi) = ms.precision_factor(H, names) if H is not None else (H, (0, 0))
+            except ms.ModeError as exc:
                 if attempt + 1 < tries and exc.error_type == "NotNegativeDefinite":
                     on_restart(str(exc))
                     seed = (seed if seed is not None else 0) + 7919
@@ -159,7 +161,7 @@ def run(ctx: FitContext) -> FitResult:
                 stats["log_det_neg_hessian"] = float(2 * torch.log(torch.diagonal(L)).sum())
             else:
                 scale_tril = z.new_zeros((0, 0))
-            guide = lp.LaplaceGuide(model, set(obs), reg.sites, z, scale_tril)
+            guide = lg.LaplaceGuide(model, set(obs), reg.sites, z, scale_tril)
             break
         if guide is not None:
             guide = guide.to(dtype=fit_dtype)
