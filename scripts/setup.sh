@@ -8,7 +8,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[runtime,lsp,tui,test]"
+.venv/bin/python -m pip install -q -e ".[runtime,lsp,tui,test,lm]"
 # Optional: Neovim for the editor tests (tests/editors/test_nvim.py skips without it).
 # Only as root with apt; never fails the setup.
 if ! command -v nvim >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -348,6 +348,8 @@ def _sequences(run) -> str:
     if not top:
         return "no sequence has positive weight (every particle was ruled out)"
     lines = [f"{'weight':>10}  {'len':>4}  sequence"]
+    if seqs.get("lm"):  # a pretrained LM (--lm): the texts continue the prompt
+        lines.insert(0, f"{seqs['lm']}, continuing {seqs.get('prompt', '')!r}:")
     for item in top:
         end = "" if item.get("ends_with_eos") else "  [max length]"
         text = item["text"] if item.get("text") is not None else \

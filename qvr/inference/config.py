@@ -343,7 +343,8 @@ class FitConfig:
     (`qvr.inference.methods.mcmc.sampling_threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
-    ``require``, ``min_len``, ``cache``, ``top``.  Pathfinder (`qvr.inference.vi.pathfinder`):
+    ``require``, ``min_len``, ``cache``, ``top``, ``lm``, ``lm_dtype``, ``prompt``
+    (`qvr.inference.methods.smc_lm`).  Pathfinder (`qvr.inference.vi.pathfinder`):
     ``paths``, ``pathfinder_draws``, ``psis_draws``, ``history``, ``lbfgs_iters``,
     ``elbo_draws``.
     """
@@ -523,6 +524,22 @@ class FitConfig:
     top: int = _opt(10, methods=frozenset({"smc"}), parse=parse_int, check=_int_at_least(1),
                     metavar="K", help="SMC: number of top sequences kept in the summary "
                                       "(default 10)")
+    lm: Optional[str] = _opt(None, methods=frozenset({"smc"}), parse=str,
+                             check=lambda v: None if v is None or (isinstance(v, str) and v)
+                             else f"must be a folder or a model name, got {v!r}",
+                             metavar="PATH_OR_NAME",
+                             help="SMC: steer a pretrained causal language model (Hugging "
+                                  "Face transformers: a save_pretrained folder or a model in "
+                                  "the local cache, e.g. gpt2) instead of the program's "
+                                  "next-token model; words are text")
+    lm_dtype: str = _opt("float32", methods=frozenset({"smc"}),
+                         choices=("float32", "bfloat16"),
+                         check=_choice("float32", "bfloat16"),
+                         help="SMC with --lm: the model's dtype")
+    prompt: str = _opt("", methods=frozenset({"smc"}), parse=str,
+                       check=lambda v: None if isinstance(v, str) else
+                       f"must be text, got {v!r}", metavar="TEXT",
+                       help="SMC with --lm: the text every particle continues")
     # ---- after the fit (qvr.inference.criticism.pointwise)
     pointwise: bool = _opt(True, methods=FITTING, flag=None,
                            check=lambda v: None if isinstance(v, bool) else
@@ -582,6 +599,10 @@ class FitConfig:
                     out[f.name] = msg
         if self.data is not None and self.synthetic is not None:
             out["synthetic"] = "give either a data file or synthetic rows, not both"
+        if self.lm is None and self.prompt:
+            out["prompt"] = "needs --lm (a pretrained language model's text)"
+        if self.lm is None and self.lm_dtype != "float32":
+            out["lm_dtype"] = "needs --lm (a pretrained language model)"
         return out
 
     def validate(self) -> "FitConfig":

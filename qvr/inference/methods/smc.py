@@ -83,7 +83,9 @@ def run(ctx: FitContext) -> FitResult:
     from dataclasses import replace
 
     from qvr.smc.program_lm import ProgramLM
-    from qvr.smc.steering import SMCSteering, _ess
+    if ctx.config.lm is not None:  # a pretrained causal LM instead of the program
+        from qvr.inference.methods.smc_lm import run as run_lm
+        return run_lm(ctx)
     config, vocab = ctx.config, ctx.vocab
     eos = eos_of(config, vocab)
     config = resolve_tokens(replace(config, eos=eos), vocab)
@@ -101,7 +103,22 @@ def run(ctx: FitContext) -> FitResult:
     if note:
         from qvr.events import FitWarning
         ctx.report(FitWarning(note))
-    smc = SMCSteering(lm, potential=build_potential(config, ctx.potential),
+    out = run_steering(ctx, lm, build_potential(config, ctx.potential), eos)
+    out.sequences["vocab"] = vocab
+    for item in out.sequences["top"]:
+        s = item["tokens"]
+        item["text"] = render(s[:-1] if s and s[-1] == eos else s, vocab)
+    out.params = {f"model.{n}": p.detach().cpu().numpy()
+                  for n, p in lm.morphism.named_parameters()}
+    return out
+
+
+def run_steering(ctx: FitContext, lm, potential, eos: int) -> FitResult:
+    """`SMCSteering` of `lm` under `potential` with the config's sizes; the result with
+    its stats and ``sequences`` record (``text`` left for the caller)."""
+    from qvr.smc.steering import SMCSteering, _ess
+    config = ctx.config
+    smc = SMCSteering(lm, potential=potential,
                       num_particles=config.particles, expansion=config.expansion,
                       max_len=config.max_len,
                       generator=torch.Generator().manual_seed(config.seed or 0),
@@ -121,9 +138,8 @@ def run(ctx: FitContext) -> FitResult:
                  "eos": eos}
     out.sequences = {
         "log_Z": res.log_Z, "num_steps": res.num_steps, "cancelled": res.cancelled,
-        "mode": lm.mode, "eos": eos, "vocab": vocab,
-        "top": [{"tokens": list(s), "weight": w, "ends_with_eos": bool(s) and s[-1] == eos,
-                 "text": render(s[:-1] if s and s[-1] == eos else s, vocab)}
+        "mode": lm.mode, "eos": eos, "vocab": None,
+        "top": [{"tokens": list(s), "weight": w, "ends_with_eos": bool(s) and s[-1] == eos}
                 for s, w in res.top()],  # every distinct sequence; displays show `top`
         "particles": [{"tokens": list(s), "log_weight": lw, "finished": f, "truncated": t,
                        "dead": d}
@@ -131,8 +147,6 @@ def run(ctx: FitContext) -> FitResult:
                                                 res.finished.tolist(), res.truncated.tolist(),
                                                 res.dead.tolist())],
     }
-    out.params = {f"model.{n}": p.detach().cpu().numpy()
-                  for n, p in lm.morphism.named_parameters()}
     return out
 
 

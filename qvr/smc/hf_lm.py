@@ -1,0 +1,287 @@
+"""`HFCausalLM`: a pretrained causal language model (Hugging Face ``transformers``) as the
+next-token model of SMC steering — the "CachedTransformer" of Algorithm 3 in design
+document 001 (Lew et al. 2023, arXiv:2306.03081, §3) — with its tokenizer for text.
+
+Any ``AutoModelForCausalLM`` works (GPT-2, Llama, Qwen, SmolLM, ...), loaded by
+`load_lm` from a local folder or the user's Hugging Face cache (never downloaded here),
+in float32 or bfloat16, on CPU or CUDA.
+
+Particles, prompt and the KV cache (``cache=True``, mode ``"kv-cache"``):
+
+* every particle's string is ``[bos] + prompt + s``: the start token (the tokenizer's
+  ``bos``, else its ``eos``) and the prompt are encoded *once*, as one row, and every
+  particle starts from that row's keys and values, broadcast (a stride-0 view, no copy);
+* a particle's state is its rows of a ``transformers`` `DynamicCache` plus its next-token
+  logits.  The `K` children of a particle are `K` draws from those logits: one forward
+  pass per particle and step, whatever `K`; all particles advance together, one batched
+  forward of ``(N, 1)`` new tokens over the cache;
+* resampling reorders the cache rows (``index_select`` on every layer's keys and values,
+  `DynamicCache.reorder_cache`), skipped when the survivors are the parents in order.
+  A row duplicated by resampling is a copy of its parent's keys and values: ``transformers``
+  caches are dense per row (no paged sharing), so the prefix is copied then — and by the
+  cache's own concatenation as it grows — but never *recomputed*.
+
+``cache=False`` (mode ``"recompute"``) keeps only the token matrix and runs the whole
+``[bos] + prompt + s`` through the model at every step.  Both modes draw from the same
+logits through `model.sample_logits`, so under one generator they make the same draws
+(tests/smc/test_hf_lm.py), the recomputed path being the reference of the cached one.
+
+Text: `encode` / `decode` go through the tokenizer; tokens are ids of the model's
+vocabulary.  Word constraints on the detokenised text are in `text_potentials.py`.
+
+This module imports ``transformers`` only when a model is loaded (`load_lm`); without
+it installed `load_lm` raises `LMUnavailable` with the one line to fix it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from .model import PrefixBatch, sample_logits
+
+__all__ = ["HFCausalLM", "LMUnavailable", "LMLoadError", "load_lm", "DTYPES"]
+
+Prefix = tuple[int, ...]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class LMUnavailable(ImportError):
+    """``transformers`` / ``tokenizers`` are not installed."""
+
+
+class LMLoadError(ValueError):
+    """A model or tokenizer that cannot be loaded (the message names it and why)."""
+
+
+def _transformers():
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise LMUnavailable("--lm needs Hugging Face transformers: pip install -e \".[lm]\" "
+                            "(transformers, tokenizers)") from None
+    return transformers
+
+
+def load_lm(name_or_path: str, *, dtype: Optional[str] = None, device="cpu",
+            prompt: str = "", cache: bool = True) -> "HFCausalLM":
+    """`HFCausalLM` of a model folder (``save_pretrained``) or a name in the user's
+    Hugging Face cache (``gpt2``); nothing is downloaded.  `dtype`: ``"float32"``
+    (default) or ``"bfloat16"``."""
+    tf = _transformers()
+    if dtype is not None and dtype not in DTYPES:
+        raise LMLoadError(f"--lm-dtype {dtype}: must be one of {', '.join(DTYPES)}")
+    local = Path(name_or_path).is_dir()
+    if not local and (name_or_path.startswith((".", "/")) or name_or_path.endswith("/")):
+        raise LMLoadError(f"--lm {name_or_path}: no such folder")
+    bars = tf.utils.logging.is_progress_bar_enabled()
+    tf.utils.logging.disable_progress_bar()  # "Loading weights" bars on the terminal
+    try:
+        tokenizer = tf.AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+        model = tf.AutoModelForCausalLM.from_pretrained(
+            name_or_path, local_files_only=True, dtype=DTYPES[dtype or "float32"])
+    except (OSError, ValueError, KeyError) as exc:
+        where = "the folder" if local else "a model folder or a model in the Hugging Face " \
+            "cache (download it first, e.g. `hf download NAME`)"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LMLoadError(f"--lm {name_or_path}: cannot load a causal language model from "
+                          f"{where}: {first}") from None
+    finally:
+        if bars:
+            tf.utils.logging.enable_progress_bar()
+    model.to(torch.device(device))
+    return HFCausalLM(model, tokenizer, prompt=prompt, cache=cache, name=name_or_path)
+
+
+class HFCausalLM:
+    """A ``transformers`` causal LM as an SMC next-token model (see the module docstring).
+
+    Parameters:
+      model: an ``AutoModelForCausalLM`` (put on its device and dtype beforehand).
+      tokenizer: its tokenizer (None: token ids only; `eos` must then be given).
+      prompt: text (through the tokenizer, without special tokens) or a sequence of ids;
+        every particle continues ``[bos] + prompt``.
+      eos / bos: token ids (default: the tokenizer's, ``bos`` falling back to ``eos``).
+      cache: the KV cache (mode ``"kv-cache"``) or recomputing prefixes (``"recompute"``).
+
+    Implements the stateful protocol of `model.py` (``start``/``draw``/``advance``) and the
+    stateless ``sample`` / ``log_probs`` (whole prefixes, spec §8.4).
+    """
+
+    def __init__(self, model, tokenizer=None, *, prompt="", eos: Optional[int] = None,
+                 bos: Optional[int] = None, cache: bool = True, name: Optional[str] = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None)
+        if eos is None:
+            eos = getattr(tokenizer, "eos_token_id", None)
+        if eos is None:
+            eos = getattr(model.config, "eos_token_id", None)
+        if eos is None:
+            raise LMLoadError("the language model names no end-of-sequence token: give eos")
+        self.eos = int(eos)
+        if bos is None:
+            bos = getattr(tokenizer, "bos_token_id", None)
+        self.bos = self.eos if bos is None else int(bos)
+        self.prompt_ids: tuple[int, ...] = tuple(
+            self.encode(prompt) if isinstance(prompt, str) else (int(t) for t in prompt))
+        self.head: tuple[int, ...] = (self.bos,) + self.prompt_ids
+        self.mode = "kv-cache" if cache else "recompute"
+        param = next(iter(model.parameters()))
+        self.device, self.dtype = param.device, param.dtype
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) \
+            if model.get_output_embeddings() is not None else int(model.config.vocab_size)
+        # transformers 5.x names the cache argument `cache` (`past_key_values` before)
+        import inspect
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        limit = getattr(model.config, "max_position_embeddings", None) or \
+            getattr(model.config, "n_positions", None)
+        self.max_positions = int(limit) if limit else None
+
+    # -- text ---------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            return []
+        if self.tokenizer is None:
+            raise ValueError("text needs a tokenizer (this model has none): give token ids")
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of `ids` (an id past the tokenizer's vocabulary shows as ``<ID>``)."""
+        ids = [int(t) for t in ids]
+        if self.tokenizer is None:
+            return " ".join(map(str, ids))
+        n = len(self.tokenizer)
+        if all(0 <= t < n for t in ids):
+            return self.tokenizer.decode(ids, skip_special_tokens=False)
+        return "".join(self.tokenizer.decode([t]) if 0 <= t < n else f"<{t}>" for t in ids)
+
+    def token_texts(self) -> list[str]:
+        """The text of every token of the vocabulary (for token masks of text
+        constraints); tokens past the tokenizer's vocabulary give ``""``."""
+        n = len(self.tokenizer) if self.tokenizer is not None else 0
+        return [self.tokenizer.decode([i]) if i < n else "" for i in range(self.vocab_size)]
+
+    # -- the model ------------------------------------------------------------------------
+    def check_length(self, max_len: int) -> None:
+        """A `ValueError` when prompt plus `max_len` tokens exceed the model's positions."""
+        if self.max_positions is not None and len(self.head) + max_len > self.max_positions:
+            raise ValueError(f"the prompt ({len(self.head)} tokens with the start token) plus "
+                             f"--max-len {max_len} exceed the model's {self.max_positions} "
+                             f"positions")
+
+    def _forward(self, ids: torch.Tensor, past=None, use_cache: bool = False):
+        ids = ids.to(self.device)
+        width = ids.shape[1] + (past.get_seq_length() if past is not None else 0)
+        kw = {"input_ids": ids, "use_cache": use_cache,
+              "attention_mask": torch.ones(ids.shape[0], width, dtype=torch.long,
+                                           device=self.device)}
+        if past is not None:
+            kw[self._cache_kw] = past
+        with torch.no_grad():
+            out = self.model(**kw)
+        if not use_cache:
+            return out.logits[:, -1, :].float(), None
+        new = out.get("cache") if "cache" in out else out.get("past_key_values")
+        return out.logits[:, -1, :].float(), new
+
+    def _rows(self, prefixes: torch.Tensor) -> torch.Tensor:
+        head = torch.tensor(self.head, dtype=torch.long).expand(prefixes.shape[0], -1)
+        return torch.cat([head, prefixes.long()], dim=1)
+
+    def logits(self, prefixes: Sequence[Prefix]) -> torch.Tensor:
+        """float32 ``(len(prefixes), V)`` next-token logits, each prefix run whole (one
+        forward per prefix length)."""
+        if isinstance(prefixes, PrefixBatch):
+            return self._forward(self._rows(prefixes.tensor()))[0].cpu()
+        out = torch.empty(len(prefixes), self.vocab_size)
+        by_len: dict[int, list[int]] = {}
+        for i, p in enumerate(prefixes):
+            by_len.setdefault(len(p), []).append(i)
+        for idx in by_len.values():
+            rows = torch.tensor([tuple(prefixes[i]) for i in idx], dtype=torch.long)
+            out[torch.tensor(idx)] = self._forward(self._rows(rows.reshape(len(idx), -1)))[0].cpu()
+        return out
+
+    def log_probs(self, prefixes: Sequence[Prefix]) -> torch.Tensor:
+        return torch.log_softmax(self.logits(prefixes).to(torch.float64), -1)
+
+    def sample(self, prefixes: Sequence[Prefix], n: int,
+               generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return sample_logits(self.logits(prefixes), n, generator)
+
+    # -- stateful interface (SMCSteering) ----------------------------------------------------
+    # state: (DynamicCache or None, logits (B, V) float32 on CPU, prefixes (B, t) int64)
+    def start(self, num: int, generator: Optional[torch.Generator] = None):
+        cached = self.mode == "kv-cache"
+        logits, past = self._forward(torch.tensor([self.head]), use_cache=cached)
+        if cached:
+            _broadcast_rows(past, num)
+        return past, logits.cpu().expand(num, -1), torch.zeros(num, 0, dtype=torch.long)
+
+    def draw(self, state, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return sample_logits(state[1], n, generator)
+
+    def advance(self, state, rows: torch.Tensor, tokens: torch.Tensor, prefixes,
+                generator: Optional[torch.Generator] = None):
+        tokens = tokens.long().reshape(-1, 1)
+        if self.mode == "recompute":
+            seqs = prefixes.tensor() if isinstance(prefixes, PrefixBatch) else \
+                torch.tensor([tuple(p) for p in prefixes], dtype=torch.long).reshape(
+                    tokens.shape[0], -1)
+            logits, _ = self._forward(self._rows(seqs))
+            return None, logits.cpu(), seqs
+        past = state[0]
+        rows = rows.long()
+        if rows.numel() != _batch_size(past) or not torch.equal(
+                rows, torch.arange(rows.numel())):
+            past.reorder_cache(rows.to(self.device))
+        logits, past = self._forward(tokens, past, use_cache=True)
+        return past, logits.cpu(), None
+
+    # -- measurement ------------------------------------------------------------------------
+    @staticmethod
+    def cache_bytes(state) -> int:
+        """Bytes held by the keys and values of a state (0 in recompute mode)."""
+        past = state[0] if state is not None else None
+        if past is None:
+            return 0
+        total, seen = 0, set()
+        for k, v in _layer_tensors(past):
+            for x in (k, v):
+                if x is None:
+                    continue
+                key = (x.untyped_storage().data_ptr(), x.shape, x.stride())
+                if key not in seen:
+                    seen.add(key)
+                    total += x.untyped_storage().nbytes()
+        return total
+
+
+def _layer_tensors(past):
+    layers = getattr(past, "layers", None)
+    if layers is not None:
+        return [(getattr(l, "keys", None), getattr(l, "values", None)) for l in layers]
+    return [(kv[0], kv[1]) for kv in past]  # the legacy tuple form
+
+
+def _batch_size(past) -> int:
+    for k, _ in _layer_tensors(past):
+        if k is not None and k.dim() > 0:
+            return int(k.shape[0])
+    return 0
+
+
+def _broadcast_rows(past, num: int) -> None:
+    """Turn the one-row prompt cache into `num` rows sharing it: a stride-0 view per layer
+    (no copy; the first concatenation or reordering materialises each row's copy)."""
+    layers = getattr(past, "layers", None)
+    if layers is not None and all(hasattr(l, "keys") and hasattr(l, "values") for l in layers):
+        for l in layers:
+            if l.keys is not None and l.keys.dim() > 0:
+                l.keys = l.keys.expand(num, *l.keys.shape[1:])
+                l.values = l.values.expand(num, *l.values.shape[1:])
+        return
+    past.batch_repeat_interleave(num)  # a cache type without plain layers: copies

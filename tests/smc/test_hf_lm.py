@@ -1,0 +1,150 @@
+"""SMC steering of a Hugging Face causal LM (`qvr.smc.hf_lm.HFCausalLM`, issue 40):
+the exact constrained target of a tiny random GPT-2 (vocabulary 6, length <= 3) enumerated
+and matched (Ẑ unbiased, particle distribution in total variation), the KV-cached and
+recomputed paths making the same draws, cache rows after resampling equal to fresh
+forwards, bfloat16.  Skipped without transformers."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from smc_helpers import one_torch_thread  # noqa: F401  (autouse fixture)
+
+transformers = pytest.importorskip("transformers")
+
+from qvr.smc import SMCSteering, forbid_tokens, require_token  # noqa: E402
+from qvr.smc.hf_lm import HFCausalLM, load_lm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "examples" / "tiny_lm"
+V, EOS, BOS, MAX_LEN = 6, 0, 5, 3
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    """A random 2-layer GPT-2 over 6 tokens (made from a config, never downloaded)."""
+    torch.manual_seed(3)
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=8, n_embd=16, n_layer=2,
+                                  n_head=2, eos_token_id=EOS, bos_token_id=BOS,
+                                  tie_word_embeddings=False)
+    model = transformers.GPT2LMHeadModel(cfg)
+    with torch.no_grad():  # sharper next-token laws than the init's near-uniform ones
+        model.lm_head.weight.mul_(10.0)
+    return model.eval()
+
+
+def lm_of(model, cache=True, prompt=(2,)):
+    return HFCausalLM(model, None, prompt=prompt, eos=EOS, bos=BOS, cache=cache)
+
+
+def exact(lm, potential):
+    """``{s: p(s)·Π G}`` over every string (ending in EOS or cut at MAX_LEN) and `Z`,
+    from fresh forwards of whole prefixes."""
+    out = {}
+
+    def walk(prefix, mass):
+        probs = lm.log_probs([prefix])[0].exp()
+        for a in range(V):
+            child = prefix + (a,)
+            g = float(potential([prefix], [child], len(child))[0])
+            m = mass * float(probs[a]) * g
+            if m == 0.0:
+                continue
+            if a == EOS or len(child) == MAX_LEN:
+                out[child] = out.get(child, 0.0) + m
+            else:
+                walk(child, m)
+    walk((), 1.0)
+    return out, sum(out.values())
+
+
+def constraint():
+    return forbid_tokens(3) * require_token(4, within=2, eos=EOS)
+
+
+def test_hat_z_is_unbiased_and_particles_match_the_exact_posterior(gpt):
+    lm = lm_of(gpt)
+    target, z = exact(lm, constraint())
+    assert 0.02 < z < 0.9  # the constraint matters and is satisfiable
+    runs, zs, pooled = 500, [], {}
+    for seed in range(runs):
+        res = SMCSteering(lm, potential=constraint(), num_particles=6, expansion=2,
+                          max_len=MAX_LEN, generator=torch.Generator().manual_seed(seed)).run()
+        zs.append(res.Z)
+        for s, w in res.posterior().items():  # Ẑ-weighted pooling: consistent in the runs
+            pooled[s] = pooled.get(s, 0.0) + res.Z * w
+    zs = np.array(zs)
+    se = zs.std(ddof=1) / math.sqrt(runs)
+    assert abs(zs.mean() - z) < 4 * se, (zs.mean(), z, se)
+    total = sum(pooled.values())
+    tv = 0.5 * sum(abs(pooled.get(s, 0.0) / total - target.get(s, 0.0) / z)
+                   for s in set(target) | set(pooled))
+    assert set(pooled) <= set(target)  # no particle violates the constraint
+    # Monte Carlo tolerance: twice the expected TV of an empirical law of n draws
+    # (E|p̂ - p| = sqrt(2p(1-p)/(πn))), n = half the particles of all runs (the particles
+    # of a run are correlated)
+    n = runs * 6 / 2
+    tol = 2 * 0.5 * sum(math.sqrt(2 * (m / z) * (1 - m / z) / (math.pi * n))
+                        for m in target.values())
+    assert tv < tol, (tv, tol, len(target))
+
+
+def test_cached_and_recomputed_paths_make_the_same_draws(gpt):
+    runs = []
+    for cache in (True, False):
+        lm = lm_of(gpt, cache=cache)
+        runs.append(SMCSteering(lm, potential=forbid_tokens(3), num_particles=16,
+                                expansion=3, max_len=6,
+                                generator=torch.Generator().manual_seed(11)).run())
+    a, b = runs
+    assert a.sequences == b.sequences
+    assert torch.equal(a.log_weights, b.log_weights) and a.log_Z == b.log_Z
+
+
+def test_resampled_cache_rows_give_the_logits_of_a_fresh_forward(gpt):
+    lm = lm_of(gpt)
+    state = lm.start(4)
+    assert state[0].get_seq_length() == 2  # bos + the one-token prompt, shared
+    prefixes = [(), (), (), ()]
+    for rows, toks in (([2, 0, 0, 3], [1, 4, 2, 2]), ([1, 1, 3, 0], [0, 3, 5, 1]),
+                       ([3, 2], [4, 4])):
+        prefixes = [prefixes[r] + (t,) for r, t in zip(rows, toks)]
+        state = lm.advance(state, torch.tensor(rows), torch.tensor(toks), prefixes)
+        fresh = lm.logits(prefixes)
+        torch.testing.assert_close(state[1], fresh, atol=1e-5, rtol=1e-5)
+    assert HFCausalLM.cache_bytes(state) == 2 * 2 * 2 * 5 * 16 * 4  # layers, k/v, rows, len
+
+
+def test_the_tiny_example_model_loads_in_bfloat16_and_steers_text():
+    lm = load_lm(str(TINY), dtype="bfloat16", prompt="the old dog")
+    assert lm.dtype == torch.bfloat16 and lm.eos == 0 and lm.bos == 0
+    assert lm.decode(lm.encode("the small cat .")) == "the small cat ."
+    from qvr.smc.text_potentials import forbid_words
+    res = SMCSteering(lm, potential=forbid_words("the", decode=lm.decode, eos=lm.eos,
+                                                 max_len=10),
+                      num_particles=8, expansion=2, max_len=10,
+                      generator=torch.Generator().manual_seed(0)).run()
+    texts = [lm.decode(s) for s, w in zip(res.sequences, res.weights.tolist()) if w > 0]
+    assert texts and all("the" not in t.replace("<eos>", " ").split() for t in texts)
+
+
+def test_load_errors_name_the_model(tmp_path):
+    from qvr.smc.hf_lm import LMLoadError
+    with pytest.raises(LMLoadError, match="no such folder"):
+        load_lm(str(tmp_path / "nothing") + "/")
+    with pytest.raises(LMLoadError, match=f"--lm {tmp_path}: cannot load a causal language "
+                                          f"model from the folder"):
+        load_lm(str(tmp_path))
+
+
+def test_without_transformers_the_error_is_one_line(monkeypatch):
+    import sys
+
+    from qvr.smc.hf_lm import LMUnavailable
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(LMUnavailable, match=r'^--lm needs Hugging Face transformers: pip '
+                                            r'install -e "\.\[lm\]"'):
+        load_lm(str(TINY))
