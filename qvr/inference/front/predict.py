@@ -275,24 +275,27 @@ def nothing_sampled(run) -> bool:
 
 
 def _guide_draws(run, model, x, host: dict) -> dict:
-    """`GUIDE_DRAWS` draws of an SVI run's fitted guide (its ``loc_*``/``log_scale_*``)."""
-    from qvr.inference.vi.guides import AutoNormalGuide
-    params = {k: v for k, v in run.params().items() if k.startswith(("loc_", "log_scale_"))}
+    """`GUIDE_DRAWS` draws of an SVI run's fitted guide, rebuilt from its config's
+    ``guide`` (mean-field for runs made before the option) and its saved parameters
+    (`qvr.inference.vi.guide_choice.rebuild_guide`)."""
+    from qvr.inference.vi.guide_choice import GuideError, rebuild_guide, run_guide
+    params = {k: v for k, v in run.params().items() if not k.startswith("model.")}
     if not params:
         raise _no_draws(run, f"the SVI run saved no guide (status {run.status})")
     observed = {i.name for i in model.site_infos() if i.step == "observe"}
-    guide = AutoNormalGuide(model, observed_names=observed).to(x.device)
-    own = dict(guide.named_parameters())
     rows = row_sites(model)  # one value per fitted row: redrawn, their guide not used
+    spec = run_guide(run.config)
+    try:
+        guide = rebuild_guide(spec, model, observed, params, x, host, skip_sites=rows,
+                              where=str(run.path))
+    except GuideError as exc:
+        if spec != "meanfield" and rows:
+            raise PredictError(f"{run.path}: the {spec} guide covers the fitted rows of "
+                               f"{', '.join(f'`{r}`' for r in sorted(rows))} jointly with "
+                               f"the other latents and cannot draw them for new rows "
+                               f"({exc})") from None
+        raise PredictError(str(exc)) from None
     with torch.no_grad():
-        for name, value in params.items():
-            if name.split("_", 1 if name.startswith("loc_") else 2)[-1] in rows:
-                continue
-            p = own.get(name)
-            if p is None or tuple(p.shape) != tuple(np.shape(value)):
-                raise PredictError(f"{run.path}: the guide's `{name}` does not fit the "
-                                   f"program (it has changed since the run?)")
-            p.copy_(torch.as_tensor(value, dtype=p.dtype, device=p.device))
         kinds = {i.name: i.site_kind for i in model.site_infos()}
         if not any(kinds.get(n) in ("global", "plate") for n in guide.latent_names):
             return {}

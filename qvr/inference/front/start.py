@@ -100,15 +100,40 @@ class StartState:
         return ""
 
     def apply_to_guide(self, guide, x=None, observations=None) -> None:
-        """Initialise an `AutoNormalGuide` from the run: an SVI run's guide as it was, an
-        MCMC run's posterior means mapped to the guide's unconstrained space (through the
-        sites' transforms, which need the guide's program, its input and observations),
-        or (``start_at="draws"``) the guide moment-matched to the MCMC run's draws."""
+        """Initialise a guide from the run: an SVI run's guide as it was, an MCMC run's
+        posterior means mapped to the guide's unconstrained space (through the sites'
+        transforms, which need the guide's program, its input and observations), or
+        (``start_at="draws"``) the guide moment-matched to the MCMC run's draws.
+
+        A joint guide (`qvr.inference.vi.joint_guides`: fullrank, lowrank, flow) takes an
+        SVI run of its own family and size as it was; any other SVI run (mean-field, or
+        another joint family, through the per-site marginals it saved) gives it per-site
+        means and standard deviations (`init_sites`), MCMC means its means, and draws
+        their means and sds (a fullrank guide: their covariance)."""
+        joint = hasattr(guide, "init_sites")
         own = dict(guide.named_parameters())
         with torch.no_grad():
             if self.draws:
                 self._match_draws(guide, own, x, observations)
             elif self.guide_params:
+                if joint and not self._same_family(own):
+                    locs, sds = {}, {}
+                    for site in guide.latent_names:
+                        loc = self.guide_params.get(f"loc_{site}")
+                        log_scale = self.guide_params.get(f"log_scale_{site}")
+                        if loc is None:
+                            continue
+                        want = tuple(guide.loc(site).shape)
+                        if tuple(np.shape(loc)) != want:
+                            raise StartError(f"{self._where()}: guide parameter `loc_{site}` "
+                                             f"has shape {tuple(np.shape(loc))} in the run "
+                                             f"but {want} here (different data size?)")
+                        locs[site] = torch.as_tensor(loc, dtype=torch.float64)
+                        if log_scale is not None:
+                            sds[site] = torch.exp(torch.as_tensor(log_scale,
+                                                                  dtype=torch.float64))
+                    guide.init_sites(locs, sds)
+                    return
                 for name, value in self.guide_params.items():
                     p = own.get(name)
                     if p is None:
@@ -122,11 +147,12 @@ class StartState:
                 from qvr.inference.programs.sites import build_registry
                 obs = dict(observations or {})
                 reg = build_registry(guide.model[0], x, obs, observed_names=set(obs))
+                locs = {}
                 for site, mean in self.posterior_means.items():
-                    p = own.get(f"loc_{site}")
                     spec = reg.by_name.get(site)
-                    if p is None or spec is None:
+                    if spec is None or site not in guide.latent_names:
                         continue
+                    p = guide.loc(site)
                     value = torch.as_tensor(mean, dtype=p.dtype, device=p.device)
                     if value.numel() != p.numel() and value.numel() != \
                             int(torch.Size(spec.batch_shape).numel()) * spec.d:
@@ -138,31 +164,62 @@ class StartState:
                         raise StartError(f"{self._where()}: site `{site}` has "
                                          f"{value.numel()} values in the run but {p.numel()} "
                                          f"here (different data size?)")
-                    p.copy_(value.reshape(p.shape))
+                    locs[site] = value.reshape(p.shape)
+                if joint:
+                    guide.init_sites(locs)
+                else:
+                    for site, value in locs.items():
+                        own[f"loc_{site}"].copy_(value)
+
+    def _same_family(self, own: dict) -> bool:
+        """Whether the run's joint parameters (``joint_*``) are exactly this guide's."""
+        mine = {k: tuple(p.shape) for k, p in own.items() if k.startswith("joint_")}
+        theirs = {k: tuple(np.shape(v)) for k, v in self.guide_params.items()
+                  if k.startswith("joint_")}
+        return bool(mine) and mine == theirs or (not mine and not theirs)
 
     def _match_draws(self, guide, own, x, observations) -> None:
         """``loc = mean``, ``log_scale = log(max(sd, SD_FLOOR))`` of the run's draws mapped
         to the unconstrained space, per coordinate (ddof 0), in float64.  A local site's
         guide has one ``(u,)`` pair shared by every row and position, so its moments pool
-        the draws of all rows and positions."""
+        the draws of all rows and positions.  A joint guide takes the means and sds
+        (`init_sites`); a fullrank one the draws' covariance of its joint sites."""
         from qvr.inference.programs.sites import build_registry
         obs = dict(observations or {})
         reg = build_registry(guide.model[0], x, obs, observed_names=set(obs))
+        locs, sds, joint_z = {}, {}, []
+        layout = getattr(guide, "layout", None)
+        joint_names = {s.name for s, _, _ in layout} if layout is not None else set()
         for site in guide.latent_names:
-            loc, log_scale = own.get(f"loc_{site}"), own.get(f"log_scale_{site}")
             spec = reg.by_name.get(site)
-            if loc is None or log_scale is None or spec is None:
+            if spec is None:
                 continue
+            shape = tuple(guide.loc(site).shape)
+            numel = int(np.prod(shape))
             z = self._unconstrained_draws(spec)  # (N, *batch, u)
-            if z.shape[-1] != loc.shape[-1] or z.numel() % loc.numel():
+            if z.shape[-1] != shape[-1] or z.numel() % numel:
                 raise StartError(f"{self._where()}: site `{site}` has {z[0].numel()} "
                                  f"unconstrained values per draw in the run but "
-                                 f"{loc.numel()} in this guide (different data size?)")
-            z = z.reshape(-1, *loc.shape)
-            mean = z.mean(dim=0)
-            sd = z.std(dim=0, unbiased=False).clamp(min=SD_FLOOR)
-            loc.copy_(mean.to(loc.dtype))
-            log_scale.copy_(torch.log(sd).to(log_scale.dtype))
+                                 f"{numel} in this guide (different data size?)")
+            z = z.reshape(-1, *shape)
+            locs[site] = z.mean(dim=0)
+            sds[site] = z.std(dim=0, unbiased=False).clamp(min=SD_FLOOR)
+            if site in joint_names:
+                joint_z.append((site, z.reshape(z.shape[0], -1)))
+        if layout is None:
+            for site in locs:
+                own[f"loc_{site}"].copy_(locs[site].to(own[f"loc_{site}"].dtype))
+                own[f"log_scale_{site}"].copy_(torch.log(sds[site]).to(
+                    own[f"log_scale_{site}"].dtype))
+            return
+        guide.init_sites(locs, sds)
+        if hasattr(guide, "init_covariance") and len(joint_z) == len(layout) and joint_z:
+            order = {s.name: i for i, (s, _, _) in enumerate(layout)}
+            z = torch.cat([v for _, v in sorted(joint_z, key=lambda t: order[t[0]])], dim=1)
+            mean = z.mean(0)
+            cov = torch.cov(z.T, correction=0).reshape(z.shape[1], z.shape[1])
+            cov = cov + torch.eye(z.shape[1], dtype=cov.dtype) * SD_FLOOR ** 2
+            guide.init_covariance(mean, cov)
 
     def _unconstrained_draws(self, spec, last: bool = False) -> torch.Tensor:
         """The run's draws of a site (`last`: only each chain's last one) mapped to the
@@ -301,7 +358,8 @@ def load_start(start_from, config=None) -> StartState:
     if problem:
         raise StartError(f"start from {run.path}: start_at {problem}")
     model = {k[len("model."):]: v for k, v in params.items() if k.startswith("model.")}
-    guide = {k: v for k, v in params.items() if k.startswith(("loc_", "log_scale_"))}
+    guide = {k: v for k, v in params.items()
+             if k.startswith(("loc_", "log_scale_", "joint_"))}
     means, draws = {}, {}
     if at == "draws":
         draws = _site_draws(samples)

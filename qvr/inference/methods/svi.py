@@ -1,4 +1,5 @@
-"""SVI behind `fit`: `AutoNormalGuide` + `ELBO(elbo_particles)` + Adam on the model's and
+"""SVI behind `fit`: the guide of `FitConfig.guide` (`qvr.inference.vi.guide_choice`:
+mean-field `AutoNormalGuide`, fullrank, lowrank:K, flow) + `ELBO(elbo_particles)` + Adam on the model's and
 guide's parameters (a `start_from` run initialises them: an SVI run's guide, an MCMC
 run's posterior means, or with ``start_at="draws"`` the moments of its draws,
 `qvr.inference.front.start`).  With `FitConfig.batch_size` (or several ranks of a launch) each
@@ -24,10 +25,13 @@ def run(ctx: FitContext) -> FitResult:
         from qvr.inference.methods.laplace import run as run_laplace
         return run_laplace(ctx)
     from qvr.inference.vi.elbo import ELBO
-    from qvr.inference.vi.guides import AutoNormalGuide
+    from qvr.inference.vi.guide_choice import GuideError, make_guide
     from qvr.inference.vi.svi import SVI, adam
     model, x, observations, config = ctx.model, ctx.x, ctx.observations, ctx.config
-    guide = AutoNormalGuide(model, observed_names=set(observations)).to(x.device)
+    try:
+        guide = make_guide(config.guide, model, set(observations)).to(x.device)
+    except GuideError as exc:
+        raise DataError(str(exc)) from None
     if ctx.start is not None:
         ctx.start.apply_to_guide(guide, x, observations)
     params = list(model.parameters()) + list(guide.parameters())
@@ -132,7 +136,12 @@ def _batch_step(svi, world, params, x, observations, row_scale: float, step: int
 
 
 def svi_params(model, guide) -> dict:
+    """The guide's parameters, a joint guide's per-site marginals (``loc_<s>``,
+    ``log_scale_<s>``: `qvr.inference.vi.joint_guides`) and the model's (``model.NAME``)."""
     out = {name: p.detach().cpu().numpy() for name, p in guide.named_parameters()}
+    marginals = getattr(guide, "marginal_params", None)
+    if marginals is not None:
+        out.update({k: v for k, v in marginals().items() if k not in out})
     for name, p in model.named_parameters():
         out[f"model.{name}"] = p.detach().cpu().numpy()
     return out

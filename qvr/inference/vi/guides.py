@@ -66,10 +66,17 @@ class AutoNormalGuide(nn.Module):
         self.init_scale = float(init_scale)
         self.specs: list[SiteSpec] = static_sites(self.model[0], self.observed_names)
         for s in self.specs:
+            if not self._per_site(s):
+                continue
             shape = (s.plate, s.u) if s.kind == "plate" else (s.u,)
             self.register_parameter(f"loc_{s.name}", nn.Parameter(torch.zeros(shape)))
             self.register_parameter(f"log_scale_{s.name}", nn.Parameter(
                 torch.full(shape, math.log(self.init_scale))))
+
+    def _per_site(self, s: SiteSpec) -> bool:
+        """Whether site `s` has its own ``loc_``/``log_scale_`` pair (here: every site;
+        the joint families keep them for local sites only)."""
+        return True
 
     @property
     def latent_names(self) -> list[str]:
@@ -110,19 +117,14 @@ class AutoNormalGuide(nn.Module):
         sample_shape = torch.Size(sample_shape)
         shapes = self._batch_shapes(x, observations)
         self._last_observations = (x, dict(observations or {}))  # for log_prob (E9.2)
+        zs = self._draw_z(shapes, sample_shape)
         out = {}
         pins = {}  # E9.2: dependent sites, mapped once the others are drawn
         for s in self.specs:
             batch = shapes.get(s.name)
             if batch is None:
                 continue
-            loc, scale = self.loc(s.name), self.scale(s.name)
-            if s.kind == "plate":
-                eps_shape = (*sample_shape, *loc.shape)
-            else:
-                eps_shape = (*sample_shape, *batch, s.u)
-            eps = torch.randn(eps_shape, dtype=loc.dtype, device=loc.device)
-            z = loc + scale * eps
+            z = zs[s.name]
             if s.dependent:
                 pins[s.name] = z.reshape((*sample_shape, *batch))
                 continue
@@ -132,7 +134,56 @@ class AutoNormalGuide(nn.Module):
         if pins:
             out.update(self._registry(x, observations).dependent_values(
                 out, pins, batch_ndims=len(sample_shape)))
+        self._drawn(out)
         return out
+
+    # ---- the hooks a guide family overrides (`qvr.inference.vi.joint_guides`)
+
+    def _draw_z(self, shapes: dict, sample_shape: torch.Size) -> dict:
+        """Unconstrained draws ``{name: z}`` of the sites with a row shape in `shapes`:
+        ``(*sample_shape, |I|, u)`` for a plate site, ``(*sample_shape, *rows, u)`` else."""
+        out = {}
+        for s in self.specs:
+            batch = shapes.get(s.name)
+            if batch is not None:
+                out[s.name] = self._draw_site(s, batch, sample_shape)
+        return out
+
+    def _draw_site(self, s: SiteSpec, batch, sample_shape: torch.Size) -> torch.Tensor:
+        """One site's mean-field draw `loc + scale * eps` (a local site: one eps per row)."""
+        loc, scale = self.loc(s.name), self.scale(s.name)
+        if s.kind == "plate":
+            eps_shape = (*sample_shape, *loc.shape)
+        else:
+            eps_shape = (*sample_shape, *batch, s.u)
+        eps = torch.randn(eps_shape, dtype=loc.dtype, device=loc.device)
+        return loc + scale * eps
+
+    def _drawn(self, values: dict) -> None:
+        """Called with every `rsample`'s values (a family may remember their density)."""
+
+    def _site_log_q(self, s: SiteSpec, z: torch.Tensor, lead: tuple,
+                    detach: bool) -> torch.Tensor:
+        """`sum log N(z; loc, scale)` of one site's unconstrained values, shape `lead`."""
+        loc, log_scale = self.loc(s.name), getattr(self, f"log_scale_{s.name}")
+        if detach:
+            loc, log_scale = loc.detach(), log_scale.detach()
+        scale = torch.exp(log_scale).clamp(min=_MIN_SCALE)
+        lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
+        return lq.reshape((*lead, -1)).sum(-1)
+
+    def _static_log_q(self, zs: dict, values: dict, lead: tuple,
+                      detach: bool) -> Optional[torch.Tensor]:
+        """The log density of the global and plate sites' unconstrained values `zs`
+        (``{name: z}``, those present; `values`: the constrained values given)."""
+        total = None
+        for s in self.specs:
+            if s.name in zs:
+                lq = self._site_log_q(s, zs[s.name], lead, detach)
+                total = lq if total is None else total + lq
+        return total
+
+    # ----
 
     def _registry(self, x, observations):
         obs = dict(observations or {})
@@ -161,49 +212,54 @@ class AutoNormalGuide(nn.Module):
             obs = {**(obs if last_x is x else {}),
                    **{k: v for k, v in values.items() if k not in latent}}
             dependent = self._registry(x, obs).dependent_inverse(latent, batch_ndims=batch_ndims)
+        static, static_ladj, lead = {}, None, None
         for s in self.specs:
             if s.name not in values:
                 continue
             v = values[s.name]
-            lead = v.shape[:batch_ndims]
+            lead = tuple(v.shape[:batch_ndims])
             if dependent is not None and s.name in dependent:
                 z, logdet = dependent[s.name]
-                loc, log_scale = self.loc(s.name), getattr(self, f"log_scale_{s.name}")
-                if detach_params:
-                    loc, log_scale = loc.detach(), log_scale.detach()
-                scale = torch.exp(log_scale).clamp(min=_MIN_SCALE)
                 z = z.unsqueeze(-1)
-                lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
-                lq = lq.reshape((*lead, -1)).sum(-1) - logdet
-                if s.kind == "local" and row_scale != 1.0:
-                    lq = lq * row_scale
-                total = lq if total is None else total + lq
-                continue
-            if s.kind == "plate" and s.plate is not None:  # E9.9: a product plate's axes
-                v = v.reshape(*lead, s.plate, *s.event_shape)
-            if len(s.event_shape) > 1:  # E9.2: a matrix event (`CholeskyFactor K`)
-                pass
-            elif s.event_shape:
-                v = v.reshape(*v.shape[:v.dim() - len(s.event_shape)], s.d)
+                ladj = logdet
             else:
-                v = v.unsqueeze(-1)
-            identity = _is_identity(s.transform)
-            z = v if identity else s.transform.inv(v)
-            loc, log_scale = self.loc(s.name), getattr(self, f"log_scale_{s.name}")
-            if detach_params:
-                loc, log_scale = loc.detach(), log_scale.detach()
-            scale = torch.exp(log_scale).clamp(min=_MIN_SCALE)
-            lq = -0.5 * ((z - loc) / scale) ** 2 - torch.log(scale) - 0.5 * math.log(2 * math.pi)
-            lq = lq.reshape((*lead, -1)).sum(-1)
-            if not identity:  # the identity's log-Jacobian is zero: nothing to subtract
-                lq = lq - s.transform.log_abs_det_jacobian(z, v).reshape((*lead, -1)).sum(-1)
-            if s.kind == "local" and row_scale != 1.0:  # a minibatch's rows (`rows_scaled`)
+                z, ladj = self._unconstrain(s, v, lead)
+            if s.kind != "local":
+                static[s.name] = z
+                if ladj is not None:
+                    static_ladj = ladj if static_ladj is None else static_ladj + ladj
+                continue
+            lq = self._site_log_q(s, z, lead, detach_params)
+            if ladj is not None:
+                lq = lq - ladj
+            if row_scale != 1.0:  # a minibatch's rows (`rows_scaled`)
                 lq = lq * row_scale
+            total = lq if total is None else total + lq
+        if static:
+            lq = self._static_log_q(static, values, lead, detach_params)
+            if static_ladj is not None:
+                lq = lq - static_ladj
             total = lq if total is None else total + lq
         if total is None:
             p = next(iter(self.parameters()), None)
             return torch.zeros((), device=p.device if p is not None else None)
         return total
+
+    def _unconstrain(self, s: SiteSpec, v: torch.Tensor, lead: tuple):
+        """``(z, log|det J_T(z)|)`` of a site's value `v`: `z` of shape
+        ``(*lead, *rows, u)``, the log-Jacobian summed to `lead` (None: the identity)."""
+        if s.kind == "plate" and s.plate is not None:  # E9.9: a product plate's axes
+            v = v.reshape(*lead, s.plate, *s.event_shape)
+        if len(s.event_shape) > 1:  # E9.2: a matrix event (`CholeskyFactor K`)
+            pass
+        elif s.event_shape:
+            v = v.reshape(*v.shape[:v.dim() - len(s.event_shape)], s.d)
+        else:
+            v = v.unsqueeze(-1)
+        if _is_identity(s.transform):  # the identity's log-Jacobian is zero
+            return v, None
+        z = s.transform.inv(v)
+        return z, s.transform.log_abs_det_jacobian(z, v).reshape((*lead, -1)).sum(-1)
 
     def median(self) -> dict:
         """The constrained image of `loc` per site (global and plate sites)."""
