@@ -8,6 +8,7 @@ parameters (at the fit's rows and at new rows), and ``qvr run`` on eight schools
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -247,3 +248,24 @@ def test_qvr_run_eight_schools_laplace_and_map(qvr_run, tmp_path):
     mu = next(ln for ln in out.splitlines() if ln.startswith("mu "))
     assert mu.split()[3:] == ["-", "-", "-"]  # sd and quantiles: not defined for a point
     assert "LOO" not in out
+
+
+def test_map_optimises_the_programs_parameters_with_finite_latents_summed_out():
+    """An HMM whose kernels are learnable and whose regimes are summed out: no continuous
+    latent (the Laplace part is empty), MAP is the maximum likelihood of the kernels."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_enumerate import chain_source
+    data = {"x": np.array([0, 1, 2, 0, 1]),
+            **{f"y{t}": np.array([0, 1, 3, 2, 1]) for t in range(1, 4)}}
+    events = []
+    one = fit(qvr.loads(chain_source(3)), data=data,
+              config={"method": "svi", "guide": "map", "seed": 1, "steps": 1})
+    r = fit(qvr.loads(chain_source(3)), data=data,
+            config={"method": "svi", "guide": "map", "seed": 1}, on_event=events.append)
+    assert r.status == "finished" and r.stats["dim"] == 0 and r.stats["converged"]
+    assert r.stats["max_gradient"] < 1e-6
+    assert r.stats["mode_log_density"] > one.stats["mode_log_density"] + 1.0
+    assert any(getattr(e, "message", "").startswith(
+        "MAP: the program's parameters (21 values) are optimised jointly with the latents")
+        for e in events)
+    assert any(k.startswith("model.") for k in r.params) and r.summary.rows == {}
