@@ -3,7 +3,8 @@
 On a terminal: one row per chain for HMC/NUTS (phase, a bar, draws/s, acceptance, step
 size, divergences — red from the first — and an ETA from the phase's own rate, warmup
 being slower than sampling), one row for SVI (loss, steps/s, ETA) or SMC (ESS, finished,
-log Ẑ).  Elsewhere (a pipe, CI, the dashboard's worker) one plain line every
+log Ẑ); the fit's warnings (`FitWarning`) below the table, which stays on screen when
+the fit ends.  Elsewhere (a pipe, CI, the dashboard's worker) one plain line every
 `PLAIN_EVERY_S` seconds of fit time (`PLAIN_PREFIX`, then the method, the slowest chain's
 phase and step, the rate, the loss / acceptance and divergences / ESS, and the ETA), so a
 long headless fit is seen to progress; the run record has every event.
@@ -127,6 +128,9 @@ class Progress:
                 self.stream.write(f"qvr run: warning: {event.message}\n")
                 self.stream.flush()
                 return
+            if self._live is not None:  # shown below the live table at once
+                self._live.update(self._render())
+                return
         else:
             return
         if self._live is not None:
@@ -179,8 +183,8 @@ class Progress:
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         from rich.text import Text
-        if not self.method:  # before `FitStarted`: nothing is known to show
-            return Text("")
+        if not self.method:  # before `FitStarted`: nothing is known to show but warnings
+            return self._with_warnings(Text(""))
         t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
         mcmc = self.method in ("hmc", "nuts")
         cols = (["chain", "phase", "", "step", "draws/s", "accept", "step size", "diverg.",
@@ -212,7 +216,15 @@ class Progress:
                 t.add_row(self.method, bar, step, f"{m.get('ess', float('nan')):.1f}",
                           f"{int(m.get('num_finished', 0))}",
                           f"{m.get('log_Z', float('nan')):.4f}", _eta(ch.eta()))
-        return t
+        return self._with_warnings(t)
+
+    def _with_warnings(self, body):
+        """The fit's warnings below `body`, still shown when the live display ends."""
+        if not self.warnings:
+            return body
+        from rich.console import Group
+        from rich.text import Text
+        return Group(body, *(Text(f"warning: {w}", style="yellow") for w in self.warnings))
 
 
 def epoch_text(m: dict) -> str:

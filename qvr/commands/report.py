@@ -238,6 +238,7 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
     fallback = (summary or {}).get("stats", {}).get("compile_fallback")
     if fallback:  # NUTS's transition did not compile: the run went on leaf by leaf
         out.append(f"note: {fallback}")
+    out += khat_lines(run, summary)  # SVI, Laplace, Pathfinder: how good the approximation is
     if run.method in ("hmc", "nuts") and summary is not None and status == "finished":
         from qvr.inference.criticism.diagnostics import check_warnings
         out += [f"warning: {w}" for w in check_warnings(
@@ -245,6 +246,27 @@ def render_run(run, max_rows: int = MAX_ROWS) -> str:
     if run.method != "smc":
         out += checks_lines(run)
     return "\n".join(out)
+
+
+def khat_lines(run, summary: Optional[dict]) -> list[str]:
+    """The Pareto k-hat of an approximation's draws against the model
+    (`qvr.inference.criticism.khat_text.khat_line`), then above 0.7 the warning the run
+    emitted (``warning: Pareto k-hat 0.98 > 0.7: ...``, with the usual advice); nothing for
+    a record without a k-hat (MCMC, SMC, or written before k-hat was recorded)."""
+    from qvr.inference.criticism.khat_text import khat_line, recorded_khat_warning
+    stats = (summary or {}).get("stats") or {}
+    line = khat_line(stats)
+    if line is None:
+        return []
+    events = ()
+    if recorded_khat_warning(stats, run.method) is not None:  # only then: read the events
+        try:
+            events = run.events(load_draws=False)
+        except Exception:  # a damaged events file: the warning is made again from stats
+            events = ()
+    warning = recorded_khat_warning(stats, run.method, (run.config or {}).get("guide"),
+                                    events)
+    return [line] + ([f"warning: {warning}"] if warning else [])
 
 
 def checks_lines(run, max_sites: int = MAX_CHECK_SITES) -> list[str]:

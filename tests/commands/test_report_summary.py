@@ -86,8 +86,10 @@ def test_svi_grouped_table_gives_each_site_its_true_shape(tmp_path):
     text = render_run(run)
     rows = _table_rows(text)
     assert rows["doc_topics"][1] == "100×8" and rows["topic_words"][1] == "8×1000"
-    assert text.splitlines()[-1] == \
-        f"(every coordinate (8800) in {run.path / 'summary.txt'})"
+    lines = text.splitlines()
+    # the table's closing line; then the guide's Pareto k-hat (2 steps: far above 0.7)
+    at = lines.index(f"(every coordinate (8800) in {run.path / 'summary.txt'})")
+    assert lines[at + 1].startswith("Pareto k-hat ") and lines[at + 2].startswith("warning: ")
     txt = (run.path / "summary.txt").read_text().splitlines()
     assert len(txt) == 1 + 8800 and txt[-1].split()[0] == "topic_words[7,999]"
     sites = run.summary["sites"]

@@ -192,6 +192,10 @@ class Results:
     predictive_note: str = ""
     # a prediction (`qvr predict`): the run its draws came from (run id), else ""
     predicted_from: str = ""
+    # an approximation's Pareto k-hat (SVI, Laplace, Pathfinder; any method whose stats
+    # hold it): its line, and above 0.7 the run's warning (`khat_text`); else ""
+    khat: str = ""
+    khat_warning: str = ""
 
     @property
     def has_checks(self) -> bool:

@@ -22,6 +22,9 @@ the draws chunks and progress events), and per method:
   - a prediction (``qvr predict``, method ``predict``) and a ``--method prior`` run: the
     draws' mean and sd per site as `GuideSite` rows; a prediction's source run in
     `Results.predicted_from`, what it is in `Results.note`;
+  - any method whose stats hold a Pareto k-hat (SVI, Laplace, Pathfinder): its line and,
+    above 0.7, the run's warning (`Results.khat`, `Results.khat_warning`;
+    `qvr.inference.criticism.khat_text`);
   - any method, a program with attention: `Results.circuits` (`qvr_tui.circuits_model`);
   - a finished fit that recorded them (issue 25): `Results.predictive` (the predictive
     checks) and `Results.loo` (PSIS-LOO), `qvr_tui.predictive_model`; else
@@ -92,6 +95,10 @@ def load_results(run) -> Results:
         _load_smc(run, res, events)
     if res.partial and not res.partial_note:
         res.partial_note = _partial_note(res)
+    from qvr.inference.criticism.khat_text import khat_line, recorded_khat_warning
+    res.khat = khat_line(res.stats) or ""  # how good the approximation is, any method
+    res.khat_warning = recorded_khat_warning(res.stats, res.method,
+                                             (run.config or {}).get("guide"), events) or ""
     from qvr_tui.circuits_model import load_circuits
     res.circuits = load_circuits(run, res.program_path)
     from qvr_tui.predictive_model import load_predictive

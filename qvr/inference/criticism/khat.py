@@ -37,20 +37,36 @@ def pareto_khat(log_ratios) -> float:
     """The PSIS k-hat of importance log ratios `log p - log q` (1-d, independent draws:
     relative efficiency 1).  Non-finite ratios: `-inf` (a draw outside the model's support)
     is a zero weight, kept; `+inf` or NaN gives `inf` (the ratios are unusable).  Fewer than
-    ten distinct finite ratios, or a flat tail, give NaN (no tail to fit)."""
+    ten finite ratios, or too few draws for a tail of five (about 25), give NaN (no tail
+    to fit).  Equal largest ratios (an exact
+    approximation: the ratios are the constant log normaliser, up to rounding) give 0.0:
+    the weights are bounded, there is no heavy tail."""
     r = np.asarray(log_ratios, dtype=np.float64).reshape(-1)
     if np.isnan(r).any() or np.isposinf(r).any():
         return math.inf
     finite = r[np.isfinite(r)]
-    if finite.size < 10 or np.ptp(finite) == 0:
+    if finite.size < 10:
         return math.nan
+    if np.ptp(finite) == 0:
+        return 0.0
     r = np.where(np.isfinite(r), r, finite.min() - 1e3)  # zero weights, still in the tail
     from arviz_stats.base import array_stats
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         # psislw takes the negated log ratios (a log-likelihood, as LOO's `-ll`)
-        _, k = array_stats.psislw(-(r - r.max()), r_eff=1.0, axis=-1)
+        try:
+            _, k = array_stats.psislw(-(r - r.max()), r_eff=1.0, axis=-1)
+        except ValueError as exc:
+            if "same" in str(exc):  # "All tail values are the same": a flat tail
+                return 0.0
+            if "at least" in str(exc):  # "n_draws_tail must be at least 5": < ~25 draws
+                return math.nan
+            raise
     return float(k)
+
+
+#: a guide's name in prose (`FitConfig.guide` spells it ``meanfield``)
+_GUIDE_WORDS = {"meanfield": "mean-field", "fullrank": "full-rank"}
 
 
 def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None) -> Optional[str]:
@@ -59,7 +75,7 @@ def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None) 
         return None
     if math.isnan(khat) or khat <= KHAT_WARN:
         return None
-    what = f"the {guide} guide" if guide else {"pathfinder": "Pathfinder's approximation",
+    what = f"the {_GUIDE_WORDS.get(guide, guide)} guide" if guide else {"pathfinder": "Pathfinder's approximation",
                                                "laplace": "the Laplace approximation"}.get(
         method, "the approximation")
     advice = ("try a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder "

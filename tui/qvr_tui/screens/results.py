@@ -25,6 +25,10 @@ from `qvr_tui.results_model.load_results` (torch-free; the table's rows from
   the site's unconstrained space: ``u 3×3`` beside a 3×4 simplex plate); on a matrix
   the heatmap of its location (``m``: scale).  A minibatch fit's header adds its batch
   and epochs, and the processes of a torchrun launch (`results_model.batch_facts`).
+* An approximation (SVI, Laplace, Pathfinder; any run whose stats hold it): its Pareto
+  k-hat in the notes below the header (``ⓘ Pareto k-hat 0.64 (1000 draws): usable (0.5
+  to 0.7)``) and above 0.7 the run's warning with its advice (``⚠ Pareto k-hat 0.98 >
+  0.7: ...``); a record without one shows neither.
 * Recorded quantities (``record v = e``, E9.6) are rows like sites, their names followed
   by `RECORDED_MARK`: MCMC plots their draws as a site's; SVI lists their posterior mean
   and sd over the guide's draws in the guide table (a matrix: its heatmap).
@@ -387,6 +391,10 @@ class ResultsPane(Vertical):
             lines.append(f"◐ {res.partial_note}")
         if res.note:
             lines.append(f"ⓘ {res.note}")
+        if res.khat:  # an approximation (SVI, Laplace, Pathfinder): how good it is
+            lines.append(f"ⓘ {res.khat}")
+        if res.khat_warning:
+            lines.append(f"⚠ {res.khat_warning}")
         notes.update("\n".join(lines))
         notes.set_class(not lines, "-empty")
         keys = "  e: export draws to ArviZ" if res.is_mcmc and res.num_chains else ""
