@@ -269,3 +269,17 @@ def test_map_optimises_the_programs_parameters_with_finite_latents_summed_out():
         "MAP: the program's parameters (21 values) are optimised jointly with the latents")
         for e in events)
     assert any(k.startswith("model.") for k in r.params) and r.summary.rows == {}
+
+
+def test_a_monte_carlo_density_is_refused():
+    """`h = f >> g` of two stochastic kernels has a Monte-Carlo density (runtime spec 4.1)."""
+    from qvr.inference.data.fit_data import DataError
+    program = qvr.loads("object X : Real 2\nmorphism f : X -> X [role=kernel] ~ Normal\n"
+                        "morphism g : X -> X [role=kernel] ~ Normal\nlet h = f >> g\n"
+                        "program p : X -> X\n    sample z <- Normal(0.0, 1.0)\n"
+                        "    observe y <- h\n    return y\nexport p\n")
+    torch.manual_seed(0)
+    data = {"x": torch.randn(5, 2), "y": torch.randn(5, 2)}
+    with pytest.raises(DataError, match=r"^--guide map: the program's log density is a "
+                                        r"Monte-Carlo estimate \(a composite"):
+        fit(program, data, {"method": "svi", "guide": "map"})

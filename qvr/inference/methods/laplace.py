@@ -76,10 +76,12 @@ def run(ctx: FitContext) -> FitResult:
                             f"computes; use --guide meanfield, lowrank:K, or NUTS")
         fn = lg.density(model, x, obs, reg, jacobian=(kind == "laplace"))
         z_probe = torch.zeros(D, dtype=torch.float64, device=_device(x))
-        if D and lg.is_stochastic(fn, z_probe):
+        from qvr.runtime.combinators import composites
+        if composites(model) or lg.is_stochastic(fn, z_probe):
             raise DataError(f"--guide {kind}: the program's log density is a Monte-Carlo "
-                            f"estimate (it draws random numbers): {what} needs an exact "
-                            f"density; use SVI (--guide meanfield) or NUTS")
+                            f"estimate (a composite of stochastic maps, or a density that "
+                            f"draws random numbers): {what} needs an exact density; use "
+                            f"SVI (--guide meanfield) or NUTS")
         if params:
             ctx.report(FitNote(
                 f"{what}: the program's parameters ({sum(p.numel() for p in params):,} "

@@ -196,7 +196,8 @@ def rising(fn: Callable, z: torch.Tensor, H: torch.Tensor, names: Optional[list]
     if z.shape[0] == 0:
         return None
     g = grad(fn)(z.detach())
-    f = float(fn(z))
+    with torch.no_grad():
+        f = float(fn(z))
     evals, evecs = torch.linalg.eigh(-H)
     c = evecs.T @ g
     top = max(float(evals[-1]), 0.0)
