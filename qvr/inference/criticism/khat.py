@@ -66,7 +66,7 @@ def pareto_khat(log_ratios) -> float:
 
 
 #: a guide's name in prose (`FitConfig.guide` spells it ``meanfield``)
-_GUIDE_WORDS = {"meanfield": "mean-field", "fullrank": "full-rank"}
+_GUIDE_WORDS = {"meanfield": "mean-field", "fullrank": "full-rank", "laplace": "Laplace"}
 
 
 def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None) -> Optional[str]:
