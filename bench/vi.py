@@ -27,7 +27,7 @@ For each posterior of ``../shared/posteriordb-sample`` (the example programs of
 Printed per posterior and method: ``time s`` (qvr: the whole `fit` call — compile, the
 optimisation, 1000 guide draws and their k-hat; the side: the library's fit call, its
 compile included, draws excluded), ``opt s`` (qvr: the optimisation loop alone;
-pymc-extras' Pathfinder: its compute time, its compile excluded),
+NUTS: warmup + sampling; pymc-extras' Pathfinder: its compute time, its compile excluded),
 ``steps`` (optimisation steps; Pathfinder, Laplace, MAP: L-BFGS / optimiser iterations,
 over all paths; NUTS: iterations over all chains, warmup included), ``grads`` (gradient
 evaluations where known: SVI one per step, one ELBO particle; NUTS its leapfrog steps),
@@ -57,7 +57,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from posteriors import POSTERIORS, SHARED, flat_draws  # noqa: E402
+SHARED = ROOT.parent / "shared" / "posteriordb-sample"
+
+
+def _posteriors():
+    """`bench/posteriors.py` (imported when needed: it imports qvr and torch, which
+    ``--help`` does not need)."""
+    import posteriors
+    return posteriors
 
 GUIDES = ("meanfield", "fullrank", "lowrank", "flow", "map", "laplace", "pathfinder")
 SIDE_METHODS = ("numpyro:AutoNormal", "numpyro:AutoMultivariateNormal",
@@ -157,7 +164,7 @@ def run_qvr_vi(example: str, guide: str, args) -> dict:
     if "gradient_evaluations" in stats:
         grads = stats["gradient_evaluations"]
     return {"time": wall, "opt": stats.get("elapsed"), "steps": steps, "grads": grads,
-            "khat": stats.get("khat"), "draws": flat_draws(result.samples),
+            "khat": stats.get("khat"), "draws": _posteriors().flat_draws(result.samples),
             "note": stats.get("khat_note", "")}
 
 
@@ -174,9 +181,11 @@ def run_qvr_nuts(example: str, args) -> dict:
         raise RuntimeError(f"{result.status}: {result.message}")
     st = result.stats or {}
     lf = st.get("warmup_leapfrogs", 0) + st.get("leapfrogs", 0) if "leapfrogs" in st else None
-    return {"time": wall, "opt": None, "grads": lf, "khat": None,
+    run_s = (st.get("warmup_time") or 0.0) + (st.get("sampling_time") or 0.0)
+    return {"time": wall, "opt": run_s or None, "grads": lf, "khat": None,
             "steps": args.nuts_chains * (args.nuts_warmup + args.nuts_samples),
-            "draws": flat_draws(result.samples), "note": ""}
+            "draws": _posteriors().flat_draws(result.samples),
+            "note": f"compiler {st.get('compiler')}" if st.get("compiler") else ""}
 
 
 def warm_up(example: str) -> None:
@@ -362,6 +371,7 @@ def main(argv=None) -> int:
     ap.add_argument("--python", default="python3.12")
     ap.add_argument("--json", default=None, help="write the figures to this file")
     args = ap.parse_args(argv)
+    POSTERIORS = _posteriors().POSTERIORS
     names = [n for n, (ex, _) in POSTERIORS.items()
              if not args.only or any(o in n or o == ex for o in args.only)]
     if not names:
