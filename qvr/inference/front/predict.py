@@ -289,11 +289,12 @@ def _guide_draws(run, model, x, host: dict) -> dict:
         guide = rebuild_guide(spec, model, observed, params, x, host, skip_sites=rows,
                               where=str(run.path))
     except GuideError as exc:
-        if spec != "meanfield" and rows:
+        latent_rows = sorted(r for r in rows if r not in observed)
+        if spec != "meanfield" and latent_rows:
             raise PredictError(f"{run.path}: the {spec} guide covers the fitted rows of "
-                               f"{', '.join(f'`{r}`' for r in sorted(rows))} jointly with "
-                               f"the other latents and cannot draw them for new rows "
-                               f"({exc})") from None
+                               f"{', '.join(f'`{r}`' for r in latent_rows)} jointly with "
+                               f"the other latents and cannot draw them for a new number "
+                               f"of rows (predict from a meanfield or NUTS fit)") from None
         raise PredictError(str(exc)) from None
     with torch.no_grad():
         kinds = {i.name: i.site_kind for i in model.site_infos()}
