@@ -170,6 +170,9 @@ class Progress:
             if "gradients_in_iteration" in ch.running:  # a slow iteration under way
                 parts.append(f"iteration {ch.step + 1} running "
                              f"({int(ch.running['gradients_in_iteration'])} gradients so far)")
+        elif self.method == "pathfinder":  # the path under way (they run one by one)
+            cid = max(reported)
+            parts = [pathfinder_text(cid, reported[cid])]
         elif self.method == "svi":
             parts += [f"{rate} steps/s", f"loss {m.get('loss', float('nan')):.5g}",
                       *([epoch_text(m)] if "epoch" in m else []), f"ETA {_eta(ch.eta())}"]
@@ -190,6 +193,7 @@ class Progress:
         cols = (["chain", "phase", "", "step", "draws/s", "accept", "step size", "diverg.",
                  "ETA"] if mcmc else
                 ["", "", "step", "steps/s", "loss", "ETA"] if self.method == "svi" else
+                ["path", "iteration", "loss", "best ELBO"] if self.method == "pathfinder" else
                 ["", "", "step", "ESS", "finished", "log Z", "ETA"])
         if self.note and not any(ch.step for ch in self.chains.values()):
             t.title = self.note  # e.g. compiling, before the first step
@@ -207,6 +211,10 @@ class Progress:
                           bar, step, rate, f"{m.get('accept_prob', float('nan')):.2f}",
                           f"{m.get('step_size', float('nan')):.3g}", Text(str(div), style=style),
                           _eta(ch.eta()))
+            elif self.method == "pathfinder":
+                t.add_row(str(cid + 1), str(ch.step),
+                          f"{m['loss']:.6g}" if "loss" in m else "-",
+                          f"{m['best_elbo']:.6g}" if "best_elbo" in m else "-")
             elif self.method == "svi":
                 t.add_row(self.method, bar, step, rate, f"{m.get('loss', float('nan')):.5g}",
                           _eta(ch.eta()))
@@ -225,6 +233,18 @@ class Progress:
         from rich.console import Group
         from rich.text import Text
         return Group(body, *(Text(f"warning: {w}", style="yellow") for w in self.warnings))
+
+
+def pathfinder_text(cid: int, ch) -> str:
+    """A Pathfinder path's plain progress: ``pathfinder path 2 iteration 17, loss 42.1``
+    (the loss while L-BFGS climbs, then the best ELBO of its normals)."""
+    m = ch.metrics
+    text = f"pathfinder path {cid + 1} iteration {ch.step}"
+    if "best_elbo" in m:
+        return text + f", best ELBO {m['best_elbo']:.6g}"
+    if "loss" in m:
+        return text + f", loss {m['loss']:.6g}"
+    return text
 
 
 def epoch_text(m: dict) -> str:

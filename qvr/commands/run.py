@@ -196,8 +196,12 @@ def _check_start_from(path, config):
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run inference on a program (SVI, HMC, NUTS, SMC, prior)",
-                       description="Fit a QVR program with SVI, HMC or NUTS, draw its prior "
+    p = sub.add_parser("run", help="run inference on a program (SVI, HMC, NUTS, Pathfinder, "
+                                   "SMC, prior)",
+                       description="Fit a QVR program with SVI, HMC, NUTS or Pathfinder "
+                                   "(--method pathfinder: normal approximations along L-BFGS "
+                                   "paths, resampled by PSIS weights; its k-hat says how far "
+                                   "to trust them), draw its prior "
                                    "predictive (--method prior), or generate from it with "
                                    "SMC; everything goes to a run record (after a fit: the "
                                    "pointwise log-likelihood, predictive replicates, "

@@ -76,4 +76,4 @@ def test_the_option_is_offered_by_the_command_line_and_the_config(capsys):
         FitConfig(method="nuts", init_strategy="best").validate()
     with pytest.raises(SystemExit):
         main(["run", "--help"])
-    assert "{prior,zero,optimize}" in capsys.readouterr().out
+    assert "{prior,zero,optimize,pathfinder}" in capsys.readouterr().out

@@ -79,7 +79,7 @@ def load_results(run) -> Results:
     res.world_size = int(ws) if isinstance(ws, (int, float)) and ws >= 1 else 1
     if res.is_mcmc:
         _load_mcmc(run, res, summary, events)
-    elif res.method in ("svi", "prior", "predict"):  # prior / predicted draws: a table of
+    elif res.method in ("svi", "prior", "predict", "pathfinder"):  # draws: a table of
         _load_svi(run, res, events, losses)           # their means and sds, as SVI's guide
         if res.method == "predict":
             res.predicted_from = str((meta.get("predicted_from") or {}).get("run_id") or "")
@@ -318,7 +318,8 @@ def _load_svi(run, res: Results, events, losses) -> None:
                                    scale=None if ls is None else np.exp(np.asarray(ls, float)),
                                    site_shape=shapes.get(name)))
     res.guide = tuple(guide) + recorded_guide_rows(res.sites,
-                                                    every=run.method in ("prior", "predict"))
+                                                    every=run.method in ("prior", "predict",
+                                                                         "pathfinder"))
 
 
 def _text(tokens, vocab) -> Optional[str]:

@@ -43,6 +43,9 @@ def run_key_number(run) -> tuple[str, Optional[float]]:
         if v is None:
             v = _last_metric(run, "smc", "log_Z")
         return "log Z", None if v is None else float(v)
+    if method == "pathfinder":  # the best path's ELBO
+        v = [e for e in stats.get("elbo") or [] if e is not None]
+        return "ELBO", max(v) if v else None
     if method == "prior":
         v = stats.get("num_samples")
         return "draws", None if v is None else float(v)

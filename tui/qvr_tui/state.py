@@ -103,6 +103,7 @@ class RunState:
         self.diagnostics_interval = diagnostics_interval
         self.method: Optional[str] = None
         self.requested: Optional[str] = None  # the method asked for (before FitStarted)
+        self.paths: dict = {}  # Pathfinder: path index -> (iteration, metrics) last reported
         self.no_record = False  # the worker ended before writing a record (`start_failed`)
         self.folder_contents: list[str] = []  # what its run folder holds then
         self.config: dict = {}
@@ -196,7 +197,9 @@ class RunState:
     def _fold(self, ev: FitEvent) -> None:
         if isinstance(ev, FitProgress):
             self.elapsed = max(self.elapsed, ev.elapsed)
-            if ev.phase == "optimization":
+            if ev.phase == "optimization" and self.method == "pathfinder":
+                self.paths[ev.chain] = (ev.step, dict(ev.metrics))  # path -> last report
+            elif ev.phase == "optimization":
                 self._svi(ev)
             elif ev.phase in ("warmup", "sampling"):
                 self._mcmc(ev)
@@ -497,7 +500,9 @@ class RunState:
                 return f"{m} {self.message}"
             return f"{m} failed to start: no record was written"
         parts = [f"{m} {self.status}"]
-        if self.method == "svi":
+        if self.method == "pathfinder":
+            parts += pathfinder_parts(self.paths, self.num_chains)
+        elif self.method == "svi":
             parts.append(f"step {self.step}/{self.total_steps}")
             if self.rate:
                 parts.append(f"{self.rate:,.0f} steps/s")
@@ -578,3 +583,18 @@ def _var(v: list[float]) -> float:
         return 0.0
     m = _mean(v)
     return sum((a - m) ** 2 for a in v) / (len(v) - 1)
+
+
+def pathfinder_parts(paths: dict, total: int) -> list:
+    """The status line's words for a Pathfinder fit: the path under way, its last
+    iteration, loss (-log density while L-BFGS climbs) or best ELBO so far."""
+    if not paths:
+        return []
+    i = max(paths)
+    step, m = paths[i]
+    parts = [f"path {i + 1}/{total}", f"iteration {step}"]
+    if "best_elbo" in m:
+        parts.append(f"best ELBO {m['best_elbo']:.6g}")
+    elif "loss" in m:
+        parts.append(f"loss {m['loss']:.6g}")
+    return parts

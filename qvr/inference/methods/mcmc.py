@@ -130,8 +130,7 @@ def pathfinder_init(ctx: FitContext, target) -> tuple:
     import torch
 
     from qvr.events import FitNote
-    from qvr.inference.methods.pathfinder import settings_of
-    from qvr.inference.vi.pathfinder import distinct_starts, pathfinder
+    from qvr.inference.vi.pathfinder import distinct_starts, pathfinder, settings_of
     config = ctx.config
     settings = settings_of(config)
     ctx.report(FitNote(f"init pathfinder: {settings.paths} L-BFGS paths"))

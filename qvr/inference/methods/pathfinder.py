@@ -22,27 +22,17 @@ from qvr.events import FitProgress, FitWarning, Throttle
 from qvr.inference.methods.fit_result import FitContext, FitResult
 
 
-def settings_of(config):
-    from qvr.inference.vi.pathfinder import Settings
-    return Settings(paths=config.paths, draws=config.pathfinder_draws,
-                    psis_draws=config.psis_draws, history=config.history,
-                    max_iters=config.lbfgs_iters, elbo_draws=config.elbo_draws)
-
-
 def run(ctx: FitContext) -> FitResult:
     from qvr.inference.criticism.diagnostics import summary
     from qvr.inference.criticism.khat import khat_record, khat_warning
     from qvr.inference.criticism.recorded import for_mcmc
     from qvr.inference.mcmc.potential import make_target
-    from qvr.inference.vi.pathfinder import PathfinderError, pathfinder
+    from qvr.inference.vi.pathfinder import PathfinderError, pathfinder, settings_of
     config = ctx.config
     target = make_target(ctx.model, ctx.x, ctx.observations)
     result = FitResult("pathfinder")
     if target.dim == 0:
-        from qvr.inference.methods.mcmc import _nothing_to_sample
-        out = _nothing_to_sample(ctx, target)
-        out.method = "pathfinder"
-        return out
+        return _nothing_to_approximate(ctx, target)
     for_mcmc(ctx, target)  # `record v = e`: `target.constrain` gives them too
     target.report_note = lambda message: ctx.report(FitWarning(message))
     settings = settings_of(config)
@@ -112,3 +102,19 @@ def _report(ctx, path: int, l: int, settings, metrics: dict, t0: float) -> None:
     ctx.report(FitProgress(method="pathfinder", phase="optimization", step=l,
                            total=settings.max_iters, chain=path, metrics=shown,
                            elapsed=time.perf_counter() - t0))
+
+
+def _nothing_to_approximate(ctx: FitContext, target) -> FitResult:
+    """No continuous latent (finite latents summed out, or none): the log marginal
+    likelihood instead of an approximation, as HMC/NUTS report it."""
+    with torch.no_grad():
+        lp, _ = target.log_density_and_grad(torch.zeros(1, 0))
+    ctx.report(FitWarning("no continuous latent site to approximate (finite latents are "
+                          "summed out exactly): the log marginal likelihood is reported "
+                          "instead"))
+    out = FitResult("pathfinder", status="finished", step=0)
+    out.params = {f"model.{n}": p.detach().cpu().numpy()
+                  for n, p in ctx.model.named_parameters()}
+    out.stats = {"log_marginal_likelihood": float(lp.reshape(-1)[0]), "num_chains": 0,
+                 "num_samples": 0, "note": "no continuous latent site: nothing to approximate"}
+    return out

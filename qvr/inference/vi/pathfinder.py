@@ -63,6 +63,13 @@ class Settings:
     tol: Tolerances = Tolerances()
 
 
+def settings_of(config) -> Settings:
+    """The `Settings` of a `qvr.inference.config.FitConfig` (its Pathfinder options)."""
+    return Settings(paths=config.paths, draws=config.pathfinder_draws,
+                    psis_draws=config.psis_draws, history=config.history,
+                    max_iters=config.lbfgs_iters, elbo_draws=config.elbo_draws)
+
+
 # ---------------------------------------------------------------- the local normal
 
 

@@ -115,7 +115,8 @@ class LivePane(Vertical):
         p.set_class(bool(problem), "-shown")
         switcher = self.query_one(ContentSwitcher)
         body = {"svi": "body-svi", "hmc": "body-mcmc", "nuts": "body-mcmc",
-                "smc": "body-smc"}.get(state.method or "", "live-empty")
+                "smc": "body-smc", "pathfinder": "body-nothing"}.get(state.method or "",
+                                                                     "live-empty")
         if body == "body-mcmc" and state.nothing_sampled:
             body = "body-nothing"
         if switcher.current != body:
@@ -127,7 +128,9 @@ class LivePane(Vertical):
         elif body == "body-smc":
             self._show_smc(state)
         elif body == "body-nothing":
-            self.query_one("#body-nothing", Static).update(Text(nothing_sampled_text(state)))
+            self.query_one("#body-nothing", Static).update(Text(
+                pathfinder_text(state) if state.method == "pathfinder"
+                else nothing_sampled_text(state)))
         self.query_one("#live-note", Static).update(Text(self.note_text()))
 
     def note_text(self) -> str:
@@ -191,3 +194,18 @@ class LivePane(Vertical):
     def action_next_trace(self) -> None:
         self.trace_index = (self.trace_index + 1) % len(TRACES)
         self.show(self.state, force=True)
+
+
+def pathfinder_text(state) -> str:
+    """A Pathfinder fit's live body: a line per path with its last iteration, its loss
+    (-log density while L-BFGS climbs) and its best ELBO once the normals are scored."""
+    lines = []
+    for i in range(max(state.num_chains, len(state.paths))):
+        if i not in state.paths:
+            lines.append(f"path {i + 1}: waiting")
+            continue
+        step, m = state.paths[i]
+        what = (f"best ELBO {m['best_elbo']:.6g}" if "best_elbo" in m else
+                f"loss {m['loss']:.6g}" if "loss" in m else "")
+        lines.append(f"path {i + 1}: iteration {step}  {what}")
+    return "\n".join(lines) or "Pathfinder: starting"

@@ -311,8 +311,8 @@ class ResultsPane(Vertical):
         elif res.is_mcmc:
             switcher.current = "mcmc"
             self._fill_mcmc()
-        elif res.method in ("svi", "prior", "predict"):  # prior / predicted draws: shown
-            # as SVI's guide draws
+        elif res.method in ("svi", "prior", "predict", "pathfinder"):  # draws: shown
+            # as SVI's guide draws (prior, predicted, Pathfinder's)
             switcher.current = "svi"
             self._fill_svi()
         else:
@@ -610,7 +610,8 @@ class ResultsPane(Vertical):
         res = self.results
         if res is None:
             return "empty"
-        return "mcmc" if res.is_mcmc else "svi" if res.method in ("svi", "prior", "predict") \
+        return "mcmc" if res.is_mcmc else "svi" if res.method in ("svi", "prior", "predict",
+                                                                   "pathfinder") \
             else "smc"
 
     def action_toggle_circuits(self) -> None:
@@ -678,8 +679,10 @@ class ResultsPane(Vertical):
         table.clear(columns=True)
         rec = any(g.recorded for g in res.guide)  # E9.6: recorded rows give mean and sd
         # prior and predicted draws: nothing was optimised
-        loss.display = res.method not in ("prior", "predict")
-        if res.method == "prior":
+        loss.display = res.method not in ("prior", "predict", "pathfinder")
+        if res.method == "pathfinder":  # its resampled draws (the paths: `qvr show`)
+            table.add_columns("site", "shape", "mean", "sd")
+        elif res.method == "prior":
             table.add_columns("site", "shape", "prior mean", "prior sd")
         elif res.method == "predict":
             table.add_columns("site", "shape", "predicted mean", "predicted sd")

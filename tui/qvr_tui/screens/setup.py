@@ -57,7 +57,7 @@ from qvr_tui.widgets.form_rows import OptionRow, ParamRow, opt_of
 __all__ = ["SetupPane", "COMMON", "METHOD_LABELS"]
 
 METHOD_LABELS = {"svi": "SVI", "hmc": "HMC", "nuts": "NUTS", "smc": "SMC",
-                 "prior": "Prior predictive"}
+                 "prior": "Prior predictive", "pathfinder": "Pathfinder"}
 # shown in the common section (not generated per method), or not shown at all
 # (`args`: the "parameters" section, a row per parameter of a parametric export;
 # `sizes`: read from the data a program is fitted on, `FinSet N`)
