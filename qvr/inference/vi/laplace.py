@@ -299,10 +299,12 @@ class MapGuide(LaplaceGuide):
 def rebuild(kind: str, model, observed_names, params: dict, x, observations) -> LaplaceGuide:
     """The `MapGuide` (``kind="map"``) or `LaplaceGuide` of a run from its saved
     parameters (``mode_<site>``, ``scale_tril``; other entries ignored), laid out as at
-    the fit; `x`/`observations` give the sites' descriptions (at other data than the
-    fit's, its draws cover the global sites and plates of the fit's size)."""
+    the fit (a `GuideError` when they do not fit the program); `x`/`observations` give the
+    sites' descriptions (at other data than the fit's, its draws cover the global sites
+    and plates of the fit's size)."""
+    from qvr.inference.vi.joint_guides import GuideError
     if kind not in ("map", "laplace"):
-        raise ValueError(f"rebuild: not a map or laplace guide: {kind!r}")
+        raise GuideError(f"rebuild: not a map or laplace guide: {kind!r}")
     model = _model_of(model)
     obs = dict(observations or {})
     reg = build_registry(model, x, obs, observed_names=set(observed_names or ()) | set(obs))
@@ -313,7 +315,7 @@ def rebuild(kind: str, model, observed_names, params: dict, x, observations) -> 
     if extra or missing:
         what = (f"has no latent site `{extra[0]}`" if extra else
                 f"has a latent site `{missing[0]}` that the run's guide lacks")
-        raise ValueError(f"the {kind} guide does not fit the program: the program {what} "
+        raise GuideError(f"the {kind} guide does not fit the program: the program {what} "
                          f"(it has changed since the run?)")
     sites, parts = [], []
     dtype = torch.get_default_dtype()
@@ -322,7 +324,7 @@ def rebuild(kind: str, model, observed_names, params: dict, x, observations) -> 
         shape = tuple(value.shape)
         if shape != tuple(s.unconstrained_shape):
             if s.kind == "global" or shape[-1:] != (s.u,):
-                raise ValueError(f"the {kind} guide does not fit the program: site "
+                raise GuideError(f"the {kind} guide does not fit the program: site "
                                  f"`{s.name}` has shape {shape} in the run but "
                                  f"{tuple(s.unconstrained_shape)} here")
             batch = shape[:-1]  # rows at other data: the fit's layout (not drawn there)
@@ -336,7 +338,7 @@ def rebuild(kind: str, model, observed_names, params: dict, x, observations) -> 
         return MapGuide(model, observed_names, sites, mode)
     S = params.get("scale_tril")
     if S is None:
-        raise ValueError("the laplace guide's `scale_tril` is missing from the run's "
+        raise GuideError("the laplace guide's `scale_tril` is missing from the run's "
                          "parameters")
     return LaplaceGuide(model, observed_names, sites, mode, torch.as_tensor(S, dtype=dtype))
 
