@@ -343,8 +343,9 @@ class FitConfig:
     (`qvr.inference.methods.mcmc.sampling_threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
-    ``require``, ``min_len``, ``cache``, ``top``, ``lm``, ``lm_dtype``, ``prompt``
-    (`qvr.inference.methods.smc_lm`).  Pathfinder (`qvr.inference.vi.pathfinder`):
+    ``require``, ``min_len``, ``cache``, ``top``, ``lm``, ``lm_dtype``, ``prompt``,
+    ``forbid_letters``, ``max_word_len``, ``template`` (`qvr.inference.methods.smc_lm`).
+    Pathfinder (`qvr.inference.vi.pathfinder`):
     ``paths``, ``pathfinder_draws``, ``psis_draws``, ``history``, ``lbfgs_iters``,
     ``elbo_draws``.
     """
@@ -540,6 +541,20 @@ class FitConfig:
                        check=lambda v: None if isinstance(v, str) else
                        f"must be text, got {v!r}", metavar="TEXT",
                        help="SMC with --lm: the text every particle continues")
+    forbid_letters: str = _opt("", methods=frozenset({"smc"}), parse=str,
+                               check=lambda v: None if isinstance(v, str) else
+                               f"must be text, got {v!r}", metavar="LETTERS",
+                               help="SMC with --lm: letters the text must not hold, either "
+                                    "case (a lipogram)")
+    max_word_len: Optional[int] = _opt(None, methods=frozenset({"smc"}),
+                                       parse=parse_optional(parse_int),
+                                       check=_int_or_none_at_least(1), metavar="N",
+                                       help="SMC with --lm: no word longer than N characters")
+    template: str = _opt("", methods=frozenset({"smc"}), parse=str,
+                         check=lambda v: None if isinstance(v, str) else
+                         f"must be text, got {v!r}", metavar="TEXT",
+                         help="SMC with --lm: the text follows TEXT word by word, each _ "
+                              "one free word (infilling), and ends with it")
     # ---- after the fit (qvr.inference.criticism.pointwise)
     pointwise: bool = _opt(True, methods=FITTING, flag=None,
                            check=lambda v: None if isinstance(v, bool) else
@@ -603,6 +618,11 @@ class FitConfig:
             out["prompt"] = "needs --lm (a pretrained language model's text)"
         if self.lm is None and self.lm_dtype != "float32":
             out["lm_dtype"] = "needs --lm (a pretrained language model)"
+        for name in ("forbid_letters", "max_word_len", "template"):
+            if self.lm is None and getattr(self, name) not in ("", None):
+                out[name] = "needs --lm (a constraint on a pretrained language model's text)"
+        if isinstance(self.template, str) and self.template and not self.template.split():
+            out["template"] = "must hold at least one word or _"
         return out
 
     def validate(self) -> "FitConfig":

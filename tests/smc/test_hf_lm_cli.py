@@ -126,3 +126,24 @@ def test_words_of_splits_complete_and_partial_words():
     assert words_of("the dog sa", True) == (["the", "dog", "sa"], "")
     assert words_of("the dog ", False) == (["the", "dog"], "")
     assert words_of("fox.", False) == (["fox"], ".")
+
+
+def test_cli_template_letters_and_word_budget(tmp_path, capsys):
+    rc, out, err = run_cli(capsys, "--lm", TINY, "--prompt", "the", "--template",
+                           "_ chased a _ .", "--forbid-letters", "o", "--particles", "12",
+                           "--runs-dir", str(tmp_path / "a"))
+    assert rc == 0, err
+    seqs = json.loads((next((tmp_path / "a").iterdir()) / "sequences.json").read_text())
+    live = [p["text"] for p in seqs["particles"] if p["log_weight"] > float("-inf")]
+    assert live
+    for text in live:
+        w = text.split()
+        assert len(w) == 5 and w[1:3] == ["chased", "a"] and w[4] == "." and "o" not in text
+    rc, out, err = run_cli(capsys, "--lm", TINY, "--prompt", "a", "--max-word-len", "3",
+                           "--particles", "8", "--runs-dir", str(tmp_path / "b"))
+    assert rc == 0, err
+    seqs = json.loads((next((tmp_path / "b").iterdir()) / "sequences.json").read_text())
+    live = [p["text"] for p in seqs["particles"] if p["log_weight"] > float("-inf")]
+    assert live and all(len(w) <= 3 for t in live for w in t.split())
+    rc, out, err = run_cli(capsys, "--template", "_ ran", "--runs-dir", str(tmp_path / "c"))
+    assert rc == 2 and "--template: needs --lm" in err

@@ -13,7 +13,9 @@ What comes from where:
 * constraints: ``--forbid``/``--require`` *words* are judged on the detokenised text
   (`qvr.smc.text_potentials`: whole words, whatever tokens spell them; ``a,b`` is the
   phrase ``a b``); token *ids* keep their token meaning (`qvr.smc.potentials`);
-  ``--min-len`` counts tokens; a Python potential given to `fit` multiplies them;
+  ``--min-len`` counts tokens; ``--forbid-letters``, ``--max-word-len`` and
+  ``--template`` are text constraints too; a Python potential given to `fit` multiplies
+  them;
 * the program FILE: the run's name, its source hash and its shipped options
   (``data/NAME.fit.json``: a prompt, constraints, lengths); its export and vocabulary are
   not used by the LM run (the record says so in ``sequences.json``: ``"lm"``).
@@ -85,6 +87,14 @@ def build_potential(config, lm, extra=None):
         parts.append(tokens)
     parts += text_constraints(lm.decode, lm.eos, forbid=word_forbid, require=word_require,
                               max_len=config.max_len)
+    from qvr.smc.text_potentials import forbid_letters, template, word_budget
+    if config.forbid_letters:
+        parts.append(forbid_letters(config.forbid_letters, decode=lm.decode, eos=lm.eos))
+    if config.max_word_len is not None:
+        parts.append(word_budget(config.max_word_len, decode=lm.decode, eos=lm.eos))
+    if config.template:
+        parts.append(template(config.template, decode=lm.decode, eos=lm.eos,
+                              max_len=config.max_len))
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else product(*parts)
