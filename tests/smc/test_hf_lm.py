@@ -148,3 +148,36 @@ def test_without_transformers_the_error_is_one_line(monkeypatch):
     with pytest.raises(LMUnavailable, match=r'^--lm needs Hugging Face transformers: pip '
                                             r'install -e "\.\[lm\]"'):
         load_lm(str(TINY))
+
+
+@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
+def test_llama_and_qwen_caches_reorder_and_match_recomputing(family):
+    """Other cache layouts (rotary positions, grouped key/value heads) through the same
+    protocol: fresh-forward logits after reordering, and the same draws as recomputing."""
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+        eos_token_id=0, bos_token_id=1)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+    lm = HFCausalLM(model, None, prompt=(2, 3), eos=0, bos=1)
+    state, prefixes = lm.start(3), [(), (), ()]
+    for rows, toks in (([2, 0, 0], [4, 4, 2]), ([1, 1, 0], [3, 2, 6])):
+        prefixes = [prefixes[r] + (t,) for r, t in zip(rows, toks)]
+        state = lm.advance(state, torch.tensor(rows), torch.tensor(toks), prefixes)
+        torch.testing.assert_close(state[1], lm.logits(prefixes), atol=1e-5, rtol=1e-5)
+    runs = [SMCSteering(HFCausalLM(model, None, prompt=(2, 3), eos=0, bos=1, cache=c),
+                        potential=forbid_tokens(5), num_particles=16, expansion=3, max_len=8,
+                        generator=torch.Generator().manual_seed(2)).run().sequences
+            for c in (True, False)]
+    assert runs[0] == runs[1]
+
+
+def test_a_name_outside_the_local_cache_is_not_downloaded():
+    from qvr.smc.hf_lm import LMLoadError
+    with pytest.raises(LMLoadError, match="--lm qvr-no-such-model-0: cannot load a causal "
+                                          "language model from a model folder or a model "
+                                          "in the Hugging Face cache"):
+        load_lm("qvr-no-such-model-0")
