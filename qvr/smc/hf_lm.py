@@ -27,13 +27,14 @@ logits through `model.sample_logits`, so under one generator they make the same 
 (tests/smc/test_hf_lm.py), the recomputed path being the reference of the cached one.
 
 Text: `encode` / `decode` go through the tokenizer; tokens are ids of the model's
-vocabulary.  Word constraints on the detokenised text are in `text_potentials.py`.
+vocabulary, those past the tokenizer's (rows padding the output matrix) never drawn.  Word constraints on the detokenised text are in `text_potentials.py`.
 
 This module imports ``transformers`` only when a model is loaded (`load_lm`); without
 it installed `load_lm` raises `LMUnavailable` with the one line to fix it.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -136,6 +137,10 @@ class HFCausalLM:
         import inspect
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        # output rows past the tokenizer's vocabulary (padding of the embedding matrix, as
+        # in Qwen's) are never drawn: no text spells them
+        n_text = len(tokenizer) if tokenizer is not None else self.vocab_size
+        self.writable = min(n_text, self.vocab_size)
         limit = getattr(model.config, "max_position_embeddings", None) or \
             getattr(model.config, "n_positions", None)
         self.max_positions = int(limit) if limit else None
@@ -182,10 +187,13 @@ class HFCausalLM:
             kw[self._cache_kw] = past
         with torch.no_grad():
             out = self.model(**kw)
+        logits = out.logits[:, -1, :].float()
+        if self.writable < logits.shape[-1]:
+            logits[:, self.writable:] = -math.inf
         if not use_cache:
-            return out.logits[:, -1, :].float(), None
+            return logits, None
         new = out.get("cache") if "cache" in out else out.get("past_key_values")
-        return out.logits[:, -1, :].float(), new
+        return logits, new
 
     def _rows(self, prefixes: torch.Tensor) -> torch.Tensor:
         head = torch.tensor(self.head, dtype=torch.long).expand(prefixes.shape[0], -1)

@@ -181,3 +181,17 @@ def test_a_name_outside_the_local_cache_is_not_downloaded():
                                           "language model from a model folder or a model "
                                           "in the Hugging Face cache"):
         load_lm("qvr-no-such-model-0")
+
+
+def test_tokens_past_the_tokenizer_are_never_drawn(gpt):
+    class FourTokens:  # a tokenizer that writes 4 of the model's 6 tokens
+        eos_token_id, bos_token_id = EOS, None
+
+        def __len__(self):
+            return 4
+    lm = HFCausalLM(gpt, FourTokens(), prompt=(2,), bos=BOS)
+    assert lm.writable == 4 and lm.eos == EOS and lm.bos == BOS
+    logits = lm.logits([(), (1,)])
+    assert torch.isinf(logits[:, 4:]).all() and torch.isfinite(logits[:, :4]).all()
+    draws = lm.sample([(1,)], 500, torch.Generator().manual_seed(0))
+    assert int(draws.max()) <= 3
