@@ -27,7 +27,10 @@ logits through `model.sample_logits`, so under one generator they make the same 
 (tests/smc/test_hf_lm.py), the recomputed path being the reference of the cached one.
 
 Text: `encode` / `decode` go through the tokenizer; tokens are ids of the model's
-vocabulary, those past the tokenizer's (rows padding the output matrix) never drawn.  Word constraints on the detokenised text are in `text_potentials.py`.
+vocabulary, those past the tokenizer's (rows padding the output matrix) never drawn.
+Word constraints on the detokenised text are in `text_potentials.py`.  In float32 the
+two modes make the same draws; in bfloat16 their logits differ by rounding (the cached
+forward sums in another order), so draws may part.
 
 This module imports ``transformers`` only when a model is loaded (`load_lm`); without
 it installed `load_lm` raises `LMUnavailable` with the one line to fix it.
