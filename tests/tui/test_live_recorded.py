@@ -159,7 +159,10 @@ async def main():
                    or m.startswith("qvr.runtime") or m.startswith("qvr.inference.")
                    and m not in ("qvr.events", "qvr.inference.config",
                                  "qvr.inference.criticism",  # the room's docstring only
-                                 "qvr.inference.criticism.diagnostics"))
+                                 "qvr.inference.criticism.diagnostics",
+                                 # numpy only: the k-hat line and warning (issue 39)
+                                 "qvr.inference.criticism.khat",
+                                 "qvr.inference.criticism.khat_text"))
     print("HEAVY", heavy)
 asyncio.run(main())
 """
