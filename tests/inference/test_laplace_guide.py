@@ -283,3 +283,14 @@ def test_a_monte_carlo_density_is_refused():
     with pytest.raises(DataError, match=r"^--guide map: the program's log density is a "
                                         r"Monte-Carlo estimate \(a composite"):
         fit(program, data, {"method": "svi", "guide": "map"})
+
+
+def test_a_stalled_line_search_starts_its_history_afresh():
+    """posteriordb's gp_pois_regr (examples/gp_counts.qvr): from Stan's random start the
+    Poisson rates exp(f) overflow along the first directions and the strong-Wolfe search
+    finds no decrease; with its history restarted on shorter steps it reaches the mode."""
+    r = fit(qvr.load(str(ROOT / "examples" / "gp_counts.qvr")),
+            config={"method": "svi", "guide": "laplace", "seed": 1, "dtype": "float64"})
+    assert r.status == "finished", r.message
+    assert r.stats["converged"] and r.stats["dim"] == 13
+    assert r.stats["mode_log_density"] == pytest.approx(-40.855489825, abs=1e-6)

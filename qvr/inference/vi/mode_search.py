@@ -28,6 +28,11 @@ RESTARTS = 3
 GRAD_TOL = 1e-9
 #: ... or when the log density changed by less than this (relative) twice in a row
 REL_CHANGE_TOL = 1e-13
+#: ... a stall (no decrease twice) with every gradient entry below this (relative) is
+#: convergence to rounding; above it the search restarts its history with shorter steps,
+#: at most STALL_RESETS times (then it stops there, not converged)
+LOOSE_GRAD_TOL = 1e-5
+STALL_RESETS = 6
 #: a coordinate beyond this (unconstrained) means the search runs off to infinity
 RUNAWAY = 1e7
 #: Newton steps with the exact Hessian after L-BFGS
@@ -116,9 +121,13 @@ def _finite_start(fn, dim, gen, dtype, device, start) -> torch.Tensor:
 def _lbfgs(fn, z0, params, max_iter, on_iteration, should_stop, names) -> Mode:
     z = z0.detach().clone().requires_grad_(True)
     variables = [z, *params]
-    opt = torch.optim.LBFGS(variables, lr=1.0, max_iter=1, max_eval=25, history_size=20,
-                            line_search_fn="strong_wolfe", tolerance_grad=0.0,
-                            tolerance_change=0.0)
+
+    def optimiser(lr: float):
+        return torch.optim.LBFGS(variables, lr=lr, max_iter=1, max_eval=25, history_size=20,
+                                 line_search_fn="strong_wolfe", tolerance_grad=0.0,
+                                 tolerance_change=0.0)
+    lr = 1.0
+    opt = optimiser(lr)
     seen = {}
 
     def closure():
@@ -148,7 +157,7 @@ def _lbfgs(fn, z0, params, max_iter, on_iteration, should_stop, names) -> Mode:
         return float(loss), g
 
     f, g = measure()
-    small = 0
+    small = resets = 0
     it = 0
     converged = False
     while it < max_iter:
@@ -170,9 +179,21 @@ def _lbfgs(fn, z0, params, max_iter, on_iteration, should_stop, names) -> Mode:
             on_iteration(it, -f_new)
         small = small + 1 if abs(f - f_new) <= REL_CHANGE_TOL * max(1.0, abs(f)) else 0
         f = f_new
+        if not small and lr < 1.0:  # a decrease again: back towards full steps
+            lr = min(1.0, lr * 10)
+            opt.param_groups[0]["lr"] = lr
         if small >= 2:
-            converged = True
-            break
+            if g <= LOOSE_GRAD_TOL * max(1.0, abs(f)):
+                converged = True  # rounding level: the Newton steps finish the job
+                break
+            # the line search found no decrease (non-finite points along the direction,
+            # a poor curvature history): start the history afresh with shorter steps
+            resets += 1
+            if resets > STALL_RESETS:  # stuck (a kink, a flat edge): the checks of the
+                break  # point (`rising`, the Hessian) say what it is
+            lr *= 0.1
+            opt = optimiser(lr)
+            small = 0
     return Mode(z.detach(), -f, it, g, converged, 0)
 
 
