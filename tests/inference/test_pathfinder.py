@@ -183,6 +183,13 @@ def test_the_cli_run_writes_summary_and_loo(tmp_path, capsys):
     assert loo  # PSIS-LOO of the draws as posterior draws
     meta = json.loads((folder / "run.json").read_text())
     assert meta["pointwise"]["kind"] == "posterior" and meta["pointwise"]["draws"] == 300
+    with np.load(folder / "samples.npz") as saved:  # its draws are kept: one chain
+        assert saved["beta"].shape == (1, 300, 3) and saved["sigma"].shape == (1, 300)
+    capsys.readouterr()
+    rc = main(["predict", str(folder), "--data",
+               str(ROOT / "examples" / "data" / "kid_scores.new.json"), "--seed", "0"])
+    assert rc == 0
+    assert "kid_score[4]" in capsys.readouterr().out
 
 
 def test_init_pathfinder_gives_finite_warmup_on_eight_schools():

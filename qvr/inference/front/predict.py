@@ -57,7 +57,7 @@ from qvr.runs import layout
 from qvr.runtime.computed import replicating
 
 #: the methods whose runs have draws to predict from
-METHODS = ("hmc", "nuts", "svi", "prior")
+METHODS = ("hmc", "nuts", "svi", "prior", "pathfinder")
 #: draws of an SVI run's fitted guide (as its pointwise terms use)
 GUIDE_DRAWS = 1000
 #: the statistics of a prediction's summary (independent of how the draws were made)
@@ -242,7 +242,7 @@ def source_draws(run, model, x, host: dict) -> tuple[list, list]:
     method = run.method
     if method not in METHODS:
         raise _no_draws(run, f"a --method {method} run has no posterior draws (predict from "
-                             f"an HMC, NUTS, SVI or prior run)")
+                             f"an HMC, NUTS, SVI, Pathfinder or prior run)")
     if run.status == "running":
         raise PredictError(f"{run.path}: the run is still running")
     if method == "svi":

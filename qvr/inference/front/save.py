@@ -77,7 +77,8 @@ def save_results(writer, result, status: str, message: str) -> None:
         writer.save_arrays(layout.SAMPLES, {
             **result.samples,
             **{k: v.detach().cpu().numpy() for k, v in stats_arrays.items() if v is not None}})
-    elif result.method == "prior" and result.samples:  # the prior draws (methods/prior.py)
+    elif result.method in ("prior", "pathfinder") and result.samples:
+        # the prior draws (methods/prior.py), Pathfinder's resampled draws (one chain)
         writer.save_arrays(layout.SAMPLES, result.samples)
     # SVI's draws from the fitted guide are not saved: `params.npz` holds the guide (its
     # locations and scales), from which they are drawn again at will, and the draws of a
