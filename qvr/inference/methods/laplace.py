@@ -12,8 +12,10 @@ point estimate: its summary holds the mode (sd NaN), and it has no k-hat, no LOO
 predictive checks.
 
 Failures end the fit with status ``"failed"`` and one line (``stats["error_type"]``):
-no finite start (``NonFiniteDensity``), a search running off to infinity (``NoMode``), a
-Hessian that is not negative definite at the mode (``NotNegativeDefinite``).  Refused
+no finite start (``NonFiniteDensity``), a search running off to infinity or still rising
+where it stalled (``NoMode``), a Hessian that is not negative definite at the mode
+(``NotNegativeDefinite``), Laplace's search at its iteration limit (``NotConverged``;
+MAP keeps the point and warns).  Refused
 up front (`DataError`): minibatches, several ranks, a Laplace dimension above
 `vi.mode_search.MAX_DIM`, a density that draws random numbers (a Monte-Carlo composite).
 """
@@ -139,6 +141,11 @@ def run(ctx: FitContext) -> FitResult:
                     "defined (NaN) and it has no quantiles; no k-hat"))
                 break
             try:
+                if not converged and not mode.stalled and D:  # the iteration limit
+                    raise ms.ModeError(
+                        f"L-BFGS stopped at its limit of {mode.iterations} iterations before "
+                        f"reaching the mode (largest gradient entry {grad_max:.3g}): raise "
+                        f"--steps", "NotConverged")
                 if up:
                     raise ms.ModeError(
                         f"the log density has no mode: it still rises along {up} where the "
@@ -152,7 +159,7 @@ def run(ctx: FitContext) -> FitResult:
                     continue
                 _fail(result, str(exc), exc.error_type)
                 break
-            if not converged:
+            if not converged:  # D = 0: the program's parameters only
                 ctx.report(_not_converged(mode.iterations, grad_max))
             if D:
                 cov = torch.cholesky_inverse(L)
@@ -193,7 +200,7 @@ def _grad_max(fn, z, fallback: float) -> float:
         return fallback
     from torch.func import grad
     try:
-        return float(grad(fn)(z.detach()).abs().max())
+        return float(grad(fn)(z.detach()).detach().abs().max())
     except Exception:
         return fallback
 

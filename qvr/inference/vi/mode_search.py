@@ -61,6 +61,8 @@ class Mode(NamedTuple):
     max_grad: float
     converged: bool
     restarts: int
+    #: stopped where no decrease could be found (not at the iteration limit)
+    stalled: bool = False
 
 
 class Stopped(Exception):
@@ -190,7 +192,7 @@ def _lbfgs(fn, z0, params, max_iter, on_iteration, should_stop, names) -> Mode:
             # a poor curvature history): start the history afresh with shorter steps
             resets += 1
             if resets > STALL_RESETS:  # stuck (a kink, a flat edge): the checks of the
-                break  # point (`rising`, the Hessian) say what it is
+                return Mode(z.detach(), -f, it, g, False, 0, True)  # point say what it is
             lr *= 0.1
             opt = optimiser(lr)
             small = 0
@@ -216,7 +218,7 @@ def rising(fn: Callable, z: torch.Tensor, H: torch.Tensor, names: Optional[list]
     from torch.func import grad
     if z.shape[0] == 0:
         return None
-    g = grad(fn)(z.detach())
+    g = grad(fn)(z.detach()).detach()
     with torch.no_grad():
         f = float(fn(z))
     evals, evecs = torch.linalg.eigh(-H)
@@ -245,7 +247,7 @@ def hessian(fn: Callable, z: torch.Tensor) -> torch.Tensor:
         return z.new_zeros((0, 0))
     try:
         from torch.func import grad, jacrev
-        H = jacrev(grad(fn), chunk_size=64 if D > 64 else None)(z.detach())
+        H = jacrev(grad(fn), chunk_size=64 if D > 64 else None)(z.detach()).detach()
     except Exception:  # something vmap cannot run: one row at a time
         with torch.enable_grad():
             zz = z.detach().clone().requires_grad_(True)
@@ -288,7 +290,7 @@ def newton_polish(fn: Callable, z: torch.Tensor, steps: int = NEWTON_STEPS) -> t
         try:
             H = hessian(fn, z)
             L = torch.linalg.cholesky(-H)
-            g = grad(fn)(z.detach())
+            g = grad(fn)(z.detach()).detach()
         except Exception:
             return z
         delta = torch.cholesky_solve(g.unsqueeze(-1), L).squeeze(-1)
