@@ -641,6 +641,8 @@ def _shipped_vocab(path: Optional[str]) -> Optional[list]:
 def _run_method(ctx: FitContext) -> FitResult:
     if ctx.config.method == "svi":
         from qvr.inference.methods.svi import run
+    elif ctx.config.method == "smc" and ctx.config.lm is not None:
+        from qvr.inference.methods.smc_lm import run  # a pretrained causal LM (--lm)
     elif ctx.config.method == "smc":
         from qvr.inference.methods.smc import run
     elif ctx.config.method == "prior":

@@ -83,9 +83,6 @@ def run(ctx: FitContext) -> FitResult:
     from dataclasses import replace
 
     from qvr.smc.program_lm import ProgramLM
-    if ctx.config.lm is not None:  # a pretrained causal LM instead of the program
-        from qvr.inference.methods.smc_lm import run as run_lm
-        return run_lm(ctx)
     config, vocab = ctx.config, ctx.vocab
     eos = eos_of(config, vocab)
     config = resolve_tokens(replace(config, eos=eos), vocab)
