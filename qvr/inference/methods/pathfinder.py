@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from qvr.events import FitProgress, FitWarning, Throttle
+from qvr.events import FitNote, FitProgress, FitWarning, Throttle
 from qvr.inference.methods.fit_result import FitContext, FitResult
 
 
@@ -34,7 +34,7 @@ def run(ctx: FitContext) -> FitResult:
     if target.dim == 0:
         return _nothing_to_approximate(ctx, target)
     for_mcmc(ctx, target)  # `record v = e`: `target.constrain` gives them too
-    target.report_note = lambda message: ctx.report(FitWarning(message))
+    target.report_note = lambda message: ctx.report(FitNote(message))  # how it runs
     settings = settings_of(config)
     t0 = time.perf_counter()
     throttle = Throttle(config.progress_interval)
