@@ -9,6 +9,11 @@ independent `eps` per row/position (row shape from the cached shape pass).
 Parameters exist right after construction: the sites are described from the compiled
 steps (`sites.static_sites`), without an input.  This module does not evaluate the model.
 
+The unconstrained draw per site (`_draw_z`, `_draw_site`) and the density of the global
+and plate sites' unconstrained values (`_static_log_q`) are hooks: the joint families of
+`qvr.inference.vi.joint_guides` (fullrank, lowrank, flow) override them and keep the
+rest (transforms, Jacobians, E9.2 dependent sites, minibatch row scaling).
+
 References:
   Kucukelbir et al. (2017), Automatic Differentiation Variational Inference, JMLR 18.
 
