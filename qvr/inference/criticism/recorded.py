@@ -15,7 +15,7 @@ when vmap cannot run the program, one program call per draw (never one per coord
   way; summaries (`qvr.inference.criticism.diagnostics.summary`) list them under their own names,
   marked recorded.
 * SVI (`Recorder.from_values`): from the S draws of the fitted guide that the fit's
-  summary is made of (`qvr.inference.methods.svi.guide_summary`).
+  summary is made of (`qvr.inference.methods.guide_results.guide_summary`).
 * SMC generation has no per-particle values of the program's sites (its particles are
   token sequences): nothing is recorded, and the fit says so (`smc_note`).
 

@@ -55,7 +55,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from qvr.inference.config import ConfigError, FitConfig
+from qvr.inference.config import ConfigError, FitConfig, split_guide
 from qvr.inference.data.fit_data import DataError, FitData, check_data, message_of, numpy_dict, \
     resolve_data, split_data
 from qvr.events import (Emitter, EventCallback, FitCancelled, FitEvent,
@@ -639,7 +639,9 @@ def _shipped_vocab(path: Optional[str]) -> Optional[list]:
 
 
 def _run_method(ctx: FitContext) -> FitResult:
-    if ctx.config.method == "svi":
+    if ctx.config.method == "svi" and split_guide(ctx.config.guide)[0] in ("map", "laplace"):
+        from qvr.inference.methods.laplace import run  # the mode, not an ELBO
+    elif ctx.config.method == "svi":
         from qvr.inference.methods.svi import run
     elif ctx.config.method == "smc" and ctx.config.lm is not None:
         from qvr.inference.methods.smc_lm import run  # a pretrained causal LM (--lm)

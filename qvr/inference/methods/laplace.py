@@ -30,9 +30,8 @@ from qvr.events import FitNote, FitProgress, FitWarning, Throttle
 from qvr.inference.config import split_guide
 from qvr.inference.data.fit_data import DataError
 from qvr.inference.methods.fit_result import FitContext, FitResult
-
-#: draws a Laplace fit's summary (and recorded quantities) are made of, as SVI's
-SUMMARY_DRAWS = 1000
+from qvr.inference.methods.guide_results import guide_params as _params
+from qvr.inference.methods.guide_results import guide_summary as _summary
 
 
 def run(ctx: FitContext) -> FitResult:
@@ -263,35 +262,3 @@ def _start_point(ctx, reg, x, obs):
         ctx.report(FitWarning(f"the start from the run was not used ({type(exc).__name__}: "
                               f"{exc}); starting from a random point"[:300]))
         return None
-
-
-def _params(model, guide) -> dict:
-    """What the record saves (as `methods.svi.svi_params`): the guide's ``mode_<site>``
-    (and ``scale_tril``), the model's parameters under ``model.NAME``."""
-    out = {}
-    if guide is not None:
-        out.update({n: p.detach().cpu().numpy() for n, p in guide.named_parameters()})
-    for name, p in model.named_parameters():
-        out[f"model.{name}"] = p.detach().cpu().numpy()
-    return out
-
-
-def _summary(guide, x, observations, report=None):
-    """Draws of the fitted guide (``{site: (1, n, *shape)}``) and their summary, as
-    `qvr.inference.methods.svi.guide_summary` (not imported: svi.py dispatches here); a
-    MAP guide gives its one point, the mode (sd NaN)."""
-    from qvr.inference.criticism.diagnostics import summary
-    from qvr.inference.criticism.recorded import for_guide, key
-    # a point has no spread: its mean is the mode, its sd NaN, no quantiles
-    columns = ("mean", "sd") if guide.point_estimate else ("mean", "sd", "q5", "q50", "q95")
-    if not guide.latent_names:
-        return {}, summary({}, columns=columns)
-    n = 1 if guide.point_estimate else SUMMARY_DRAWS
-    with torch.no_grad():
-        draws = guide.rsample(x, observations, sample_shape=(n,))
-    samples = {k: v.detach().cpu().numpy()[None] for k, v in draws.items()}
-    recorder = for_guide(guide.model[0], guide, x, observations, report)
-    if recorder:
-        for name, v in recorder.from_values(draws).items():
-            samples[key(name)] = v.cpu().numpy()[None]
-    return samples, summary(samples, columns=columns)

@@ -17,13 +17,11 @@ import torch
 from qvr.inference.data.fit_data import DataError
 from qvr.events import FitProgress, Throttle
 from qvr.inference.methods.fit_result import FitContext, FitResult
+from qvr.inference.methods.guide_results import guide_params as svi_params
+from qvr.inference.methods.guide_results import guide_summary
 
 
 def run(ctx: FitContext) -> FitResult:
-    from qvr.inference.config import split_guide
-    if split_guide(ctx.config.guide)[0] in ("map", "laplace"):  # the mode, not an ELBO
-        from qvr.inference.methods.laplace import run as run_laplace
-        return run_laplace(ctx)
     from qvr.inference.vi.elbo import ELBO
     from qvr.inference.vi.guide_choice import GuideError, make_guide
     from qvr.inference.vi.svi import SVI, adam
@@ -133,34 +131,3 @@ def _batch_step(svi, world, params, x, observations, row_scale: float, step: int
     loss = svi.step(x, observations, row_scale=row_scale, loss_scale=1.0 / world.size,
                     reduce=reduce)
     return loss, asked[0]
-
-
-def svi_params(model, guide) -> dict:
-    """The guide's parameters, a joint guide's per-site marginals (``loc_<s>``,
-    ``log_scale_<s>``: `qvr.inference.vi.joint_guides`) and the model's (``model.NAME``)."""
-    out = {name: p.detach().cpu().numpy() for name, p in guide.named_parameters()}
-    marginals = getattr(guide, "marginal_params", None)
-    if marginals is not None:
-        out.update({k: v for k, v in marginals().items() if k not in out})
-    for name, p in model.named_parameters():
-        out[f"model.{name}"] = p.detach().cpu().numpy()
-    return out
-
-
-def guide_summary(guide, x, observations, n: int = 1000, report=None):
-    """`n` independent draws of the fitted guide (``{site: (1, n, *shape)}``) and their
-    summary; the program's recorded quantities (``record v = e``, `qvr.inference.criticism.recorded`)
-    are computed from the same draws, under ``recorded.v``."""
-    from qvr.inference.criticism.diagnostics import summary
-    from qvr.inference.criticism.recorded import for_guide, key
-    columns = ("mean", "sd", "q5", "q50", "q95")  # independent draws: no ESS or R-hat
-    if not guide.latent_names:
-        return {}, summary({}, columns=columns)
-    with torch.no_grad():
-        draws = guide.rsample(x, observations, sample_shape=(n,))
-    samples = {k: v.detach().cpu().numpy()[None] for k, v in draws.items()}
-    recorder = for_guide(guide.model[0], guide, x, observations, report)
-    if recorder:
-        for name, v in recorder.from_values(draws).items():
-            samples[key(name)] = v.cpu().numpy()[None]
-    return samples, summary(samples, columns=columns)  # every coordinate (qvr show's table)
