@@ -102,6 +102,16 @@ def meets(row: dict) -> bool:
             and SD_GOAL[0] <= row.get("sd_min", 0) and row.get("sd_max", math.inf) <= SD_GOAL[1])
 
 
+def distance(row: dict) -> float:
+    """How far a row is from the bar: 1 or less meets it (means and sds in one number)."""
+    try:
+        d = max(row["max_err"] / MEAN_GOAL, SD_GOAL[0] / row["sd_min"],
+                row["sd_max"] / SD_GOAL[1])
+    except (KeyError, ZeroDivisionError, TypeError):
+        return math.inf
+    return math.inf if math.isnan(d) else d
+
+
 def reference_of(name: str) -> dict:
     ref_file = SHARED / name / "reference.json"
     if not ref_file.is_file():  # the copy the tests use
@@ -287,6 +297,8 @@ HEADER = (f"{'method':38} {'time s':>7} {'opt s':>6} {'steps':>6} {'grads':>7} {
 def fmt(x, spec: str, width: int) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return f"{'-':>{width}}"
+    if spec.endswith("f") and abs(x) >= 10 ** (width - 3):  # keeps the columns
+        return f"{x:{width}.0e}"
     return f"{x:{width}{spec}}"
 
 
@@ -338,8 +350,7 @@ def goal_line(rows: dict, nuts: dict) -> str:
         k, r = min(good, key=lambda kr: kr[1]["time"])
         line = f"goal not met in time: {k} is within the bar but slower ({vs(r)})"
     elif ours:
-        k, r = min(ours, key=lambda kr: kr[1]["max_err"] if not math.isnan(kr[1]["max_err"])
-                   else math.inf)
+        k, r = min(ours, key=lambda kr: distance(kr[1]))
         line = (f"goal not met: closest {k} (max err {r['max_err']:.2f} sd, sd ratio "
                 f"{r['sd_min']:.2f}-{r['sd_max']:.2f}, {vs(r)})")
     else:
