@@ -134,7 +134,7 @@ def test_bad_data_is_a_clear_error_before_fitting(data, words):
 def test_fit_config_rejects_unknown_methods_and_options():
     from qvr.inference.config import ConfigError
     assert FitConfig(method="vi").errors() == {
-        "method": "must be one of svi, hmc, nuts, smc, prior; got 'vi'"}
+        "method": "must be one of svi, hmc, nuts, smc, prior, pathfinder; got 'vi'"}
     model, data = model_and_data()
     with pytest.raises(ConfigError, match="method"):
         fit(model, data, FitConfig(method="vi"))

@@ -150,7 +150,9 @@ def test_the_record_keeps_the_rows_drawn_and_the_rows_asked(tmp_path):
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["data"] == {"kind": "synthetic", "rows": 200, "requested": 20}
     assert open_run(tmp_path / "run").status == "finished"
-    assert [e.message for e in events if isinstance(e, FitWarning)] == [
+    warned = [e.message for e in events if isinstance(e, FitWarning)]
+    # three SVI steps leave the guide far from the posterior: its k-hat warns too
+    assert [m for m in warned if not m.startswith("Pareto k-hat ")] == [
         "drew 200 synthetic rows instead of 20: the plate `Step` of `h` reads row data, so "
         "it needs one row per element of `Step`"]
 
