@@ -113,6 +113,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from qvr.inference.criticism.khat import degenerate_rows
+
 #: ``meta["rows"]`` values whose terms are one per data row (summed per row for LOO)
 ROW_KINDS = ("local", "enumerated", "marginalized")
 HIGH_K_LISTED = 100
@@ -259,6 +261,9 @@ def _psis(ll_cols: np.ndarray, reff: float, corr: Optional[np.ndarray]) \
         kk = np.zeros(block.shape[0])
         if not flat.all():
             w[~flat], kk[~flat] = array_stats.psislw(block[~flat], r_eff=r, axis=-1)
+        # a few draws carrying all the weight (log ratios `-block`): k-hat is infinite,
+        # not the near-zero k a tail of zeros gives (`khat.degenerate_tail`)
+        kk[~flat & degenerate_rows(-block)] = np.inf
         lw[i:i + step] = w
         k[i:i + step] = kk
     return lw, k
