@@ -40,7 +40,8 @@ def run(ctx: FitContext) -> FitResult:
         from qvr.inference.distributed.world import broadcast_parameters
         broadcast_parameters(world, params)  # every rank starts from rank 0's values
     optim = adam(params, config.lr)
-    svi = SVI(model, guide, optim, ELBO(num_particles=config.elbo_particles))
+    svi = SVI(model, guide, optim, ELBO(num_particles=config.elbo_particles),
+              clip_norm=getattr(guide, "clip_norm", None))
     throttle = Throttle(config.progress_interval)
     result = FitResult("svi", guide=guide)
     t0 = time.perf_counter()

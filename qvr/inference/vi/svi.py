@@ -143,7 +143,13 @@ class SVI:
       >>> loss = svi.step(x, observations)                                    # doctest: +SKIP
     """
 
-    def __init__(self, model, guide, optim: torch.optim.Optimizer, objective=None, loss=None):
+    def __init__(self, model, guide, optim: torch.optim.Optimizer, objective=None, loss=None,
+                 clip_norm: float = None):
+        """`clip_norm`: when given, the gradients' total norm is clipped to it before each
+        optimiser step (`torch.nn.utils.clip_grad_norm_`; Pyro's ClippedAdam): the flow
+        guide's default (`FlowGuide.clip_norm`), whose stacked affine layers otherwise
+        overshoot into non-finite draws at lr 0.01 (kid_scores: inf at step 16)."""
+        self.clip_norm = clip_norm
         if objective is None:
             objective = loss
         if objective is None:
@@ -201,6 +207,10 @@ class SVI:
                 loss = loss * loss_scale
             loss.backward()
             value = reduce(loss.detach()) if reduce is not None else loss.item()
+            if self.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(
+                    [p for g in self.optim.param_groups for p in g["params"]
+                     if p.grad is not None], self.clip_norm)
             self.optim.step()
         finally:
             for c, seed in seeds:
