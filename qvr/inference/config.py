@@ -346,7 +346,7 @@ class FitConfig:
     ``require``, ``min_len``, ``cache``, ``top``, ``lm``, ``lm_dtype``, ``prompt``,
     ``forbid_letters``, ``max_word_len``, ``template`` (`qvr.inference.methods.smc_lm`).
     Pathfinder (`qvr.inference.vi.pathfinder`):
-    ``paths``, ``pathfinder_draws``, ``psis_draws``, ``history``, ``lbfgs_iters``,
+    ``paths``, ``path_draws``, ``psis_draws``, ``history``, ``lbfgs_iters``,
     ``elbo_draws``.
     """
 
@@ -421,7 +421,7 @@ class FitConfig:
     paths: int = _opt(4, methods=PATHFINDER, parse=parse_int, check=_int_at_least(1),
                       metavar="I", help="Pathfinder: independent L-BFGS paths (1: the one "
                                         "path's draws, no resampling)")
-    pathfinder_draws: int = _opt(1000, methods=PATHFINDER, parse=parse_int,
+    path_draws: int = _opt(1000, methods=PATHFINDER, parse=parse_int,
                                  check=_int_at_least(1), metavar="M",
                                  help="Pathfinder: draws of each path's approximation")
     psis_draws: int = _opt(1000, methods=PATHFINDER, parse=parse_int,

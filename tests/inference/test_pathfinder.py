@@ -169,7 +169,7 @@ def test_the_cli_run_writes_summary_and_loo(tmp_path, capsys):
     from qvr.cli import main
     runs = tmp_path / "runs"
     rc = main(["run", str(ROOT / "examples" / "kid_scores.qvr"), "--method", "pathfinder",
-               "--paths", "2", "--pathfinder-draws", "200", "--psis-draws", "300",
+               "--paths", "2", "--path-draws", "200", "--psis-draws", "300",
                "--seed", "2", "--runs-dir", str(runs)])
     out = capsys.readouterr().out
     assert rc == 0

@@ -29,7 +29,7 @@ def record(tmp_path_factory):
     path = ROOT / "examples" / "kid_scores.qvr"
     events = []
     res = fit(load(str(path)), config={"method": "pathfinder", "paths": 2,
-                                       "pathfinder_draws": 200, "psis_draws": 300, "seed": 2},
+                                       "path_draws": 200, "psis_draws": 300, "seed": 2},
               run_dir=str(runs / "pf"), program_path=str(path), on_event=events.append)
     assert res.status == "finished"
     return runs / "pf", events

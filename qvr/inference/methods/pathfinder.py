@@ -2,7 +2,7 @@
 on the program's unconstrained target (the MCMC target, `qvr.inference.mcmc.potential`).
 
 The run's draws are the PSIS-resampled draws (``psis_draws`` of them; one path: its
-``pathfinder_draws``) as constrained site values ``{site: (1, R, *shape)}``, like one
+``path_draws``) as constrained site values ``{site: (1, R, *shape)}``, like one
 chain of posterior draws: the summary (mean, sd, quantiles; no R-hat, no ESS), the
 recorded quantities (``record v = e``), and after the fit the pointwise terms, LOO and
 predictive checks treat them as posterior draws.  `stats`: paths, failed paths, L-BFGS

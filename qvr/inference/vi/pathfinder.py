@@ -65,7 +65,7 @@ class Settings:
 
 def settings_of(config) -> Settings:
     """The `Settings` of a `qvr.inference.config.FitConfig` (its Pathfinder options)."""
-    return Settings(paths=config.paths, draws=config.pathfinder_draws,
+    return Settings(paths=config.paths, draws=config.path_draws,
                     psis_draws=config.psis_draws, history=config.history,
                     max_iters=config.lbfgs_iters, elbo_draws=config.elbo_draws)
 
