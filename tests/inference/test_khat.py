@@ -231,3 +231,14 @@ def test_loo_rows_with_degenerate_guide_weights_have_infinite_k():
     out = loo({"y": ll}, None, importance)
     assert out["pareto_k"] == [math.inf] * n
     assert out["n_high_k"] == n
+
+
+def test_the_advice_for_a_program_whose_latents_are_all_local():
+    """Every guide covers local (per-row) latents with mean-field pairs: the warning does
+    not send the user to a richer guide that would change nothing."""
+    got = khat_warning(3.05, "svi", "meanfield", local_only=True)
+    assert got == ("Pareto k-hat 3.05 > 0.7: the mean-field guide is too far from the "
+                   "posterior for its draws to be trusted; its latents are all local (one "
+                   "per row), which every guide covers with mean-field pairs: try more "
+                   "steps or ELBO particles (--steps, --elbo-particles), or NUTS")
+    assert "richer guide" in khat_warning(3.05, "svi", "meanfield")

@@ -110,8 +110,12 @@ def degenerate_rows(log_ratios) -> np.ndarray:
 _GUIDE_WORDS = {"meanfield": "mean-field", "fullrank": "full-rank", "laplace": "Laplace"}
 
 
-def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None) -> Optional[str]:
-    """The warning for a k-hat above `KHAT_WARN` (None otherwise), with the usual advice."""
+def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None,
+                 local_only: bool = False) -> Optional[str]:
+    """The warning for a k-hat above `KHAT_WARN` (None otherwise), with the usual advice.
+    `local_only`: every latent of the program is local (one per row), and every guide
+    covers those with its mean-field pairs: a richer guide would change nothing, so the
+    advice is a longer fit or NUTS (the seed transformer's hidden states)."""
     if khat is None or not (isinstance(khat, float) or isinstance(khat, int)):
         return None
     if math.isnan(khat) or khat <= KHAT_WARN:
@@ -119,9 +123,15 @@ def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None) 
     what = f"the {_GUIDE_WORDS.get(guide, guide)} guide" if guide else {"pathfinder": "Pathfinder's approximation",
                                                "laplace": "the Laplace approximation"}.get(
         method, "the approximation")
-    advice = ("try a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder "
-              "(--method pathfinder), or NUTS" if method == "svi" else
-              "its means and sds are unreliable: try NUTS (--method nuts)")
+    if method == "svi" and local_only:
+        advice = ("its latents are all local (one per row), which every guide covers with "
+                  "mean-field pairs: try more steps or ELBO particles (--steps, "
+                  "--elbo-particles), or NUTS")
+    elif method == "svi":
+        advice = ("try a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder "
+                  "(--method pathfinder), or NUTS")
+    else:
+        advice = "its means and sds are unreliable: try NUTS (--method nuts)"
     return (f"Pareto k-hat {khat:.2f} > {KHAT_WARN}: {what} is too far from the posterior "
             f"for its draws to be trusted; {advice}")
 
@@ -205,6 +215,8 @@ def record_guide_khat(ctx, result, guide, *, method: str = "svi",
         result.stats["khat_note"] = f"not computed: {type(exc).__name__}: {exc}"[:200]
         return
     result.stats.update(khat_record(ratios))
-    message = khat_warning(result.stats["khat"], method, guide_name)
+    specs = getattr(guide, "specs", None) or ()
+    local_only = bool(specs) and all(getattr(s, "kind", "") == "local" for s in specs)
+    message = khat_warning(result.stats["khat"], method, guide_name, local_only=local_only)
     if message:
         ctx.report(FitWarning(message))
