@@ -4,24 +4,17 @@ above 0.7 the run's warning with its advice; nothing for a record without a k-ha
 live display on a terminal keeps the fit's warnings below its table."""
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from qvr.cli import main
-from qvr.commands.report import render_run
-from qvr.runs import open_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "inference"))
+from helpers import FUNNEL  # noqa: E402  (Neal's funnel, shared with the k-hat tests)
 
-FUNNEL = """
-object Dim : FinSet 9
-object One : FinSet 1
-program funnel : One -> One
-    sample v <- Normal(0.0, 3.0)
-    let s = exp(v / 2.0)
-    sample xs : Dim <- Normal(0.0, s) [iid_over=Dim]
-    return v
-export funnel
-"""
+from qvr.cli import main  # noqa: E402
+from qvr.commands.report import render_run  # noqa: E402
+from qvr.runs import open_run  # noqa: E402
 
 ADVICE = ("try a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder "
           "(--method pathfinder), or NUTS")

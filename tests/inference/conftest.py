@@ -1,3 +1,5 @@
+from typing import NamedTuple
+
 import pytest
 import torch
 
@@ -16,3 +18,25 @@ def _compile_whatever_the_machine_speed(monkeypatch):
     from qvr.inference.mcmc.potential import ProgramTarget
     monkeypatch.setattr(ProgramTarget, "compile_below_s", float("inf"))
     monkeypatch.setattr(ProgramTarget, "compile_enumerated_below_s", float("inf"))
+
+
+class RunOutput(NamedTuple):
+    """What `qvr run` returned and printed (unpacks as ``rc, out, err``)."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def qvr_run(capsys, tmp_path):
+    """`qvr run ARGS... --runs-dir TMP/runs` in this process: its `RunOutput`."""
+    from qvr.cli import main
+
+    def call(*args):
+        try:
+            rc = main(["run", *map(str, args), "--runs-dir", str(tmp_path / "runs")])
+        except SystemExit as exc:
+            rc = exc.code
+        out, err = capsys.readouterr()
+        return RunOutput(rc, out, err)
+    return call

@@ -44,16 +44,22 @@ program coin : Trial -> Trial
 export coin
 """
 
-RHO = 0.9
-CORRELATED = f"""
+def correlated(rho: float) -> str:
+    """(a, b) jointly Normal, unit variances, correlation `rho` (precision diagonal
+    1 / (1 - rho²))."""
+    return f"""
 object One : FinSet 1
 program correlated : One -> One
     sample a <- Normal(0.0, 1.0)
-    let m = {RHO} * a
-    sample b <- Normal(m, {math.sqrt(1 - RHO ** 2)})
+    let m = {rho} * a
+    sample b <- Normal(m, {math.sqrt(1 - rho ** 2)})
     return a
 export correlated
 """
+
+
+RHO = 0.9
+CORRELATED = correlated(RHO)
 
 #: a program with a discrete latent site `k` (neither guides nor MCMC accept it)
 DISCRETE_LATENT = """

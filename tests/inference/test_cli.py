@@ -17,11 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = mu_sigma(20)
 
 
-class Out:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
 @pytest.fixture
 def program(tmp_path):
     p = tmp_path / "nn.qvr"
@@ -29,18 +24,6 @@ def program(tmp_path):
     return p
 
 
-@pytest.fixture
-def qvr_run(capsys, tmp_path):
-    from qvr.cli import main
-
-    def call(*args):
-        try:
-            rc = main(["run", *map(str, args), "--runs-dir", str(tmp_path / "runs")])
-        except SystemExit as exc:
-            rc = exc.code
-        out, err = capsys.readouterr()
-        return Out(rc, out, err)
-    return call
 
 
 def folder_of(tmp_path) -> Path:

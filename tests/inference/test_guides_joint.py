@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import RANDOM_EFFECTS, effects_data  # noqa: E402
+from helpers import RANDOM_EFFECTS, correlated, effects_data  # noqa: E402
 
 from qvr import loads  # noqa: E402
 from qvr.inference import ELBO, SVI, FitConfig, fit  # noqa: E402
@@ -20,15 +20,7 @@ from qvr.inference.vi.joint_guides import FlowGuide, FullRankGuide, LowRankGuide
 
 RHO = 0.8
 #: (a, b) jointly Normal, unit variances, correlation 0.8: precision diagonal 1/(1-ρ²)
-CORRELATED = f"""
-object One : FinSet 1
-program correlated : One -> One
-    sample a <- Normal(0.0, 1.0)
-    let m = {RHO} * a
-    sample b <- Normal(m, {math.sqrt(1 - RHO ** 2)})
-    return a
-export correlated
-"""
+CORRELATED = correlated(RHO)
 COV = torch.tensor([[1.0, RHO], [RHO, 1.0]])
 X1 = torch.zeros(1, 1)
 

@@ -21,6 +21,7 @@ import pytest
 import torch
 from scipy import stats
 
+from helpers import FUNNEL
 from qvr import loads
 from qvr.events import FitWarning
 from qvr.inference import FitConfig, fit
@@ -132,18 +133,6 @@ program two_means : Obs -> Obs
     return a
 export two_means
 """
-
-FUNNEL = """
-object Dim : FinSet 9
-object One : FinSet 1
-program funnel : One -> One
-    sample v <- Normal(0.0, 3.0)
-    let s = exp(v / 2.0)
-    sample xs : Dim <- Normal(0.0, s) [iid_over=Dim]
-    return v
-export funnel
-"""
-
 
 def _collect():
     events = []

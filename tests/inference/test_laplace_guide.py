@@ -207,18 +207,6 @@ def test_rebuild_from_saved_params_at_the_fit_rows_and_at_new_rows():
 
 # ---------------------------------------------------------------- the command line
 
-@pytest.fixture
-def qvr_run(capsys, tmp_path):
-    from qvr.cli import main
-
-    def call(*args):
-        try:
-            rc = main(["run", *map(str, args), "--runs-dir", str(tmp_path / "runs")])
-        except SystemExit as exc:
-            rc = exc.code
-        out, err = capsys.readouterr()
-        return rc, out, err
-    return call
 
 
 def test_qvr_run_eight_schools_laplace_and_map(qvr_run, tmp_path):

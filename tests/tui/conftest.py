@@ -28,6 +28,17 @@ class Harness(App):
         self.changes.put_nowait(event.model)
 
 
+class ResultsHarness(Harness):
+    """A `Harness` whose ResultsPane's Loaded messages land in `loaded`."""
+
+    def __init__(self, *widgets) -> None:
+        super().__init__(*widgets)
+        self.loaded: asyncio.Queue = asyncio.Queue()
+
+    def on_results_pane_loaded(self, event) -> None:
+        self.loaded.put_nowait(event.results)
+
+
 @pytest.fixture
 def transformer_path() -> Path:
     return EXAMPLES / "transformer_lm.qvr"

@@ -23,19 +23,10 @@ from qvr_tui.widgets.circuits import CircuitsView
 from qvr_tui.widgets.heatmap import Heatmap
 from qvr_tui.widgets.pattern import PatternMap
 
-from conftest import Harness, ROOT
+from conftest import ResultsHarness, ROOT
 
 RECORDED = Path(__file__).parent / "recorded"
 VOCAB = json.loads((ROOT / "tests/tui/fixtures/data/attention_lm.vocab.json").read_text())
-
-
-class ResultsHarness(Harness):
-    def __init__(self, *widgets) -> None:
-        super().__init__(*widgets)
-        self.loaded: asyncio.Queue = asyncio.Queue()
-
-    def on_results_pane_loaded(self, event) -> None:
-        self.loaded.put_nowait(event.results)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from qvr_tui.screens.results import ResultsPane
 from qvr_tui.widgets.param_plots import ParamPlots
 from qvr_tui.widgets.summary_table import SummaryTable
 
-from conftest import Harness
+from conftest import ResultsHarness
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,16 +61,6 @@ def saved_runs(tmp_path_factory):
         assert out.returncode == 0, out.stdout + out.stderr
         runs[method] = run_dir
     return program, runs
-
-
-class ResultsHarness(Harness):
-    def __init__(self, *widgets) -> None:
-        super().__init__(*widgets)
-        import asyncio
-        self.loaded: asyncio.Queue = asyncio.Queue()
-
-    def on_results_pane_loaded(self, event) -> None:
-        self.loaded.put_nowait(event.results)
 
 
 def test_results_model_marks_theta_recorded(saved_runs):

@@ -11,7 +11,7 @@ from qvr_tui.screens.results import ResultsPane
 from qvr_tui.screens.setup import METHOD_LABELS
 from qvr_tui.state import RunState
 
-from conftest import Harness
+from conftest import ResultsHarness
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,15 +45,6 @@ def test_the_live_state_folds_the_paths(record):
     assert line.startswith("PATHFINDER finished · path 2/2 · iteration "), line
     assert "best ELBO" in line
     assert len(state.loss) == 0  # never folded into SVI's loss series
-
-
-class ResultsHarness(Harness):
-    def __init__(self, *widgets) -> None:
-        super().__init__(*widgets)
-        self.loaded: asyncio.Queue = asyncio.Queue()
-
-    def on_results_pane_loaded(self, event) -> None:
-        self.loaded.put_nowait(event.results)
 
 
 @pytest.mark.asyncio

@@ -4,7 +4,6 @@ Results pane shows its predicted sites' means and sds (the record only: the mode
 no torch)."""
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from qvr_tui.screens.results import ResultsPane
 from qvr_tui.screens.runs import RunsPane
 from qvr_tui.widgets.runs_table import RunsTable
 
-from conftest import Harness, text_of
+from conftest import Harness, ResultsHarness, text_of
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "inference"))
 from predict_records import X_NEW, predictive, write_fit, write_program  # noqa: E402
@@ -35,15 +34,6 @@ def predicted(tmp_path):
     predict(fit, {"xc": X_NEW}, draws=400, seed=0, run_dir=runs / "pred")
     assert open_run(runs / "pred").status == "finished"
     return runs, program
-
-
-class ResultsHarness(Harness):
-    def __init__(self, *widgets) -> None:
-        super().__init__(*widgets)
-        self.loaded: asyncio.Queue = asyncio.Queue()
-
-    def on_results_pane_loaded(self, event) -> None:
-        self.loaded.put_nowait(event.results)
 
 
 async def test_the_runs_table_lists_a_prediction(predicted):

@@ -33,7 +33,7 @@ from qvr_tui.widgets.loo_panel import LooPanel
 from qvr_tui.widgets.predictive import PredictiveView
 from qvr_tui.widgets.runs_table import RunsTable
 
-from conftest import Harness
+from conftest import Harness, ResultsHarness
 from results_fixtures import copy_runs
 
 HERE = Path(__file__).resolve().parent
@@ -83,15 +83,6 @@ def records(tmp_path, monkeypatch):
     runs, program = copy_runs(tmp_path)
     loo, ppc = fake_checks(runs / "nuts")
     return runs, program, loo, ppc
-
-
-class ResultsHarness(Harness):
-    def __init__(self, *widgets) -> None:
-        super().__init__(*widgets)
-        self.loaded: asyncio.Queue = asyncio.Queue()
-
-    def on_results_pane_loaded(self, event) -> None:
-        self.loaded.put_nowait(event.results)
 
 
 class RunsHarness(Harness):

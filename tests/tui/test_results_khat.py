@@ -14,21 +14,12 @@ from qvr.runs import open_run
 from qvr_tui.results_model import load_results
 from qvr_tui.screens.results import ResultsPane
 
-from conftest import Harness
+from conftest import ResultsHarness
 from results_fixtures import copy_runs
 
 WARNING = ("Pareto k-hat 0.98 > 0.7: the mean-field guide is too far from the posterior "
            "for its draws to be trusted; try a richer guide (--guide fullrank, lowrank:K "
            "or flow), Pathfinder (--method pathfinder), or NUTS")
-
-
-class ResultsHarness(Harness):
-    def __init__(self, *widgets) -> None:
-        super().__init__(*widgets)
-        self.loaded: asyncio.Queue = asyncio.Queue()
-
-    def on_results_pane_loaded(self, event) -> None:
-        self.loaded.put_nowait(event.results)
 
 
 def _with_khat(folder, khat, warning=None):

@@ -9,7 +9,7 @@ import pytest
 from qvr_tui.results_data import GuideSite
 from qvr_tui.screens.results import ResultsPane, guide_shape_text
 
-from conftest import Harness
+from conftest import ResultsHarness
 from results_fixtures import copy_runs
 
 
@@ -24,15 +24,6 @@ from results_fixtures import copy_runs
 def test_guide_shape_text(loc_shape, site_shape, shown):
     g = GuideSite("w", np.zeros(loc_shape), np.ones(loc_shape), site_shape)
     assert guide_shape_text(g) == shown
-
-
-class ResultsHarness(Harness):
-    def __init__(self, *widgets) -> None:
-        super().__init__(*widgets)
-        self.loaded: asyncio.Queue = asyncio.Queue()
-
-    def on_results_pane_loaded(self, event) -> None:
-        self.loaded.put_nowait(event.results)
 
 
 @pytest.mark.asyncio

@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from qvr.inference.programs.sites import build_registry
+from qvr.inference.vi.guides import _model_of
 
 
 # ---------------------------------------------------------------- the density
@@ -82,15 +83,6 @@ def coordinate_names(registry) -> list:
 
 
 # ---------------------------------------------------------------- the guides
-
-def _model_of(model):
-    if hasattr(model, "execute"):
-        return model
-    inner = getattr(model, "morphism", None)
-    if inner is not None and hasattr(inner, "execute"):
-        return inner
-    raise TypeError(f"expected a program (MonadicProgram or Program); got {type(model).__name__}")
-
 
 class LaplaceGuide(nn.Module):
     """The Laplace approximation ``N(ẑ, (-H)^-1)`` on the unconstrained `z`, with the
