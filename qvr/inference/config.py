@@ -74,6 +74,10 @@ def _int_at_least(low: int) -> Callable[[Any], Optional[str]]:
     return check
 
 
+def _text(v) -> Optional[str]:
+    return None if isinstance(v, str) else f"must be text, got {v!r}"
+
+
 def _positive_number(v) -> Optional[str]:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v \
             or v == float("inf"):
@@ -538,12 +542,10 @@ class FitConfig:
                          check=_choice("float32", "bfloat16"),
                          help="SMC with --lm: the model's dtype")
     prompt: str = _opt("", methods=frozenset({"smc"}), parse=str,
-                       check=lambda v: None if isinstance(v, str) else
-                       f"must be text, got {v!r}", metavar="TEXT",
+                       check=_text, metavar="TEXT",
                        help="SMC with --lm: the text every particle continues")
     forbid_letters: str = _opt("", methods=frozenset({"smc"}), parse=str,
-                               check=lambda v: None if isinstance(v, str) else
-                               f"must be text, got {v!r}", metavar="LETTERS",
+                               check=_text, metavar="LETTERS",
                                help="SMC with --lm: letters the text must not hold, either "
                                     "case (a lipogram)")
     max_word_len: Optional[int] = _opt(None, methods=frozenset({"smc"}),
@@ -551,8 +553,7 @@ class FitConfig:
                                        check=_int_or_none_at_least(1), metavar="N",
                                        help="SMC with --lm: no word longer than N characters")
     template: str = _opt("", methods=frozenset({"smc"}), parse=str,
-                         check=lambda v: None if isinstance(v, str) else
-                         f"must be text, got {v!r}", metavar="TEXT",
+                         check=_text, metavar="TEXT",
                          help="SMC with --lm: the text follows TEXT word by word, each _ "
                               "one free word (infilling), and ends with it")
     # ---- after the fit (qvr.inference.criticism.pointwise)
