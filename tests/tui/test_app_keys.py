@@ -55,6 +55,8 @@ async def test_tabs_help_and_theme(tmp_path):
                           ("1", "program")):
             await pilot.press(key)
             assert tabs.active == name
+            if name == "runs":  # its header says "enter open": enter reaches the table
+                assert app.focused is app.query_one("#runs-table")
         await pilot.press("question_mark")
         assert len(app.screen.query("HelpPanel")) == 1
         await pilot.press("question_mark")

@@ -421,6 +421,9 @@ class QvrDash(App):
         focused = self.focused
         if name == "setup" and self.query(SetupPane):
             self.setup_pane.focus_first()  # now, so that keys typed next land in the form
+        elif name == "runs" and self.query("#runs-table"):
+            # the pane's header says "enter open": enter must reach the table, not the tab bar
+            self.query_one("#runs-table").focus()
         elif focused is not None and pane not in focused.ancestors_with_self:
             # focus left in a hidden pane would bring its tab back: move it to the tab bar
             tabs.query_one(Tabs).focus()
