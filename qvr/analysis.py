@@ -49,7 +49,8 @@ class Edit:
 class Document:
     def __init__(self, text: str, path: str = "<memory>", cache: Optional[CheckCache] = None):
         self.path = path
-        self.state = ModuleState(cache)
+        from qvr.sema.pretrained import base_dir_of
+        self.state = ModuleState(cache, base_dir_of(path))
         with _gc_paused():
             self._build(text)
 

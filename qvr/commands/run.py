@@ -135,6 +135,14 @@ def config_from_args(args) -> FitConfig:
         if isinstance(value, dict) and isinstance(given.get(f.name), dict):
             value = {**given[f.name], **value}  # per name over the shipped / --config ones
         given[f.name] = value
+    if method == "smc" and "lm" not in given and file and Path(file).is_file():
+        # E10: an export that steers a pretrained LM runs as `--lm FOLDER` would
+        from qvr.sema.pretrained_export import steered_in_file
+        found = steered_in_file(file, getattr(args, "export", None))
+        if found is not None:
+            given["lm"] = found.folder
+            if given.get("lm_dtype", "float32") == "float32":
+                given["lm_dtype"] = found.dtype
     cfg = FitConfig(method=method, **given)
     errors = cfg.errors()
     if errors:
@@ -303,6 +311,13 @@ def run(args) -> int:
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
         program, export = load_program(args.file, args.export, config.data)
+        if config.method != "smc":  # E10: before a run folder is made for nothing
+            from qvr.inference.data.fit_data import DataError
+            from qvr.inference.front.pretrained import refuse_fitting
+            try:
+                refuse_fitting(program, config.method)
+            except DataError as exc:
+                raise ModelError(f"{args.file}: {exc}") from None
         from qvr.inference.front.fitting import args_error
         problem = args_error(program, config.args, export)  # a template's --arg NAME=VALUE
         if problem:

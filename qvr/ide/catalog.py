@@ -21,8 +21,8 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
         "high": "upper bound of every coordinate of a bounded `Real n` object",
     },
     "morphism": {
-        "role": "what kind of morphism this is: latent, observed, kernel, embed, discretize, let or "
-                "attention (required)",
+        "role": "what kind of morphism this is: latent, observed, kernel, embed, discretize, let, "
+                "attention or pretrained (required)",
         "replicate": "declare that many independent copies NAME_0 … NAME_{k-1} plus a replica group NAME",
         "scale": "latent: standard deviation of the initial raw parameters; location–scale kernels: "
                  "the output scale at initialisation",
@@ -41,6 +41,10 @@ OPTION_DOCS: dict[str, dict[str, str]] = {
                   "`causal=strict`: only to j < i (position 0 attends to nothing: 0)",
         "positions": "embed: a learned vector per position index, added to the embedding; the "
                      "longest sequence it accepts",
+        # E10: a pretrained causal language model
+        "model": "pretrained: the model, a folder (relative to this file's folder first) or a "
+                 "name in the Hugging Face cache (`\"gpt2\"`); required, never downloaded",
+        "dtype": "pretrained: the model's dtype, \"float32\" (default) or \"bfloat16\"",
     },
     "sample step": {
         "over": "the event axes of the family: objects whose elements index one joint draw",
@@ -85,6 +89,7 @@ ROLE_KEYS = {
     "discretize": ("role", "replicate", "scale", "bins"),
     "let": ("role", "replicate", "scale"),
     "attention": ("role", "replicate", "scale", "heads", "head_dim", "causal"),
+    "pretrained": ("role", "model", "dtype"),  # E10 (`scale` accepted without effect)
 }
 
 # option keys written alone, without `=value` (bare flags)
@@ -95,6 +100,7 @@ OPTION_VALUES = {
     "role": ROLES,
     "init": ("auto",),
     "causal": ("strict",),  # `causal` alone is j <= i; `causal=strict` j < i (E2)
+    "dtype": ('"float32"', '"bfloat16"'),  # E10
     "reduction": ("logsumexp", "sum", "mean"),
     "semiring": SEMIRINGS,
 }

@@ -69,6 +69,18 @@ def _num(x: float) -> str:
     return repr(float(x))
 
 
+def pretrained_text(p: tuple) -> str:
+    """E10: ``pretrained causal LM `tiny_lm` (gpt2, 2 layers), vocabulary 64 tokens · from
+    FOLDER`` (· bfloat16 when not float32)."""
+    spelled, folder, model_type, layers, vocab, dtype, cached = p
+    bits = [b for b in (model_type, None if layers is None else _plural(layers, "layer")) if b]
+    text = f"pretrained causal LM `{spelled}`" + (f" ({', '.join(bits)})" if bits else "")
+    text += f", vocabulary {vocab} tokens"
+    if dtype != "float32":
+        text += f" · {dtype}"
+    return text + (" · from the Hugging Face cache" if cached else f" · from {folder}")
+
+
 def symbol_lines(sym) -> tuple[str, str]:
     """(signature line(s), facts line) of a top-level symbol."""
     if isinstance(sym, ObjectSym):
@@ -105,6 +117,8 @@ def symbol_lines(sym) -> tuple[str, str]:
                 facts += ", strictly causal" if sym.causal_strict else ", causal"
         if sym.positions is not None:
             facts += f" · {_plural(sym.positions, 'position')}"
+        if sym.role == "pretrained" and sym.pretrained is not None:  # E10
+            facts += " · " + pretrained_text(sym.pretrained)
         if sym.deterministic and sym.role == "let":
             facts += " · deterministic last link"
         if sym.scale is not None and sym.replica is None:  # 14.2 shows replicas without it

@@ -40,6 +40,7 @@ from qvr.runtime.morphisms.finite import (Dagger, FiniteMorphism, IdentityMorphi
 from qvr.runtime.morphisms.attention import Attention
 from qvr.runtime.morphisms.kernels import Discretize, Embed, FamilyKernel
 from qvr.runtime.morphisms.norms import LayerNorm, Residual, RMSNorm
+from qvr.runtime.morphisms.pretrained import PretrainedLM  # E10
 from qvr.runtime.objects import FinSet, Euclidean, from_type, product
 from qvr.runtime.templates import Skip, Template
 from qvr.sema.symbols import GroupSym, MorphismSym, ProgramSym
@@ -184,6 +185,9 @@ class ModuleCompiler:
                               scale=0.1 if scale is None else float(scale), label=sym.name)
             elif role == "discretize":
                 m = Discretize(dom, cod, int(opts["bins"]), label=sym.name)
+            elif role == "pretrained":  # E10: the model is loaded on first use
+                spelled, folder, _type, _layers, _vocab, dtype, _cached = sym.pretrained
+                m = PretrainedLM(dom, cod, folder, dtype, spelled, label=sym.name)
             elif role == "observed":
                 if base is None:
                     base = self.observed_value(td, d, sym, dom, cod)

@@ -9,6 +9,7 @@ from typing import Optional
 
 from qvr.sema import errors as E
 from qvr.sema import stats_errors as SE  # E9
+from qvr.sema.check_pretrained import PRETRAINED_KEYS, check_pretrained  # E10
 from qvr.sema.check_morph import (MORPHISM_BUILTINS, MInfo, family_lookup, infer_morph,
                                   value_lookup_error)
 from qvr.sema.context import DeclContext
@@ -27,7 +28,8 @@ from qvr.syntax import ast as A
 from qvr.syntax.errors import outside_core
 
 MORPHISM_KEYS = ("role", "replicate", "scale", "init", "hidden_dim", "n_layers", "rank",
-                 "temperature", "bins", "over", "iid", "heads", "head_dim", "causal", "positions")
+                 "temperature", "bins", "over", "iid", "heads", "head_dim", "causal", "positions",
+                 "model", "dtype")
 ROLE_KEYS = {
     "latent": {"role", "replicate", "scale", "init", "over", "iid"},
     "observed": {"role", "replicate", "scale"},
@@ -37,6 +39,7 @@ ROLE_KEYS = {
     "discretize": {"role", "replicate", "scale", "bins"},
     "let": {"role", "replicate", "scale"},
     "attention": {"role", "replicate", "scale", "heads", "head_dim", "causal"},
+    "pretrained": PRETRAINED_KEYS,  # E10
 }
 
 
@@ -286,6 +289,8 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
         else:
             ctx.report(E.causal_shape(opts["causal"].key.span))
 
+    pretrained = check_pretrained(ctx, d, opts, dom, cod) if role == "pretrained" else None
+
     # ---- initializer by role (5.4)
     init = d.init
     family = None
@@ -470,7 +475,7 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
     elif role == "let":
         stratum = init_info.stratum if init_info and init_info.known else None
         rule = init_info.rule if init_info and init_info.known else None
-    elif role in ("kernel", "embed", "discretize", "attention"):
+    elif role in ("kernel", "embed", "discretize", "attention", "pretrained"):
         stratum, rule = "stochastic", None
     else:
         stratum, rule = None, None
@@ -487,6 +492,8 @@ def check_morphism(ctx: DeclContext, d: A.MorphismDecl) -> None:
         known = bool(init_info and init_info.known)
         ext = dict(deterministic=known and init_info.deterministic,
                    mixes=known and init_info.mixes)
+    elif role == "pretrained":  # E10: position i's draw reads the tokens up to i
+        ext = dict(pretrained=pretrained, mixes=True, causal=True)
     else:
         ext = dict(positions=positions) if role == "embed" else {}
     ctx.fact(d.name.span, "def", ("value", name))

@@ -103,6 +103,9 @@ class Env:
             return self.composition_index is not None
         if kind == "body_before":
             return self.first_body_index is not None and self.first_body_index < index
+        if kind == "pretrained":
+            from qvr.sema.pretrained import read_model
+            return read_model(key[1], None)
         raise KeyError(key)
 
 
@@ -163,6 +166,11 @@ class DeclContext:
 
     def names(self, ns: str) -> frozenset:
         return self._ask(("names", ns))
+
+    def pretrained(self, spelled: str):
+        """The `qvr.sema.pretrained.ModelInfo` of `model="spelled"` (E10), read relative
+        to the module's folder; replayed like every read, so a changed folder re-checks."""
+        return self._ask(("pretrained", spelled))
 
     # ------------------------------------------------------------ outputs
     def report(self, diag: Diagnostic) -> None:

@@ -152,7 +152,7 @@ def space_of(t):
 OUTSIDE_CORE_FAMILIES = {"Binomial": 1, "VonMises": 2, "GeneralizedPareto": 3}
 
 # Morphism roles (5.2; `attention` from docs/extensions.md E2), in the order messages list them.
-ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let", "attention")
+ROLES = ("latent", "observed", "kernel", "embed", "discretize", "let", "attention", "pretrained")
 # The families an attention layer may draw from (docs/extensions.md E2): location-scale
 # families whose loc is the attention output and whose scale is a learned vector.
 ATTENTION_FAMILIES = ("Normal", "Laplace", "Cauchy")

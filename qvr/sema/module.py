@@ -150,8 +150,12 @@ class ModuleState:
     the reverse of every slot's recorded reads.
     """
 
-    def __init__(self, cache: Optional[CheckCache] = None):
+    def __init__(self, cache: Optional[CheckCache] = None, base_dir: Optional[str] = None):
         self.cache = cache or CheckCache()
+        # the module file's folder: `model="…"` of a pretrained morphism (E10) is read
+        # relative to it first
+        self.base_dir = base_dir
+        self.volatile: set = set()  # slots that read files (E10): re-validated on every edit
         self.slots: list[Slot] = []
         self.starts: list[int] = []
         self.start_lines: list[int] = []
@@ -207,6 +211,9 @@ class ModuleState:
             return bool(self.compositions) and self.compositions[0].index < index
         if kind == "body_before":
             return bool(self.bodies) and self.bodies[0].index < index
+        if kind == "pretrained":
+            from qvr.sema.pretrained import read_model
+            return read_model(key[1], self.base_dir)
         raise KeyError(key)
 
     def name_span(self, ns: str, name: str) -> Optional[Span]:
@@ -311,11 +318,14 @@ class ModuleState:
                 if r is not None:
                     r.discard(slot)
         self.positional.discard(slot)
+        self.volatile.discard(slot)
         if result is not None:
             for k, _v in result.deps:
                 self.readers.setdefault(k, set()).add(slot)
                 if k[0] in _POSITIONAL:
                     self.positional.add(slot)
+                elif k[0] == "pretrained":
+                    self.volatile.add(slot)
 
     # ------------------------------------------------------------ updates
     def replace(self, lo: int, hi: int, new_slots: list, starts: list[int], start_lines: list[int],
@@ -336,7 +346,7 @@ class ModuleState:
         for s in new_slots:
             self._add_declared(s, changed)
         self.diag_slots.update(s for s in new_slots if s.parsed.diagnostics)
-        dirty = set(new_slots)
+        dirty = set(new_slots) | self.volatile
         if moved:
             dirty |= self.positional
         self._run(dirty, changed)

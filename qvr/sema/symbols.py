@@ -48,6 +48,10 @@ class MorphismSym:
     # the morphism mixes positions (docs/extensions.md E1): an attention, or a `role=let`
     # morphism whose expression holds one (only the `scan` cell check reads it)
     mixes: bool = False
+    # `role=pretrained` (E10): (model as written, resolved folder, model_type, layers,
+    # tokenizer vocabulary, dtype, Hugging Face cache name or None); None elsewhere or
+    # when the model could not be read
+    pretrained: Optional[tuple] = None
     kind: str = "morphism"
 
 

@@ -103,7 +103,8 @@ def typed_module(text: str, path: str = "<memory>") -> TypedModule:
     for s in slots:
         lines.append(line)
         line += s.chunk.text.count("\n")
-    state = ModuleState()
+    from qvr.sema.pretrained import base_dir_of
+    state = ModuleState(base_dir=base_dir_of(path))
     state.replace(0, 0, slots, [p for p, _ in parts], lines, moved=False)
     diags = []
     decls = []

@@ -72,7 +72,7 @@ def test_families_after_tilde_and_after_larrow():
 
 def test_role_values_and_option_keys():
     assert labels(seed_with("[role=embed]", "[role=$0]")) == [
-        "attention", "discretize", "embed", "kernel", "latent", "let", "observed"]
+        "attention", "discretize", "embed", "kernel", "latent", "let", "observed", "pretrained"]
     assert labels(seed_with("[role=embed]", "[role=k$0]")) == ["kernel"]
     assert labels(seed_with("[role=embed]", "[role=kernel, $0]")) == [
         "hidden_dim", "iid", "n_layers", "over", "rank", "replicate", "scale", "temperature"]

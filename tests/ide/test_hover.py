@@ -77,7 +77,7 @@ CASES = [
     ("transformer_lm", "[role=embed$0]", None, None),
     ("transformer_lm", "[ro$0le=embed]", "role",
      h("role", "option of a morphism · what kind of morphism this is: latent, observed, kernel, embed, "
-               "discretize, let or attention (required)")),
+               "discretize, let, attention or pretrained (required)")),
     ("ccg_semantics", "binders F$0n", "Fn", h("binder Fn", "deduction Meaning")),
 ]
 

@@ -45,7 +45,7 @@ def test_front_end_errors_raise_one_exception_listing_all():
     assert e.lines == [
         "bad.qvr:2:19: error[QVR101]: undefined object `B`",
         "bad.qvr:3:27: error[QVR204]: unknown role `kernl`; expected one of latent, observed, "
-        "kernel, embed, discretize, let, attention; did you mean `kernel`?",
+        "kernel, embed, discretize, let, attention, pretrained; did you mean `kernel`?",
     ]
     assert str(e).splitlines() == ["bad.qvr: 2 errors; nothing was compiled", *e.lines]
 

@@ -226,7 +226,7 @@ def test_builtin_diagnostics(src, expected):
      [("QVR205", "positions", "`positions` must be at least 1, got 0")]),
     ("morphism a : Latent -> Latent [role=atention] ~ Normal\n",
      [("QVR204", "atention", "unknown role `atention`; expected one of latent, observed, kernel, embed, "
-                             "discretize, let, attention; did you mean `attention`?")]),
+                             "discretize, let, attention, pretrained; did you mean `attention`?")]),
     ("morphism a : Latent -> Latent [role=attention, scale=0.3]\n",
      [("QVR707", "scale", "`scale` has no effect on an attention morphism without a family")]),
 ])

@@ -7,7 +7,8 @@ import pytest
 from qvr.analysis import Document
 
 TEXT = (Path(__file__).resolve().parents[2] / "docs" / "extensions.md").read_text(encoding="utf-8")
-BLOCKS = re.findall(r"```qvr\n(.*?)```", TEXT[TEXT.index("\n## E9."):], re.S)
+BLOCKS = re.findall(r"```qvr\n(.*?)```",
+                    TEXT[TEXT.index("\n## E9."):].split("\n## E10.")[0], re.S)
 
 
 def test_the_statistics_extension_has_examples():

@@ -28,10 +28,15 @@ def tiny():
     return load_lm(TINY, prompt="the old dog")
 
 
-def run_cli(capsys, *args):
+#: a token program whose next-token model is its own (not a pretrained LM, E10)
+BIGRAM = ("object Token : FinSet 4\nmorphism b : Token -> Token [role=kernel]\n"
+          "program p : Token -> Token\n    sample n <- b\n    return n\nexport p\n")
+
+
+def run_cli(capsys, *args, file=STEER):
     from qvr.cli import main
     try:
-        rc = main(["run", STEER, "--method", "smc", *args])
+        rc = main(["run", str(file), "--method", "smc", *args])
     except SystemExit as exc:
         rc = exc.code
     out, err = capsys.readouterr()
@@ -84,7 +89,9 @@ def test_cli_errors(tmp_path, capsys):
     assert rc == 1 and f"--lm {tmp_path / 'none'}/: no such folder" in err
     rc, out, err = run_cli(capsys, "--lm", TINY, "--max-len", "70", "--runs-dir", str(tmp_path))
     assert rc == 1 and "plus --max-len 70 exceed the model's 64 positions" in err
-    rc, out, err = run_cli(capsys, "--prompt", "x", "--runs-dir", str(tmp_path))
+    bigram = tmp_path / "bigram.qvr"
+    bigram.write_text(BIGRAM)
+    rc, out, err = run_cli(capsys, "--prompt", "x", "--runs-dir", str(tmp_path), file=bigram)
     assert rc == 2 and "--prompt: needs --lm (a pretrained language model's text)" in err
     from qvr.cli import main
     rc = main(["run", STEER, "--method", "svi", "--prompt", "x", "--runs-dir", str(tmp_path)])
@@ -145,5 +152,8 @@ def test_cli_template_letters_and_word_budget(tmp_path, capsys):
     seqs = json.loads((next((tmp_path / "b").iterdir()) / "sequences.json").read_text())
     live = [p["text"] for p in seqs["particles"] if p["log_weight"] > float("-inf")]
     assert live and all(len(w) <= 3 for t in live for w in t.split())
-    rc, out, err = run_cli(capsys, "--template", "_ ran", "--runs-dir", str(tmp_path / "c"))
+    bigram = tmp_path / "bigram.qvr"
+    bigram.write_text(BIGRAM)
+    rc, out, err = run_cli(capsys, "--template", "_ ran", "--runs-dir", str(tmp_path / "c"),
+                           file=bigram)
     assert rc == 2 and "--template: needs --lm" in err

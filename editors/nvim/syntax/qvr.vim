@@ -103,7 +103,7 @@ syn region qvrOptions matchgroup=qvrDelimiter start="\[" end="\]"
       \qvrCombinator,qvrBuiltinType,qvrKeyword
 syn match qvrOptionKey "\<\h\w*\ze\s*=" contained
 syn match qvrOptionKey "\<causal\>\ze\s*[,\]]" contained
-syn match qvrRoleValue "\%(\<role\s*=\s*\)\@<=\%(latent\|observed\|kernel\|embed\|discretize\|let\|attention\)\>" contained
+syn match qvrRoleValue "\%(\<role\s*=\s*\)\@<=\%(latent\|observed\|kernel\|embed\|discretize\|let\|attention\|pretrained\)\>" contained
 syn match qvrOptionValue "\%(\<\%(reduction\|semiring\|init\)\s*=\s*\)\@<=\%(logsumexp\|sum\|mean\|LogProb\|Viterbi\|Boolean\|Counting\|auto\)\>" contained
 
 hi def link qvrTodo Todo

@@ -274,7 +274,8 @@ def fit(program, data: Optional[dict] = None, config: Union[FitConfig, dict, Non
     """
     if isinstance(config, dict):
         config = FitConfig.from_dict(config)
-    config = (config or FitConfig()).validate()
+    from qvr.inference.front.pretrained import with_pretrained_lm  # E10: as --lm
+    config = with_pretrained_lm(program, config or FitConfig(), export).validate()
     world = _world_of(config)
     rank0_record = None
     if world.distributed:  # every rank knows rank 0's record: to end it if rank 0 dies
@@ -498,6 +499,8 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         model, program = None, _smc_program(program, config.args)
     else:
         model = model_of(program, config.args, info.get("export"))
+        from qvr.inference.front.pretrained import refuse_fitting
+        refuse_fitting(model, config.method)  # E10: a pretrained LM is steered, not fitted
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DataError("device cuda: no CUDA device is available")
@@ -644,6 +647,10 @@ def _run_method(ctx: FitContext) -> FitResult:
     elif ctx.config.method == "svi":
         from qvr.inference.methods.svi import run
     elif ctx.config.method == "smc" and ctx.config.lm is not None:
+        from qvr.inference.front.pretrained import lm_replaces
+        note = lm_replaces(ctx.program, ctx.config)  # E10: --lm beside a pretrained export
+        if note:
+            ctx.report(FitWarning(note))
         from qvr.inference.methods.smc_lm import run  # a pretrained causal LM (--lm)
     elif ctx.config.method == "smc":
         from qvr.inference.methods.smc import run

@@ -1,0 +1,70 @@
+"""`fit` on an export that steers a pretrained causal LM (docs/extensions.md E10):
+
+* ``method="smc"`` without ``lm``: the config gets the program's model as ``lm`` (its
+  folder, and its ``dtype`` unless the config asks for bfloat16), so the run is the
+  ``--lm`` run of `qvr.inference.methods.smc_lm` — KV cache, text prompts, word
+  constraints, text in the record;
+* ``lm`` given as well, naming another model: ``lm`` wins, with a note
+  (`lm_replaces`);
+* any other method: refused in one line (`refuse_fitting`), since the model's weights
+  are not the program's to fit.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+from qvr.inference.data.fit_data import DataError
+
+
+def _typed(program):
+    return getattr(getattr(program, "qvr_binding", None), "typed", None) or \
+        getattr(getattr(program, "owner", None), "typed", None) or \
+        getattr(program, "typed", None)
+
+
+def steered(program, export: Optional[str] = None):
+    """The `qvr.sema.pretrained_export.Steered` model of `program`'s export (`export`, the
+    export `program` is, or the module's first), or None."""
+    from qvr.sema.pretrained_export import steered_model
+    tm = _typed(program)
+    if tm is None:
+        return None
+    if export is None:
+        export = getattr(getattr(program, "qvr_binding", None), "name", None)
+    return steered_model(tm, export)
+
+
+def with_pretrained_lm(program, config, export: Optional[str] = None):
+    """`config` with ``lm``/``lm_dtype`` from the program's pretrained model (SMC without
+    ``lm`` only; unchanged otherwise)."""
+    if config.method != "smc" or config.lm is not None:
+        return config
+    found = steered(program, export)
+    if found is None:
+        return config
+    dtype = config.lm_dtype if config.lm_dtype != "float32" else found.dtype
+    return replace(config, lm=found.folder, lm_dtype=dtype)
+
+
+def lm_replaces(program, config) -> Optional[str]:
+    """The note of an ``lm`` that is not the program's own pretrained model, or None."""
+    found = steered(program)
+    if found is None or config.lm is None:
+        return None
+    given = Path(config.lm).expanduser()
+    if given.is_dir() and given.resolve() == Path(found.folder):
+        return None
+    return (f"--lm {config.lm} is steered in place of the program's pretrained `{found.morphism}` "
+            f"(model \"{found.spelled}\")")
+
+
+def refuse_fitting(model, method: str) -> None:
+    """A `DataError` when `model` holds a pretrained LM: it has nothing to fit."""
+    from qvr.runtime.morphisms.pretrained import PretrainedLM
+    modules = model.modules() if hasattr(model, "modules") else ()
+    found = next((m for m in modules if isinstance(m, PretrainedLM)), None)
+    if found is not None:
+        raise DataError(f"`{found.label}` is a pretrained LM: it is steered with --method smc; "
+                        f"there is nothing to fit with --method {method}")
