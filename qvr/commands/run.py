@@ -311,11 +311,11 @@ def run(args) -> int:
         import torch
         torch.manual_seed(config.seed or 0)  # parameters are initialised while loading
         program, export = load_program(args.file, args.export, config.data)
-        if config.method != "smc":  # E10: before a run folder is made for nothing
+        if config.lm is None:  # E10: before a run folder is made for nothing
             from qvr.inference.data.fit_data import DataError
             from qvr.inference.front.pretrained import refuse_fitting
             try:
-                refuse_fitting(program, config.method)
+                refuse_fitting(program, config)
             except DataError as exc:
                 raise ModelError(f"{args.file}: {exc}") from None
         from qvr.inference.front.fitting import args_error

@@ -140,3 +140,33 @@ def test_fit_takes_the_model_from_the_program(steer):
     with pytest.raises(DataError, match=r"^`lm` is a pretrained LM: it is steered with --method "
                                         r"smc; there is nothing to fit with --method svi$"):
         fit(steer, config={"method": "svi", "steps": 2})
+
+
+def test_smc_on_an_export_that_does_not_steer_the_model_is_refused(tmp_path, capsys):
+    from qvr.cli import main
+    path = tmp_path / "other.qvr"
+    path.write_text(f"object Token : FinSet 64\n"
+                    f"morphism lm : Token -> Token [role=pretrained, model=\"{TINY}\"]\n"
+                    f"morphism k : Token -> Token [role=kernel]\n"
+                    f"program p : Token -> Token\n    sample h <- lm\n    sample y <- k(h)\n"
+                    f"    return y\nexport p\n")
+    rc = main(["run", str(path), "--method", "smc", "--eos", "0", "--runs-dir",
+               str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err == (
+        f"qvr run: {path}: `lm` is a pretrained LM: SMC steers it when the export is `lm` or a "
+        f"program `sample NAME <- lm` then `return NAME`; this export uses it otherwise\n")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_check_names_an_absent_model(tmp_path, capsys, monkeypatch):
+    from qvr.cli import main
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    path = tmp_path / "absent.qvr"
+    path.write_text("object Token : FinSet 64\n"
+                    "morphism lm : Token -> Token [role=pretrained, model=\"gone\"]\nexport lm\n")
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert (f"{path}:2:54: error[QVR860]: pretrained model `gone` not found: tried the folder "
+            f"{tmp_path / 'gone'}, the folder gone, models--gone in the Hugging Face cache "
+            f"({tmp_path / 'hub'}) (nothing is downloaded)") in out

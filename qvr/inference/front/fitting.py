@@ -500,7 +500,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
     else:
         model = model_of(program, config.args, info.get("export"))
         from qvr.inference.front.pretrained import refuse_fitting
-        refuse_fitting(model, config.method)  # E10: a pretrained LM is steered, not fitted
+        refuse_fitting(model, config)  # E10: a pretrained LM is steered, not fitted
     device = torch.device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DataError("device cuda: no CUDA device is available")
@@ -653,6 +653,8 @@ def _run_method(ctx: FitContext) -> FitResult:
             ctx.report(FitWarning(note))
         from qvr.inference.methods.smc_lm import run  # a pretrained causal LM (--lm)
     elif ctx.config.method == "smc":
+        from qvr.inference.front.pretrained import refuse_fitting
+        refuse_fitting(ctx.program, ctx.config)  # E10: a pretrained LM it does not steer
         from qvr.inference.methods.smc import run
     elif ctx.config.method == "prior":
         from qvr.inference.methods.prior import run

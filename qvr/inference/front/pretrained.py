@@ -60,11 +60,21 @@ def lm_replaces(program, config) -> Optional[str]:
             f"(model \"{found.spelled}\")")
 
 
-def refuse_fitting(model, method: str) -> None:
-    """A `DataError` when `model` holds a pretrained LM: it has nothing to fit."""
+def refuse_fitting(model, config) -> None:
+    """A `DataError` when `model` holds a pretrained LM and `config` cannot run it: a
+    method other than SMC (nothing to fit), or SMC without ``lm`` — the export does not
+    steer the model (`with_pretrained_lm` would have set ``lm``), and SMC's program
+    model cannot extend a pretrained LM one position at a time."""
     from qvr.runtime.morphisms.pretrained import PretrainedLM
     modules = model.modules() if hasattr(model, "modules") else ()
     found = next((m for m in modules if isinstance(m, PretrainedLM)), None)
-    if found is not None:
-        raise DataError(f"`{found.label}` is a pretrained LM: it is steered with --method smc; "
-                        f"there is nothing to fit with --method {method}")
+    if found is None:
+        return
+    name = found.label
+    if config.method != "smc":
+        raise DataError(f"`{name}` is a pretrained LM: it is steered with --method smc; "
+                        f"there is nothing to fit with --method {config.method}")
+    if config.lm is None:
+        raise DataError(f"`{name}` is a pretrained LM: SMC steers it when the export is "
+                        f"`{name}` or a program `sample NAME <- {name}` then `return NAME`; "
+                        f"this export uses it otherwise")
