@@ -86,12 +86,18 @@ class DrawsChunk:
 
 @dataclass(frozen=True)
 class ParticlesSnapshot:
-    """The current SMC particles (for live display)."""
+    """The current SMC particles (for live display).  `finished` holds the particles that
+    ended (by the end token or at the maximum length); `truncated`, when given, those of
+    them stopped by the maximum length; `texts`, when given, each sequence as text (SMC
+    steering a pretrained LM, ``--lm``: the detokenised continuation, the prompt and end
+    token left out), so that a reader needs no tokenizer."""
 
     step: int
     sequences: tuple[tuple[int, ...], ...]
     log_weights: tuple[float, ...]
     finished: tuple[bool, ...]
+    truncated: tuple[bool, ...] = ()
+    texts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,6 +233,8 @@ def from_dict(d: Mapping[str, Any], base=None) -> FitEvent:
         kwargs["sequences"] = tuple(tuple(s) for s in kwargs.get("sequences", ()))
         kwargs["log_weights"] = tuple(kwargs.get("log_weights", ()))
         kwargs["finished"] = tuple(kwargs.get("finished", ()))
+        kwargs["truncated"] = tuple(kwargs.get("truncated", ()))
+        kwargs["texts"] = tuple(kwargs.get("texts", ()))
     try:
         return cls(**kwargs)
     except TypeError as exc:

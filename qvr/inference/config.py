@@ -594,7 +594,7 @@ class FitConfig:
         f = next(f for f in dataclasses.fields(FitConfig) if f.name == name)
         opt = f.metadata["opt"]
         default = FitConfig.default(name)
-        if "(default" in opt.help or default in (None, [], (), {}):
+        if "(default" in opt.help or default in (None, "", [], (), {}):
             return opt.help
         shown = "on" if default is True else "off" if default is False else default
         return f"{opt.help} (default {shown})"

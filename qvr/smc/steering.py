@@ -352,4 +352,5 @@ class _Run:
                          elapsed=emit.elapsed))
         emit(ParticlesSnapshot(step=self.t, sequences=tuple(self.seqs),
                                log_weights=tuple(self.log_w.tolist()),
-                               finished=tuple((self.finished | self.truncated).tolist())))
+                               finished=tuple((self.finished | self.truncated).tolist()),
+                               truncated=tuple(self.truncated.tolist())))

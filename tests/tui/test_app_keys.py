@@ -13,7 +13,7 @@ from textual.widgets import Select
 from qvr.inference.config import FitConfig
 from qvr_tui.app import QvrDash
 from qvr_tui.screens.confirm import Confirm
-from qvr_tui.screens.setup import COMMON, SetupPane
+from qvr_tui.screens.setup import COMMON, FIRST_ROWS, SetupPane
 from qvr_tui.widgets.form_rows import OptionRow
 
 from conftest import EXAMPLES
@@ -78,8 +78,10 @@ async def test_setup_options_generated_from_fitconfig(tmp_path):
             shown = [r.opt_name for r in setup.query("#method-options OptionRow") if r.display]
             # `start_at` only with a run to start from (below)
             assert shown == [r.opt_name for r in setup.method_rows() if r.opt_name != "start_at"]
-            assert shown == [f.name for f, _ in FitConfig.options(method)
-                             if f.name not in COMMON and f.name != "start_at"]
+            declared = [f.name for f, _ in FitConfig.options(method)
+                        if f.name not in COMMON and f.name != "start_at"]
+            first = [n for n in FIRST_ROWS if n in declared]  # SMC: the LM's rows first
+            assert shown == first + [n for n in declared if n not in first]
         setup.preset("nuts", start_from=str(tmp_path / "runs" / "hmm-1"))
         await pilot.pause()
         shown = [r.opt_name for r in setup.query("#method-options OptionRow") if r.display]

@@ -56,7 +56,8 @@ class ParticleRow:
     text: str
     tokens: tuple
     weight: float
-    finished: bool
+    finished: bool  # ended: by the end token or at the maximum length
+    truncated: bool = False  # ended at the maximum length
 
 
 @dataclass

@@ -181,6 +181,8 @@ class Results:
     sequences: tuple = ()                   # SequenceRow
     log_Z: Optional[float] = None
     vocab: Optional[list] = None
+    lm: Optional[str] = None                # a pretrained LM steered (``--lm``)
+    prompt: str = ""                        # ... and the prompt its sequences continue
     # attention circuits (any method; `qvr_tui.circuits_model`), None without them
     circuits: Optional[object] = None
     # recorded quantities (`record v = e`, E9.6): names in `sites`/`draws`/`guide`

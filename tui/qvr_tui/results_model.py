@@ -18,7 +18,9 @@ the draws chunks and progress events), and per method:
     draws them like sites (`param_series`, `site_matrix`, the ArviZ posterior), SVI gives
     their posterior mean and sd over the guide's draws (`GuideSite.recorded`,
     `recorded_guide_rows`); the five checks are the sites' only;
-  - SMC: top sequences (`SequenceRow`, text through the record's vocabulary), log Z-hat;
+  - SMC: top sequences (`SequenceRow`, text through the record's vocabulary, or the
+    record's own text when it steered a pretrained LM: `Results.lm`, `Results.prompt`),
+    log Z-hat;
   - a prediction (``qvr predict``, method ``predict``) and a ``--method prior`` run: the
     draws' mean and sd per site as `GuideSite` rows; a prediction's source run in
     `Results.predicted_from`, what it is in `Results.note`;
@@ -332,6 +334,11 @@ def _text(tokens, vocab) -> Optional[str]:
 
 
 def _load_smc(run, res: Results, events) -> None:
+    try:
+        config = run.config or {}
+    except (ValueError, OSError):
+        config = {}
+    res.lm, res.prompt = config.get("lm"), config.get("prompt") or ""
     seqs = run.sequences
     if seqs is not None:
         res.vocab = seqs.get("vocab")
@@ -360,5 +367,7 @@ def _load_smc(run, res: Results, events) -> None:
     w = np.exp(lw - lw.max()) if lw.size and np.isfinite(lw.max()) else np.zeros_like(lw)
     w = w / w.sum() if w.sum() > 0 else w
     order = np.argsort(-w, kind="stable")
-    res.sequences = tuple(SequenceRow(tuple(snap.sequences[i]), float(w[i]), None)
+    texts = snap.texts if len(snap.texts) == len(snap.sequences) else None  # --lm's
+    res.sequences = tuple(SequenceRow(tuple(snap.sequences[i]), float(w[i]),
+                                      texts[i] if texts else None)
                           for i in order)

@@ -1,7 +1,8 @@
 """The Runs pane's data: a program's past runs as `RunRow`s (`run_rows`), each with its key
-number (`run_key_number`: final loss, max R-hat, log Z), and the curve two runs are
-overlaid by (`curve`: SVI losses; MCMC mean log density per draw over chains; SMC log
-Z-hat per step).  Torch-free.
+number (`run_key_number`: final loss, max R-hat, log Z) and, for SMC steering a
+pretrained LM, the model (`RunRow.lm`); and the curve two runs are overlaid by (`curve`:
+SVI losses; MCMC mean log density per draw over chains; SMC log Z-hat per step).
+Torch-free.
 """
 from __future__ import annotations
 
@@ -115,6 +116,7 @@ class RunRow:
     key_label: str          # "loss", "R-hat", "log Z"
     key_value: Optional[float]
     stale: bool             # made from another text of the program
+    lm: str = ""            # SMC steering a pretrained LM: its name as given (``--lm``)
 
     @property
     def key_text(self) -> str:
@@ -136,12 +138,13 @@ def run_rows(runs_dir, program_path) -> list[RunRow]:
         try:
             label, value = run_key_number(run)
             status = run.status
+            lm = str(run.config.get("lm") or "") if run.method == "smc" else ""
         except (ValueError, OSError):
-            label, value, status = "", None, "unreadable"
+            label, value, status, lm = "", None, "unreadable", ""
         started = (run.started or "")[:19].replace("T", " ")
         out.append(RunRow(path=Path(run.path), name=Path(run.path).name, status=status,
                           method=run.method, started=started, key_label=label,
-                          key_value=value,
+                          key_value=value, lm=lm,
                           stale=bool(current and run.source_sha256
                                      and run.source_sha256 != current)))
     return out

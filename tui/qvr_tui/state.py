@@ -30,7 +30,9 @@ What is kept, by method:
   ESS of the worst parameters (`worst`, computed with `qvr.inference.criticism.diagnostics`).
 * SMC — `ess` and `log_z` series per step, finished/dead counts, the steps where the
   particles were resampled, and the latest particles (`particles`: text or token ids,
-  normalised weight, finished) sorted by weight.
+  normalised weight, finished, truncated) sorted by weight.  The text is the snapshot's
+  own when it has one (SMC steering a pretrained LM: the worker detokenises; the UI has
+  no tokenizer), else from the vocabulary; `lm_text()` names the LM and its prompt.
 
 `status` is ``waiting`` until `FitStarted`, ``running`` until a terminal event, then
 ``finished`` / ``failed`` / ``cancelled``; `mark_interrupted(message)` records a worker
@@ -453,8 +455,12 @@ class RunState:
         top = max(finite) if finite else 0.0
         ws = [math.exp(w - top) if math.isfinite(w) else 0.0 for w in lw]
         total = sum(ws) or 1.0
-        rows = [ParticleRow(tokens_text(seq, self.vocab), tuple(seq), w / total, bool(f))
-                for seq, w, f in zip(ev.sequences, ws, ev.finished)]
+        n = len(ev.sequences)
+        texts = ev.texts if len(ev.texts) == n else \
+            [tokens_text(seq, self.vocab) for seq in ev.sequences]  # no text: from the vocabulary
+        cut = ev.truncated if len(ev.truncated) == n else (False,) * n
+        rows = [ParticleRow(text, tuple(seq), w / total, bool(f), bool(c))
+                for seq, text, w, f, c in zip(ev.sequences, texts, ws, ev.finished, cut)]
         rows.sort(key=lambda r: -r.weight)
         self.particles = rows[:MAX_PARTICLES_SHOWN]
         self.particles_step = ev.step
@@ -485,6 +491,16 @@ class RunState:
         """An MCMC fit of a program with no continuous latent site: it reports the log
         marginal likelihood (finite latents summed out) and runs no chain."""
         return self.is_mcmc and nothing_sampled(self.summary)
+
+    def lm_text(self) -> str:
+        """SMC steering a pretrained LM: ``tiny_lm · prompt "the old dog"`` (the particles
+        are its continuations); empty otherwise."""
+        from qvr_tui.lm_source import lm_label
+        lm = self.config.get("lm") if self.method == "smc" else None
+        if not lm:
+            return ""
+        prompt = self.config.get("prompt") or ""
+        return f"{lm_label(lm)} · " + (f"prompt \"{prompt}\"" if prompt else "no prompt")
 
     def status_line(self) -> str:
         """One line: method, status, step, rate and ETA (what the live header shows)."""

@@ -21,7 +21,8 @@ What comes from where:
   not used by the LM run (the record says so in ``sequences.json``: ``"lm"``).
 
 The record's ``sequences.json`` holds the prompt, every distinct string's ids and text
-(``top``) and every particle's ids, text and weight."""
+(``top``) and every particle's ids, text and weight; its particle snapshots (``events``)
+carry each particle's text (`with_texts`)."""
 from __future__ import annotations
 
 import torch
@@ -100,6 +101,23 @@ def build_potential(config, lm, extra=None):
     return parts[0] if len(parts) == 1 else product(*parts)
 
 
+def with_texts(ctx: FitContext, text) -> FitContext:
+    """`ctx` whose particle snapshots carry each sequence's `text` (``texts``): the
+    dashboard and the record show words without loading the tokenizer."""
+    from dataclasses import replace
+
+    from qvr.events import ParticlesSnapshot
+    report = ctx.report
+    if report is None:
+        return ctx
+
+    def on_event(ev):
+        if isinstance(ev, ParticlesSnapshot):
+            ev = replace(ev, texts=tuple(text(tuple(s)) for s in ev.sequences))
+        report(ev)
+    return replace(ctx, report=on_event)
+
+
 def run(ctx: FitContext) -> FitResult:
     from qvr.inference.methods.smc import run_steering
     config = ctx.config
@@ -107,11 +125,13 @@ def run(ctx: FitContext) -> FitResult:
         raise DataError("--from: a run's fitted parameters are the program's; with --lm the "
                         "model is the pretrained one (give one or the other)")
     lm = load(config)
-    out = run_steering(ctx, lm, build_potential(config, lm, ctx.potential), lm.eos)
-    res = out.smc
 
     def text(s):
         return lm.decode(s[:-1] if s and s[-1] == lm.eos else s)
+
+    out = run_steering(with_texts(ctx, text), lm, build_potential(config, lm, ctx.potential),
+                       lm.eos)
+    res = out.smc
 
     seqs = out.sequences
     seqs.update({"lm": config.lm, "lm_dtype": config.lm_dtype, "prompt": config.prompt,

@@ -13,7 +13,8 @@ kind of method, switched by `ContentSwitcher`:
   of per-chain acceptance / step size / log density / tree depth (`v` cycles them; a
   vertical line marks the end of warmup) and `WorstParams` (running R-hat and ESS);
 * SMC — `TracePlot`s of ESS and log Ẑ per step (resampling steps marked) and the
-  `ParticlesTable`;
+  `ParticlesTable`; steering a pretrained LM, a line between them names the model and
+  the prompt (`RunState.lm_text`), and the table shows each particle's continuation;
 * an HMC/NUTS fit with nothing to sample (every latent finite, summed out:
   `RunState.nothing_sampled`) — one line saying so with the log marginal likelihood, in
   place of the chain table, trace and running diagnostics (no chain ran: an empty table,
@@ -69,6 +70,7 @@ class LivePane(Vertical):
     LivePane #body-mcmc WorstParams { width: 46%; max-width: 70; }
     LivePane #body-smc #smc-plots { height: 45%; min-height: 7; }
     LivePane #body-smc TracePlot { width: 1fr; }
+    LivePane #body-smc #smc-lm { height: 1; padding: 0 1; color: $text-muted; }
     LivePane #live-empty { padding: 1 2; color: $text-muted; }
     LivePane #body-nothing { padding: 1 2; }
     """
@@ -98,6 +100,7 @@ class LivePane(Vertical):
                 with Horizontal(id="smc-plots"):
                     yield TracePlot(id="smc-ess")
                     yield TracePlot(id="smc-logz")
+                yield Static("", id="smc-lm")
                 yield ParticlesTable(id="particles")
         yield Static("", id="live-note")
 
@@ -180,6 +183,10 @@ class LivePane(Vertical):
                                                    vlines=s.resampled_steps)
         self.query_one("#smc-logz", TracePlot).show({"log Z": s.log_z}, title="log Ẑ",
                                                     xlabel="step")
+        lm = s.lm_text()  # a pretrained LM: its name and the prompt, once
+        line = self.query_one("#smc-lm", Static)
+        line.update(Text(lm))
+        line.display = bool(lm)
         self.query_one(ParticlesTable).show(s)
 
     def on_resize(self) -> None:

@@ -33,7 +33,8 @@ from `qvr_tui.results_model.load_results` (torch-free; the table's rows from
   by `RECORDED_MARK`: MCMC plots their draws as a site's; SVI lists their posterior mean
   and sd over the guide's draws in the guide table (a matrix: its heatmap).
 * SMC: log Z-hat and the top sequences with their weights (text through the record's
-  vocabulary).
+  vocabulary; steering a pretrained LM, the record's detokenised continuations, the model
+  and the prompt on the header's second line).
 * Circuits (a fitted program with attention layers: the record holds ``circuits.npz``):
   ``c`` switches to the `CircuitsView` (per layer and head the QK and OV circuit heatmaps
   and the attention pattern of a recorded input sequence; its keys in its own docstring)
@@ -754,4 +755,9 @@ class ResultsPane(Vertical):
         t.append(res.path.name + "  ")
         t.append_text(status_text(res))
         t.append(f"  log Z-hat {res.log_Z:.4f}" if res.log_Z is not None else "  log Z-hat n/a")
+        if res.lm:  # a pretrained LM: the sequences continue its prompt
+            from qvr_tui.lm_source import lm_label
+            t.append(f"\n{lm_label(res.lm)} · " +
+                     (f"prompt \"{res.prompt}\"" if res.prompt else "no prompt"),
+                     style="dim")
         notes.update(t)

@@ -36,6 +36,16 @@ modification time), not at every keystroke nor again for the request.  It reache
 Live view through `FitRequest.vocab` and the worker (``qvr run --vocab``) through
 `FitRequest.vocab_path`, so the record holds it too.
 
+SMC's pretrained language model (``lm``, issue 40): its rows come first among SMC's
+options (`FIRST_ROWS`: the model, the prompt, the text constraints), so that they show
+without scrolling at 80x24.  The model field takes a folder or a Hugging Face cache name,
+checked in place by looking at files (`qvr_tui.lm_source.lm_error`: no torch in this
+process; the pane's part in `qvr_tui.screens.setup_lm`); empty is the program's own next-token model — a pretrained one when the export
+steers a ``role=pretrained`` morphism (`program_lm`: the placeholder names it, and the
+request names its folder as ``lm``, as `qvr run` does).  While a pretrained model is
+steered, the vocabulary and "start from" rows (the program's model's) are hidden and not
+sent.
+
 The pane does not start fits: `build_request(run_dir)` returns a `FitRequest` (or None,
 after showing the errors); the app's run key calls it.
 """
@@ -52,6 +62,7 @@ from textual.widgets import Input, Label, Select, Static
 
 from qvr.inference.config import METHODS, FitConfig
 from qvr_tui.fit_runner import FitRequest
+from qvr_tui.screens.setup_lm import LMFields
 from qvr_tui.widgets.form_rows import OptionRow, ParamRow, opt_of
 
 __all__ = ["SetupPane", "COMMON", "METHOD_LABELS"]
@@ -65,9 +76,13 @@ COMMON = ("method", "seed", "device", "dtype", "args", "sizes", "data", "synthet
           "progress_interval")
 # the rows of the "common" section: options of every method, shown whatever the method
 COMMON_ROWS = ("seed", "device", "dtype")
+# SMC's rows that come first, in this order (the others follow in FitConfig's order): the
+# language model and what steers it, seen without scrolling at 80x24
+FIRST_ROWS = ("lm", "prompt", "forbid", "require", "forbid_letters", "max_word_len",
+              "template", "lm_dtype")
 
 
-class SetupPane(VerticalScroll):
+class SetupPane(LMFields, VerticalScroll):
     """See the module docstring."""
 
     DEFAULT_CSS = """
@@ -147,7 +162,7 @@ class SetupPane(VerticalScroll):
         yield Static("common", classes="section")
         for name in COMMON_ROWS:
             yield OptionRow(name, opt_of(name), self.initial(name), id=f"row-{name}")
-        with Horizontal(classes="row"):
+        with Horizontal(classes="row", id="start-row"):
             yield Label("start from", classes="opt-name")
             yield Select(self._start_choices(), type_to_search=False, value=Select.NULL,
                          allow_blank=True,
@@ -177,6 +192,7 @@ class SetupPane(VerticalScroll):
         self._show_arg_rows()
         self._update_data_row()
         self._update_status()
+        self.call_after_refresh(self._show_lm_rows)  # a model shipped with the program
 
     def _start_choices(self) -> list[tuple[str, str]]:
         if not self.program_path:
@@ -207,6 +223,8 @@ class SetupPane(VerticalScroll):
         if not box.children:
             rows = [OptionRow(f.name, opt, self.initial(f.name), id=f"row-{f.name}")
                     for f, opt in FitConfig.options() if f.name not in COMMON]
+            rows.sort(key=lambda r: FIRST_ROWS.index(r.opt_name)  # stable: the others
+                      if r.opt_name in FIRST_ROWS else len(FIRST_ROWS))  # keep their order
             for row in rows:
                 row.display = self._row_shown(row)
             box.mount_all(rows)
@@ -217,7 +235,7 @@ class SetupPane(VerticalScroll):
         fitting = self.method != "smc"
         self.query_one("#data-row").display = fitting
         self.query_one("#data-title").display = fitting
-        self.query_one("#vocab-row").display = not fitting
+        self._show_lm_rows()
 
     def _show_method_rows(self) -> None:
         for row in self.query("#method-options OptionRow"):
@@ -305,6 +323,7 @@ class SetupPane(VerticalScroll):
             self._show_method_rows()  # `start_at` appears with a run to start from
         elif event.select.id == "export":
             self._show_arg_rows()  # the chosen export's parameters, if it has any
+            self._show_lm_rows()  # and the pretrained model it steers, if any
         elif event.select.id == "data-kind":
             self._update_data_row()
             self.validate("data")  # the old kind's error (a missing file) no longer applies
@@ -317,6 +336,8 @@ class SetupPane(VerticalScroll):
             self.validate(event.input.parent.key)
         elif wid.startswith("opt-"):
             self.validate(wid[4:])
+            if wid == "opt-lm":
+                self._show_lm_rows()
         elif wid == "data-value":
             self.validate("data")
         elif wid == "vocab":
@@ -397,6 +418,7 @@ class SetupPane(VerticalScroll):
         sel.value = prefer if prefer in self.exports else \
             keep if keep in self.exports else self.exports[0]
         self._show_arg_rows()
+        self._show_lm_rows()  # the program may name a pretrained LM now, or no longer
 
     def export(self) -> Optional[str]:
         """The chosen export's name (None: the first, as `qvr run` chooses)."""
@@ -458,7 +480,7 @@ class SetupPane(VerticalScroll):
         for name, row in rows.items():
             row.set_error(errors.get(name))
         self._show_data_error(data_error)
-        if self.method == "smc":
+        if self.method == "smc" and not self.steers_lm():
             vocab_error = self.vocab()[1]
             self._show_vocab_error(vocab_error)
             if vocab_error:
@@ -494,6 +516,7 @@ class SetupPane(VerticalScroll):
             except ValueError as exc:
                 errors[row.key] = str(exc)
         values["args"] = args
+        self._program_lm_values(values)
         data_error = None
         if self.method != "smc":
             kind = self.query_one("#data-kind", Select).value
@@ -516,6 +539,7 @@ class SetupPane(VerticalScroll):
             errors.update({k: v for k, v in cfg.errors().items() if k not in errors})
         except TypeError as exc:  # pragma: no cover - a field the form does not know
             errors["method"] = str(exc)
+        self._check_lm(values, errors)
         if data_error or "data" in errors or "synthetic" in errors:
             data_error = data_error or errors.get("data") or errors.get("synthetic")
             errors["data"] = data_error
@@ -526,8 +550,10 @@ class SetupPane(VerticalScroll):
         if cfg is None or not self.program_path:
             return None
         start = self.query_one("#start-from", Select).value
+        own = not self.steers_lm()  # the program's own token model (not a pretrained LM)
         return FitRequest(program=self.program_path, config=cfg, run_dir=run_dir,
                           export=self.export(),
-                          start_from=None if start is Select.NULL else str(start),
-                          vocab=self.vocab()[0] if self.method == "smc" else None,
-                          vocab_path=self._vocab_path() if self.method == "smc" else None)
+                          start_from=None if start is Select.NULL or not own else str(start),
+                          vocab=self.vocab()[0] if self.method == "smc" and own else None,
+                          vocab_path=self._vocab_path()
+                          if self.method == "smc" and own else None)

@@ -17,7 +17,7 @@ from textual.widgets import Input, Label, Select, Static
 from qvr.inference.config import FitConfig, parse_arg_value
 
 __all__ = ["FieldRow", "OptionRow", "ParamRow", "opt_of", "text_of", "LIST_SEPARATOR",
-           "LEFT_OUT_CHOICES", "EMPTY_MEANS"]
+           "LEFT_OUT_CHOICES", "EMPTY_MEANS", "SHORT_HELP"]
 
 LIST_SEPARATOR = ";"
 # choices `FitConfig` has that the form does not offer, with the reason.  The dashboard
@@ -29,7 +29,11 @@ LIST_SEPARATOR = ";"
 LEFT_OUT_CHOICES = {"chain_method": ("distributed",)}
 # what an empty field means, for options whose default is None and reads better said
 # (the placeholder; others say "default")
-EMPTY_MEANS = {"batch_size": "all rows"}
+EMPTY_MEANS = {"batch_size": "all rows", "lm": "the program's"}
+# the help beside a row where FitConfig's (written for `qvr run --help`) would take five
+# lines of the narrow help column at 80x24
+SHORT_HELP = {"lm": "SMC: a pretrained causal LM, a model folder or a name in the Hugging "
+                    "Face cache (empty: the program's own model)"}
 
 
 def text_of(value) -> str:
@@ -101,7 +105,8 @@ class OptionRow(FieldRow):
                         placeholder=EMPTY_MEANS.get(self.opt_name, "default")
                         if self.value is None else "default")
         yield Static("", classes="opt-error -empty")
-        yield Static(Text(FitConfig.help_of(self.opt_name)), classes="opt-help")
+        yield Static(Text(SHORT_HELP.get(self.opt_name) or FitConfig.help_of(self.opt_name)),
+                     classes="opt-help")
 
     def raw(self):
         w = self.query_one(f"#opt-{self.opt_name}")

@@ -1,11 +1,13 @@
 """`ParticlesTable`: the latest SMC particles, heaviest first: normalised weight drawn as
-a bar, finished or not, and the text (or token ids when no vocabulary is known)."""
+a bar, done or not (`done_mark`: ended by the end token, or cut at the maximum length),
+and the text (a pretrained LM's continuation as the worker detokenised it; else through
+the vocabulary, or token ids when none is known)."""
 from __future__ import annotations
 
 from rich.text import Text
 from textual.widgets import DataTable
 
-__all__ = ["ParticlesTable", "weight_bar"]
+__all__ = ["ParticlesTable", "weight_bar", "done_mark"]
 
 BAR_WIDTH = 10
 _PARTS = " ▏▎▍▌▋▊▉█"
@@ -20,6 +22,11 @@ def weight_bar(w: float, width: int = BAR_WIDTH) -> str:
     return s.ljust(width)
 
 
+def done_mark(p) -> str:
+    """The "done" cell: ``✓`` ended by the end token, ``max`` cut at the maximum length."""
+    return "max" if p.truncated else "✓" if p.finished else ""
+
+
 class ParticlesTable(DataTable):
     DEFAULT_CSS = "ParticlesTable { height: 1fr; }"
 
@@ -31,8 +38,7 @@ class ParticlesTable(DataTable):
         self.add_columns("#", "weight", "", "done", "sequence")
 
     def show(self, state) -> None:
-        rows = [(str(i + 1), weight_bar(p.weight), f"{p.weight:.3f}",
-                 "✓" if p.finished else "", p.text)
+        rows = [(str(i + 1), weight_bar(p.weight), f"{p.weight:.3f}", done_mark(p), p.text)
                 for i, p in enumerate(state.particles)]
         if rows == self.shown:
             return

@@ -1,5 +1,6 @@
-"""The table of past runs (`qvr_tui.runs_model.RunRow`): mark, status, method, start
-time, the run's key number (final loss / max R-hat / log Z), a stale mark and the folder.
+"""The table of past runs (`qvr_tui.runs_model.RunRow`): mark, status, method (with
+the pretrained LM an SMC run steered: `method_cell`), start time, the run's key number
+(final loss / max R-hat / log Z), a stale mark and the folder.
 
 Status colours: finished green, failed red, cancelled and interrupted yellow, running
 cyan.  Row keys are the run folders (str).  `toggle_mark()` marks or unmarks the row
@@ -18,7 +19,7 @@ from textual.widgets import DataTable
 
 from qvr_tui.runs_model import RunRow
 
-__all__ = ["RunsTable", "STATUS_STYLE", "short_folder", "short_started"]
+__all__ = ["RunsTable", "STATUS_STYLE", "short_folder", "short_started", "method_cell"]
 
 STATUS_STYLE = {"finished": "green", "failed": "bold red", "cancelled": "yellow",
                 "interrupted": "yellow", "running": "bold cyan", "unreadable": "red"}
@@ -26,6 +27,7 @@ COLUMNS = ("", "status", "method", "started (UTC)", "result", "", "folder")
 
 
 FOLDER_WIDTH = 16  # the folder column at most: with the others it fits 80 columns
+LM_WIDTH = 10  # an SMC run's language model in the method column, at most
 
 
 def short_folder(name: str, width: int = FOLDER_WIDTH) -> str:
@@ -50,6 +52,15 @@ def short_started(started: str, year: Optional[str] = None) -> str:
     columns)."""
     year = year or time.strftime("%Y", time.gmtime())
     return started[5:] if started.startswith(year + "-") else started
+
+
+def method_cell(r: RunRow, width: int = LM_WIDTH) -> str:
+    """The method, and the pretrained LM an SMC run steered (``smc tiny_lm``): the
+    model's last name part, at most `width` characters."""
+    if not r.lm:
+        return r.method
+    name = r.lm.rstrip("/").rsplit("/", 1)[-1] or r.lm
+    return f"{r.method} {name if len(name) <= width else name[:width - 1] + '…'}"
 
 
 class RunsTable(DataTable):
@@ -83,7 +94,7 @@ class RunsTable(DataTable):
 
     def cells(self, r: RunRow) -> list:
         mark = "●" if r.path in self.marked else " "
-        return [mark, Text(r.status, style=STATUS_STYLE.get(r.status, "")), r.method,
+        return [mark, Text(r.status, style=STATUS_STYLE.get(r.status, "")), method_cell(r),
                 short_started(r.started), r.key_text,
                 Text("stale", style="yellow") if r.stale else "",
                 short_folder(r.name)]
