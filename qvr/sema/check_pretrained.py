@@ -100,6 +100,7 @@ def check_pretrained(ctx, d: A.MorphismDecl, opts: dict, dom, cod) -> Optional[t
         ctx.report(PE.not_a_causal_lm(at, spelled, info.folder, info.detail))
         return None
     if token_n is not None and token_n != info.vocab:
-        ctx.report(PE.vocab_mismatch(d.dom.span, spell(dom), token_n, spelled, info.vocab))
+        ctx.report(PE.vocab_mismatch(d.dom.span, spell(dom), token_n, spelled, info.vocab,
+                                     isinstance(d.dom, A.TName)))
     return (spelled, info.folder, info.model_type, info.n_layers, info.vocab, dtype,
             info.cached_name)

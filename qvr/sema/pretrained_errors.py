@@ -16,10 +16,10 @@ def not_a_causal_lm(span: Span, spelled: str, folder: str, detail: str):
                                  f"folder: {detail}")
 
 
-def vocab_mismatch(span: Span, obj: str, n: int, spelled: str, vocab: int):
+def vocab_mismatch(span: Span, obj: str, n: int, spelled: str, vocab: int, named: bool = True):
+    fix = f"declare `object {obj} : FinSet {vocab}`" if named else f"write `FinSet {vocab}`"
     return error("QVR862", span, f"the token object `{obj}` has {n} elements but the tokenizer "
-                                 f"of `{spelled}` has {vocab} tokens; declare `object {obj} : "
-                                 f"FinSet {vocab}`")
+                                 f"of `{spelled}` has {vocab} tokens; {fix}")
 
 
 def missing_model(span: Span, name: str):

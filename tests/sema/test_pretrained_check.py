@@ -134,6 +134,9 @@ def test_a_folder_that_is_not_a_causal_lm(tmp_path, empty_hub):
     ("morphism lm : Small -> Small [role=pretrained, model=\"tiny_lm\"]\n",
      [("QVR862", "Small", "the token object `Small` has 32 elements but the tokenizer of "
                           "`tiny_lm` has 64 tokens; declare `object Small : FinSet 64`")]),
+    ("morphism lm : FinSet 8 -> FinSet 8 [role=pretrained, model=\"tiny_lm\"]\n",
+     [("QVR862", "FinSet 8", "the token object `FinSet 8` has 8 elements but the tokenizer of "
+                             "`tiny_lm` has 64 tokens; write `FinSet 64`")]),
     ("morphism lm : Token -> Token [role=pretrained]\n",
      [("QVR206", "lm", "pretrained morphism `lm` is missing the required option `model` "
                        "(`model=\"FOLDER_OR_NAME\"`)")]),
