@@ -180,7 +180,8 @@ async def test_completion_in_a_chain_ranks_matching_domains_first(client: Langua
     assert labels.index(("ff_down", T.CompletionItemKind.Function)) > labels.index(("residual_ff", T.CompletionItemKind.Function))
     res = await client.text_document_completion_async(T.CompletionParams(
         text_document=doc_id(), position=find(SEED, "[role=$0embed]")))
-    assert [i.label for i in res.items] == ["attention", "discretize", "embed", "kernel", "latent", "let", "observed"]
+    assert [i.label for i in res.items] == ["attention", "discretize", "embed", "kernel", "latent", "let", "observed",
+                                          "pretrained"]
     assert res.items[0].text_edit.range == T.Range(start=find(SEED, "[role=$0embed]"), end=find(SEED, "[role=embed$0]"))
 
 

@@ -11,7 +11,7 @@ matrix, are never drawn).  No start token is added: the input is what the model 
 
 The model is loaded on first use (``AutoModelForCausalLM.from_pretrained`` of the
 folder the checker resolved, ``local_files_only``, in the declared dtype), not when the
-module is compiled; its weights are not parameters of the program (nothing fits them:
+module is compiled, and moved to the device of the tokens it is given; its weights are not parameters of the program (nothing fits them:
 `fit` refuses every method but SMC, which steers the model through
 `qvr.smc.hf_lm.HFCausalLM` with its KV cache).  Without ``transformers`` the first use
 raises `PretrainedUnavailable` with the one line to fix it.
@@ -73,8 +73,9 @@ class PretrainedLM(ContinuousMorphism):
         tokens = self._tokens(x)
         lead, length = tokens.shape[:-1], tokens.shape[-1]
         model = self.hf_model
-        device = next(model.parameters()).device
-        flat = tokens.reshape(-1, length).to(device)
+        if next(model.parameters()).device != tokens.device:  # the model follows its input
+            model.to(tokens.device)
+        flat = tokens.reshape(-1, length)
         with torch.no_grad():
             out = model(input_ids=flat, attention_mask=torch.ones_like(flat), use_cache=False)
         logits = out.logits[..., :self.vocab].float()
