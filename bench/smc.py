@@ -35,7 +35,8 @@ Also reported: the speed-up of one late step alone, the one that extends the pre
 timed between the model's draws of steps 31 and 32.
 
 Run: .venv/bin/python bench/smc.py [--reps 5] [--only scan|transformer|gru|decoder]
-[--json FILE]
+[--json FILE]  |  [--lm PATH [--prompt TEXT] [--forbid WORDS] [--particles 64]
+[--max-len 32] [--expansion 3] [--seeds 20] [--threads 1] [--venv DIR] [--no-side]]
 Goal (issue 5): caching >= 5x at length 32.  Both readings are printed: the whole run to
 length 32 (the average step sees half that length) and step 31, the last step at which
 both variants do all their work (the recomputed one feeds 31 tokens per row).
@@ -48,6 +49,32 @@ feed-forward 256, the sizes of the LogitsLM transformer above) through `ProgramL
 (`qvr.smc.kv_cache`), ``cache=False`` recomputes the whole prefix from each particle's
 stored noise at every step (the same draws).  N = 64, K = 4, whole runs to lengths 32
 and 128, same measurement as above.  Goal (issue 17): >= 5x at 32, >= 15x at 128.
+
+Pretrained LM against llamppl (issue 40, point 6): ``--lm PATH`` (e.g.
+``examples/tiny_lm``) runs only this comparison — qvr's `HFCausalLM` (KV cache) under
+`SMCSteering` against llamppl 0.2.3's `smc_standard` on the same model folder, start ids
+(the start token and ``--prompt``), potential (``--forbid`` words, judged on the
+detokenised continuation exactly as `qvr.smc.text_potentials.forbid_words` does; the
+llamppl program is `bench/side/llamppl_smc.py`), `N` (``--particles``) and ``--max-len``.
+llamppl runs in a side virtualenv (``--venv``, default ``~/.cache/qvr/bench-llamppl``,
+made the first time with CPU torch, transformers and llamppl) as a subprocess of the
+same bench run, its runs interleaved with qvr's seed by seed (so both see the same load;
+the ratios are printed as ratio of medians and median of within-round ratios); the
+driver is `bench/side/llamppl_compare.py`.  Settings: qvr K = 1 (its default: no
+resampling, weight-0 particles stop) against llamppl with ``ess_threshold=0`` (never
+resamples): the same algorithm; qvr K = ``--expansion`` (resampling without replacement every step) against llamppl's
+default ``ess_threshold=0.5`` (multinomial when the ESS falls under N/2).  llamppl's
+backend batches queries by count and timer (``batch_size=20, timeout=0.02`` s as
+shipped): shown as shipped and with ``batch_size=N, timeout=0`` (one forward per step,
+its fastest).  Figures: tokens/s (tokens appended to live particles per wall second,
+the median over ``--seeds`` runs after a warm-up run; each run includes the prompt's
+forward), ``log Ẑ`` mean and variance over those seeds (and `Ẑ`'s mean ± standard
+error: the two sides estimate the same `Z`), and memory: qvr's KV bytes per particle at
+the longest (and per position), llamppl's token-trie bytes per particle at the end of a
+run (logprobs per distinct prefix and the prompt's keys and values: llamppl keeps no
+keys and values past the prompt and recomputes each particle's continuation at every
+step), and each side's peak RSS growth over one run per particle (page-granular: noise
+for a tiny model).  ``--threads 1`` (default) or ``0`` (torch's default).
 """
 from __future__ import annotations
 
@@ -357,7 +384,26 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--only", choices=["scan", "transformer", "gru", "decoder"],
                     help="run one model's configurations only")
+    lm_args = ap.add_argument_group("--lm: a pretrained causal LM against llamppl")
+    lm_args.add_argument("--lm", help="model folder: run only the llamppl comparison")
+    lm_args.add_argument("--prompt", default="the old dog")
+    lm_args.add_argument("--forbid", default="the", help="comma-separated words")
+    lm_args.add_argument("--particles", type=int, default=64)
+    lm_args.add_argument("--max-len", type=int, default=32)
+    lm_args.add_argument("--expansion", type=int, default=3)
+    lm_args.add_argument("--seeds", type=int, default=20)
+    lm_args.add_argument("--threads", type=int, default=1, help="0: torch's default")
+    lm_args.add_argument("--venv", default=str(Path.home() / ".cache" / "qvr" /
+                                               "bench-llamppl"))
+    lm_args.add_argument("--no-side", action="store_true", help="qvr only")
     args = ap.parse_args()
+    if args.lm:
+        sys.path.insert(0, str(ROOT / "bench" / "side"))
+        from llamppl_compare import bench_lm  # bench/side/llamppl_compare.py
+        report = bench_lm(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return
     torch.set_num_threads(1)
     if args.only == "decoder":
         report = {"decoder": bench_decoder(args.reps)}
