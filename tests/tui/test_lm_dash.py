@@ -271,3 +271,23 @@ async def test_steer_the_tiny_lm_at_80x24(tmp_path, monkeypatch):
         runs = app.query_one(RunsTable)
         assert runs.row_count == 1
         assert runs.get_row_at(0)[2] == "smc tiny_lm"
+
+
+def test_an_unfinished_lm_record_shows_its_last_particles_as_text(tmp_path):
+    """A record with no ``sequences.json`` (interrupted): Results reads the particles of
+    its last snapshot, with the text the worker put there, and the model and prompt."""
+    from qvr.events import FitProgress, FitStarted
+    from qvr.runs import RunWriter, open_run
+    from qvr_tui.results_model import load_results
+    config = {"method": "smc", "lm": TINY, "prompt": "the old dog"}
+    with RunWriter(tmp_path / "r", {"program": {"path": None}, "method": "smc",
+                                    "config": config}) as w:
+        w.write(FitStarted("smc", 6, 1, config))
+        w.write(FitProgress("smc", "smc", 2, 6, metrics={"log_Z": -1.5}))
+        w.write(ParticlesSnapshot(2, ((5, 6), (7,)), (math.log(1.0), math.log(3.0)),
+                                  (False, False), texts=("the fox", "ran")))
+    res = load_results(open_run(tmp_path / "r"))
+    assert res.partial and res.log_Z == -1.5
+    assert [(r.text, round(r.weight, 6)) for r in res.sequences] == [("ran", 0.75),
+                                                                      ("the fox", 0.25)]
+    assert (res.lm, res.prompt) == (TINY, "the old dog")
