@@ -63,7 +63,8 @@ def _transformers():
     try:
         import transformers  # noqa: F401
     except ImportError:
-        raise LMUnavailable("--lm needs Hugging Face transformers: pip install -e \".[lm]\" "
+        raise LMUnavailable("a pretrained language model (--lm, role=pretrained) needs "
+                            "Hugging Face transformers: pip install -e \".[lm]\" "
                             "(transformers, tokenizers)") from None
     return transformers
 

@@ -126,7 +126,8 @@ def test_a_float64_fit_starts_from_a_float32_run(tmp_path):
     from qvr.datafiles import find_data, load_data
     corpus = load_data(find_data(lm))
     small = {"x": corpus["x"][:16], "next_char": corpus["next_char"][:16]}
-    fit(load(str(lm)), small, FitConfig(method="svi", steps=3, seed=0), run_dir=tmp_path / "lm")
+    fit(load(str(lm)), small, FitConfig(method="svi", steps=3, seed=0, pointwise=False),
+        run_dir=tmp_path / "lm")
     saved = open_run(tmp_path / "lm").params()
     gen = fit(load(str(lm)), config=FitConfig(method="smc", particles=4, max_len=4, seed=1,
                                               dtype="float64"),

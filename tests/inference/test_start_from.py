@@ -36,13 +36,15 @@ def mean_log_likelihood(program, sequences, bos, eos, draws=4):
 def test_smc_from_an_svi_fitted_language_model_generates_likelier_text(tmp_path):
     from qvr.datafiles import find_data, load_data
     corpus = load_data(find_data(LM))
-    small = {"x": corpus["x"][:48], "next_char": corpus["next_char"][:48]}  # the suite's budget
+    # the suite's budget: 24 rows, 40 steps at lr 0.05 (5.7 s; 48 rows x 120 steps at 0.03
+    # took 24 s); the fitted model still scores the SMC text ~800 nats above fresh weights
+    small = {"x": corpus["x"][:24], "next_char": corpus["next_char"][:24]}
     torch.manual_seed(0)
-    fitted = fit(load(LM), small, FitConfig(method="svi", steps=120, lr=0.03, seed=0,
+    fitted = fit(load(LM), small, FitConfig(method="svi", steps=40, lr=0.05, seed=0,
                                             pointwise=False),
                  run_dir=tmp_path / "svi")
     assert fitted.status == "finished"
-    assert np.mean(fitted.losses[-30:]) < np.mean(fitted.losses[:30])
+    assert np.mean(fitted.losses[-10:]) < np.mean(fitted.losses[:10])
     run = open_run(tmp_path / "svi")
     assert run.meta["data"]["kind"] == "given"
     smc_cfg = FitConfig(method="smc", particles=8, expansion=2, max_len=8, seed=1)
@@ -71,12 +73,13 @@ def test_a_program_that_no_longer_matches_the_run_is_a_clear_error(tmp_path):
     small = tmp_path / "lm.qvr"
     small.write_text(LM.read_text())
     data = {"x": torch.randint(0, 64, (6, 5)), "next_char": torch.randint(0, 64, (6,))}
-    fit(load(small), data, FitConfig(method="svi", steps=2), run_dir=tmp_path / "r")
+    fit(load(small), data, FitConfig(method="svi", steps=2, pointwise=False),
+        run_dir=tmp_path / "r")
     changed = LM.read_text().replace("object State : Real 32", "object State : Real 24")
     small.write_text(changed)
     with pytest.raises(StartError) as info:
-        fit(load(small), data, FitConfig(method="svi", steps=2), start_from=tmp_path / "r",
-            run_dir=tmp_path / "r2")
+        fit(load(small), data, FitConfig(method="svi", steps=2, pointwise=False),
+            start_from=tmp_path / "r", run_dir=tmp_path / "r2")
     msg = str(info.value)  # the QVR declaration, not the torch module path
     assert msg == (f"start from {tmp_path / 'r'}: morphism `cell` (parameter "
                    f"`param_source.net.0.weight`) has shape (128, 48) in the run but "

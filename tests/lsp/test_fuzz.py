@@ -8,9 +8,11 @@ Bounded: QVR_FUZZ_EXAMPLES examples (default 30) of at most 8 edits each, one se
 Inserted line ends are `\\n` or `\\r\\n`, never a lone `\\r` (whitespace in QVR, but a line
 break in LSP).
 """
+import atexit
 import io
 import json
 import os
+import shutil
 import tempfile
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -23,6 +25,10 @@ from qvr.cli import main as qvr_main
 
 FILES = sorted(EXAMPLES.glob("*.qvr"))
 TEXTS = {p.name: p.read_text(encoding="utf-8") for p in FILES}
+#: the folder of both the server's documents and `qvr check`'s file: a program's messages
+#: may name paths beside it (E10: the pretrained model folders tried for `model="..."`)
+FOLDER = Path(tempfile.mkdtemp(prefix="qvr-fuzz-"))
+atexit.register(shutil.rmtree, FOLDER, True)
 PIECES = ["object ", "morphism ", "let ", "program ", "sample ", "observe ", "return ", "deduction ",
           " ", "\n", "    ", "\t", ">>", " >> ", "@", "(", ")", "[", "]", "=", "~", ":", "->", "<-", ",", "#",
           "## doc\n", "#{", "}#", '"', "é", "😋", "𝄞", "x", "h", "Token", "Latent", "1.0", "-", "fan(", "stack(",
@@ -43,12 +49,11 @@ def lsp_pos(text: str, offset: int) -> dict:
 
 def check_json(text: str) -> list:
     """`qvr check --format json` on `text`, with ranges in UTF-16 (as the server reports)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "final.qvr"
-        path.write_text(text, encoding="utf-8")
-        buf = io.StringIO()
-        with redirect_stdout(buf):
-            qvr_main(["check", "--format", "json", str(path)])
+    path = FOLDER / "final.qvr"
+    path.write_text(text, encoding="utf-8")
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        qvr_main(["check", "--format", "json", str(path)])
     lines = text.split("\n")
     out = []
     for d in json.loads(buf.getvalue())["files"][0]["diagnostics"]:
@@ -90,7 +95,7 @@ def test_random_edits_keep_the_server_answering_and_in_sync_with_qvr_check(serve
     name, steps = case
     text = TEXTS[name]
     _counter[0] += 1
-    uri = f"file:///tmp/fuzz_{_counter[0]}_{name}"
+    uri = (FOLDER / f"fuzz_{_counter[0]}_{name}").as_uri()
     version = 1
     server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "qvr", "version": 1,
                                                             "text": text}})

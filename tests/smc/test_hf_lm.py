@@ -145,8 +145,9 @@ def test_without_transformers_the_error_is_one_line(monkeypatch):
 
     from qvr.smc.hf_lm import LMUnavailable
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(LMUnavailable, match=r'^--lm needs Hugging Face transformers: pip '
-                                            r'install -e "\.\[lm\]"'):
+    with pytest.raises(LMUnavailable, match=r'^a pretrained language model '
+                                            r'\(--lm, role=pretrained\) needs Hugging Face '
+                                            r'transformers: pip install -e "\.\[lm\]"'):
         load_lm(str(TINY))
 
 

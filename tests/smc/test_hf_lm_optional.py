@@ -18,5 +18,5 @@ def test_qvr_imports_and_runs_smc_without_transformers(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip().endswith("rc 1"), out.stderr
-    assert ('--lm needs Hugging Face transformers: pip install -e ".[lm]" (transformers, '
-            'tokenizers)') in out.stderr
+    assert ('a pretrained language model (--lm, role=pretrained) needs Hugging Face '
+            'transformers: pip install -e ".[lm]" (transformers, tokenizers)') in out.stderr

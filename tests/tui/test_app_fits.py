@@ -72,7 +72,7 @@ async def test_svi_on_the_seed_transformer(tmp_path):
     app = QvrDash(program=str(EXAMPLES / "transformer_lm.qvr"), runs_dir=tmp_path / "runs",
                   watch=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await configure(pilot, "svi", steps=4, synthetic=8)
+        await configure(pilot, "svi", steps=4, synthetic=8, pointwise_draws=10)  # LOO unused
         await pilot.press("r")
         assert app.runner is not None
         run_dir = app.runner.run_dir
@@ -265,7 +265,7 @@ async def test_fit_a_language_model_then_generate_in_two_keystrokes(tmp_path):
     app = QvrDash(program=str(EXAMPLES / "recurrent_lm.qvr"), runs_dir=tmp_path / "runs",
                   watch=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await configure(pilot, "svi", steps=3, synthetic=4)
+        await configure(pilot, "svi", steps=3, synthetic=4, pointwise_draws=10)  # LOO unused
         await pilot.press("r")
         svi_dir = app.runner.run_dir
         await wait_until(pilot, lambda: ended(app), "the SVI fit to end")
