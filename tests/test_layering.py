@@ -105,7 +105,7 @@ LAYERS = [
     [["qvr/smc/"], ["qvr/continuous/", "qvr/core/", "qvr/dsl.py"]],
     # qvr/inference/: its rooms, bottom first (ARCHITECTURE.md, "Inference rooms")
     [["qvr/inference/config.py"], ["qvr/inference/trace.py"], ["qvr/inference/distributed/"],
-     ["qvr/inference/enumeration/"]],
+     ["qvr/inference/enumeration/"], ["qvr/inference/threads.py"]],
     [["qvr/inference/programs/"], ["qvr/inference/data/"], ["qvr/inference/criticism/"]],
     [["qvr/inference/vi/"], ["qvr/inference/mcmc/"]],
     [["qvr/inference/methods/"]],

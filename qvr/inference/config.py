@@ -343,8 +343,8 @@ class FitConfig:
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``, ``batch_size``
     (`qvr.inference.data.minibatch`).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
-    ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``, ``chain_method``, ``threads``
-    (`qvr.inference.methods.mcmc.sampling_threads`).  SVI, HMC and
+    ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``, ``chain_method``.  Every
+    method: ``threads`` (`qvr.inference.threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
     ``require``, ``min_len``, ``cache``, ``top``, ``lm``, ``lm_dtype``, ``prompt``,
@@ -485,10 +485,11 @@ class FitConfig:
                                   "the other, over worker processes (parallel), or over the "
                                   "ranks of torchrun / qvr run --nproc (distributed)")
     threads: Optional[int] = _opt(
-        None, methods=MCMC, parse=parse_optional(parse_int), check=_threads_or_none,
-        metavar="N", help="HMC/NUTS: torch threads while sampling (default 1, or "
-                          "OMP_NUM_THREADS when set: a step's kernels are tiny, and extra "
-                          "threads only wait for a busy core)")
+        None, methods=ALL, parse=parse_optional(parse_int), check=_threads_or_none,
+        metavar="N", help="torch threads while fitting (default: OMP_NUM_THREADS when "
+                          "set; HMC/NUTS 1, a step's kernels are tiny; other methods 1 on a "
+                          "busy machine, where a second thread waits for a core, else all "
+                          "cores: qvr.inference.threads)")
     # ---- SMC
     particles: int = _opt(64, methods=frozenset({"smc"}), parse=parse_int,
                           check=_int_at_least(1), metavar="N",

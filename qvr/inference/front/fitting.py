@@ -59,8 +59,8 @@ from qvr.inference.config import ConfigError, FitConfig, split_guide
 from qvr.inference.data.fit_data import DataError, FitData, check_data, message_of, numpy_dict, \
     resolve_data, split_data
 from qvr.events import (Emitter, EventCallback, FitCancelled, FitEvent,
-                        FitFailed, FitFinished, FitProgress, FitStarted, FitWarning,
-                        never)
+                        FitFailed, FitFinished, FitNote, FitProgress, FitStarted,
+                        FitWarning, never)
 from qvr.inference.methods.fit_result import FitContext, FitResult
 from qvr.inference.programs.morphism_fit import morphism_program
 
@@ -662,7 +662,14 @@ def _run_method(ctx: FitContext) -> FitResult:
         from qvr.inference.methods.pathfinder import run
     else:
         from qvr.inference.methods.mcmc import run
-    return run(ctx)
+        return run(ctx)  # samples on its own threads (`methods/mcmc.py`)
+    from qvr.inference.threads import compute_threads
+    with compute_threads(ctx.config.threads) as (threads, why):  # one on a busy machine
+        if why.startswith("busy"):
+            ctx.report(FitNote(f"computing on one thread: {why} (--threads N to choose)"))
+        result = run(ctx)
+    result.stats.setdefault("threads", threads)
+    return result
 
 
 #: the methods whose finished fits record pointwise terms (`qvr.inference.criticism.pointwise`)
