@@ -66,8 +66,8 @@ else:
     atexit.register(shutil.rmtree, _cache, True)
 os.environ["QVR_CACHE_DIR"] = _cache
 #: inductor's own cache too (C++ kernels; `/tmp/torchinductor_USER` by default): a machine
-#: that ran the suite before kept 1.5 GB of compiled kernels there, and its suite ran ~20 %
-#: faster than on a fresh CI box; every run now compiles what it needs, as CI does
+#: that ran the suite before keeps compiled kernels there (1.5 GB on the development VM)
+#: that a fresh CI box lacks; every run now compiles what it needs, as CI does
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_cache, "inductor"))
 
 
@@ -78,32 +78,10 @@ HEAVY_FIRST = ("inference/test_posteriordb.py", "runtime/test_e9_recurrence.py",
                "tui/test_tmux.py", "inference/test_transition.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the `xdist_group` marks
 def pytest_collection_modifyitems(config, items):
     """The `HEAVY_FIRST` modules first (in that order), each module's tests kept in
-    order (module fixtures stay shared); the rest as collected.  Then `_group_shared`."""
+    order (module fixtures stay shared); the rest as collected."""
     def rank(item):
         path = item.nodeid.split("::")[0].removeprefix("tests/")
         return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
     items[:] = sorted(items, key=rank)  # stable: collection order within each rank
-    _group_shared(items)
-
-
-def _group_shared(items):
-    """The tests of a module that share a fixture of module (or session) scope defined in
-    that module run on one xdist worker (``xdist_group``; the suite runs with ``--dist
-    loadgroup``, pyproject's addopts), so the fixture — a NUTS fit, a ``torchrun`` launch,
-    a language server — is built once, not once per worker.  Other tests are spread one
-    by one as with ``--dist load``."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        module = getattr(item, "module", None)
-        if info is None or module is None:
-            continue
-        path = str(getattr(module, "__file__", ""))
-        shared = any(d.scope in ("module", "session") and d.baseid and
-                     str(getattr(d.func, "__code__", None) and d.func.__code__.co_filename)
-                     == path
-                     for defs in info.name2fixturedefs.values() for d in defs)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(module.__name__))
