@@ -305,6 +305,11 @@ def option_value_items(c: Ctx, owner: str, key: str) -> list[Item]:
         return [Item(v, "value", f"{key} value", sort="0" + v) for v in C.OPTION_VALUES[key]]
     if owner == "morphism" and key in ("over", "iid"):
         return _axis_names(c)
+    if owner == "morphism" and key == "model":  # E10: model folders beside the file, cache
+        from qvr.sema.pretrained import base_dir_of, model_choices
+        found = model_choices(base_dir_of(getattr(c.doc, "path", None)))
+        return [Item(f'"{name}"', "value", where, sort=f"0{i:03d}")
+                for i, (name, where) in enumerate(found)]
     if owner == "sample step" and key == "over":
         # finite sets, and the constrained spaces of E9 (`over=Mu` with `Mu : Simplex 3`)
         return type_items(c, discrete_only=True) + _space_objects(c)

@@ -206,6 +206,40 @@ def _tokenizer_size(folder: Path, config_vocab: Optional[int]) -> Optional[int]:
     return None
 
 
+#: at most this many folders are looked at for `model_choices` (a huge folder stays quick)
+CHOICES_SCANNED = 500
+
+
+def _is_model_folder(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(
+        (folder / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer.model"))
+
+
+def model_choices(base_dir: Optional[str]) -> list[tuple[str, str]]:
+    """``(spelling, where)`` of the models a ``model="…"`` option can name, for
+    completion: the model folders beside the module (`base_dir`; a ``config.json`` and a
+    tokenizer file), then the names in the Hugging Face cache (``org/name``); never
+    reads a model's files beyond those two checks."""
+    out: list[tuple[str, str]] = []
+    if base_dir:
+        try:
+            entries = sorted(Path(base_dir).iterdir())[:CHOICES_SCANNED]
+        except OSError:
+            entries = []
+        out += [(e.name, "model folder beside this file") for e in entries
+                if not e.name.startswith(".") and e.is_dir() and _is_model_folder(e)]
+    try:
+        repos = sorted(hub_cache().glob("models--*"))[:CHOICES_SCANNED]
+    except OSError:
+        repos = []
+    for repo in repos:
+        name = repo.name.removeprefix("models--").replace("--", "/")
+        snap, _ = _cached_snapshot(name)
+        if snap is not None and _is_model_folder(snap):
+            out.append((name, "in the Hugging Face cache"))
+    return out
+
+
 def base_dir_of(path: Optional[str]) -> Optional[str]:
     """The folder a module at `path` reads relative model folders from (None for a
     module that is not a file: ``<memory>``, ``<stdin>``)."""

@@ -92,3 +92,24 @@ def test_the_formatter_prints_it_canonically_and_idempotently():
                    "export lm\n")
     assert format_text(out).text == out
     assert Document(out, FILE).diagnostics() == []
+
+
+def test_completion_offers_the_model_folders_beside_the_file_and_the_cached_names(
+        tmp_path, monkeypatch):
+    """`model=`: the folders beside the file that hold a config.json and a tokenizer, then
+    the names in the Hugging Face cache (ORG/NAME), quoted; other folders are not offered."""
+    hub = tmp_path / "hub"
+    snap = hub / "models--acme--tiny-gpt" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text('{"model_type": "gpt2"}')
+    (snap / "tokenizer.json").write_text("{}")
+    (hub / "models--acme--no-tokenizer" / "snapshots" / "x").mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    head = "object Token : FinSet 64\nmorphism lm : Token -> Token "
+    doc = Document(head + "[role=pretrained, model=", FILE)
+    items = complete(doc, len(doc.text)).items
+    assert [(i.label, i.detail) for i in items] == [
+        ('"tiny_lm"', "model folder beside this file"),
+        ('"acme/tiny-gpt"', "in the Hugging Face cache")]
+    # `data/` (no config.json) is beside the file too, and is not offered
+    assert (ROOT / "examples" / "data").is_dir()
