@@ -21,6 +21,7 @@ gains 8-19 % on one thread: `qvr.inference.methods.mcmc.SAMPLING_THREADS`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -36,6 +37,22 @@ ROOT = Path(__file__).resolve().parents[1]
 def _spin(stop):
     while not stop.is_set():
         pass
+
+
+@contextlib.contextmanager
+def busy_processes(n: int):
+    """`n` processes spinning on a core each while the block runs (the machine as a
+    laptop or a CI box has it); stopped after."""
+    stop = mp.Event()
+    spinners = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(n)]
+    for p in spinners:
+        p.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for p in spinners:
+            p.join()
 
 
 def _fit(model: str, data: str, threads: int, args, run_dir: Path) -> dict:
@@ -77,19 +94,9 @@ def main(argv=None) -> None:
           f"{os.cpu_count()} CPUs")
     idle = {}
     for load in args.load:
-        stop = mp.Event()
-        spinners = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(load)]
-        for p in spinners:
-            p.start()
-        try:
-            got = {}
-            for threads in (0, 1):
-                got[threads] = _fit(args.model, args.data, threads, args,
-                                    tmp / f"l{load}t{threads}")
-        finally:
-            stop.set()
-            for p in spinners:
-                p.join()
+        with busy_processes(load):
+            got = {threads: _fit(args.model, args.data, threads, args,
+                                 tmp / f"l{load}t{threads}") for threads in (0, 1)}
         if load == 0:
             idle = got
         for threads in (0, 1):

@@ -22,7 +22,6 @@ the policy of `qvr.inference.threads` follows the load, not the size.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import tempfile
 import time
@@ -30,13 +29,10 @@ from pathlib import Path
 
 import torch
 
+from threads import busy_processes  # bench/threads.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny_lm"
-
-
-def _spin(stop):
-    while not stop.is_set():
-        pass
 
 
 def big_model(folder: Path, layers: int, width: int = 768) -> Path:
@@ -92,17 +88,8 @@ def main(argv=None) -> None:
     for name, folder in models.items():
         idle = {}
         for load in args.load:
-            stop = mp.Event()
-            spinners = [mp.Process(target=_spin, args=(stop,), daemon=True)
-                        for _ in range(load)]
-            for p in spinners:
-                p.start()
-            try:
+            with busy_processes(load):
                 got = {t: tokens_per_s(folder, t, args) for t in (1, default)}
-            finally:
-                stop.set()
-                for p in spinners:
-                    p.join()
             if load == 0:
                 idle = got
             cells = []

@@ -11,6 +11,20 @@ from textual.app import App
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+#: seconds: a safety limit on waiting for a fit or the app, not a timing assertion
+LIMIT = 600
+
+
+async def wait_until(pilot, cond, what: str, limit: float = LIMIT):
+    """Pause the app until `cond()` holds (never a sleep-wait for an outcome); past
+    `limit` seconds fail, naming `what` and the dashboard's status line."""
+    import time
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; state: "
+                                 f"{pilot.app.state.status_line()}")
+        await pilot.pause(0.05)
 
 
 class Harness(App):

@@ -22,24 +22,13 @@ from qvr_tui.widgets.chain_table import ChainTable
 from qvr_tui.widgets.loss_plot import LossPlot
 from qvr_tui.widgets.particles import ParticlesTable
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, wait_until
 
-LIMIT = 600  # seconds: a safety limit on waiting for the fit, not a timing assertion
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch):
     monkeypatch.setenv("QVR_MCMC_COMPILER", "torchscript")
-
-
-async def wait_until(pilot, cond, what: str, limit: float = LIMIT):
-    import time
-    deadline = time.monotonic() + limit
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; state: "
-                                 f"{pilot.app.state.status_line()}")
-        await pilot.pause(0.05)
 
 
 async def configure(pilot, method, **values):

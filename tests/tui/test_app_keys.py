@@ -16,7 +16,7 @@ from qvr_tui.screens.confirm import Confirm
 from qvr_tui.screens.setup import COMMON, FIRST_ROWS, SetupPane
 from qvr_tui.widgets.form_rows import OptionRow
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, wait_until
 
 RECORDED = Path(__file__).parent / "recorded"
 
@@ -34,14 +34,6 @@ def stand_in_worker(tmp_path, body=None):
     exe.write_text(f"#!/bin/sh\n{body}\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return str(exe)
-
-
-async def wait_until(pilot, cond, what, limit=60):
-    import time
-    deadline = time.monotonic() + limit
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
 
 
 @pytest.mark.asyncio

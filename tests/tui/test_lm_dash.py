@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,20 @@ from qvr_tui.state import RunState
 from qvr_tui.widgets.particles import ParticlesTable, done_mark
 from qvr_tui.widgets.runs_table import method_cell
 
-from conftest import EXAMPLES, option_error
+from conftest import EXAMPLES, option_error, wait_until
 
 TINY = "examples/tiny_lm"
-LIMIT = 600  # seconds: a safety limit on waiting for the worker, not a timing assertion
 
 
-async def wait_until(pilot, cond, what: str, limit: float = LIMIT):
-    deadline = time.monotonic() + limit
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; state: "
-                                 f"{pilot.app.state.status_line()}")
-        await pilot.pause(0.05)
+async def smc_setup(pilot):
+    """Setup (key 2) with the SMC preset: its pane."""
+    from qvr_tui.screens.setup import SetupPane
+    await pilot.app.ready.wait()
+    await pilot.press("2")
+    setup = pilot.app.query_one(SetupPane)
+    setup.preset("smc")
+    await pilot.pause()
+    return setup
 
 
 # ------------------------------------------------------------ the LM field's check
@@ -117,7 +117,6 @@ def test_snapshot_text_and_truncation_are_shown_as_sent():
 @pytest.mark.asyncio
 async def test_bad_lm_folder_shown_in_place_and_nothing_starts(tmp_path, monkeypatch):
     from qvr_tui.app import QvrDash
-    from qvr_tui.screens.setup import SetupPane
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.chdir(EXAMPLES.parent)
     exe = tmp_path / "fake-python"  # a worker that would exit at once: never started here
@@ -126,11 +125,7 @@ async def test_bad_lm_folder_shown_in_place_and_nothing_starts(tmp_path, monkeyp
     app = QvrDash(program=str(EXAMPLES / "steer.qvr"), runs_dir=tmp_path / "runs",
                   watch=False, python=str(exe))
     async with app.run_test(size=(80, 24)) as pilot:
-        await app.ready.wait()
-        await pilot.press("2")
-        setup = app.query_one(SetupPane)
-        setup.preset("smc")
-        await pilot.pause()
+        setup = await smc_setup(pilot)
         # the model and its constraints come first among SMC's options
         shown = [r.opt_name for r in setup.query("#method-options OptionRow") if r.display]
         assert shown[:8] == ["lm", "prompt", "forbid", "require", "forbid_letters",
@@ -202,7 +197,6 @@ async def test_steer_the_tiny_lm_at_80x24(tmp_path, monkeypatch):
 
     from qvr.runs import open_run
     from qvr_tui.app import QvrDash
-    from qvr_tui.screens.setup import SetupPane
     from qvr_tui.widgets.runs_table import RunsTable
     monkeypatch.chdir(EXAMPLES.parent)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -211,11 +205,7 @@ async def test_steer_the_tiny_lm_at_80x24(tmp_path, monkeypatch):
     app = QvrDash(program=str(EXAMPLES / "steer.qvr"), runs_dir=tmp_path / "runs",
                   watch=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await app.ready.wait()
-        await pilot.press("2")
-        setup = app.query_one(SetupPane)
-        setup.preset("smc")
-        await pilot.pause()
+        setup = await smc_setup(pilot)
         for name, text in (("lm", TINY), ("prompt", "the old dog"), ("forbid", "cat"),
                            ("particles", "6"), ("expansion", "2"), ("max_len", "6")):
             setup.set_value(name, text)
