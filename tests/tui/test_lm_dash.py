@@ -157,6 +157,22 @@ async def test_bad_lm_folder_shown_in_place_and_nothing_starts(tmp_path, monkeyp
 
 
 @pytest.mark.asyncio
+async def test_a_program_steering_a_pretrained_lm_opens_with_smc_chosen(tmp_path,
+                                                                        monkeypatch):
+    """SVI, the usual first choice, is refused for a pretrained LM (nothing to fit): Setup
+    opens on SMC for steer.qvr, and on SVI for a program with parameters."""
+    from qvr_tui.app import QvrDash
+    from qvr_tui.screens.setup import SetupPane
+    monkeypatch.chdir(EXAMPLES.parent)
+    for name, method in (("steer.qvr", "smc"), ("recurrent_lm.qvr", "svi")):
+        app = QvrDash(program=str(EXAMPLES / name), runs_dir=tmp_path / "runs", watch=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await app.ready.wait()
+            await pilot.pause()
+            assert app.query_one(SetupPane).method == method, name
+
+
+@pytest.mark.asyncio
 async def test_a_program_without_a_pretrained_lm_keeps_its_vocabulary_row(tmp_path,
                                                                           monkeypatch):
     from qvr_tui.app import QvrDash

@@ -204,6 +204,8 @@ class QvrDash(App):
         self.set_interval(RUNS_POLL_SECONDS, self._poll_runs)
         if self.run_path is not None:
             self.open_run(self.run_path)
+        if not self.start_method and self.setup_pane.program_lm() is not None:
+            self.setup_pane.preset("smc")  # E10: a pretrained LM is steered, never fitted
         self.ready.set()
         if self.start_method:
             self.setup_pane.preset(self.start_method)
