@@ -184,6 +184,39 @@ def test_a_name_outside_the_local_cache_is_not_downloaded():
         load_lm("qvr-no-such-model-0")
 
 
+def test_a_name_in_the_hugging_face_cache_loads_offline(tmp_path):
+    """`--lm ORG/NAME` where the user has it cached (as `--lm gpt2` would): the tiny model
+    laid out as the hub's cache (``models--ORG--NAME/snapshots/REV`` and ``refs/main``)
+    loads with nothing downloaded, and steers as the folder does under one seed.  In a
+    fresh process: ``huggingface_hub`` reads ``HF_HUB_CACHE`` when it is imported."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    hub = tmp_path / "hub"
+    shutil.copytree(TINY, hub / "models--acme--tiny-gpt" / "snapshots" / "0123abcd")
+    (hub / "models--acme--tiny-gpt" / "refs").mkdir()
+    (hub / "models--acme--tiny-gpt" / "refs" / "main").write_text("0123abcd")
+    code = (
+        "import json, sys, torch\n"
+        "from qvr.smc import SMCSteering, forbid_tokens\n"
+        "from qvr.smc.hf_lm import load_lm\n"
+        "out = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    lm = load_lm(name, prompt='the old dog')\n"
+        "    res = SMCSteering(lm, potential=forbid_tokens(lm.eos), num_particles=4,\n"
+        "                      max_len=5, generator=torch.Generator().manual_seed(3)).run()\n"
+        "    out.append([list(s) for s in res.sequences])\n"
+        "print(json.dumps(out))\n")
+    env = dict(os.environ, HF_HUB_CACHE=str(hub), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    got = subprocess.run([sys.executable, "-c", code, "acme/tiny-gpt", str(TINY)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    cached, folder = json.loads(got.stdout.strip().splitlines()[-1])
+    assert cached == folder and len(cached) == 4 and all(len(s) == 5 for s in cached)
+
+
 def test_tokens_past_the_tokenizer_are_never_drawn(gpt):
     class FourTokens:  # a tokenizer that writes 4 of the model's 6 tokens
         eos_token_id, bos_token_id = EOS, None
