@@ -40,6 +40,7 @@ CATALOGUE = {
     "QVR113", "QVR114", "QVR115", "QVR116",  # issue 36: sizes read from the data (E9.13)
     "QVR431", "QVR432",  # E9.10 expression arguments, comparisons
     "QVR435", "QVR436",  # E9.11 concatenation, `let v : T = e`
+    "QVR862",  # E10 (QVR860/861 name absolute folders: exact in tests/sema/test_pretrained_check)
 }
 
 
