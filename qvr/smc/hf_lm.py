@@ -43,12 +43,13 @@ from typing import Optional, Sequence
 
 import torch
 
+from qvr.runtime.morphisms.pretrained import DTYPES, load_causal_lm
+
 from .model import PrefixBatch, sample_logits
 
 __all__ = ["HFCausalLM", "LMUnavailable", "LMLoadError", "load_lm", "DTYPES"]
 
 Prefix = tuple[int, ...]
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class LMUnavailable(ImportError):
@@ -84,8 +85,7 @@ def load_lm(name_or_path: str, *, dtype: Optional[str] = None, device="cpu",
     tf.utils.logging.disable_progress_bar()  # "Loading weights" bars on the terminal
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
-        model = tf.AutoModelForCausalLM.from_pretrained(
-            name_or_path, local_files_only=True, dtype=DTYPES[dtype or "float32"])
+        model = load_causal_lm(name_or_path, dtype or "float32")
     except (OSError, ValueError, KeyError) as exc:
         where = "the folder" if local else "a model folder or a model in the Hugging Face " \
             "cache (download it first, e.g. `hf download NAME`)"

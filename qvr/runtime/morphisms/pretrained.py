@@ -30,6 +30,23 @@ class PretrainedUnavailable(QvrRuntimeError, ImportError):
     """``transformers`` is not installed."""
 
 
+def load_causal_lm(folder: str, dtype: str = "float32"):
+    """``AutoModelForCausalLM`` of a model folder or a name in the Hugging Face cache,
+    ``local_files_only`` (nothing is downloaded), in `dtype`, with transformers' "Loading
+    weights" progress bars kept off the terminal; `PretrainedLM` and
+    `qvr.smc.hf_lm.load_lm` load through it.  Raises what ``from_pretrained`` raises."""
+    import transformers
+    log = transformers.utils.logging
+    bars = log.is_progress_bar_enabled()
+    log.disable_progress_bar()
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            folder, local_files_only=True, dtype=DTYPES[dtype])
+    finally:
+        if bars:
+            log.enable_progress_bar()
+
+
 class PretrainedLM(ContinuousMorphism):
     mixes_positions = True  # position i reads positions 0..i (E1)
 
@@ -47,20 +64,12 @@ class PretrainedLM(ContinuousMorphism):
         model = self.__dict__.get("_hf")
         if model is None:
             try:
-                import transformers
+                import transformers  # noqa: F401
             except ImportError:
                 raise PretrainedUnavailable(
                     f"`{self.label}` is a pretrained language model: it needs Hugging Face "
                     f"transformers: pip install -e \".[lm]\" (transformers, tokenizers)") from None
-            log = transformers.utils.logging
-            bars = log.is_progress_bar_enabled()
-            log.disable_progress_bar()  # "Loading weights" bars on the terminal
-            try:
-                model = transformers.AutoModelForCausalLM.from_pretrained(
-                    self.folder, local_files_only=True, dtype=DTYPES[self.dtype_name]).eval()
-            finally:
-                if bars:
-                    log.enable_progress_bar()
+            model = load_causal_lm(self.folder, self.dtype_name).eval()
             self.__dict__["_hf"] = model
         return model
 
