@@ -68,30 +68,40 @@ class ModelInfo:
 
 
 def hub_cache() -> Path:
-    """The Hugging Face hub cache folder (``HF_HUB_CACHE``, ``HF_HOME/hub``, the default)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path("~/.cache/huggingface/hub").expanduser()
+    """The Hugging Face hub cache folder, by huggingface_hub's own rule: ``HF_HUB_CACHE``
+    (or the older ``HUGGINGFACE_HUB_CACHE``), else ``HF_HOME/hub``, else
+    ``XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub``."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    home = os.environ.get("HF_HOME")
+    if not home:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        home = os.path.join(xdg, "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached_snapshot(name: str) -> Optional[Path]:
+    """The folder of model `name`'s snapshot in the hub cache (``refs/main``'s, else the
+    newest one holding a ``config.json``), None when the cache has none.  The checker,
+    completion and the dashboard's model field (`qvr_tui.lm_source`) read the cache
+    through it."""
+    snaps = hub_cache() / ("models--" + name.replace("/", "--")) / "snapshots"
+    try:
+        main = (snaps.parent / "refs" / "main").read_text(encoding="utf-8").strip()
+    except OSError:
+        main = ""
+    if main and (snaps / main).is_dir():
+        return snaps / main
+    try:
+        found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
+    except OSError:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def _cached_snapshot(name: str) -> tuple[Optional[Path], Path]:
-    repo = hub_cache() / ("models--" + name.replace("/", "--"))
-    snaps = repo / "snapshots"
-    if not snaps.is_dir():
-        return None, repo
-    ref = repo / "refs" / "main"
-    try:
-        rev = ref.read_text(encoding="utf-8").strip()
-        if rev and (snaps / rev).is_dir():
-            return snaps / rev, repo
-    except OSError:
-        pass
-    found = [p for p in snaps.iterdir() if p.is_dir()]
-    if not found:
-        return None, repo
-    return max(found, key=lambda p: p.stat().st_mtime), repo
+    return cached_snapshot(name), hub_cache() / ("models--" + name.replace("/", "--"))
 
 
 def _stamp(folder: Path) -> tuple:

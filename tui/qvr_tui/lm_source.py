@@ -7,8 +7,8 @@ torch or transformers: the UI process only looks at files.
   ``config.json`` and a tokenizer file (`TOKENIZER_FILES`, what ``save_pretrained``
   writes for the common tokenizers), or
 * a model name (``gpt2``, ``HuggingFaceTB/SmolLM-135M``) whose snapshot is in the
-  Hugging Face cache (`hub_cache`: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
-  ``~/.cache/huggingface/hub``; the revision ``refs/main`` names, else any snapshot)
+  Hugging Face cache (`qvr.sema.pretrained.cached_snapshot`, huggingface_hub's
+  rule for the folder; the revision ``refs/main`` names, else the newest snapshot)
   with the same files;
 
 else a short message, one line beside the field at 80 columns.  Nothing is downloaded or
@@ -20,48 +20,17 @@ reads the same for ``examples/tiny_lm`` and ``org/model``).
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["lm_error", "lm_label", "hub_cache", "cached_snapshot", "TOKENIZER_FILES"]
+from qvr.sema.pretrained import cached_snapshot  # the checker's reading of the hub cache
+
+__all__ = ["lm_error", "lm_label", "TOKENIZER_FILES"]
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "spiece.model",
                    "vocab.txt", "sentencepiece.bpe.model")
 _NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-def hub_cache() -> Path:
-    """The Hugging Face hub cache folder (huggingface_hub's own rule)."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    home = os.environ.get("HF_HOME")
-    if not home:
-        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        home = os.path.join(xdg, "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
-def cached_snapshot(name: str) -> Optional[Path]:
-    """The folder of `name`'s snapshot in the hub cache (``refs/main``'s, else the newest
-    one holding a ``config.json``), None when the cache has none."""
-    if not _NAME.match(name):
-        return None
-    repo = hub_cache() / ("models--" + name.replace("/", "--"))
-    snaps = repo / "snapshots"
-    try:
-        main = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
-    except OSError:
-        main = ""
-    if main and (snaps / main).is_dir():
-        return snaps / main
-    try:
-        found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
-    except OSError:
-        return None
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def _files_error(folder: Path) -> Optional[str]:
@@ -82,7 +51,7 @@ def lm_error(text: str) -> Optional[str]:
         return _files_error(folder)
     if folder.exists():
         return "a file, not a model folder"
-    snap = cached_snapshot(text)
+    snap = cached_snapshot(text) if _NAME.match(text) else None
     if snap is None:
         return "no such folder, nor a cached HF model"
     err = _files_error(snap)
