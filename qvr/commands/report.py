@@ -372,6 +372,8 @@ def _sequences(run) -> str:
     lines = [f"{'weight':>10}  {'len':>4}  sequence"]
     if seqs.get("lm"):  # a pretrained LM (--lm): the texts continue the prompt
         lines.insert(0, f"{seqs['lm']}, continuing {seqs.get('prompt', '')!r}:")
+    if seqs.get("potentials"):  # E10: a steering program's score steps
+        lines.insert(0, f"potentials: {', '.join(seqs['potentials'])} (from the program)")
     for item in top:
         end = "" if item.get("ends_with_eos") else "  [max length]"
         text = item["text"] if item.get("text") is not None else \

@@ -281,3 +281,6 @@ CALLS.update(LOGIC_CALLS)
 from qvr.runtime.indexing import INDEXING_CALLS  # noqa: E402  (E9: append_row, append_col)
 
 CALLS.update(INDEXING_CALLS)
+from qvr.runtime.steer_text import TEXT_CALLS  # noqa: E402  (E10: a steering program's text functions)
+
+CALLS.update(TEXT_CALLS)

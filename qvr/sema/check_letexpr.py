@@ -18,6 +18,8 @@ from qvr.sema.families import (BUILTINS, CHART_METHODS, OUTSIDE_CORE_BUILTINS,
 from qvr.sema.axes import E9_BUILTINS
 from qvr.sema.check_axes import AxesChecks  # E9.1
 from qvr.sema.check_recurrence import RecurrenceChecks  # E9.3
+from qvr.sema import pretrained_errors as PE  # E10: text functions
+from qvr.sema.steering_scores import TEXT_FUNCTIONS  # E10
 from qvr.sema.families import FAMILIES
 from qvr.sema.resolve import resolve_type
 from qvr.sema.suggest import suggest
@@ -265,6 +267,12 @@ class LetChecker(RecurrenceChecks, AxesChecks):
     def _call(self, e: A.ECall) -> str:
         ctx = self.ctx
         name = e.callee.text
+        if name in TEXT_FUNCTIONS:  # E10: only in a steering program's score steps
+            ctx.report(PE.text_function_outside(e.callee.span, name))
+            for a in e.args:
+                if not isinstance(a, A.StringLit):
+                    self._infer(a)
+            return "unknown"
         if name in RECURRENCE_BUILTINS:  # E9.3: fold, scan, ode (below)
             return self._recurrence(e)
         if (name in E9_BUILTINS and name not in NUMERIC_BUILTINS) or (name in FAMILIES and name not in BUILTINS):

@@ -12,6 +12,7 @@ from qvr.sema import stats_errors as SE  # E9
 from qvr.sema.check_decls import check_duplicate, check_family_shadow, check_space_use
 from qvr.sema.check_letexpr import LetChecker, Local
 from qvr.sema.check_observed import ObservedChecks  # E9.7
+from qvr.sema.steering_scores import SteeringChecks, steering_sample  # E10 score steps
 from qvr.sema.check_targets import Block, TargetChecks, is_improper
 from qvr.sema import axes as X  # E9.1
 from qvr.sema.check_morph import value_lookup_error
@@ -35,7 +36,7 @@ def check_program(ctx: DeclContext, d: A.ProgramDecl) -> None:
     ProgramChecker(ctx, d).run()
 
 
-class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
+class ProgramChecker(SteeringChecks, ObservedChecks, TargetChecks, LetChecker):
     def __init__(self, ctx: DeclContext, d: A.ProgramDecl):
         super().__init__(ctx, d.name.text)
         self.d = d
@@ -66,6 +67,9 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
             else:
                 ctx.report(E.unknown_option(entry.key.span, key, "a program", None))
         self.prescan(d.body)
+        self.steering = steering_sample(ctx, d)  # E10: `sample NAME <- LM` and score steps
+        if self.steering is not None:
+            self.steering_header(d)
         self.block(d.body, Block(), top=True)
         if not self.returned:
             last = d.body[-1]
@@ -129,6 +133,8 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
             if top and self.returned and not self.after_return_reported:
                 self.ctx.report(E.step_after_return(step.span))
                 self.after_return_reported = True
+            if top and self.steering is not None:
+                self.steering_step(step)  # E10: what SMC cannot run (QVR864)
             if isinstance(step, A.ReturnStep):
                 self.step_return(step, top)
             elif isinstance(step, A.SampleStep):
@@ -423,6 +429,8 @@ class ProgramChecker(ObservedChecks, TargetChecks, LetChecker):
             self.ctx.report(SE.record_in_marginalize(step.kw, step.bind.text, coord.name))
 
     def step_score(self, step: A.ScoreStep) -> None:
+        if self.steering is not None:
+            return self.steering_score(step)  # E10: a log potential of SMC steering
         self.effects.add("Score")
         vkind = self.infer(step.rhs)
         if vkind in ("chart", "deduction"):

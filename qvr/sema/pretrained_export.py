@@ -3,12 +3,15 @@ checked module without torch: `qvr run --method smc` and `fit` use it in place o
 ``--lm``, and refuse the other methods on such an export.
 
 An export *steers* the pretrained morphism `lm` when it is `lm` itself, or a program
-whose steps are one ``sample NAME <- lm`` and ``return NAME``."""
+whose steps are one ``sample NAME <- lm``, any number of ``score`` steps (a steering
+program's potentials, `qvr.sema.steering_scores`) and ``return NAME``.  The score steps
+come back as plain data (`SteerScore`: name, line, expression, text calls) for SMC."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
+from qvr.sema.steering_scores import SteerScore, program_scores
 from qvr.sema.symbols import MorphismSym, ProgramSym
 from qvr.syntax import ast as A
 
@@ -19,6 +22,7 @@ class Steered:
     spelled: str  # its `model` option as written
     folder: str  # the resolved folder
     dtype: str  # its `dtype` option
+    scores: tuple[SteerScore, ...] = ()  # the program's score steps (E10), in order
 
 
 def _export_name(tm, export: Optional[str]) -> Optional[str]:
@@ -46,15 +50,23 @@ def steered_model(tm, export: Optional[str] = None) -> Optional[Steered]:
         return found
     decl = next((td.decl for td in tm.decls if isinstance(td.decl, A.ProgramDecl)
                  and td.decl.name.text == name), None)
-    if decl is None or decl.params is not None or len(decl.body) != 2:
+    if decl is None or decl.params is not None or len(decl.body) < 2:
         return None
-    step, ret = decl.body
+    step, *scores, ret = decl.body
     if not (isinstance(step, A.SampleStep) and isinstance(ret, A.ReturnStep)
             and isinstance(step.bind, A.Name) and step.target.args is None
-            and step.index is None and isinstance(ret.value, A.Name)
-            and ret.value.text == step.bind.text):
+            and step.index is None and step.options is None and isinstance(ret.value, A.Name)
+            and ret.value.text == step.bind.text
+            and all(isinstance(s, A.ScoreStep) and s.index is None for s in scores)):
         return None
-    return _pretrained(tm.symbol("value", step.target.name.text))
+    found = _pretrained(tm.symbol("value", step.target.name.text))
+    if found is None or not scores:
+        return found
+    td = next(td for td in tm.decls if td.decl is decl)
+
+    def line_of(offset: int) -> int:
+        return tm.text.count("\n", 0, td.start + offset) + 1
+    return replace(found, scores=program_scores(decl, line_of))
 
 
 def steered_in_file(path: str, export: Optional[str] = None) -> Optional[Steered]:

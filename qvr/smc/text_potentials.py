@@ -36,7 +36,7 @@ import numpy as np
 from .potentials import Potential, Transitions
 
 __all__ = ["forbid_words", "require_word", "forbid_letters", "word_budget", "template",
-           "words_of"]
+           "words_of", "token_table", "letter_counts", "token_lengths"]
 
 _WORD = re.compile(r"\w+|[^\w\s]+")
 
@@ -215,4 +215,47 @@ def text_constraints(decode, eos: Optional[int], *, forbid: Iterable[Sequence[st
         out.append(forbid_words(*phrases, decode=decode, eos=eos, max_len=max_len))
     for word, within in require:
         out.append(require_word(word, within, decode=decode, eos=eos, max_len=max_len))
+    return out
+
+
+# ---------------------------------------------------------------- numbers per token
+# (a steering program's soft score steps, docs/extensions.md E10: `count_letters(next,
+# "e")`, `token_length(next)`): a table over the vocabulary, read at the new token
+
+class _TokenTable(Potential):
+    def __init__(self, values):
+        self.values = np.asarray(values, dtype=np.float64).reshape(-1)
+
+    def log_potential(self, parents, children, t):
+        import torch
+        return torch.from_numpy(self.values[[int(c[-1]) for c in children]])
+
+    def log_potential_batch(self, batch: Transitions):
+        return self.values[batch.tokens]
+
+
+def token_table(values) -> Potential:
+    """`log G = values[a]` for the new token `a` of each child (a number per token).
+
+    >>> token_table([0.0, -1.0, -2.0]).log_potential([(), ()], [(2,), (0, 1)], 1).tolist()
+    [-2.0, -1.0]
+    """
+    return _TokenTable(values)
+
+
+def letter_counts(letters: str, texts: Sequence[str], eos: Optional[int]) -> np.ndarray:
+    """How many of `letters` (either case) each token's text holds (`texts[i]`: token i's
+    text; the end token, never decoded, holds none)."""
+    chars = frozenset(letters.lower()) | frozenset(letters.upper())
+    out = np.array([sum(ch in chars for ch in t) for t in texts], dtype=np.float64)
+    if eos is not None and 0 <= eos < len(out):
+        out[eos] = 0.0
+    return out
+
+
+def token_lengths(texts: Sequence[str], eos: Optional[int]) -> np.ndarray:
+    """The number of characters of each token's text (the end token: 0)."""
+    out = np.array([len(t) for t in texts], dtype=np.float64)
+    if eos is not None and 0 <= eos < len(out):
+        out[eos] = 0.0
     return out

@@ -18,22 +18,11 @@ from typing import Optional
 from qvr.inference.data.fit_data import DataError
 
 
-def _typed(program):
-    return getattr(getattr(program, "qvr_binding", None), "typed", None) or \
-        getattr(getattr(program, "owner", None), "typed", None) or \
-        getattr(program, "typed", None)
-
-
 def steered(program, export: Optional[str] = None):
     """The `qvr.sema.pretrained_export.Steered` model of `program`'s export (`export`, the
     export `program` is, or the module's first), or None."""
-    from qvr.sema.pretrained_export import steered_model
-    tm = _typed(program)
-    if tm is None:
-        return None
-    if export is None:
-        export = getattr(getattr(program, "qvr_binding", None), "name", None)
-    return steered_model(tm, export)
+    from qvr.inference.methods.smc_scores import steered_of
+    return steered_of(program, export)
 
 
 def with_pretrained_lm(program, config, export: Optional[str] = None):

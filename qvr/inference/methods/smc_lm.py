@@ -15,7 +15,9 @@ What comes from where:
   phrase ``a b``); token *ids* keep their token meaning (`qvr.smc.potentials`);
   ``--min-len`` counts tokens; ``--forbid-letters``, ``--max-word-len`` and
   ``--template`` are text constraints too; a Python potential given to `fit` multiplies
-  them;
+  them; so do the score steps of a steering program (docs/extensions.md E10, "Potentials
+  in the program": `qvr.inference.methods.smc_scores`), named in ``sequences.json``
+  (``"potentials"``) and in the summary;
 * the program FILE: the run's name, its source hash and its shipped options
   (``data/NAME.fit.json``: a prompt, constraints, lengths); its export and vocabulary are
   not used by the LM run (the record says so in ``sequences.json``: ``"lm"``).
@@ -69,7 +71,10 @@ def load(config):
     return lm
 
 
-def build_potential(config, lm, extra=None):
+def build_potential(config, lm, extra=None, scores=()):
+    """The product of the config's constraints, the Python potential `extra` and the
+    steering program's score steps `scores` (`qvr.sema.steering_scores.SteerScore`); None
+    when there is none."""
     from dataclasses import replace
 
     from qvr.inference.methods.smc import build_potential as token_potential
@@ -96,6 +101,9 @@ def build_potential(config, lm, extra=None):
     if config.template:
         parts.append(template(config.template, decode=lm.decode, eos=lm.eos,
                               max_len=config.max_len))
+    if scores:  # E10: the program's own potentials, multiplied with the command line's
+        from qvr.inference.methods.smc_scores import ProgramScores
+        parts.append(ProgramScores(scores, lm, config.max_len))
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else product(*parts)
@@ -129,13 +137,17 @@ def run(ctx: FitContext) -> FitResult:
     def text(s):
         return lm.decode(s[:-1] if s and s[-1] == lm.eos else s)
 
-    out = run_steering(with_texts(ctx, text), lm, build_potential(config, lm, ctx.potential),
-                       lm.eos)
+    from qvr.inference.methods.smc_scores import steered_of
+    found = steered_of(ctx.program)
+    scores = found.scores if found is not None else ()
+    out = run_steering(with_texts(ctx, text), lm,
+                       build_potential(config, lm, ctx.potential, scores), lm.eos)
     res = out.smc
 
     seqs = out.sequences
     seqs.update({"lm": config.lm, "lm_dtype": config.lm_dtype, "prompt": config.prompt,
-                 "prompt_tokens": list(lm.prompt_ids), "bos": lm.bos, "vocab": None})
+                 "prompt_tokens": list(lm.prompt_ids), "bos": lm.bos, "vocab": None,
+                 "potentials": [s.name for s in scores]})
     for item in seqs["top"]:
         item["text"] = text(tuple(item["tokens"]))
     for item, s in zip(seqs["particles"], res.sequences):
