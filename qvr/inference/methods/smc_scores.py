@@ -68,11 +68,10 @@ class ProgramScores(Potential):
     """The steering program's score steps (`qvr.sema.steering_scores.SteerScore`) as one
     potential: ``log G = Σ_score value``."""
 
-    def __init__(self, scores, lm, max_len=None, program: str = "the program"):
+    def __init__(self, scores, lm, max_len=None):
         from qvr.runtime.letexpr import compile_let
         self.scores = tuple(scores)
         self.names = tuple(s.name for s in self.scores)
-        self.program = program
         self.parts = {c.key: _text_potential(c, lm, max_len)
                       for s in self.scores for c in s.calls}
         self.compiled = [compile_let(s.expr, lambda n: ("host", n), lambda t: None)
@@ -94,7 +93,7 @@ class ProgramScores(Potential):
             v = np.broadcast_to(np.asarray(v.detach().cpu(), dtype=np.float64), (n,))
             if n and not v.max() < math.inf:  # NaN or +inf
                 i = int(np.flatnonzero(np.isnan(v) | np.isposinf(v))[0])
-                raise ValueError(f"score step `{s.name}` ({self.program}, line {s.line}) is "
+                raise ValueError(f"score step `{s.name}` (line {s.line}) is "
                                  f"{v[i]} for child {tuple(batch.children[i])!r} at step "
                                  f"{batch.t}; a log potential must be < +inf and not NaN")
             total = total + v
