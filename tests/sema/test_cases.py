@@ -41,6 +41,7 @@ CATALOGUE = {
     "QVR431", "QVR432",  # E9.10 expression arguments, comparisons
     "QVR435", "QVR436",  # E9.11 concatenation, `let v : T = e`
     "QVR862",  # E10 (QVR860/861 name absolute folders: exact in tests/sema/test_pretrained_check)
+    "QVR863", "QVR864", "QVR865", "QVR866", "QVR867", "QVR868",  # E10 steering score steps
 }
 
 
