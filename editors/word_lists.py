@@ -4,7 +4,8 @@ The TextMate grammar (vscode/syntaxes/qvr.tmLanguage.json) and the Neovim syntax
 (nvim/syntax/qvr.vim) highlight the let-expression builtins, the distribution families
 and the constrained spaces of object declarations by name.  Those names live in the
 checker's tables (`qvr.sema.families`: `BUILTINS`, `FAMILIES`, `OUTSIDE_CORE_FAMILIES`,
-`SPACES`, `OUTSIDE_CORE_SPACES`), which grow with the language; this script copies them
+`SPACES`, `OUTSIDE_CORE_SPACES`; the text functions of E10's steering score steps,
+`qvr.sema.steering_scores.TEXT_FUNCTIONS`, among the builtins), which grow with the language; this script copies them
 into the two files, so that the editors never lag behind.
 
     python editors/word_lists.py          # rewrite the lists in place
@@ -30,7 +31,8 @@ def _tables():
     sys.path.insert(0, str(HERE.parent))
     from qvr.sema import families as F
     from qvr.syntax.parser import RESERVED_WORDS
-    builtins = sorted(F.BUILTINS)
+    from qvr.sema.steering_scores import TEXT_FUNCTIONS  # E10: a steering program's score steps
+    builtins = sorted(set(F.BUILTINS) | set(TEXT_FUNCTIONS))
     families = sorted(set(F.FAMILIES) | set(F.OUTSIDE_CORE_FAMILIES))
     spaces = sorted(set(getattr(F, "SPACES", {})) | set(getattr(F, "OUTSIDE_CORE_SPACES", ())))
     # builtins that are also reserved words (`scan`, a morphism combinator): outside a let

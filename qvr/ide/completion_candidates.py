@@ -243,10 +243,43 @@ def _lambda_params(c: Ctx) -> list[Item]:
     return [Item(n, "local", "lambda parameter", sort="0" + n) for n in out]
 
 
+_SAMPLE_STEP = re.compile(r"^[ \t]+sample[ \t]+(\w+)[ \t]*<-[ \t]*(\w+)[ \t]*$", re.M)
+
+
+def steering_token(c: Ctx) -> Optional[str]:
+    """E10: the token a steering program samples from a pretrained morphism (`sample NAME
+    <- LM`) when the cursor is in one of its score steps, else None."""
+    head = FIRST_WORD.match(step_head(c))
+    if c.keyword != "program" or not head or head.group(1) != "score":
+        return None
+    for m in _SAMPLE_STEP.finditer(c.stmt):
+        sym = c.value(m.group(2))
+        if isinstance(sym, MorphismSym) and sym.role == "pretrained":
+            return m.group(1)
+    return None
+
+
+def text_function_items(token: str) -> list[Item]:
+    """E10: the text functions of a steering program's score steps, `token` first."""
+    from qvr.sema.steering_scores import TEXT_FUNCTIONS
+    out = []
+    for f in TEXT_FUNCTIONS.values():
+        args, n = [token], 1
+        for p, k in f.params[1:]:
+            n += 1
+            args.append(f'"${{{n}:{p}}}"' if k in ("string", "strings") else f"${{{n}:{p}}}")
+        out.append(Item(f.name, "builtin", f"{f.signature} · text function · {f.kinds}",
+                        f"{f.name}({', '.join(args)})", True, "0" + f.name, f.meaning))
+    return out
+
+
 def letexpr_items(c: Ctx) -> list[Item]:
     out = _lambda_params(c)
     seen = {i.label for i in out}
     out += [i for i in local_items(c) if i.label not in seen]
+    token = steering_token(c)  # E10: a steering program's score step
+    if token is not None:
+        out += text_function_items(token)
     for b in BUILTINS.values():
         out.append(Item(b.name, "builtin", f"{b.signature} · {b.kinds}", _builtin_snippet(b), True,
                         "1" + b.name, b.doc))

@@ -252,6 +252,11 @@ def _builtin(ent: Builtin) -> Optional[str]:
         b = BUILTINS.get(data)
         if b is not None:
             return render(b.signature, f"builtin · {b.kinds}", (b.doc,))
+        from qvr.sema.steering_scores import TEXT_FUNCTIONS  # E10
+        if data in TEXT_FUNCTIONS:
+            f = TEXT_FUNCTIONS[data]
+            return render(f.signature, f"text function of a steering program's score steps · "
+                                       f"{f.kinds}", (f.meaning,))
         if data in COMBINATORS:
             params, _snip, meaning = COMBINATORS[data]
             return render(f"{data}({', '.join(params)})", "morphism constructor", (meaning,))

@@ -319,7 +319,9 @@ def test_builtins_and_spaces_are_the_checkers():
         return found
 
     builtins = alternatives("qvrBuiltin", "\\ze\\s*(")
-    assert builtins - {"identity", "from_data", "residual", "layer_norm", "rms_norm"} == set(BUILTINS)
+    from qvr.sema.steering_scores import TEXT_FUNCTIONS  # E10: steering score steps
+    assert builtins - {"identity", "from_data", "residual", "layer_norm", "rms_norm"} == \
+        set(BUILTINS) | set(TEXT_FUNCTIONS)
     assert {"sum", "log_density", "fold", "scan", "eye"} <= builtins
     assert alternatives("qvrBuiltinType", "\\ze\\s\\+\\d") == set(SPACES) | set(OUTSIDE_CORE_SPACES)
 

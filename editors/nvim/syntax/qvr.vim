@@ -72,7 +72,7 @@ syn keyword qvrFamily Bernoulli Beta Binomial Categorical Cauchy Chi2
       \ RelaxedBernoulli RelaxedOneHotCategorical StudentT TruncatedNormal Uniform
       \ VonMises Weibull Wishart
 " let-expression builtins (qvr.sema.families.BUILTINS), called with `(`
-syn match qvrBuiltin "\<\%(abs\|acos\|acosh\|append_col\|append_row\|asin\|asinh\|atan\|atanh\|ceil\|cholesky\|clamp\|compose\|cos\|cosh\|cumsum\|diag\|diag_pre_multiply\|digamma\|erf\|erfc\|exp\|expm1\|eye\|floor\|fold\|int_step\|lgamma\|log\|log10\|log1p\|log2\|log_density\|log_softmax\|logdet\|logsigmoid\|logsumexp\|max\|mean\|min\|ode\|parse\|pow\|prod\|reciprocal\|relu\|round\|rsqrt\|sigmoid\|sign\|sin\|sinh\|slice\|softmax\|softplus\|sqrt\|square\|std\|step\|sum\|tan\|tanh\|transpose\|tri_solve\|trunc\|var\|where\)\ze\s*("
+syn match qvrBuiltin "\<\%(abs\|acos\|acosh\|append_col\|append_row\|asin\|asinh\|atan\|atanh\|ceil\|cholesky\|clamp\|compose\|cos\|cosh\|count_letters\|cumsum\|diag\|diag_pre_multiply\|digamma\|erf\|erfc\|exp\|expm1\|eye\|floor\|fold\|forbid_letters\|forbid_words\|int_step\|lgamma\|log\|log10\|log1p\|log2\|log_density\|log_softmax\|logdet\|logsigmoid\|logsumexp\|max\|mean\|min\|ode\|parse\|pow\|prod\|reciprocal\|relu\|require_word\|round\|rsqrt\|sigmoid\|sign\|sin\|sinh\|slice\|softmax\|softplus\|sqrt\|square\|std\|step\|sum\|tan\|tanh\|template\|token_length\|transpose\|tri_solve\|trunc\|var\|where\|word_budget\)\ze\s*("
 " builtins that are also combinator keywords: builtins in let, score and record steps only
 syn match qvrBuiltin "\%(^\s\+\%(let\|score\|record\)\>.*\)\@<=\<\%(scan\)\ze\s*("
 " constrained spaces of object declarations (`object Mu : Simplex 3`)
