@@ -31,8 +31,13 @@ SHAPE = "a steering program has `sample next <- lm`, `score` steps and `return n
 
 
 def test_the_example_and_every_allowed_form_check_clean():
+    import re
     example = ROOT / "examples" / "steer_potentials.qvr"
     assert diags(example.read_text(), example) == []
+    doc = (ROOT / "docs" / "extensions.md").read_text(encoding="utf-8")
+    block = re.findall(r"```qvr\n(.*?)```", doc.split("### Potentials in the program")[1],
+                       re.S)[0]
+    assert diags(block, example) == []
     assert diags(source(
         "sample next <- lm",
         'score a = 2 * forbid_words(next, "cat", "the dog") + forbid_letters(next, "xz") / 4',
