@@ -75,6 +75,20 @@ run (logprobs per distinct prefix and the prompt's keys and values: llamppl keep
 keys and values past the prompt and recomputes each particle's continuation at every
 step), and each side's peak RSS growth over one run per particle (page-granular: noise
 for a tiny model).  ``--threads 1`` (default) or ``0`` (torch's default).
+
+KV caches of a pretrained LM (issue 40, point 2): ``--lm PATH --cache-only`` runs only
+qvr's `HFCausalLM` in its three ways — the shared-prefix cache (`qvr.smc.hf_cache`: the
+prompt's keys and values once, each particle's suffix written in place), the
+``transformers`` `DynamicCache` (``cache="dynamic"``) and recomputing — at each of
+``--lengths`` (default 32,128) with ``--cache-prompt`` (default: 20 tokens on
+examples/tiny_lm with the start token), N = ``--particles``, K = ``--expansion``, one
+thread; the end token is forbidden so every particle reaches the length (tokens per run:
+N × length).  Interleaved rounds after a warm-up round; printed: tokens/s (median over
+``--seeds`` rounds, wall and CPU time), the median within-round ratio against the
+`DynamicCache`, and key/value bytes per particle at the end (the shared prompt counted
+once).  The three are checked to make the same draws (round 0).  A GPT-2 whose position
+table is shorter than prompt + length (examples/tiny_lm has 64) is widened for the bench:
+its table's rows repeated (the same compute; the text is not the point).
 """
 from __future__ import annotations
 
@@ -378,6 +392,97 @@ def check_incremental(model):
     assert torch.allclose(logits, full, atol=1e-4), (logits - full).abs().max()
 
 
+class _Measured:
+    """An `HFCausalLM` recording its largest key/value bytes over a run."""
+
+    def __init__(self, lm):
+        self.lm, self.eos, self.bytes = lm, lm.eos, 0
+
+    def start(self, num, generator=None):
+        return self.lm.start(num, generator=generator)
+
+    def draw(self, state, n, generator=None):
+        return self.lm.draw(state, n, generator)
+
+    def advance(self, state, rows, tokens, prefixes, generator=None):
+        state = self.lm.advance(state, rows, tokens, prefixes, generator=generator)
+        self.bytes = max(self.bytes, self.lm.cache_bytes(state))
+        return state
+
+
+def _widened(model, positions: int):
+    """`model` (a GPT-2) with a position table of `positions` rows (the old rows
+    repeated); `model` itself when it has enough."""
+    import transformers
+    cfg = model.config
+    if getattr(cfg, "n_positions", positions) >= positions or \
+            not isinstance(model, transformers.GPT2LMHeadModel):
+        return model
+    cfg = transformers.GPT2Config.from_dict({**cfg.to_dict(), "n_positions": positions})
+    wide = transformers.GPT2LMHeadModel(cfg).eval()
+    state = dict(model.state_dict())
+    old = state["transformer.wpe.weight"]
+    state["transformer.wpe.weight"] = old[torch.arange(positions) % old.shape[0]]
+    wide.load_state_dict(state, strict=False)
+    return wide.to(dtype=model.dtype)
+
+
+def bench_caches(args) -> dict:
+    """The shared-prefix cache, the `DynamicCache` and recomputing on one model (see the
+    module docstring)."""
+    from qvr.smc.hf_lm import HFCausalLM, load_lm
+    torch.set_num_threads(1)
+    base = load_lm(args.lm, prompt=args.cache_prompt)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    model = _widened(base.model, len(base.head) + max(lengths))
+    kinds = {"shared-prefix": True, "DynamicCache": "dynamic", "recompute": False}
+    n, k, report = args.particles, args.expansion, {}
+    print(f"HFCausalLM caches: {args.lm} ({model.config.model_type}, "
+          f"{model.config.num_hidden_layers} layers), prompt {len(base.head)} tokens with the "
+          f"start token, N={n}, K={k}, torch threads=1, median of {args.seeds} rounds")
+    for length in lengths:
+        lms = {name: HFCausalLM(model, base.tokenizer, prompt=base.prompt_ids, cache=c,
+                                eos=base.eos, bos=base.bos) for name, c in kinds.items()}
+        for lm in lms.values():
+            lm.check_length(length)  # (sizes the shared-prefix buffer)
+        rows = {name: {"wall": [], "cpu": [], "bytes": 0} for name in lms}
+        seqs = {}
+        for rnd in range(args.seeds + 1):  # round 0 warms up and checks the draws
+            for name, lm in lms.items():
+                m = _Measured(lm)
+                smc = SMCSteering(m, potential=forbid_tokens(lm.eos), num_particles=n,
+                                  expansion=k, max_len=length,
+                                  generator=torch.Generator().manual_seed(rnd))
+                w0, c0 = time.perf_counter(), time.process_time()
+                r = smc.run()
+                wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+                assert all(len(x) == length for x in r.sequences)
+                if rnd == 0:
+                    seqs[name] = r.sequences
+                    continue
+                rows[name]["wall"].append(wall)
+                rows[name]["cpu"].append(cpu)
+                rows[name]["bytes"] = m.bytes
+        same = all(x == seqs["recompute"] for x in seqs.values())
+        kind = lms["shared-prefix"].cache_kind
+        assert kind == "shared-prefix", kind
+        print(f"  length {length} ({n * length} tokens per run; the three make the same "
+              f"draws: {same})")
+        out = {}
+        for name, row in rows.items():
+            wall, cpu = statistics.median(row["wall"]), statistics.median(row["cpu"])
+            ratio = statistics.median(d / w for d, w in zip(rows["DynamicCache"]["wall"],
+                                                              row["wall"]))
+            out[name] = {"tokens_per_s": n * length / wall,
+                         "cpu_tokens_per_s": n * length / cpu,
+                         "vs_dynamic": ratio, "bytes_per_particle": row["bytes"] / n}
+            print(f"    {name:14s} {n * length / wall:8.0f} tokens/s (CPU time: "
+                  f"{n * length / cpu:8.0f})  {ratio:5.2f}x the DynamicCache's  "
+                  f"KV {row['bytes'] / n / 1024:6.1f} KiB/particle")
+        report[f"length {length}"] = {"same_draws": same, **out}
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
@@ -396,7 +501,18 @@ def main() -> None:
     lm_args.add_argument("--venv", default=str(Path.home() / ".cache" / "qvr" /
                                                "bench-llamppl"))
     lm_args.add_argument("--no-side", action="store_true", help="qvr only")
+    lm_args.add_argument("--cache-only", action="store_true",
+                         help="qvr's KV caches against each other (no llamppl)")
+    lm_args.add_argument("--lengths", default="32,128", help="--cache-only: lengths")
+    lm_args.add_argument("--cache-prompt",
+                         default="the old dog saw the farmer and the cat and the bird",
+                         help="--cache-only: the prompt")
     args = ap.parse_args()
+    if args.lm and args.cache_only:
+        report = bench_caches(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return
     if args.lm:
         sys.path.insert(0, str(ROOT / "bench" / "side"))
         from llamppl_compare import bench_lm  # bench/side/llamppl_compare.py

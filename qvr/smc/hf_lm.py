@@ -9,17 +9,24 @@ in float32 or bfloat16, on CPU or CUDA.
 Particles, prompt and the KV cache (``cache=True``, mode ``"kv-cache"``):
 
 * every particle's string is ``[bos] + prompt + s``: the start token (the tokenizer's
-  ``bos``, else its ``eos``) and the prompt are encoded *once*, as one row, and every
-  particle starts from that row's keys and values, broadcast (a stride-0 view, no copy);
-* a particle's state is its rows of a ``transformers`` `DynamicCache` plus its next-token
-  logits.  The `K` children of a particle are `K` draws from those logits: one forward
-  pass per particle and step, whatever `K`; all particles advance together, one batched
-  forward of ``(N, 1)`` new tokens over the cache;
-* resampling reorders the cache rows (``index_select`` on every layer's keys and values,
-  `DynamicCache.reorder_cache`), skipped when the survivors are the parents in order.
-  A row duplicated by resampling is a copy of its parent's keys and values: ``transformers``
-  caches are dense per row (no paged sharing), so the prefix is copied then — and by the
-  cache's own concatenation as it grows — but never *recomputed*.
+  ``bos``, else its ``eos``) and the prompt are encoded *once*, by one batch-1 forward;
+* ``cache_kind == "shared-prefix"`` (the default, `hf_cache.SharedPrefixCache`): the
+  prompt's keys and values are stored once and shared by every particle for the whole
+  run; each particle's own keys and values are written in place into a buffer allocated
+  for the run's length (``max_len`` from `check_length` or `start`, else doubling), so a
+  child extends its parent's cache without copying the prefix; resampling copies only
+  the suffix rows whose source changes (the one copy); attention joins prompt and suffix
+  without concatenating them (`hf_cache.shared_prefix_attention`, selected on the model
+  only around our forwards);
+* ``cache_kind == "dynamic"`` (``cache="dynamic"``, and the fallback — named
+  ``"dynamic (REASON)"`` — for a model whose attention the shared cache cannot serve, see
+  `hf_cache.probe`): a ``transformers`` `DynamicCache` whose rows start as a stride-0 view
+  of the prompt's; its concatenation copies every row's prefix at every step and
+  resampling reorders whole rows (``index_select``, `DynamicCache.reorder_cache`);
+* a particle's state is its rows of the cache plus its next-token logits.  The `K`
+  children of a particle are `K` draws from those logits: one forward pass per particle
+  and step, whatever `K`; all particles advance together, one batched forward of
+  ``(N, 1)`` new tokens over the cache; nothing is recomputed.
 
 ``cache=False`` (mode ``"recompute"``) keeps only the token matrix and runs the whole
 ``[bos] + prompt + s`` through the model at every step.  Both modes draw from the same
@@ -71,7 +78,7 @@ def _transformers():
 
 
 def load_lm(name_or_path: str, *, dtype: Optional[str] = None, device="cpu",
-            prompt: str = "", cache: bool = True) -> "HFCausalLM":
+            prompt: str = "", cache=True) -> "HFCausalLM":
     """`HFCausalLM` of a model folder (``save_pretrained``) or a name in the user's
     Hugging Face cache (``gpt2``); nothing is downloaded.  `dtype`: ``"float32"``
     (default) or ``"bfloat16"``."""
@@ -108,14 +115,24 @@ class HFCausalLM:
       prompt: text (through the tokenizer, without special tokens) or a sequence of ids;
         every particle continues ``[bos] + prompt``.
       eos / bos: token ids (default: the tokenizer's, ``bos`` falling back to ``eos``).
-      cache: the KV cache (mode ``"kv-cache"``) or recomputing prefixes (``"recompute"``).
+      cache: the KV cache (mode ``"kv-cache"``): True (the shared-prefix cache, the
+        ``DynamicCache`` where the model cannot use it) or ``"dynamic"``; False:
+        recomputing prefixes (mode ``"recompute"``).
+      max_len: the longest continuation expected (sizes the shared-prefix cache's buffer;
+        `check_length` sets it too; without it the buffer doubles when full).
+
+    ``cache_kind``: ``"shared-prefix"``, ``"dynamic"``, ``"dynamic (REASON)"`` (the
+    fallback, decided by the first `start`) or None (recompute).
 
     Implements the stateful protocol of `model.py` (``start``/``draw``/``advance``) and the
     stateless ``sample`` / ``log_probs`` (whole prefixes, spec §8.4).
     """
 
     def __init__(self, model, tokenizer=None, *, prompt="", eos: Optional[int] = None,
-                 bos: Optional[int] = None, cache: bool = True, name: Optional[str] = None):
+                 bos: Optional[int] = None, cache=True, name: Optional[str] = None,
+                 max_len: Optional[int] = None):
+        if cache not in (True, False, "dynamic", "shared-prefix"):
+            raise ValueError(f"cache={cache!r}: True, False, 'shared-prefix' or 'dynamic'")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name or getattr(getattr(model, "config", None), "_name_or_path", None)
@@ -133,6 +150,17 @@ class HFCausalLM:
             self.encode(prompt) if isinstance(prompt, str) else (int(t) for t in prompt))
         self.head: tuple[int, ...] = (self.bos,) + self.prompt_ids
         self.mode = "kv-cache" if cache else "recompute"
+        self.max_len = max_len
+        self._probed = False
+        self.cache_kind: Optional[str] = None
+        if cache == "dynamic":
+            self.cache_kind = "dynamic"
+        elif cache:
+            from . import hf_cache
+            why = hf_cache.supported(model)
+            self.cache_kind = "shared-prefix" if why is None else f"dynamic ({why})"
+            self._probed = why is not None
+            self._switch = hf_cache.Switch(model) if why is None else None
         param = next(iter(model.parameters()))
         self.device, self.dtype = param.device, param.dtype
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) \
@@ -180,10 +208,14 @@ class HFCausalLM:
             raise ValueError(f"the prompt ({len(self.head)} tokens with the start token) plus "
                              f"--max-len {max_len} exceed the model's {self.max_positions} "
                              f"positions")
+        self.max_len = max_len
 
     def _forward(self, ids: torch.Tensor, past=None, use_cache: bool = False):
         ids = ids.to(self.device)
         width = ids.shape[1] + (past.get_seq_length() if past is not None else 0)
+        # (the shared-prefix attention is given no mask: its implementation has no mask
+        # function, so transformers makes none; passing one keeps GPT-2's padding warning
+        # away)
         kw = {"input_ids": ids, "use_cache": use_cache,
               "attention_mask": torch.ones(ids.shape[0], width, dtype=torch.long,
                                            device=self.device)}
@@ -225,13 +257,41 @@ class HFCausalLM:
         return sample_logits(self.logits(prefixes), n, generator)
 
     # -- stateful interface (SMCSteering) ----------------------------------------------------
-    # state: (DynamicCache or None, logits (B, V) float32 on CPU, prefixes (B, t) int64)
-    def start(self, num: int, generator: Optional[torch.Generator] = None):
+    # state: (SharedPrefixCache, DynamicCache or None, logits (B, V) float32 on CPU,
+    #         prefixes (B, t) int64)
+    def start(self, num: int, generator: Optional[torch.Generator] = None,
+              max_len: Optional[int] = None):
         cached = self.mode == "kv-cache"
         logits, past = self._forward(torch.tensor([self.head]), use_cache=cached)
-        if cached:
+        if cached and self.cache_kind == "shared-prefix":
+            prompt = _prompt_of(past)
+            if not self._probed:
+                self._probe(prompt, past)
+            if self.cache_kind == "shared-prefix":
+                from .hf_cache import SharedPrefixCache
+                past = SharedPrefixCache(prompt, num, max_len or self.max_len or 16)
+            else:  # the probe extended `past` by a token: start again
+                logits, past = self._forward(torch.tensor([self.head]), use_cache=True)
+        if cached and self.cache_kind != "shared-prefix":
             _broadcast_rows(past, num)
         return past, logits.cpu().expand(num, -1), torch.zeros(num, 0, dtype=torch.long)
+
+    def _probe(self, prompt, past) -> None:
+        """Decide between the shared-prefix cache and the `DynamicCache` (`hf_cache.probe`:
+        one batch-1 token over the prompt, served by the shared-prefix attention and
+        compared with the model's own)."""
+        from . import hf_cache
+        self._probed = True
+        if prompt is None:
+            why = "the model's cache layers are not plain key/value layers"
+        else:
+            token = torch.tensor([[self.eos]])
+            reference, _ = self._forward(token, past, use_cache=True)
+            why = hf_cache.probe(self.model, prompt, self.eos, reference,
+                                 lambda ids, c: self._forward(ids, c, use_cache=True)[0],
+                                 self._switch)
+        if why is not None:
+            self.cache_kind = f"dynamic ({why})"
 
     def draw(self, state, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         return sample_logits(state[1], n, generator)
@@ -247,6 +307,12 @@ class HFCausalLM:
             return None, logits.cpu(), seqs
         past = state[0]
         rows = rows.long()
+        if self.cache_kind == "shared-prefix":
+            past.reorder(rows.numpy())
+            past.reserve(past.length + tokens.shape[1])
+            with self._switch.serving(past):
+                logits, _ = self._forward(past.to_slots(tokens), past, use_cache=True)
+            return past, past.from_slots(logits).cpu(), None
         if rows.numel() != _batch_size(past) or not torch.equal(
                 rows, torch.arange(rows.numel())):
             past.reorder_cache(rows.to(self.device))
@@ -256,10 +322,13 @@ class HFCausalLM:
     # -- measurement ------------------------------------------------------------------------
     @staticmethod
     def cache_bytes(state) -> int:
-        """Bytes held by the keys and values of a state (0 in recompute mode)."""
+        """Bytes held by the keys and values of a state (0 in recompute mode); the shared
+        prompt's counted once."""
         past = state[0] if state is not None else None
         if past is None:
             return 0
+        if type(past).__name__ == "SharedPrefixCache":
+            return past.nbytes()
         total, seen = 0, set()
         for k, v in _layer_tensors(past):
             for x in (k, v):
@@ -277,6 +346,16 @@ def _layer_tensors(past):
     if layers is not None:
         return [(getattr(l, "keys", None), getattr(l, "values", None)) for l in layers]
     return [(kv[0], kv[1]) for kv in past]  # the legacy tuple form
+
+
+def _prompt_of(past):
+    """Per layer the prompt's ``(keys, values)`` ``(1, H, P, D)`` of a `DynamicCache`
+    (None when its layers are not plain `DynamicLayer`, e.g. sliding windows)."""
+    from transformers.cache_utils import DynamicLayer
+    layers = getattr(past, "layers", None)
+    if not layers or any(type(l) is not DynamicLayer or l.keys is None for l in layers):
+        return None
+    return [(l.keys, l.values) for l in layers]
 
 
 def _batch_size(past) -> int:

@@ -104,9 +104,11 @@ def test_cached_and_recomputed_paths_make_the_same_draws(gpt):
     assert torch.equal(a.log_weights, b.log_weights) and a.log_Z == b.log_Z
 
 
-def test_resampled_cache_rows_give_the_logits_of_a_fresh_forward(gpt):
-    lm = lm_of(gpt)
+@pytest.mark.parametrize("kind", ["shared-prefix", "dynamic"])
+def test_resampled_cache_rows_give_the_logits_of_a_fresh_forward(gpt, kind):
+    lm = lm_of(gpt, cache=True if kind == "shared-prefix" else kind)
     state = lm.start(4)
+    assert lm.cache_kind == kind
     assert state[0].get_seq_length() == 2  # bos + the one-token prompt, shared
     prefixes = [(), (), (), ()]
     for rows, toks in (([2, 0, 0, 3], [1, 4, 2, 2]), ([1, 1, 3, 0], [0, 3, 5, 1]),
@@ -115,7 +117,10 @@ def test_resampled_cache_rows_give_the_logits_of_a_fresh_forward(gpt):
         state = lm.advance(state, torch.tensor(rows), torch.tensor(toks), prefixes)
         fresh = lm.logits(prefixes)
         torch.testing.assert_close(state[1], fresh, atol=1e-5, rtol=1e-5)
-    assert HFCausalLM.cache_bytes(state) == 2 * 2 * 2 * 5 * 16 * 4  # layers, k/v, rows, len
+    if kind == "dynamic":  # layers, k/v, rows, length, width, float32
+        assert HFCausalLM.cache_bytes(state) == 2 * 2 * 2 * 5 * 16 * 4
+    else:  # layers, k/v, (the prompt once + 4 rows of 16 positions (the default)), width
+        assert HFCausalLM.cache_bytes(state) == 2 * 2 * (2 + 4 * 16) * 16 * 4
 
 
 def test_the_tiny_example_model_loads_in_bfloat16_and_steers_text():
