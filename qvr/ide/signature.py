@@ -132,6 +132,11 @@ def _describe(doc, index: int, name: str, line: str, step_line: str = ""):
     in_family_args = "<-" in step_line and word_before(step_line.rstrip()) in FAMILIES
     if (in_let or in_family_args) and name in BUILTINS:
         return _builtin(BUILTINS[name])
+    from qvr.sema.steering_scores import TEXT_FUNCTIONS  # E10: a steering program's score steps
+    if in_let and name in TEXT_FUNCTIONS:
+        f = TEXT_FUNCTIONS[name]
+        label, ranges = _label(name, [p + ("..." if k == "strings" else "") for p, k in f.params])
+        return label, ranges, f"text function · {f.kinds} — {f.meaning}"
     if in_let and name in FAMILIES:  # `log_density(Normal(mu, sigma), x)` (E9)
         fam = FAMILIES[name]
         label, ranges = _label(name, [p for p, _k in fam.params])

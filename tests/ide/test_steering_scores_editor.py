@@ -104,3 +104,19 @@ def test_the_formatter_round_trips_score_steps_and_strings():
     assert format_text(out).text == out
     text = EXAMPLE.read_text()
     assert format_text(text).text == text
+
+
+def test_signature_help_shows_the_text_functions_parameters():
+    from qvr.ide.signature import signature_help
+    src = SRC.replace("    return next", '    score extra = require_word(next, "fox", \n'
+                                          "    return next")
+    doc = Document(src, FILE)
+    sig = signature_help(doc, src.index('"fox", ') + 7)
+    assert sig.label == "require_word(token, word, within)" and sig.active == 2
+    assert sig.label[slice(*sig.params[2])] == "within"
+    assert sig.doc == ("text function · constraint: 0 or -inf — -inf unless the word is among "
+                       "the first `within` words (--require WORD@N)")
+    src = SRC.replace("    return next", '    score extra = forbid_words(next, "a", "b", \n'
+                                          "    return next")
+    sig = signature_help(Document(src, FILE), src.index('"b", ') + 5)
+    assert sig.label == "forbid_words(token, phrase...)" and sig.active == 1
