@@ -171,3 +171,16 @@ def test_the_soft_potentials_z_hat_is_unbiased(tmp_path, texts):
     se = zs.std(ddof=1) / math.sqrt(len(zs))
     assert abs(zs.mean() - z) <= 4 * se, (zs.mean(), z, se)
     assert 0.2 < z < 1.0
+
+
+def test_with_another_lm_the_programs_scores_still_apply(tmp_path):
+    import shutil
+    other = tmp_path / "other_lm"  # another folder: --lm wins, the program's scores apply
+    shutil.copytree(TINY, other)
+    scored = program(tmp_path, 'score no_cat = forbid_words(next, "cat")',
+                     'score short = -0.25 * token_length(next)', name="scored.qvr")
+    plain = program(tmp_path, 'score short = -0.25 * token_length(next)', name="plain.qvr")
+    a = run(scored, lm=str(other), seed=7)
+    b = run(plain, lm=str(other), forbid=[["cat"]], seed=7)
+    assert a.sequences["lm"] == str(other) and a.sequences["potentials"] == ["no_cat", "short"]
+    assert particles(a) == particles(b) and a.sequences["log_Z"] == b.sequences["log_Z"]
