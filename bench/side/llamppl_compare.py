@@ -61,7 +61,9 @@ class Counted:
         if self.track:
             self.peak = max(self.peak, _rss())
             keys, total = state[0].layers[0].keys, self.lm.cache_bytes(state)
-            self.kv_per_token = max(self.kv_per_token, total / keys.shape[0] / keys.shape[2])
+            per_token = getattr(state[0], "bytes_per_position", None)  # shared-prefix cache
+            self.kv_per_token = max(self.kv_per_token, per_token or
+                                    total / keys.shape[0] / keys.shape[2])
             self.kv_per_particle = max(self.kv_per_particle, total / keys.shape[0])
         return state
 

@@ -15,9 +15,9 @@ Particles, prompt and the KV cache (``cache=True``, mode ``"kv-cache"``):
   run; each particle's own keys and values are written in place into a buffer allocated
   for the run's length (``max_len`` from `check_length` or `start`, else doubling), so a
   child extends its parent's cache without copying the prefix; resampling copies only
-  the suffix rows whose source changes (the one copy); attention joins prompt and suffix
-  without concatenating them (`hf_cache.shared_prefix_attention`, selected on the model
-  only around our forwards);
+  the suffixes of parents that survive more than once, into free slots (the one copy);
+  attention joins prompt and suffix without concatenating them
+  (`hf_cache.shared_prefix_attention`, selected on the model only around our forwards);
 * ``cache_kind == "dynamic"`` (``cache="dynamic"``, and the fallback — named
   ``"dynamic (REASON)"`` — for a model whose attention the shared cache cannot serve, see
   `hf_cache.probe`): a ``transformers`` `DynamicCache` whose rows start as a stride-0 view

@@ -111,6 +111,7 @@ def test_advancing_copies_neither_the_prompt_nor_a_prefix(tiny):
     # bytes: the prompt once + N·cap positions per layer, keys and values, float32
     expect = layers * 2 * heads * width * 4 * (p + n * cap)
     assert HFCausalLM.cache_bytes(state) == expect
+    assert cache.bytes_per_position == layers * 2 * heads * width * 4
     prefixes = [()] * n
     for step in range(cap):  # no resampling: the survivors are the parents in order
         toks = torch.arange(n) % 5 + 1 + step
@@ -166,6 +167,23 @@ def test_slots_copy_only_duplicated_rows():
     ids = torch.tensor([[40], [41], [42], [43], [44]])
     assert cache.to_slots(ids).flatten().tolist() == [42, 43, 41, 44, 40]
     assert cache.from_slots(cache.to_slots(ids)).flatten().tolist() == [40, 41, 42, 43, 44]
+
+
+def test_layers_of_other_shapes_get_buffers_of_their_own():
+    a, b = torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 1, 3)
+    cache = hf_cache.SharedPrefixCache([(a, a), (b, b)], rows=3, capacity=2)
+    assert [tuple(x.shape) for x in cache.buffers] == [(3, 2, 2, 4)] * 2 + [(3, 1, 2, 3)] * 2
+    assert cache.bytes_per_position == (2 * 4 + 3) * 2 * 4
+    assert cache.nbytes() == (2 * 4 + 3) * 2 * 4 * (1 + 3 * 2)
+    for i, layer in enumerate(cache.layers):
+        new = torch.arange(3.0).view(3, 1, 1, 1) + 10 * i
+        layer.update(new.expand(3, *layer.keys.shape[1:2], 1, layer.keys.shape[-1]),
+                     -new.expand(3, *layer.values.shape[1:2], 1, layer.values.shape[-1]))
+        layer.pending = None
+    cache.reorder(np.array([2, 2, 2]))
+    assert cache.slot_of.tolist() == [2, 0, 1]
+    assert cache.layers[1].keys[:, 0, 0, 0].tolist() == [12.0, 12.0, 12.0]
+    assert cache.layers[0].values[:, 1, 0, 3].tolist() == [-2.0, -2.0, -2.0]
 
 
 def test_the_buffer_doubles_when_the_length_is_not_known(tiny):
