@@ -63,6 +63,10 @@ def first_rows(data: dict, rows: int) -> dict:
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_runnable_example_fits(name, method, data, monkeypatch):
     monkeypatch.setenv("QVR_MCMC_COMPILER", "torchscript")
+    # the ODE solve uncompiled: its compile (~20 s cold, tests/runtime/test_ode_*.py)
+    # outweighs the few solves of these fits (lotka_volterra nuts: 28 s against 14 s)
+    from qvr.runtime import dopri5
+    monkeypatch.setattr(dopri5, "COMPILE_AFTER", None)
     from qvr.commands.run import load_program
     from qvr.datafiles import find_data, load_data
     from qvr.inference import FitConfig, fit

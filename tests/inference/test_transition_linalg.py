@@ -80,8 +80,11 @@ def test_the_checks_become_a_nan_log_density_of_the_failed_chains(gp_target):
     assert torch.equal(lp[[0, 1, 3]], lp0[[0, 1, 3]])
 
 
+@pytest.mark.skipif(HAVE_CC, reason="with a C++ compiler the compile test below exports, "
+                    "decomposes and runs the same transition (11 s saved)")
 def test_the_transition_of_a_gp_exports_and_decomposes(gp_target):
-    """What AOTInductor runs first (the export's decompositions) no longer fails."""
+    """What AOTInductor runs first (the export's decompositions) no longer fails: checked
+    here where there is no C++ compiler to go on to compile it."""
     z0 = torch.full((4, gp_target.dim), 0.1)
     graph = TG.without_error_checks(gp_target.density_graph(z0))
     K, T = 10, TR.block_size(4, gp_target.dim, 10)

@@ -383,7 +383,7 @@ export decay
 
 
 @pytest.mark.slow
-def test_nuts_fits_an_ode_model_against_quadrature_of_the_exact_posterior():
+def test_nuts_fits_an_ode_model_against_quadrature_of_the_exact_posterior(monkeypatch):
     """Exponential decay with a latent rate: the compiled density (the solve one operation
     of its trace, `qvr.runtime.ode_op`) with both chains in one solve; the posterior of k
     is computed exactly by 1-D quadrature.  (Tolerances of 1e-4: the
@@ -391,6 +391,10 @@ def test_nuts_fits_an_ode_model_against_quadrature_of_the_exact_posterior():
     fit takes half the time it took at 1e-5.)"""
     import warnings
     from qvr.inference import FitConfig, fit
+    from qvr.runtime import dopri5
+    # the solve itself uncompiled (its compile is tests/runtime/test_ode_*.py's): 20 s
+    # against 26 s here, most of it the cold compile
+    monkeypatch.setattr(dopri5, "COMPILE_AFTER", None)
     times = np.array([0.0, 0.5, 1.5, 3.0])
     k_true = 0.8
     rng = np.random.default_rng(3)
