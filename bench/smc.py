@@ -84,9 +84,9 @@ prompt's keys and values once, each particle's suffix written in place), the
 examples/tiny_lm with the start token), N = ``--particles``, K = ``--expansion``, one
 thread; the end token is forbidden so every particle reaches the length (tokens per run:
 N × length).  Interleaved rounds after a warm-up round; printed: tokens/s (median over
-``--seeds`` rounds, wall and CPU time), the median within-round ratio against the
-`DynamicCache`, and key/value bytes per particle at the end (the shared prompt counted
-once).  The three are checked to make the same draws (round 0).  A GPT-2 whose position
+``--seeds`` rounds, default 3; wall and CPU time), the median within-round ratio against
+the `DynamicCache`, and key/value bytes per particle at the end (the shared prompt
+counted once).  The three are checked to make the same draws (round 0).  A GPT-2 whose position
 table is shorter than prompt + length (examples/tiny_lm has 64) is widened for the bench:
 its table's rows repeated (the same compute; the text is not the point).
 """
@@ -496,7 +496,8 @@ def main() -> None:
     lm_args.add_argument("--particles", type=int, default=64)
     lm_args.add_argument("--max-len", type=int, default=32)
     lm_args.add_argument("--expansion", type=int, default=3)
-    lm_args.add_argument("--seeds", type=int, default=20)
+    lm_args.add_argument("--seeds", type=int, default=None,
+                         help="rounds (default 20; 3 with --cache-only)")
     lm_args.add_argument("--threads", type=int, default=1, help="0: torch's default")
     lm_args.add_argument("--venv", default=str(Path.home() / ".cache" / "qvr" /
                                                "bench-llamppl"))
@@ -508,6 +509,8 @@ def main() -> None:
                          default="the old dog saw the farmer and the cat and the bird",
                          help="--cache-only: the prompt")
     args = ap.parse_args()
+    if args.seeds is None:
+        args.seeds = 3 if args.cache_only else 20
     if args.lm and args.cache_only:
         report = bench_caches(args)
         if args.json:
