@@ -169,6 +169,20 @@ def test_slots_copy_only_duplicated_rows():
     assert cache.from_slots(cache.to_slots(ids)).flatten().tolist() == [40, 41, 42, 43, 44]
 
 
+@pytest.mark.parametrize("name", ["tiny", "llama"])
+def test_several_new_positions_at_once_are_causal_among_themselves(name, request):
+    lm = lm_of(request.getfixturevalue(name))
+    cache = lm.start(2, max_len=6)[0]
+    seqs = [(4, 5, 6), (7, 8, 9)]
+    with lm._switch.serving(cache):  # three positions per row in one forward
+        logits, _ = lm._forward(torch.tensor(seqs), cache, use_cache=True)
+    torch.testing.assert_close(logits, lm.logits(seqs), atol=1e-5, rtol=1e-5)
+    assert cache.length == 3
+    seqs = [(4, 5, 6, 2), (4, 5, 6, 3)]
+    state = lm.advance((cache, None, None), torch.tensor([0, 0]), torch.tensor([2, 3]), seqs)
+    torch.testing.assert_close(state[1], lm.logits(seqs), atol=1e-5, rtol=1e-5)
+
+
 def test_layers_of_other_shapes_get_buffers_of_their_own():
     a, b = torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 1, 3)
     cache = hf_cache.SharedPrefixCache([(a, a), (b, b)], rows=3, capacity=2)
