@@ -159,7 +159,7 @@ class SharedPrefixCache(Cache):
 
     The suffixes of all layers, keys and values, are one tensor ``(2·layers, N, H, cap,
     D)`` when every layer has the same ``H`` and ``D`` (else one per layer and kind), so
-    that reordering is one gather and one scatter.
+    that copying a particle's row on resampling is one copy for all layers.
     """
 
     def __init__(self, prompt, rows: int, capacity: int):
@@ -223,9 +223,8 @@ class SharedPrefixCache(Cache):
         """Survivor ``i`` continues particle ``rows[i]`` (``len(rows) <= N``): the one copy
         of the run.  Particles live in slots (buffer rows ``[0, len(rows))``): each parent's
         first survivor keeps the parent's slot, every further copy of a parent takes a
-        free slot and the parent's ``t`` filled positions are copied there (gathered, then
-        written in place) — only duplicated rows are copied, nothing when every parent
-        survives once."""
+        free slot and the parent's ``t`` filled positions are copied there, in place —
+        only duplicated rows are copied, nothing when every parent survives once."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         m, t = rows.size, self.length
         if m > self.buffers[0].shape[-4]:
