@@ -428,6 +428,9 @@ def probe(model, prompt, token: int, reference: torch.Tensor, forward,
             logits = forward(torch.tensor([[token]]), cache)
     except UnsupportedModel as exc:
         return str(exc)
+    except Exception as exc:  # noqa: BLE001 — the model breaks on this cache: fall back
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"its forward fails on the shared-prefix cache: {type(exc).__name__}: {first}"
     if cache.length != 1 or any(layer.length != 1 for layer in cache.layers):
         return "the forward did not update every layer of the cache once"
     ref = reference.float()

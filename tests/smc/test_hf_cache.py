@@ -259,6 +259,11 @@ def test_the_probe_compares_with_the_models_own_logits(tiny):
         "its logits differ from the model's own attention's"
     assert tiny.config._attn_implementation == "sdpa"
 
+    def broken(ids, cache):
+        raise RuntimeError("view size is not compatible\nmore")
+    assert hf_cache.probe(tiny, prompt, 7, reference, broken) == \
+        "its forward fails on the shared-prefix cache: RuntimeError: view size is not compatible"
+
 
 def test_attention_outside_our_forwards_is_the_models_own(tiny):
     lm = lm_of(tiny)
