@@ -60,7 +60,6 @@ against 147.0 (length 128) — the buffer holds ``cap`` positions from the start
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 from typing import Optional
 
@@ -171,6 +170,7 @@ class SharedPrefixCache(Cache):
         self.buffers = self._allocate(prompt, rows, max(1, int(capacity)))
         self.slot_of = np.arange(rows, dtype=np.int64)  # particle -> buffer row
         self._where: Optional[torch.Tensor] = None
+        self._identity = True  # slot_of is 0..n-1
         super().__init__(layers=[SharedPrefixLayer(k, v, *kv) for (k, v), kv in
                                  zip(prompt, self._views())])
 
@@ -227,6 +227,8 @@ class SharedPrefixCache(Cache):
         only duplicated rows are copied, nothing when every parent survives once."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         m, t = rows.size, self.length
+        if m == self.slot_of.size and np.array_equal(rows, np.arange(m)):
+            return  # every particle continues in place
         if m > self.buffers[0].shape[-4]:
             raise ValueError(f"{m} rows: the cache holds {self.buffers[0].shape[-4]}")
         parent = self.slot_of[rows]
@@ -244,6 +246,7 @@ class SharedPrefixCache(Cache):
                 self._copy_rows(parent[need], free, t)
         self.slot_of = slots
         self._where = None
+        self._identity = bool(np.array_equal(slots, np.arange(m)))
         for layer in self.layers:
             layer.rows = m
 
@@ -273,13 +276,13 @@ class SharedPrefixCache(Cache):
     def to_slots(self, ids: torch.Tensor) -> torch.Tensor:
         """Particle-ordered inputs ``(rows, ...)`` in slot order (the forward's batch)."""
         ids = ids.to(self.layers[0].device)
-        if np.array_equal(self.slot_of, np.arange(self.slot_of.size)):
+        if self._identity:
             return ids
         return torch.empty_like(ids).index_copy_(0, self._slots(), ids)
 
     def from_slots(self, out: torch.Tensor) -> torch.Tensor:
         """The forward's slot-ordered output ``(rows, ...)`` in particle order."""
-        if np.array_equal(self.slot_of, np.arange(self.slot_of.size)):
+        if self._identity:
             return out
         return out.index_select(0, self._slots().to(out.device))
 
@@ -338,19 +341,26 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     gl = hq // h * q_len  # queries per key/value head and row: row r is head r // L, query r % L
     kp, vp = layer.prompt_keys[0], layer.prompt_values[0]  # (H, P, D)
     p = kp.shape[1]
-    q = (query * (d ** -0.5 if scaling is None else scaling)).reshape(n, h, gl, d)
+    scale = d ** -0.5 if scaling is None else scaling
+    q = query.reshape(n, h, gl, d)
+    zero = query.new_zeros(1, 1, 1)  # (`beta=0`: ignored)
     # prompt: one matmul per key/value head, every row's queries stacked: (H, N·gL, P)
-    sp = torch.bmm(q.transpose(0, 1).reshape(h, n * gl, d), kp.transpose(1, 2))
-    ss = torch.matmul(q, key.transpose(-1, -2))  # own suffix: (N, H, gL, t)
+    sp = torch.baddbmm(zero, q.transpose(0, 1).reshape(h, n * gl, d), kp.transpose(1, 2),
+                       beta=0, alpha=scale)
+    # own suffix: (N·H, gL, t)
+    ss = torch.baddbmm(zero, q.reshape(n * h, gl, d), key.reshape(n * h, t, d).transpose(1, 2),
+                       beta=0, alpha=scale).view(n, h, gl, t)
     if q_len > 1:  # the new positions see the suffix up to themselves
         qpos = t - q_len + torch.arange(q_len, device=query.device).repeat(gl // q_len)
         ss = ss.masked_fill(torch.arange(t, device=query.device) > qpos[:, None],
                             float("-inf"))
     scores = torch.cat([sp.view(h, n, gl, p), ss.transpose(0, 1)], dim=-1)  # (H, N, gL, P+t)
     w = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    out = torch.bmm(w[..., :p].reshape(h, n * gl, p), vp).view(h, n, gl, -1)
-    out = out.transpose(0, 1) + torch.matmul(w[..., p:].transpose(0, 1), value)
-    return out.reshape(n, hq, q_len, -1).transpose(1, 2).contiguous(), None
+    out = torch.bmm(w[..., :p].reshape(h, n * gl, p), vp).view(h, n, gl, -1).transpose(0, 1)
+    dv = out.shape[-1]
+    out = torch.baddbmm(out.reshape(n * h, gl, dv), w[..., p:].transpose(0, 1).reshape(n * h, gl, t),
+                        value.reshape(n * h, t, dv))
+    return out.view(n, hq, q_len, dv).transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(ATTENTION, shared_prefix_attention)
@@ -370,27 +380,43 @@ class Switch:
                 configs.setdefault(id(m.config), m.config)
         self.configs = list(configs.values())
 
-    @contextlib.contextmanager
-    def serving(self, cache: SharedPrefixCache):
-        """Within: the model's attention is `shared_prefix_attention` over `cache`.  On
-        leaving, the model's own implementation is back and every layer the forward
-        updated must have been served here (else `UnsupportedModel`)."""
-        before = [c._attn_implementation for c in self.configs]
-        token = _ACTIVE.set(cache)
+    def serving(self, cache: SharedPrefixCache) -> "_Serving":
+        """A context: within it the model's attention is `shared_prefix_attention` over
+        `cache`.  On leaving, the model's own implementation is back (also on an error)
+        and every layer the forward updated must have been served (else
+        `UnsupportedModel`)."""
+        return _Serving(self.configs, cache)
+
+
+class _Serving:
+    __slots__ = ("configs", "cache", "before", "token")
+
+    def __init__(self, configs, cache):
+        self.configs, self.cache = configs, cache
+
+    def __enter__(self):
+        self.before = [c._attn_implementation for c in self.configs]
+        self.token = _ACTIVE.set(self.cache)
         try:
             for c in self.configs:
                 c._attn_implementation = ATTENTION
-            yield cache
-        finally:
-            for c, b in zip(self.configs, before):
-                c._attn_implementation = b
-            _ACTIVE.reset(token)
-        missed = [i for i, layer in enumerate(cache.layers) if layer.pending is not None]
-        if missed:
-            for i in missed:
-                cache.layers[i].pending = None
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self.cache
+
+    def __exit__(self, kind, exc, tb):
+        for c, b in zip(self.configs, self.before):
+            c._attn_implementation = b
+        _ACTIVE.reset(self.token)
+        layers = self.cache.layers
+        missed = [i for i, layer in enumerate(layers) if layer.pending is not None]
+        for i in missed:
+            layers[i].pending = None
+        if missed and kind is None:
             raise UnsupportedModel(f"layer {missed[0]} updated the cache but its attention "
                                    f"did not go through the attention interface")
+        return False
 
 
 def serving(model, cache: SharedPrefixCache):
