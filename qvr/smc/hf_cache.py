@@ -96,7 +96,7 @@ class SharedPrefixLayer(CacheLayerMixin):
         self.device = prompt_keys.device
         self.rows, self.length = int(keys.shape[0]), 0
         self.is_initialized = True
-        self.pending: Optional[torch.Tensor] = None  # keys returned by update, not yet served
+        self.pending: Optional[torch.Tensor] = None  # keys from `update`, not yet served
 
     @property
     def prompt_length(self) -> int:
@@ -338,7 +338,7 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     layer.pending = None
     n, hq, q_len, d = query.shape
     h, t = key.shape[1], key.shape[2]
-    gl = hq // h * q_len  # queries per key/value head and row: row r is head r // L, query r % L
+    gl = hq // h * q_len  # queries per key/value head and row (head r // L, query r % L)
     kp, vp = layer.prompt_keys[0], layer.prompt_values[0]  # (H, P, D)
     p = kp.shape[1]
     scale = d ** -0.5 if scaling is None else scaling
@@ -348,17 +348,19 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     sp = torch.baddbmm(zero, q.transpose(0, 1).reshape(h, n * gl, d), kp.transpose(1, 2),
                        beta=0, alpha=scale)
     # own suffix: (N·H, gL, t)
-    ss = torch.baddbmm(zero, q.reshape(n * h, gl, d), key.reshape(n * h, t, d).transpose(1, 2),
-                       beta=0, alpha=scale).view(n, h, gl, t)
+    ss = torch.baddbmm(zero, q.reshape(n * h, gl, d),
+                       key.reshape(n * h, t, d).transpose(1, 2), beta=0,
+                       alpha=scale).view(n, h, gl, t)
     if q_len > 1:  # the new positions see the suffix up to themselves
         qpos = t - q_len + torch.arange(q_len, device=query.device).repeat(gl // q_len)
         ss = ss.masked_fill(torch.arange(t, device=query.device) > qpos[:, None],
                             float("-inf"))
-    scores = torch.cat([sp.view(h, n, gl, p), ss.transpose(0, 1)], dim=-1)  # (H, N, gL, P+t)
+    scores = torch.cat([sp.view(h, n, gl, p), ss.transpose(0, 1)], dim=-1)  # H, N, gL, P+t
     w = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     out = torch.bmm(w[..., :p].reshape(h, n * gl, p), vp).view(h, n, gl, -1).transpose(0, 1)
     dv = out.shape[-1]
-    out = torch.baddbmm(out.reshape(n * h, gl, dv), w[..., p:].transpose(0, 1).reshape(n * h, gl, t),
+    out = torch.baddbmm(out.reshape(n * h, gl, dv),  # + the suffix's share
+                        w[..., p:].transpose(0, 1).reshape(n * h, gl, t),
                         value.reshape(n * h, t, dv))
     return out.view(n, hq, q_len, dv).transpose(1, 2).contiguous(), None
 
@@ -432,7 +434,8 @@ def supported(model) -> Optional[str]:
         return (f"{cls.__name__} does not route its attention through "
                 f"transformers' AttentionInterface")
     cfg = model.config
-    if getattr(cfg, "is_encoder_decoder", False) or getattr(cfg, "add_cross_attention", False):
+    if getattr(cfg, "is_encoder_decoder", False) or \
+            getattr(cfg, "add_cross_attention", False):
         return "the model has cross-attention"
     return None
 
@@ -456,15 +459,15 @@ def probe(model, prompt, token: int, reference: torch.Tensor, forward,
         return str(exc)
     except Exception as exc:  # noqa: BLE001 — the model breaks on this cache: fall back
         first = (str(exc).strip().splitlines() or [""])[0]
-        return f"its forward fails on the shared-prefix cache: {type(exc).__name__}: {first}"
+        return (f"its forward fails on the shared-prefix cache: "
+                f"{type(exc).__name__}: {first}")
     if cache.length != 1 or any(layer.length != 1 for layer in cache.layers):
         return "the forward did not update every layer of the cache once"
     ref = reference.float()
-    scale = float(ref[torch.isfinite(ref)].abs().max()) if torch.isfinite(ref).any() else 1.0
-    tol = (1e-4 if reference.dtype == torch.float32 and
-           cache.layers[0].keys.dtype == torch.float32 else 5e-2) * max(1.0, scale)
-    got = logits.float()
     finite = torch.isfinite(ref)
+    scale = float(ref[finite].abs().max()) if finite.any() else 1.0
+    tol = (1e-4 if cache.layers[0].keys.dtype == torch.float32 else 5e-2) * max(1.0, scale)
+    got = logits.float()
     if not torch.equal(finite, torch.isfinite(got)) or \
             float((got[finite] - ref[finite]).abs().max()) > tol:
         return "its logits differ from the model's own attention's"

@@ -45,7 +45,8 @@ def llama():
 
 def lm_of(model, cache=True, **kw):
     if isinstance(model, transformers.GPT2LMHeadModel):
-        return HFCausalLM(model, None, prompt=(30, 16, 45, 39), eos=0, bos=0, cache=cache, **kw)
+        return HFCausalLM(model, None, prompt=(30, 16, 45, 39), eos=0, bos=0, cache=cache,
+                          **kw)
     return HFCausalLM(model, None, prompt=(2, 3, 5), eos=0, bos=1, cache=cache, **kw)
 
 
@@ -154,7 +155,8 @@ def test_slots_copy_only_duplicated_rows():
     k = torch.zeros(1, 1, 1, 1)
     cache = hf_cache.SharedPrefixCache([(k, k)], rows=5, capacity=3)
     buf = cache.buffers[0]  # (keys and values, rows, heads, positions, width)
-    cache.layers[0].update(torch.arange(5.0).view(5, 1, 1, 1), -torch.arange(5.0).view(5, 1, 1, 1))
+    rows = torch.arange(5.0).view(5, 1, 1, 1)
+    cache.layers[0].update(rows, -rows)
     cache.layers[0].pending = None
     before = buf.clone()
     cache.reorder(np.array([4, 4, 0, 1, 1]))  # parents 2 and 3 die
