@@ -152,6 +152,7 @@ class HFCausalLM:
         self.mode = "kv-cache" if cache else "recompute"
         self.max_len = max_len
         self._probed = False
+        self._switch = None  # hf_cache.Switch: the model's attention around our forwards
         self.cache_kind: Optional[str] = None
         if cache == "dynamic":
             self.cache_kind = "dynamic"
@@ -257,8 +258,8 @@ class HFCausalLM:
         return sample_logits(self.logits(prefixes), n, generator)
 
     # -- stateful interface (SMCSteering) ----------------------------------------------------
-    # state: (SharedPrefixCache, DynamicCache or None, logits (B, V) float32 on CPU,
-    #         prefixes (B, t) int64)
+    # state: (cache: SharedPrefixCache, DynamicCache or None (recompute);
+    #         logits (B, V) float32 on CPU; prefixes (B, t) int64 or None)
     def start(self, num: int, generator: Optional[torch.Generator] = None,
               max_len: Optional[int] = None):
         cached = self.mode == "kv-cache"
