@@ -3,7 +3,8 @@ and NUTS draws per second, each measured on both devices in the same run.
 
     .venv/bin/python bench/gpu.py [--quick] [--svi-steps 60] [--batch-sizes 32,256]
                                   [--warmup 500] [--samples 500] [--chains 4]
-                                  [--only svi|nuts] [--json FILE]
+                                  [--only svi|nuts|smc] [--lm FOLDER_OR_NAME]
+                                  [--lm-tokens 32] [--json FILE]
 
 For a maintainer with a GPU (the CI machines have none): without a CUDA device
 (`torch.cuda.is_available()` false) every CUDA figure is skipped with a printed line and
@@ -31,6 +32,14 @@ off: only the method's loop is of interest; ``seed`` 0):
   the last: warmup and compiling excluded); *total s* is the whole `fit` call's wall
   time (compiling, warmup, sampling and the record); the table also gives the compiler
   the sampler used (`MCMCResult.compiler`) and the divergences.
+
+* SMC steering a pretrained causal LM (issue 40) — ``--lm`` (default the shipped
+  `examples/tiny_lm`, a 2-layer GPT-2; any ``save_pretrained`` folder or a name in the
+  Hugging Face cache, e.g. ``gpt2``) continuing ``--prompt``, 64 particles, `K` = 3,
+  every particle grown to ``--lm-tokens`` tokens (the end token forbidden, so both
+  devices do the same work), the KV cache (`qvr.smc.hf_cache` where the model allows it),
+  in float32 and bfloat16: *tokens/s* is particles x tokens over the best of three
+  `SMCSteering.run` calls (the model loaded once, CUDA synchronised).
 
 A run that raises is printed as ``FAILED: <error>`` (its traceback on stderr) and the
 table goes on.  ``--quick`` is a smoke run (SVI: 6 steps, the first batch size only;
@@ -161,6 +170,28 @@ def bench_nuts(name: str, device: str, warmup: int, samples: int, chains: int) -
             "total_s": wall}
 
 
+def bench_smc_lm(lm_path: str, dtype: str, device: str, tokens: int, prompt: str,
+                 particles: int = 64, repeats: int = 3) -> dict:
+    import torch
+    from qvr.smc import SMCSteering, forbid_tokens
+    from qvr.smc.hf_lm import load_lm
+    lm = load_lm(lm_path, dtype=dtype, device=device, prompt=prompt)
+    lm.check_length(tokens)
+    best = float("inf")
+    for _ in range(repeats):
+        smc = SMCSteering(lm, potential=forbid_tokens(lm.eos), num_particles=particles,
+                          expansion=3, max_len=tokens,
+                          generator=torch.Generator().manual_seed(0))
+        t0 = time.perf_counter()
+        smc.run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return {"workload": f"smc {Path(lm_path).name or lm_path}", "device": device,
+            "figure": particles * tokens / best, "unit": "tokens/s", "total_s": best,
+            "extra": f"{particles} particles x {tokens} tokens, K=3, cache {lm.cache_kind}"}
+
+
 def _row(r: dict) -> str:
     fig = "FAILED" if r.get("error") else f"{r['figure']:,.2f} {r['unit']}"
     total = f"{r['total_s']:.1f}" if r.get("total_s") is not None else ""
@@ -181,7 +212,11 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--samples", type=int, default=500)
     ap.add_argument("--chains", type=int, default=4)
-    ap.add_argument("--only", choices=("svi", "nuts"), default=None)
+    ap.add_argument("--only", choices=("svi", "nuts", "smc"), default=None)
+    ap.add_argument("--lm", default=str(ROOT / "examples" / "tiny_lm"),
+                    help="SMC: the pretrained causal LM (a folder or a Hugging Face cache name)")
+    ap.add_argument("--lm-tokens", type=int, default=32, help="SMC: tokens per particle")
+    ap.add_argument("--prompt", default="the old dog", help="SMC: the prompt")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     args = ap.parse_args(argv)
     batches = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
@@ -208,6 +243,13 @@ def main(argv=None) -> int:
                 jobs.append((dev, f"nuts {name}", f"{args.chains} chains",
                              lambda d=dev, n=name: bench_nuts(
                                  n, d, args.warmup, args.samples, args.chains)))
+    if args.only in (None, "smc"):
+        for dtype in ("float32", "bfloat16"):
+            for dev in ("cpu", "cuda"):
+                jobs.append((dev, f"smc {Path(args.lm).name or args.lm}", dtype,
+                             lambda d=dev, t=dtype: bench_smc_lm(
+                                 args.lm, t, d, 8 if args.quick else args.lm_tokens,
+                                 args.prompt)))
     rows = []
     print(HEADER, flush=True)
     for dev, workload, batch, job in jobs:
