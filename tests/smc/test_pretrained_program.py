@@ -96,6 +96,7 @@ def test_smc_on_the_program_is_the_lm_run(tmp_path, capsys):
     assert "warning" not in err
     seqs, meta = sequences(tmp_path / "a")
     assert seqs["lm"] == str(TINY.resolve()) and seqs["mode"] == "kv-cache"
+    assert seqs["cache"] == "shared-prefix"  # the prompt's keys once, suffixes in place
     assert seqs["prompt"] == "the old dog" and meta["config"]["lm"] == str(TINY.resolve())
     texts = [p["text"] for p in seqs["particles"]]
     live = [p["text"] for p in seqs["particles"] if p["log_weight"] > float("-inf")]

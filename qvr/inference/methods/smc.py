@@ -136,6 +136,8 @@ def run_steering(ctx: FitContext, lm, potential, eos: int) -> FitResult:
     out.sequences = {
         "log_Z": res.log_Z, "num_steps": res.num_steps, "cancelled": res.cancelled,
         "mode": lm.mode, "eos": eos, "vocab": None,
+        # a pretrained LM's key/value cache: "shared-prefix", or "dynamic (WHY)"
+        **({"cache": lm.cache_kind} if getattr(lm, "cache_kind", None) else {}),
         "top": [{"tokens": list(s), "weight": w, "ends_with_eos": bool(s) and s[-1] == eos}
                 for s, w in res.top()],  # every distinct sequence; displays show `top`
         "particles": [{"tokens": list(s), "log_weight": lw, "finished": f, "truncated": t,
