@@ -259,10 +259,16 @@ async def test_fit_a_language_model_then_generate_in_two_keystrokes(tmp_path):
         svi_dir = app.runner.run_dir
         await wait_until(pilot, lambda: ended(app), "the SVI fit to end")
         assert app.state.status == "finished", app.state.problem()
+        await pilot.press("g")
+        # SMC's rows are mounted by the preset, after the key (a busy machine: later)
+        await wait_until(pilot, lambda: app.setup_pane.method == "smc"
+                         and bool(app.setup_pane.query("#opt-max_len")),
+                         "g to set up SMC from the run")
         app.setup_pane.set_value("particles", "8")  # keep the generation short
         app.setup_pane.set_value("max_len", "5")
-        await pilot.press("g", "r")
-        assert app.runner is not None and app.runner.request.config.method == "smc"
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.runner is not None, "r to start the SMC run")
+        assert app.runner.request.config.method == "smc"
         smc_dir = app.runner.run_dir
         await wait_until(pilot, lambda: ended(app), "the SMC run to end")
         assert app.state.status == "finished", app.state.problem()
