@@ -112,6 +112,12 @@ def test_worth_compiling_and_probe_iterations():
     need = [min(n for n in range(0, 10 ** 6, 1000) if T.worth_compiling(ops, n))
             for ops in (40, 80, 160)]
     assert need[0] > need[1] > need[2]
+    # ... but so does the compile: garch's leaf (2,937 operations) in a 2 x (150 + 150)
+    # run (about 3,000 ticks left at the first probe) is not worth its ~40 s compile
+    # (59 s against 27 s on TorchScript when it compiled), a 4 x (1000 + 1000) run is
+    assert T.compile_cost(2937) > 4 * T.compile_cost(100)
+    assert not T.worth_compiling(2937, 3_000)
+    assert T.worth_compiling(2937, 30_000)
 
 
 def test_kernel_validates_the_compiler_setting():
@@ -185,6 +191,7 @@ def test_auto_switches_at_a_probe_and_stays_reproducible(monkeypatch):
     """With compiling made cheap, ``auto`` compiles at the first probe (iteration 50):
     the same seed gives the same draws again."""
     monkeypatch.setattr(T, "COMPILE_COST_S", 1e-4)
+    monkeypatch.setattr(T, "COMPILE_COST_PER_OP_S", 0.0)
     monkeypatch.delenv(T.ENV_VAR, raising=False)  # "auto" itself, not an override
     model, x, obs, _ = normal_normal_case()
     draws = []

@@ -79,6 +79,13 @@ INDUCTOR_TICK_S = 45e-6
 #: on a machine where it never ran), and a decision that depended on them would make a
 #: seeded run's draws depend on what ran before it.
 COMPILE_COST_S = 11.0
+#: ... plus this per operation of the leaf: Inductor's code generation and the C++
+#: compile grow with the graph.  Measured cold (fresh caches, 2-vCPU VM, one thread;
+#: ``QVR_MCMC_COMPILER=inductor`` against ``torchscript``, time to the first draw):
+#: eight schools 107 operations 13 s, kid_scores 104: 13 s, garch 2,937: 40 s,
+#: hmm_forward 1,488: 50 s.  With the base alone ``auto`` compiled garch's leaf at
+#: iteration 50 of a 2 x (150 + 150) run and took 59 s where TorchScript took 27 s.
+COMPILE_COST_PER_OP_S = 0.025
 #: compile only when the estimated saving exceeds the cost by this factor
 MARGIN = 1.2
 #: the first probe iteration
@@ -507,12 +514,20 @@ def graph_ops(fn) -> int:
         return 0
 
 
+def compile_cost(num_ops: int) -> float:
+    """Seconds an Inductor compile of a leaf of `num_ops` operations is taken to cost in a
+    fresh process (`COMPILE_COST_S` + `COMPILE_COST_PER_OP_S` per operation; the figures
+    are at the constants)."""
+    return COMPILE_COST_S + COMPILE_COST_PER_OP_S * max(num_ops, 0)
+
+
 def worth_compiling(num_ops: int, ticks_left: float) -> bool:
     """Whether an Inductor compile pays for itself over `ticks_left` more ticks of a
     TorchScript leaf of `num_ops` operations (by `MARGIN`: the estimate of the ticks to
     come is rough).  A function of its arguments and constants only."""
     saving = num_ops * TS_COST_PER_OP_S + PY_CHECKS_S - INDUCTOR_TICK_S
-    return num_ops > 0 and saving > 0 and saving * ticks_left > MARGIN * COMPILE_COST_S
+    return num_ops > 0 and saving > 0 and \
+        saving * ticks_left > MARGIN * compile_cost(num_ops)
 
 
 def is_probe(i: int) -> bool:
