@@ -271,12 +271,15 @@ def test_loo_pit_of_a_correct_model_is_uniform(conjugate_run):
 def test_draws_are_thinned_to_the_budget():
     from qvr.inference.criticism.pointwise import BUDGET_MIN_SECONDS, _kept_draws
     assert _kept_draws(1000, 4, 1e-5, None, 60.0) == (1000, 1)  # cheap: all of them
-    # 0.1 s a draw, a 60 s fit: 10 s of budget for 4 chains -> 25 per chain, at least 100
+    # 0.1 s a draw, a 60 s fit: 6 s of budget for 4 chains -> 15 per chain, but at
+    # least 100 in all: 25 per chain
     assert _kept_draws(1000, 4, 0.1, None, 60.0) == (25, 40)
+    # 0.01 s a draw, a 10 s fit: the minimum budget, 4 s -> 100 per chain (every 10th)
+    assert _kept_draws(1000, 4, 0.01, None, 10.0) == (100, 10)
     # a long fit buys more: 10% of 2,000 s = 200 s -> 500 per chain (every 2nd)
     assert _kept_draws(1000, 4, 0.1, None, 2000.0) == (500, 2)
     assert _kept_draws(1000, 4, 10.0, 50, 1.0) == (50, 20)  # asked: exactly that
-    assert BUDGET_MIN_SECONDS == 10.0
+    assert BUDGET_MIN_SECONDS == 4.0
 
 
 def test_dear_draws_are_vmapped_in_chunks_as_small_as_the_probe():
