@@ -367,13 +367,16 @@ def _partial(run, status: str) -> str:
 def _sequences(run) -> str:
     seqs = run.sequences or {}
     top = seqs.get("top", [])[:int(run.config.get("top", 10) or 10)]
+    # E10: a steering program's score steps (said also when they ruled everything out)
+    said = [f"potentials: {', '.join(seqs['potentials'])} (from the program)"] \
+        if seqs.get("potentials") else []
     if not top:
-        return "no sequence has positive weight (every particle was ruled out)"
+        return "\n".join(said + ["no sequence has positive weight (every particle was "
+                                  "ruled out)"])
     lines = [f"{'weight':>10}  {'len':>4}  sequence"]
     if seqs.get("lm"):  # a pretrained LM (--lm): the texts continue the prompt
         lines.insert(0, f"{seqs['lm']}, continuing {seqs.get('prompt', '')!r}:")
-    if seqs.get("potentials"):  # E10: a steering program's score steps
-        lines.insert(0, f"potentials: {', '.join(seqs['potentials'])} (from the program)")
+    lines[:0] = said
     for item in top:
         end = "" if item.get("ends_with_eos") else "  [max length]"
         text = item["text"] if item.get("text") is not None else \

@@ -82,6 +82,16 @@ def test_the_cli_names_the_programs_potentials(tmp_path, capsys):
     assert a["log_Z"] == b["log_Z"] and b["potentials"] == ["no_cat", "fox"]
 
 
+def test_the_summary_names_the_potentials_that_ruled_every_particle_out(tmp_path, capsys):
+    from qvr.cli import main
+    scored = program(tmp_path, 'score no_e = forbid_letters(next, "aeiou")')
+    assert main(["run", str(scored), "--method", "smc", "--particles", "4", "--max-len",
+                 "4", "--seed", "1", "--runs-dir", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "potentials: no_e (from the program)\nno sequence has positive weight (every " \
+        "particle was ruled out)\n" in out
+
+
 @pytest.fixture(scope="module")
 def texts():
     lm = load_lm(str(TINY))

@@ -297,3 +297,34 @@ def test_an_unfinished_lm_record_shows_its_last_particles_as_text(tmp_path):
     assert [(r.text, round(r.weight, 6)) for r in res.sequences] == [("ran", 0.75),
                                                                       ("the fox", 0.25)]
     assert (res.lm, res.prompt) == (TINY, "the old dog")
+
+
+@pytest.mark.asyncio
+async def test_results_name_the_programs_own_potentials(tmp_path):
+    """A steering program's score steps (E10, `examples/steer_potentials.qvr`): the
+    record's ``sequences.json`` names them and Results says so under the model and
+    prompt.  The run is made by `qvr run` in a subprocess (this process stays torch-free)."""
+    pytest.importorskip("transformers")
+    import subprocess
+    import sys
+
+    from qvr_tui.screens.results import ResultsPane
+
+    from conftest import ResultsHarness
+    program = EXAMPLES / "steer_potentials.qvr"
+    out = subprocess.run([sys.executable, "-m", "qvr.cli", "run", str(program), "--method",
+                          "smc", "--particles", "4", "--max-len", "12", "--seed", "1",
+                          "--prompt", "the old dog", "--run-dir", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=EXAMPLES.parent, timeout=300,
+                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "potentials: no_cat, fox_early, fewer_e (from the program)" in out.stdout
+    pane = ResultsPane(tmp_path / "run", program_path=program)
+    app = ResultsHarness(pane)
+    async with app.run_test(size=(100, 24)) as pilot:
+        res = await app.loaded.get()
+        await pilot.pause()
+        assert res.potentials == ("no_cat", "fox_early", "fewer_e")
+        header = str(pane.query_one("#results-header").render())
+        assert header.splitlines()[1] == ('tiny_lm · prompt "the old dog" · potentials '
+                                          'no_cat, fox_early, fewer_e (program)')

@@ -183,6 +183,7 @@ class Results:
     vocab: Optional[list] = None
     lm: Optional[str] = None                # a pretrained LM steered (``--lm``)
     prompt: str = ""                        # ... and the prompt its sequences continue
+    potentials: tuple = ()                  # ... and the program's score steps (E10)
     # attention circuits (any method; `qvr_tui.circuits_model`), None without them
     circuits: Optional[object] = None
     # recorded quantities (`record v = e`, E9.6): names in `sites`/`draws`/`guide`

@@ -342,6 +342,7 @@ def _load_smc(run, res: Results, events) -> None:
     seqs = run.sequences
     if seqs is not None:
         res.vocab = seqs.get("vocab")
+        res.potentials = tuple(str(p) for p in seqs.get("potentials") or ())
         res.log_Z = seqs.get("log_Z", res.stats.get("log_Z"))
         eos = seqs.get("eos")
         rows = []

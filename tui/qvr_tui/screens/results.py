@@ -758,6 +758,8 @@ class ResultsPane(Vertical):
         if res.lm:  # a pretrained LM: the sequences continue its prompt
             from qvr_tui.lm_source import lm_label
             t.append(f"\n{lm_label(res.lm)} · " +
-                     (f"prompt \"{res.prompt}\"" if res.prompt else "no prompt"),
+                     (f"prompt \"{res.prompt}\"" if res.prompt else "no prompt") +
+                     (f" · potentials {', '.join(res.potentials)} (program)"
+                      if res.potentials else ""),
                      style="dim")
         notes.update(t)
