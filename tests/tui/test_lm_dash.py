@@ -300,31 +300,33 @@ def test_an_unfinished_lm_record_shows_its_last_particles_as_text(tmp_path):
 
 
 @pytest.mark.asyncio
-async def test_results_name_the_programs_own_potentials(tmp_path):
-    """A steering program's score steps (E10, `examples/steer_potentials.qvr`): the
-    record's ``sequences.json`` names them and Results says so under the model and
-    prompt.  The run is made by `qvr run` in a subprocess (this process stays torch-free)."""
+async def test_live_and_results_name_the_programs_own_potentials(tmp_path, monkeypatch):
+    """A steering program's score steps (E10, `examples/steer_potentials.qvr`): `r` on
+    Setup's SMC; Live's model line and Results' header name them after the model and
+    prompt, and the record's ``sequences.json`` lists them."""
     pytest.importorskip("transformers")
-    import subprocess
-    import sys
-
-    from qvr_tui.screens.results import ResultsPane
-
-    from conftest import ResultsHarness
-    program = EXAMPLES / "steer_potentials.qvr"
-    out = subprocess.run([sys.executable, "-m", "qvr.cli", "run", str(program), "--method",
-                          "smc", "--particles", "4", "--max-len", "12", "--seed", "1",
-                          "--prompt", "the old dog", "--run-dir", str(tmp_path / "run")],
-                         capture_output=True, text=True, cwd=EXAMPLES.parent, timeout=300,
-                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "potentials: no_cat, fox_early, fewer_e (from the program)" in out.stdout
-    pane = ResultsPane(tmp_path / "run", program_path=program)
-    app = ResultsHarness(pane)
+    from qvr_tui.app import QvrDash
+    monkeypatch.chdir(EXAMPLES.parent)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    app = QvrDash(program=str(EXAMPLES / "steer_potentials.qvr"), runs_dir=tmp_path / "runs",
+                  watch=False)
     async with app.run_test(size=(100, 24)) as pilot:
-        res = await app.loaded.get()
+        setup = await smc_setup(pilot)
+        for name, text in (("prompt", "the old dog"), ("particles", "4"), ("max_len", "12")):
+            setup.set_value(name, text)
         await pilot.pause()
-        assert res.potentials == ("no_cat", "fox_early", "fewer_e")
-        header = str(pane.query_one("#results-header").render())
-        assert header.splitlines()[1] == ('tiny_lm · prompt "the old dog" · potentials '
-                                          'no_cat, fox_early, fewer_e (program)')
+        assert setup.errors == {}
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.state.finished and app.runner is None,
+                         "the SMC run to end")
+        assert app.state.status == "finished", app.state.problem()
+        await pilot.pause()
+        line = 'tiny_lm · prompt "the old dog" · potentials no_cat, fox_early, fewer_e'
+        assert str(app.query_one("#smc-lm").render()) == line
+        seqs = json.loads((Path(app.shown_run) / "sequences.json").read_text())
+        assert seqs["potentials"] == ["no_cat", "fox_early", "fewer_e"]
+        await pilot.press("4")
+        await wait_until(pilot, lambda: "potentials" in str(
+            app.query_one("#results-header").render()), "the Results header")
+        header = str(app.query_one("#results-header").render())
+        assert header.splitlines()[1] == line + " (program)"

@@ -473,6 +473,10 @@ class QvrDash(App):
             if request.config.method == "smc" else None
         self.state = RunState(vocab=vocab)
         self.state.requested = request.config.method
+        if request.config.method == "smc":  # the program's own potentials (E10), shown
+            from qvr.sema.pretrained_export import steered_in_file  # (torch-free)
+            own = steered_in_file(request.program, request.export)
+            self.state.potentials = tuple(sc.name for sc in own.scores) if own else ()
         self.state.run_dir = _shown_path(request.run_dir)
         self.live.stale_note = ""
         self.follow = None

@@ -109,6 +109,7 @@ class RunState:
         self.no_record = False  # the worker ended before writing a record (`start_failed`)
         self.folder_contents: list[str] = []  # what its run folder holds then
         self.config: dict = {}
+        self.potentials: tuple = ()  # a steering program's score steps (E10), by name
         self.total_steps = 0
         self.num_chains = 1
         self.run_dir: Optional[str] = None
@@ -500,7 +501,8 @@ class RunState:
         if not lm:
             return ""
         prompt = self.config.get("prompt") or ""
-        return f"{lm_label(lm)} · " + (f"prompt \"{prompt}\"" if prompt else "no prompt")
+        return f"{lm_label(lm)} · " + (f"prompt \"{prompt}\"" if prompt else "no prompt") + \
+            (f" · potentials {', '.join(self.potentials)}" if self.potentials else "")
 
     def status_line(self) -> str:
         """One line: method, status, step, rate and ETA (what the live header shows)."""
