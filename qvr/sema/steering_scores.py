@@ -200,20 +200,20 @@ class SteeringChecks:
     def steering_score(self, step: A.ScoreStep) -> None:
         self.effects.add("Score")
         if step.span.start > self.steering.span.start:
-            self._steer_expr(step.rhs, step.bind.text)
+            self._steer_expr(step.rhs)
         self.bind_local(step.bind, "score", None, "numeric",
                         "numeric", detail="score step · a log potential of SMC steering")
 
     # -- the expression: numbers, + - * /, unary minus, parentheses, exp/log/sqrt/sigmoid,
     #    text functions; returns whether it holds a constraint (0 or -inf)
-    def _steer_expr(self, e, step: str) -> Optional[str]:
+    def _steer_expr(self, e) -> Optional[str]:
         ctx = self.ctx
         if isinstance(e, A.Number):
             return None
         if isinstance(e, A.EParen):
-            return self._steer_expr(e.inner, step)
+            return self._steer_expr(e.inner)
         if isinstance(e, A.ENeg):
-            ind = self._steer_expr(e.operand, step)
+            ind = self._steer_expr(e.operand)
             if ind:
                 ctx.report(PE.indicator_sign(e.op, ind, "its negation"))
             return None
@@ -224,8 +224,8 @@ class SteeringChecks:
                                                      f"{', '.join(SCORE_BUILTINS)} and the text "
                                                      f"functions"))
                 return None
-            left = self._steer_expr(e.left, step)
-            right = self._steer_expr(e.right, step)
+            left = self._steer_expr(e.left)
+            right = self._steer_expr(e.right)
             if e.op == "+":
                 return left or right
             if e.op == "-":
@@ -245,7 +245,7 @@ class SteeringChecks:
                                                                  "positive number"))
             return left or right
         if isinstance(e, A.ECall):
-            return self._steer_call(e, step)
+            return self._steer_call(e)
         if isinstance(e, A.EName):
             self._steer_name(e.name)
             return None
@@ -272,7 +272,7 @@ class SteeringChecks:
                    f"steering score step reads text functions of `{token}` and numbers")
         ctx.report(PE.score_reads(n.span, msg))
 
-    def _steer_call(self, e: A.ECall, step: str) -> Optional[str]:
+    def _steer_call(self, e: A.ECall) -> Optional[str]:
         ctx, name = self.ctx, e.callee.text
         fn = TEXT_FUNCTIONS.get(name)
         if fn is None:
@@ -281,7 +281,7 @@ class SteeringChecks:
                 if len(e.args) != 1:
                     ctx.report(E.builtin_arity(e.callee.span, name, 1, len(e.args)))
                 for a in e.args:
-                    ind = self._steer_expr(a, step)
+                    ind = self._steer_expr(a)
                     if ind:
                         ctx.report(PE.indicator_sign(e.callee.span, ind, f"`{name}` of it"))
                 return None

@@ -74,7 +74,7 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 __all__ = ["ATTENTION", "SharedPrefixCache", "SharedPrefixLayer", "Switch",
-           "UnsupportedModel", "serving", "shared_prefix_attention", "supported", "probe"]
+           "UnsupportedModel", "shared_prefix_attention", "supported", "probe"]
 
 ATTENTION = "qvr_shared_prefix"
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("qvr_shared_prefix_cache",
@@ -144,10 +144,6 @@ class SharedPrefixLayer(CacheLayerMixin):
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("reorder the whole SharedPrefixCache (one buffer)")
-
-    def nbytes(self) -> int:
-        return sum(x.numel() * x.element_size() for x in
-                   (self.prompt_keys, self.prompt_values, self.keys, self.values))
 
 
 class SharedPrefixCache(Cache):
@@ -424,11 +420,6 @@ class _Serving:
             raise UnsupportedModel(f"layer {missed[0]} updated the cache but its attention "
                                    f"did not go through the attention interface")
         return False
-
-
-def serving(model, cache: SharedPrefixCache):
-    """`Switch(model).serving(cache)` (keep a `Switch` to serve many forwards)."""
-    return Switch(model).serving(cache)
 
 
 def supported(model) -> Optional[str]:

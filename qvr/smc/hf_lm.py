@@ -88,20 +88,15 @@ def load_lm(name_or_path: str, *, dtype: Optional[str] = None, device="cpu",
     local = Path(name_or_path).is_dir()
     if not local and (name_or_path.startswith((".", "/")) or name_or_path.endswith("/")):
         raise LMLoadError(f"--lm {name_or_path}: no such folder")
-    bars = tf.utils.logging.is_progress_bar_enabled()
-    tf.utils.logging.disable_progress_bar()  # "Loading weights" bars on the terminal
     try:
         tokenizer = tf.AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
-        model = load_causal_lm(name_or_path, dtype or "float32")
+        model = load_causal_lm(name_or_path, dtype or "float32")  # (its bars kept off)
     except (OSError, ValueError, KeyError) as exc:
         where = "the folder" if local else "a model folder or a model in the Hugging Face " \
             "cache (download it first, e.g. `hf download NAME`)"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LMLoadError(f"--lm {name_or_path}: cannot load a causal language model from "
                           f"{where}: {first}") from None
-    finally:
-        if bars:
-            tf.utils.logging.enable_progress_bar()
     model.to(torch.device(device))
     return HFCausalLM(model, tokenizer, prompt=prompt, cache=cache, name=name_or_path)
 
@@ -151,6 +146,7 @@ class HFCausalLM:
         self.head: tuple[int, ...] = (self.bos,) + self.prompt_ids
         self.mode = "kv-cache" if cache else "recompute"
         self.max_len = max_len
+        self._token_texts: Optional[list] = None
         self._probed = False
         self._switch = None  # hf_cache.Switch: the model's attention around our forwards
         self.cache_kind: Optional[str] = None
@@ -198,9 +194,13 @@ class HFCausalLM:
 
     def token_texts(self) -> list[str]:
         """The text of every token of the vocabulary (for token masks of text
-        constraints); tokens past the tokenizer's vocabulary give ``""``."""
-        n = len(self.tokenizer) if self.tokenizer is not None else 0
-        return [self.tokenizer.decode([i]) if i < n else "" for i in range(self.vocab_size)]
+        constraints); tokens past the tokenizer's vocabulary give ``""``.  Decoded once
+        (a pass over the vocabulary) and kept."""
+        if self._token_texts is None:
+            n = len(self.tokenizer) if self.tokenizer is not None else 0
+            self._token_texts = [self.tokenizer.decode([i]) if i < n else ""
+                                 for i in range(self.vocab_size)]
+        return self._token_texts
 
     # -- the model ------------------------------------------------------------------------
     def check_length(self, max_len: int) -> None:
@@ -328,7 +328,8 @@ class HFCausalLM:
         past = state[0] if state is not None else None
         if past is None:
             return 0
-        if type(past).__name__ == "SharedPrefixCache":
+        from .hf_cache import SharedPrefixCache
+        if isinstance(past, SharedPrefixCache):
             return past.nbytes()
         total, seen = 0, set()
         for k, v in _layer_tensors(past):

@@ -247,15 +247,17 @@ def letter_counts(letters: str, texts: Sequence[str], eos: Optional[int]) -> np.
     """How many of `letters` (either case) each token's text holds (`texts[i]`: token i's
     text; the end token, never decoded, holds none)."""
     chars = frozenset(letters.lower()) | frozenset(letters.upper())
-    out = np.array([sum(ch in chars for ch in t) for t in texts], dtype=np.float64)
-    if eos is not None and 0 <= eos < len(out):
-        out[eos] = 0.0
-    return out
+    return _no_text_at_eos([sum(ch in chars for ch in t) for t in texts], eos)
 
 
 def token_lengths(texts: Sequence[str], eos: Optional[int]) -> np.ndarray:
     """The number of characters of each token's text (the end token: 0)."""
-    out = np.array([len(t) for t in texts], dtype=np.float64)
+    return _no_text_at_eos([len(t) for t in texts], eos)
+
+
+def _no_text_at_eos(values, eos: Optional[int]) -> np.ndarray:
+    """`values` per token as float64, the end token's 0 (it is never decoded)."""
+    out = np.array(values, dtype=np.float64)
     if eos is not None and 0 <= eos < len(out):
         out[eos] = 0.0
     return out

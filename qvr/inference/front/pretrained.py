@@ -16,13 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from qvr.inference.data.fit_data import DataError
-
-
-def steered(program, export: Optional[str] = None):
-    """The `qvr.sema.pretrained_export.Steered` model of `program`'s export (`export`, the
-    export `program` is, or the module's first), or None."""
-    from qvr.inference.methods.smc_scores import steered_of
-    return steered_of(program, export)
+from qvr.inference.methods.smc_scores import steered_of
 
 
 def with_pretrained_lm(program, config, export: Optional[str] = None):
@@ -30,7 +24,7 @@ def with_pretrained_lm(program, config, export: Optional[str] = None):
     ``lm`` only; unchanged otherwise)."""
     if config.method != "smc" or config.lm is not None:
         return config
-    found = steered(program, export)
+    found = steered_of(program, export)
     if found is None:
         return config
     dtype = config.lm_dtype if config.lm_dtype != "float32" else found.dtype
@@ -39,7 +33,7 @@ def with_pretrained_lm(program, config, export: Optional[str] = None):
 
 def lm_replaces(program, config) -> Optional[str]:
     """The note of an ``lm`` that is not the program's own pretrained model, or None."""
-    found = steered(program)
+    found = steered_of(program)
     if found is None or config.lm is None:
         return None
     given = Path(config.lm).expanduser()

@@ -50,18 +50,12 @@ def _text_potential(call, lm, max_len):
         return T.word_budget(args[0], decode=decode, eos=eos)
     if fn == "template":
         return T.template(args[0], decode=decode, eos=eos, max_len=max_len)
-    texts = _texts(lm)
+    texts = lm.token_texts()
     if fn == "count_letters":
         return T.token_table(T.letter_counts(args[0], texts, eos))
     if fn == "token_length":
         return T.token_table(T.token_lengths(texts, eos))
     raise ValueError(f"unknown text function `{fn}`")
-
-
-def _texts(lm) -> list:
-    if not hasattr(lm, "_qvr_token_texts"):
-        lm._qvr_token_texts = lm.token_texts()
-    return lm._qvr_token_texts
 
 
 class ProgramScores(Potential):
