@@ -236,3 +236,17 @@ def test_models_that_do_not_compile_run_the_eager_tick():
     assert r.compiler == "eager"
     # nothing to compile: Inductor was not tried
     assert r.compiler_notes == ["eager: the density is not compiled"]
+
+
+def test_the_inductor_head_start_waits_for_a_free_core(monkeypatch):
+    """`prewarm_if_idle`: the Inductor import thread starts where other processes keep
+    less than half a core busy (or the load is unknown), not on a busy machine."""
+    from qvr.inference import threads
+    started = []
+    monkeypatch.setattr(T, "_prewarm_thread", None)
+    monkeypatch.setattr(T, "prewarm", lambda: started.append(True))
+    for load, want in ((1.9, []), (0.6, []), (0.2, [True]), (None, [True])):
+        started.clear()
+        monkeypatch.setattr(threads, "busy_cores", lambda load=load: load)
+        T.prewarm_if_idle()
+        assert started == want, load

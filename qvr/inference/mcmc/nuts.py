@@ -205,7 +205,7 @@ class NUTSKernel(HMCBase):
                 left = per_iter * (state.num_warmup + state.num_samples - state.i)
                 want = ticks.worth_compiling(tick.num_ops, left)
                 if not want and ticks.worth_compiling(tick.num_ops, 3 * left):
-                    ticks.prewarm()  # a head start for a compile that may come
+                    ticks.prewarm_if_idle()  # a head start for a compile that may come
         if want and tick.backend == "torchscript":
             tick = cache.get(target, z0, dense, thr, momentum, K, want_inductor=True)
         return tick
