@@ -317,6 +317,11 @@ def test_the_runs_table_gives_a_run_with_nothing_to_sample_its_log_marginal_like
     assert label == "log ML" and value == pytest.approx(-184.8496856689453, abs=1e-9)
     row = runs_model.RunRow(run.path, "x", "finished", "nuts", "", label, value, False)
     assert row.key_text == "log ML -184.8"
+    # a run cancelled before its first draw records R-hat NaN: the column stays empty
+    # (it read "R-hat nan" in tmux)
+    cancelled = runs_model.RunRow(run.path, "x", "cancelled", "nuts", "", "R-hat",
+                                  float("nan"), False)
+    assert cancelled.key_text == ""
 
 
 def test_the_partial_note_of_a_cancelled_run():

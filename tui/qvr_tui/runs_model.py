@@ -120,8 +120,8 @@ class RunRow:
 
     @property
     def key_text(self) -> str:
-        if self.key_value is None:
-            return ""
+        if self.key_value is None or self.key_value != self.key_value:
+            return ""  # not there yet, or not defined (R-hat of a run cancelled before a draw)
         return f"{self.key_label} {self.key_value:.4g}"
 
 
