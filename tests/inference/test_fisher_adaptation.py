@@ -143,7 +143,8 @@ def test_adapt_reaches_the_kernel_and_the_record(tmp_path):
 
 def test_dual_averaging_restarts_for_the_fixed_metric_window():
     """The step size after warmup averages the last 15 % only (the metric no longer
-    changes there): dual averaging restarts after `restart_at`, the last update point."""
+    changes there): dual averaging's average restarts after `restart_at`, the last update
+    point, while its iterate goes on (its update count is not reset)."""
     f = FisherDiag(1, 2, 100, torch.float64, None)
     assert f.restart_at == f.final_start - 1 == 84 and f.restart_at in f.update_points
     assert max(f.update_points) == f.restart_at
@@ -154,6 +155,28 @@ def test_dual_averaging_restarts_for_the_fixed_metric_window():
     while state.i < 100:
         state = kernel.sample(state, target)
         if state.i == 85:
-            assert state.da.t == 0  # restarted at the end of iteration 84
-    assert state.da.t == 15  # iterations 85 .. 99
+            # the average restarted at the end of iteration 84; the iterate did not
+            assert state.da.t_avg == 0 and state.da.t == 82  # iterations 3 .. 84
+            assert torch.equal(state.da.log_step_avg, state.da.log_step)
+    assert state.da.t_avg == 15 and state.da.t == 97  # the average: iterations 85 .. 99
     assert torch.allclose(state.step_size, torch.exp(state.da.log_step_avg))
+
+
+def test_restart_average_keeps_the_iterate_and_averages_afresh():
+    """`restart_average`: the next iterate is the one an undisturbed run would take (same
+    `h_bar`, `t`, `mu`), and the average afterwards is that of the later iterates only
+    (the first one's weight is 1)."""
+    from qvr.inference.mcmc.adaptation import DualAveraging
+    da = DualAveraging(0.8)
+    s = da.init(torch.tensor([0.5, 0.1]))
+    for a in (0.3, 0.9, 0.7, 0.95, 0.6):
+        s = da.update(s, torch.tensor([a, a]))
+    r = da.restart_average(s)
+    assert (r.t, r.t_avg) == (s.t, 0)
+    plain, fresh = da.update(s, torch.tensor([0.85, 0.85])), da.update(r, torch.tensor([0.85, 0.85]))
+    assert torch.equal(plain.log_step, fresh.log_step)
+    assert torch.equal(fresh.log_step_avg, fresh.log_step)  # weight 1 on the first
+    assert not torch.equal(plain.log_step_avg, plain.log_step)
+    nxt = da.update(fresh, torch.tensor([0.5, 0.5]))
+    w = 2 ** -0.75
+    assert torch.allclose(nxt.log_step_avg, w * nxt.log_step + (1 - w) * fresh.log_step)

@@ -170,7 +170,7 @@ def test_a_diverging_start_is_done_at_once():
 def _adaptation(C, D, da_state, lo, hi, W):
     args = TR.idle_adaptation(C, D, False, torch.float32, "cpu")
     args[0] = torch.stack([da_state.log_step, da_state.log_step_avg, da_state.h_bar,
-                           da_state.mu, torch.zeros(C)], -1)
+                           da_state.mu, torch.zeros(C), torch.zeros(C)], -1)
     args[3] = torch.tensor([0, W, lo, hi])
     return args
 

@@ -118,6 +118,8 @@ class NUTSKernel(HMCBase):
       >>> kernel = NUTSKernel(step_size=0.1, max_tree_depth=3, target_accept=0.8)
     """
 
+    #: the fixed-metric window restarts only dual averaging's average (`HMCBase`)
+    final_restart = "average"
     method = "nuts"
 
     def __init__(self, step_size: float = 0.1, max_tree_depth: int = 10,
@@ -360,7 +362,8 @@ class NUTSKernel(HMCBase):
         args = transitions.idle_adaptation(C, D, mass.dense, dtype, device)
         if da is not None:
             args[0] = torch.stack([da.log_step, da.log_step_avg, da.h_bar, da.mu,
-                                   torch.full_like(da.log_step, float(da.t))], -1)
+                                   torch.full_like(da.log_step, float(da.t)),
+                                   torch.full_like(da.log_step, float(da.t_avg))], -1)
         lo, hi = state.slow_range if welford is not None else (0, -1)
         if welford is not None:
             args[1] = torch.cat([welford.mean, welford.m2.reshape(C, -1)], -1)
@@ -399,7 +402,7 @@ class NUTSKernel(HMCBase):
         if da is not None:
             new.step_size = out.eps
             new.da = DualAveragingState(out.da[:, 0], out.da[:, 1], out.da[:, 2],
-                                        out.da[:, 3], int(out.da[0, 4]))
+                                        out.da[:, 3], int(out.da[0, 4]), int(out.da[0, 5]))
         if warm and state.fisher is not None:
             new.fisher.add(z, rec[..., D + len(transitions.REC_COLUMNS):], steps.accepted)
         if welford is not None:

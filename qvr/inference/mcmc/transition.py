@@ -304,7 +304,8 @@ class BlockOut(NamedTuple):
     rec: Tensor  # (T, C, 2 D + 6): per transition z, log density, acceptance statistic,
     #              energy, diverged, leaves, depth (see `REC_COLUMNS`), then the gradient
     #              at z (for the Fisher metric adaptation); rows >= limit zero
-    da: Tensor  # (C, 5) dual averaging: log step, log averaged step, h-bar, mu, updates
+    da: Tensor  # (C, 6) dual averaging: log step, log averaged step, h-bar, mu, updates,
+    #            updates in the average
     eps: Tensor  # (C,) the step size after the block (changed only by dual averaging)
     welford: Tensor  # (C, D + M) running mean and M2 (M = D, or D * D when dense)
     welford_n: Tensor  # (C,) positions folded in
@@ -320,7 +321,7 @@ def idle_adaptation(C: int, D: int, dense: bool, dtype, device) -> list:
     """`block_function`'s adaptation inputs that adapt nothing (dual averaging and the
     Welford window both empty)."""
     M = D * D if dense else D
-    return [torch.zeros(C, 5, dtype=dtype, device=device),
+    return [torch.zeros(C, 6, dtype=dtype, device=device),
             torch.zeros(C, D + M, dtype=dtype, device=device),
             torch.zeros(C, dtype=dtype, device=device),
             torch.tensor([0, 0, 0, -1], dtype=torch.long, device=device),
@@ -339,8 +340,8 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
     run.  An outer loop over the transitions runs `transition_function`'s loop (a leaf per
     pass for every chain still building) for each, writes its row of the record, and
     adapts, per chain (the run's iteration `sched[0] + t`): dual averaging (Hoffman &
-    Gelman's Algorithm 5, as `adaptation.DualAveraging`; `da` `(C, 5)`: log step, log
-    averaged step, h-bar, mu, updates; `hyper`: target, gamma, t0, kappa) while the
+    Gelman's Algorithm 5, as `adaptation.DualAveraging`; `da` `(C, 6)`: log step, log
+    averaged step, h-bar, mu, updates, updates in the average; `hyper`: target, gamma, t0, kappa) while the
     iteration is below `sched[1]`, the next transition then using `exp(log step)`; the
     Welford mean and M2 of the positions (as `adaptation.Welford`) while it is within
     `[sched[2], sched[3]]`.  What happens at a window's end (a new metric, a step-size
@@ -368,7 +369,7 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
             z, g = F[:, :D], F[:, D:2 * D]
             wmean, wm2 = F[:, 2 * D:3 * D], F[:, 3 * D:b]
             lp, eps = F[:, b], F[:, b + 1]
-            log_step, log_avg, h_bar, mu, da_t, n = (F[:, b + 2 + i] for i in range(6))
+            log_step, log_avg, h_bar, mu, da_t, da_ta, n = (F[:, b + 2 + i] for i in range(7))
             row = t.reshape(1)
             zp, lpp, gp, acc, div, leaves, depth, hp, passes = one(
                 z, lp, g, P.index_select(0, row).squeeze(0), inv, eps,
@@ -388,12 +389,13 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
             w = 1.0 / (tt + t0)
             h_new = (1.0 - w) * h_bar + w * (target - stat)
             ls_new = mu - torch.sqrt(tt) / gamma * h_new
-            eta = torch.pow(tt, -kappa)
+            eta = torch.pow(da_ta + 1.0, -kappa)
             avg_new = eta * ls_new + (1.0 - eta) * log_avg
             h_bar = torch.where(on, h_new, h_bar)
             log_step = torch.where(on, ls_new, log_step)
             log_avg = torch.where(on, avg_new, log_avg)
             da_t = torch.where(on, tt, da_t)
+            da_ta = torch.where(on, da_ta + 1.0, da_ta)
             eps = torch.where(on, torch.exp(ls_new), eps)
             # the Welford window (adaptation.Welford.update)
             won = (lo <= it) & (it <= hi)
@@ -409,12 +411,12 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
             wm2 = torch.where(won, m2_new, wm2)
             n = torch.where(won, n1, n)
             F = torch.cat([zp, gp, wmean, wm2] + [v.unsqueeze(-1) for v in (
-                lpp, eps, log_step, log_avg, h_bar, mu, da_t, n)], -1)
+                lpp, eps, log_step, log_avg, h_bar, mu, da_t, da_ta, n)], -1)
             return F, torch.stack([t + 1, I[1] + passes]), R
 
         F, I, R = loop(cond, body, (F0, I0, R0))
-        return (F[:, :D], F[:, b], F[:, D:2 * D], R, F[:, b + 2:b + 7], F[:, b + 1],
-                F[:, 2 * D:b], F[:, b + 7], I[1])
+        return (F[:, :D], F[:, b], F[:, D:2 * D], R, F[:, b + 2:b + 8], F[:, b + 1],
+                F[:, 2 * D:b], F[:, b + 8], I[1])
 
     return f
 
