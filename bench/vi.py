@@ -4,7 +4,7 @@ pymc-extras' Pathfinder.
 
     .venv/bin/python bench/vi.py [--only NAME ...] [--steps 1000] [--lr 0.01] [--seed 1]
         [--guides meanfield fullrank lowrank flow map laplace pathfinder]
-        [--side-methods ...] [--no-side] [--no-nuts] [--nuts-warmup 500]
+        [--resample] [--side-methods ...] [--no-side] [--no-nuts] [--nuts-warmup 500]
         [--nuts-samples 500] [--nuts-chains 4] [--venv DIR] [--python PY] [--json FILE]
 
 For each posterior of ``../shared/posteriordb-sample`` (the example programs of
@@ -15,6 +15,11 @@ For each posterior of ``../shared/posteriordb-sample`` (the example programs of
   (the LOO terms are not part of the answer).  A guide or method this checkout does not
   have yet (the config refuses it, the fit fails on an unknown method, or the fit ran the
   mean-field guide instead) is a row that says *not available*;
+* with ``--resample``, each guide but map (and not Pathfinder, which resamples its own)
+  once more with ``FitConfig.resample="psis"`` (`qvr.inference.methods.guide_resample`),
+  a row ``qvr GUIDE +psis`` below the plain one: its figures are of the resampled draws
+  (or the guide's own where k-hat >= 0.7; the note says which, with the importance ESS);
+  its time includes scoring the 4,000 guide draws;
 * the side (unless ``--no-side``), in a virtualenv on Python 3.12 that this script makes
   the first time (``DIR/bin/pip install numpyro "jax[cpu]" pymc pymc-extras``; default
   DIR ``~/.cache/qvr/bench-vi``): NumPyro's AutoNormal, AutoMultivariateNormal,
@@ -132,9 +137,10 @@ def _shipped(path: Path) -> dict:
     return json.loads(fit_json.read_text()) if fit_json.is_file() else {}
 
 
-def run_qvr_vi(example: str, guide: str, args) -> dict:
+def run_qvr_vi(example: str, guide: str, args, resample: str = "none") -> dict:
     """One `qvr.fit` with a guide (or ``pathfinder``): the row's figures, or
-    `Unavailable` when this checkout does not have it."""
+    `Unavailable` when this checkout does not have it.  `resample` ``"psis"``: the fit's
+    draws resampled by their PSIS weights (`FitConfig.resample`)."""
     from qvr.inference import fit
     from qvr.inference.config import ConfigError
     program, path = _program(example)
@@ -145,6 +151,8 @@ def run_qvr_vi(example: str, guide: str, args) -> dict:
         config = {**base, "method": "pathfinder"}
     else:
         config = {**base, "method": "svi", "guide": guide, "steps": args.steps, "lr": args.lr}
+        if resample != "none":
+            config["resample"] = resample
     t0 = time.perf_counter()
     try:
         result = fit(program, config=config, program_path=str(path))
@@ -173,9 +181,17 @@ def run_qvr_vi(example: str, guide: str, args) -> dict:
         steps = sum(it) if isinstance(it, list) else it
     if "gradient_evaluations" in stats:
         grads = stats["gradient_evaluations"]
+    note = stats.get("khat_note", "")
+    if resample != "none":
+        ess = stats.get("resample_ess")
+        note = "; ".join(n for n in (note, (
+            f"resampled, ESS {ess:.0f}" if stats.get("resampled") else
+            f"not resampled: {stats.get('resample_note')}"
+            + (f", ESS {ess:.0f}" if ess is not None else ""))) if n)
     return {"time": wall, "opt": stats.get("elapsed"), "steps": steps, "grads": grads,
             "khat": stats.get("khat"), "draws": _posteriors().flat_draws(result.samples),
-            "note": stats.get("khat_note", "")}
+            "note": note, "resampled": stats.get("resampled"),
+            "ess": stats.get("resample_ess")}
 
 
 def run_qvr_nuts(example: str, args) -> dict:
@@ -372,6 +388,8 @@ def main(argv=None) -> int:
     ap.add_argument("--guides", nargs="*", default=list(GUIDES),
                     help="qvr guides (meanfield fullrank lowrank[:K] flow map laplace) and "
                          "pathfinder (method)")
+    ap.add_argument("--resample", action="store_true",
+                    help="each guide but map also with --resample psis (a row beside it)")
     ap.add_argument("--side-methods", nargs="*", default=list(SIDE_METHODS))
     ap.add_argument("--no-side", action="store_true", help="qvr only")
     ap.add_argument("--no-nuts", action="store_true")
@@ -410,6 +428,11 @@ def main(argv=None) -> int:
             label = f"qvr {guide}"
             rows[label] = figures(label, lambda g=guide: run_qvr_vi(example, g, args), reference)
             print_row(label, rows[label])
+            if args.resample and guide.split(":")[0] not in ("map", "pathfinder"):
+                label = f"qvr {guide} +psis"
+                rows[label] = figures(label, lambda g=guide: run_qvr_vi(example, g, args,
+                                                                        "psis"), reference)
+                print_row(label, rows[label])
         for method in args.side_methods if not args.no_side else ():
             lib, kind = method.split(":", 1)
             label = {"pymc:advi": "pymc ADVI", "pymc:fullrank_advi": "pymc fullrank ADVI",

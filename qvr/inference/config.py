@@ -226,6 +226,11 @@ def parse_size(text: str) -> list:
     return [name, n]
 
 
+#: what becomes of a fitted guide's draws (`--resample`, `FitConfig.resample`): kept
+#: (``none``), or resampled by Pareto-smoothed importance weights (``psis``,
+#: `qvr.inference.methods.guide_resample`)
+RESAMPLES = ("none", "psis")
+
 #: the SVI guide families (`--guide`); ``lowrank`` takes its rank as ``lowrank:K``
 GUIDES = ("meanfield", "fullrank", "lowrank", "flow", "map", "laplace")
 
@@ -341,7 +346,11 @@ class FitConfig:
     program's parameters, ``{name: number}``), ``progress_interval``.
     SVI, HMC and NUTS: ``data``, ``synthetic``, ``draws`` (Monte-Carlo draws of every
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``, ``batch_size``
-    (`qvr.inference.data.minibatch`).  HMC/NUTS: ``num_warmup``, ``num_samples``,
+    (`qvr.inference.data.minibatch`), ``resample`` (``psis``: the run's draws resampled from
+    guide draws by their Pareto-smoothed importance weights when k-hat < 0.7,
+    `qvr.inference.methods.guide_resample`; an SVI option only: Pathfinder resamples its
+    own draws always, so ``--resample`` with ``--method pathfinder`` is refused as an
+    option of another method).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
     ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``, ``chain_method``.  Every
     method: ``threads`` (`qvr.inference.threads`).  SVI, HMC and
@@ -416,6 +425,12 @@ class FitConfig:
                       help="SVI: the guide: meanfield, fullrank, lowrank:K (diagonal plus "
                            "rank K), flow (a normalizing flow), map (the mode) or laplace "
                            "(a Normal at the mode)")
+    resample: str = _opt("none", methods=frozenset({"svi"}), choices=RESAMPLES,
+                         check=_choice(*RESAMPLES),
+                         help="SVI (every guide but map): psis resamples the run's draws "
+                              "from guide draws by Pareto-smoothed importance weights "
+                              "when the guide's k-hat is below 0.7 (none: the guide's own "
+                              "draws)")
     batch_size: Optional[int] = _opt(
         None, methods=frozenset({"svi"}), parse=parse_optional(parse_int),
         check=_int_or_none_at_least(1), metavar="B",
@@ -623,6 +638,10 @@ class FitConfig:
         for name in ("forbid_letters", "max_word_len", "template"):
             if self.lm is None and getattr(self, name) not in ("", None):
                 out[name] = "needs --lm (a constraint on a pretrained language model's text)"
+        if self.method == "svi" and self.resample == "psis" and "guide" not in out \
+                and split_guide(self.guide)[0] == "map":
+            out["resample"] = ("psis needs draws with a density, and --guide map is one "
+                               "point (the mode): use --guide laplace")
         if isinstance(self.template, str) and self.template and not self.template.split():
             out["template"] = "must hold at least one word or _"
         return out

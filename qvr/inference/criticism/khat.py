@@ -13,7 +13,8 @@ Jacobians cancel), and fit a generalized Pareto distribution to the largest rati
   spreads to be trusted.
 
 `pareto_khat(log_ratios)` is the statistic; `guide_log_ratios(model, guide, x,
-observations, n)` draws a fitted guide and scores its draws against the program;
+observations, n)` draws a fitted guide and scores its draws against the program
+(`guide_draws_log_ratios`: with the draws, which ``--resample psis`` resamples);
 `khat_record(...)` is what a run records (`result.stats["khat"]` and friends), and
 `khat_warning(k, method)` the one-line warning with the usual advice.
 """
@@ -142,12 +143,39 @@ def guide_log_ratios(model, guide, x, observations: Optional[dict] = None,
     array), with `log_p` the program's joint density (finite latents summed out) and
     `log_q` the guide's, both at the constrained values.  Draws are scored `chunk` at a
     time, vmapped where the program allows it (else one by one)."""
+    out = [r for _, r in _scored_chunks(model, guide, x, observations, n, chunk, False)]
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def guide_draws_log_ratios(model, guide, x, observations: Optional[dict] = None,
+                           n: int = KHAT_DRAWS, chunk: int = 250) -> tuple:
+    """`guide_log_ratios` with the draws scored: ``(draws, log_ratios)``, the draws
+    ``{site: (n, *shape)}`` constrained values (torch tensors, as `guide.rsample` gives
+    them) in the order of the ratios (`qvr.inference.methods.guide_resample` resamples
+    them)."""
+    draws, ratios = [], []
+    for d, r in _scored_chunks(model, guide, x, observations, n, chunk, True):
+        draws.append(d)
+        ratios.append(r)
+    return join_draws(draws), (np.concatenate(ratios) if ratios else np.zeros(0))
+
+
+def join_draws(parts: list) -> dict:
+    """Chunks of draws ``[{site: (m, *shape)}, ...]`` as one ``{site: (sum m, *shape)}``."""
+    import torch
+    if not parts:
+        return {}
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def _scored_chunks(model, guide, x, observations, n: int, chunk: int, keep: bool):
+    """``(draws or None, log_ratios)`` per chunk of `chunk` guide draws (`keep`: the
+    draws too, detached)."""
     import torch
 
     from qvr.inference.enumeration.enumerate import enumerated_total, prepare
     observations = dict(observations or {})
     prepare(model, x, observations)
-    out = []
     with torch.no_grad():
         left = int(n)
         while left > 0:
@@ -156,8 +184,8 @@ def guide_log_ratios(model, guide, x, observations: Optional[dict] = None,
             draws = guide.rsample(x, observations, sample_shape=(m,))
             log_q = guide.log_prob(x, draws, batch_ndims=1)
             log_p = _joint(model, x, observations, draws, m, enumerated_total)
-            out.append((log_p.double() - log_q.double()).reshape(-1).cpu().numpy())
-    return np.concatenate(out) if out else np.zeros(0)
+            ratios = (log_p.double() - log_q.double()).reshape(-1).cpu().numpy()
+            yield ({k: v.detach() for k, v in draws.items()} if keep else None), ratios
 
 
 def _joint(model, x, observations, draws, m, total):
@@ -187,36 +215,47 @@ def khat_record(log_ratios) -> dict:
 
 
 def record_guide_khat(ctx, result, guide, *, method: str = "svi",
-                      guide_name: Optional[str] = None) -> None:
+                      guide_name: Optional[str] = None, keep: int = 0):
     """Score `KHAT_DRAWS` draws of a fitted guide against the program and record k-hat in
     `result.stats` (``khat``, ``khat_draws``; ``khat_note`` when it could not be computed),
     warning (`FitWarning`) above `KHAT_WARN`.  The draws cost one joint evaluation each:
     where a first chunk says the whole would take longer than ``max(KHAT_SECONDS, the fit's own
-    time)``, fewer are scored (at least 100) and the record says how many."""
+    time)``, fewer are scored (at least 100) and the record says how many.
+
+    `keep` > 0 (``--resample psis``): up to ``max(keep, KHAT_DRAWS)`` draws are scored,
+    under the same time budget, and ``(draws, log_ratios)`` of every draw scored is
+    returned (`guide_draws_log_ratios`); else, or when k-hat was not computed, None."""
     import time
 
     from qvr.events import FitWarning
     world = getattr(ctx, "world", None)
     if world is not None and getattr(world, "distributed", False):
         result.stats["khat_note"] = "not computed across ranks"
-        return
+        return None
     if guide is None or not getattr(guide, "latent_names", None):
-        return
+        return None
+    target = max(KHAT_DRAWS, int(keep or 0))
+
+    def score(n):
+        if keep:
+            return guide_draws_log_ratios(ctx.model, guide, ctx.x, ctx.observations, n=n)
+        return None, guide_log_ratios(ctx.model, guide, ctx.x, ctx.observations, n=n)
     try:
         t0 = time.perf_counter()
-        first = guide_log_ratios(ctx.model, guide, ctx.x, ctx.observations, n=100)
+        first_draws, first = score(100)
         cost = (time.perf_counter() - t0) / 100
         budget = max(KHAT_SECONDS, float(getattr(result, "elapsed", 0.0) or 0.0))
-        n = int(min(KHAT_DRAWS - 100, max(0, budget / max(cost, 1e-9) - 100)))
-        rest = guide_log_ratios(ctx.model, guide, ctx.x, ctx.observations, n=n) \
-            if n > 0 and not ctx.stop() else np.zeros(0)
+        n = int(min(target - 100, max(0, budget / max(cost, 1e-9) - 100)))
+        rest_draws, rest = score(n) if n > 0 and not ctx.stop() else (None, np.zeros(0))
         ratios = np.concatenate([first, rest])
+        draws = join_draws([d for d in (first_draws, rest_draws) if d]) if keep else None
     except Exception as exc:  # the diagnostic never fails the fit
         result.stats["khat_note"] = f"not computed: {type(exc).__name__}: {exc}"[:200]
-        return
+        return None
     result.stats.update(khat_record(ratios))
     specs = getattr(guide, "specs", None) or ()
     local_only = bool(specs) and all(getattr(s, "kind", "") == "local" for s in specs)
     message = khat_warning(result.stats["khat"], method, guide_name, local_only=local_only)
     if message:
         ctx.report(FitWarning(message))
+    return (draws, ratios) if keep else None

@@ -11,6 +11,9 @@ k-hat was recorded) has no line.
 * ``Pareto k-hat 0.64 (1000 draws): usable (0.5 to 0.7)``
 * ``Pareto k-hat 0.98 (1000 draws): unreliable (above 0.7)``, and `recorded_khat_warning`
   the warning with the usual advice (`khat.khat_warning`, as the run emitted it).
+* with ``--resample psis`` (``resampled``, ``resample_ess``, ``resample_note`` in the
+  stats): ``Pareto k-hat 0.31 (4000 draws): good (below 0.5); draws resampled by PSIS
+  (ESS 2650)``, or ``...; draws not resampled (k-hat 0.93 >= 0.7): the guide's own``.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import Any, Mapping, Optional
 
 from qvr.inference.criticism.khat import KHAT_GOOD, KHAT_WARN, khat_warning
 
-__all__ = ["khat_verdict", "khat_line", "recorded_khat_warning"]
+__all__ = ["khat_verdict", "khat_line", "resample_text", "recorded_khat_warning"]
 
 
 def _number(v) -> Optional[float]:
@@ -42,8 +45,17 @@ _RANGE = {"good": f"below {KHAT_GOOD}", "usable": f"{KHAT_GOOD} to {KHAT_WARN}",
 
 
 def khat_line(stats: Optional[Mapping[str, Any]]) -> Optional[str]:
-    """The k-hat line of a run's ``stats``; None when they hold no k-hat (nor a note)."""
+    """The k-hat line of a run's ``stats``; None when they hold no k-hat (nor a note).
+    A run with ``--resample psis`` adds what became of its draws (`resample_text`)."""
     stats = stats or {}
+    line = _khat_only(stats)
+    extra = resample_text(stats)
+    if line is None or not extra:
+        return line
+    return f"{line}; {extra}"
+
+
+def _khat_only(stats: Mapping[str, Any]) -> Optional[str]:
     note = stats.get("khat_note")
     if "khat" not in stats:
         return f"Pareto k-hat {note}" if note else None
@@ -55,6 +67,22 @@ def khat_line(stats: Optional[Mapping[str, Any]]) -> Optional[str]:
     verdict = khat_verdict(k)
     shown = "inf" if math.isinf(k) else f"{k:.2f}"
     return f"Pareto k-hat {shown}{draws}: {verdict} ({_RANGE[verdict]})"
+
+
+def resample_text(stats: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """What ``--resample psis`` did with a run's draws
+    (`qvr.inference.methods.guide_resample`): ``draws resampled by PSIS (ESS 412)``, or
+    ``draws not resampled (k-hat 0.93 >= 0.7): the guide's own``; None for a run without
+    the option (its stats hold neither ``resample_ess`` nor ``resample_note``:
+    Pathfinder's own ``resampled`` says nothing here)."""
+    stats = stats or {}
+    if "resample_ess" not in stats and "resample_note" not in stats:
+        return None
+    if stats.get("resampled") is True:
+        ess = _number(stats.get("resample_ess"))
+        return "draws resampled by PSIS" + (f" (ESS {ess:.0f})" if ess is not None else "")
+    why = stats.get("resample_note") or "no reason recorded"
+    return f"draws not resampled ({why}): the guide's own"
 
 
 def recorded_khat_warning(stats: Optional[Mapping[str, Any]], method: str,

@@ -24,6 +24,8 @@ chains, S draws of SVI's fitted guide (`GUIDE_DRAWS`, 1,000), the prior draws of
   values of the others, and the record says so (``"replicates": "conditional"``);
 * SVI also ``log_p`` and ``log_q`` per draw (the log joint and the guide's log density):
   PSIS-LOO reweights the guide's draws towards the posterior (Magnusson et al. 2019).
+  An SVI run with ``--resample psis`` whose draws were resampled (``stats["resampled"]``)
+  uses those draws instead, as posterior draws (kind ``posterior``, no ``log_q``).
 
 Computed with `torch.func.vmap` over chunks of draws (``randomness="different"``), or
 one program run per draw when vmap cannot run the program.  Then `qvr.inference.criticism.checks
@@ -333,9 +335,13 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
                     f"term per element (`score lik : T = …`), to get them")
         return None
     method = ctx.config.method
-    kind = kind or {"svi": "guide", "prior": "prior"}.get(method, "posterior")
+    # `--resample psis` (methods/guide_resample.py): the run's draws are the guide's
+    # draws resampled towards the posterior, read as posterior draws (as Pathfinder's)
+    resampled = method == "svi" and bool((result.stats or {}).get("resampled"))
+    kind = kind or ("posterior" if resampled else
+                    {"svi": "guide", "prior": "prior"}.get(method, "posterior"))
     importance = None
-    if method == "svi":
+    if method == "svi" and not resampled:
         guide = result.guide
         if guide is None or not guide.latent_names:
             return None

@@ -77,12 +77,15 @@ def save_results(writer, result, status: str, message: str) -> None:
         writer.save_arrays(layout.SAMPLES, {
             **result.samples,
             **{k: v.detach().cpu().numpy() for k, v in stats_arrays.items() if v is not None}})
-    elif result.method in ("prior", "pathfinder") and result.samples:
-        # the prior draws (methods/prior.py), Pathfinder's resampled draws (one chain)
+    elif (result.method in ("prior", "pathfinder") or stats.get("resampled")) \
+            and result.samples:
+        # the prior draws (methods/prior.py), Pathfinder's resampled draws (one chain),
+        # SVI's draws resampled by --resample psis (methods/guide_resample.py)
         writer.save_arrays(layout.SAMPLES, result.samples)
     # SVI's draws from the fitted guide are not saved: `params.npz` holds the guide (its
     # locations and scales), from which they are drawn again at will, and the draws of a
-    # model with many local latents are large (writing them cost ~10% of a short fit)
+    # model with many local latents are large (writing them cost ~10% of a short fit);
+    # resampled ones cannot be drawn again, so they are
     if result.sequences is not None:
         writer.write_json(layout.SEQUENCES, result.sequences)
     if result.circuits is not None:  # a program with attention (methods/circuits.py)

@@ -9,7 +9,9 @@ it.  Progress reports each L-BFGS iteration (throttled; phase ``"optimization"``
 -log density); `FitNote`s say how the search went and what the Hessian is.  A Laplace
 fit records the PSIS k-hat of its draws (`qvr.inference.criticism.khat`); a MAP fit is a
 point estimate: its summary holds the mode (sd NaN), and it has no k-hat, no LOO and no
-predictive checks.
+predictive checks.  ``--resample psis`` (Laplace only; refused with map by
+`FitConfig.errors`): the Laplace draws resampled by their PSIS weights when k-hat < 0.7
+(`qvr.inference.methods.guide_resample`).
 
 Failures end the fit with status ``"failed"`` and one line (``stats["error_type"]``):
 no finite start (``NonFiniteDensity``), a search running off to infinity or still rising
@@ -179,8 +181,13 @@ def run(ctx: FitContext) -> FitResult:
     result.params = _params(model, guide)
     if guide is not None:
         x, obs = ctx.x, ctx.observations
-        result.samples, result.summary = _summary(guide, x, obs, report=ctx.report)
-        if kind == "laplace":
+        if kind == "laplace" and config.resample == "psis":  # weighted to the posterior
+            from qvr.inference.methods.guide_resample import resampled_summary
+            result.samples, result.summary = resampled_summary(ctx, result, guide,
+                                                               method="laplace")
+        else:
+            result.samples, result.summary = _summary(guide, x, obs, report=ctx.report)
+        if kind == "laplace" and config.resample != "psis":
             from qvr.inference.criticism.khat import record_guide_khat
             record_guide_khat(ctx, result, guide, method="laplace")
         from qvr.inference.methods.circuits import record_circuits

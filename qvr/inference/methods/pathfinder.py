@@ -10,6 +10,11 @@ iterations and gradient evaluations per path, density evaluations, ELBO per path
 PSIS k-hat of the pooled draws' log ratios (`qvr.inference.criticism.khat`; a warning
 above 0.7).  Progress: one row per path (``chain`` = the path), phase ``optimization``:
 the loss ``-log p~`` while L-BFGS climbs, then the ELBO of each iterate's normal.
+
+``--resample psis`` (`FitConfig.resample`, `qvr.inference.methods.guide_resample`) is an
+SVI option only: Pathfinder resamples its pooled draws by their PSIS weights always (with
+several paths), so the option would change nothing here, and ``--method pathfinder
+--resample psis`` is refused as an option of another method (one line, exit 2).
 """
 from __future__ import annotations
 

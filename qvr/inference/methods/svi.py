@@ -2,7 +2,9 @@
 mean-field `AutoNormalGuide`, fullrank, lowrank:K, flow) + `ELBO(elbo_particles)` + Adam on the model's and
 guide's parameters (a `start_from` run initialises them: an SVI run's guide, an MCMC
 run's posterior means, or with ``start_at="draws"`` the moments of its draws,
-`qvr.inference.front.start`).  With `FitConfig.batch_size` (or several ranks of a launch) each
+`qvr.inference.front.start`).  After the fit: the summary of `SUMMARY_DRAWS` guide draws
+and the guide's PSIS k-hat; with ``FitConfig.resample == "psis"`` the draws resampled by
+their importance weights when k-hat < 0.7 (`qvr.inference.methods.guide_resample`).  With `FitConfig.batch_size` (or several ranks of a launch) each
 step scores a minibatch of rows (`qvr.inference.data.minibatch`; progress says the epoch), and
 across ranks gradients are summed (`qvr.inference.distributed.world`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
 the steps since the previous report) is throttled; a non-finite loss stops the fit with
@@ -91,11 +93,16 @@ def run(ctx: FitContext) -> FitResult:
     result.elapsed = time.perf_counter() - t0
     result.params = svi_params(model, guide)
     if result.status != "failed":
-        result.samples, result.summary = guide_summary(guide, x, observations,
-                                                       report=ctx.report)
-        from qvr.inference.criticism.khat import record_guide_khat
         result.stats = {}
-        record_guide_khat(ctx, result, guide, guide_name=config.guide)
+        if config.resample == "psis":  # the draws weighted towards the posterior
+            from qvr.inference.methods.guide_resample import resampled_summary
+            result.samples, result.summary = resampled_summary(ctx, result, guide,
+                                                               guide_name=config.guide)
+        else:
+            result.samples, result.summary = guide_summary(guide, x, observations,
+                                                           report=ctx.report)
+            from qvr.inference.criticism.khat import record_guide_khat
+            record_guide_khat(ctx, result, guide, guide_name=config.guide)
         from qvr.inference.methods.circuits import record_circuits
         result.circuits = record_circuits(model, x, vocab=ctx.vocab)
     result.stats = {**(result.stats or {}),
