@@ -5,7 +5,9 @@ quantities).
 
 `predict(run, data)` takes the draws of a finished fit — HMC/NUTS chains (``samples.npz``,
 else the draws chunks of a run that ended early), S draws of an SVI run's fitted guide
-(rebuilt from ``params.npz``), the draws of a ``--method prior`` run — and, for each draw
+(rebuilt from ``params.npz``), the draws of a ``--method prior`` or Pathfinder run, and
+the saved draws of an SVI or Laplace run whose draws ``--resample psis`` resampled
+(``stats["resampled"]``: see below) — and, for each draw
 (every k-th with ``draws=K``: K draws in all, evenly spaced, at least one per chain), binds
 the latent values and runs the program forward on the new data with its observed sites
 drawn, not conditioned: the generative replicates of `qvr.inference.criticism.pointwise.Pointwise`
@@ -19,6 +21,22 @@ are drawn afresh from the program given the draw (as a new row's random effect i
 so are finite latents the fit summed out.  The model's parameters (``model.NAME``) are
 the run's.
 
+A run fitted with ``--resample psis`` (SVI with any guide, ``--guide laplace``) whose
+draws were resampled (``summary.json``'s ``stats["resampled"]`` true,
+`qvr.inference.methods.guide_resample.was_resampled`) predicts from those draws
+(``samples.npz``, one chain of 1,000), read as MCMC's and Pathfinder's are: its summary,
+checks and predictions then describe the same draws.  The guide is not drawn from at
+all, so a joint guide (fullrank, lowrank, flow) over row latents predicts new rows too.
+Decision for what the draws cannot give: row latents (``local`` sites and the sites of a
+data-sized object) are drawn afresh from the program given each bound draw, exactly as
+for an MCMC run and as before for guide draws, and the prediction's notes say so in one
+line (``the fit's row latents `u` (one value per fitted row) are drawn afresh for the
+new rows``).  A resampled run without its ``samples.npz`` is refused (its draws cannot
+be drawn again); a run not resampled (``resampled`` false: k-hat too high, or no
+``--resample``) predicts from fresh draws of its guide.  `Prediction.draws_from` (and
+the prediction record's ``stats["draws_from"]``) says which: ``"samples"`` (the run's
+saved draws) or ``"guide"``.
+
 The new data holds the covariates (host data) the program reads, and the input
 (``x``/``@input``) when the program has one.  Without an input, the rows are the leading
 size of the row-wise host data (the arrays that had one entry per data row in the fit);
@@ -28,7 +46,8 @@ not read are left out with a note; observed values in the new data are not used 
 prediction draws them), also said in a note.
 
 Errors (`PredictError`, naming the data file and the cause): a run without draws (failed
-before sampling, SMC, an SVI run without a guide), data missing a covariate the program
+before sampling, SMC, an SVI run without a guide, a resampled run without its
+``samples.npz``), data missing a covariate the program
 reads (named), shapes that do not fit the program, new sizes of a program whose sizes are
 fixed.
 
@@ -78,6 +97,9 @@ class Prediction:
       summary: `qvr.inference.criticism.diagnostics.Summary` of both (mean, sd, quantiles).
       rows: the rows of the new data; chains, per_chain: the draws' layout; stride: every
         stride-th draw of the fit was used; notes: what the user should know.
+      draws_from: where the bound latents came from: ``"samples"`` (the run's saved draws:
+        MCMC, Pathfinder, prior, or an SVI/Laplace run resampled by ``--resample psis``)
+        or ``"guide"`` (fresh draws of an SVI run's fitted guide).
       run_dir: the prediction's run record, when one was written.
     """
 
@@ -92,6 +114,7 @@ class Prediction:
     source: str = ""
     run_dir: Optional[str] = None
     seed: Optional[int] = None
+    draws_from: str = "samples"
 
 
 class Predictive(Pointwise):
@@ -235,20 +258,36 @@ def _no_draws(run, why: str) -> PredictError:
     return PredictError(f"{run.path}: the run has no draws to predict from: {why}")
 
 
+def draws_source(run) -> str:
+    """Where `run`'s latents to bind come from: ``"guide"`` (fresh draws of an SVI run's
+    fitted guide) or ``"samples"`` (its saved draws: every other method, and an SVI or
+    Laplace run whose draws ``--resample psis`` resampled)."""
+    from qvr.inference.methods.guide_resample import was_resampled
+    if run.method != "svi" or was_resampled(run.method, (run.summary or {}).get("stats")):
+        return "samples"
+    return "guide"
+
+
 def source_draws(run, model, x, host: dict) -> tuple[list, list]:
     """``(per_chain, redrawn)``: the fit's draws of the latents to bind, one ``{site: (N,
     *shape)}`` per chain, and the sites whose draws are not bound (row latents, drawn
-    afresh for the new rows: see the module docstring)."""
+    afresh for the new rows: see the module docstring).  An SVI run's come from its
+    guide, unless ``--resample psis`` resampled its draws: then from them (`draws_source`),
+    through the same path as MCMC's and Pathfinder's saved draws."""
     method = run.method
     if method not in METHODS:
         raise _no_draws(run, f"a --method {method} run has no posterior draws (predict from "
                              f"an HMC, NUTS, SVI, Pathfinder or prior run)")
     if run.status == "running":
         raise PredictError(f"{run.path}: the run is still running")
-    if method == "svi":
+    if draws_source(run) == "guide":
         per_chain = [_guide_draws(run, model, x, host)]
     else:
         found = _site_draws(run.samples())
+        if not found and method == "svi":  # resampled: the draws are in samples.npz only
+            raise _no_draws(run, "its draws were resampled by --resample psis, and its "
+                                 "samples.npz, which holds them, is missing or empty (they "
+                                 "cannot be drawn again)")
         if not found:
             found = _site_draws(run.draws())
         if not found or any(v.shape[1] == 0 for v in found.values()):
@@ -479,7 +518,8 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
     per_chain = [{k: v[::stride][:N] for k, v in d.items()} for d in per_chain]
     _check_forward(pred, per_chain[0], run, where, x)
     result = Prediction(rows=int(x.shape[0]) if x.dim() else 1, chains=C, per_chain=N,
-                        stride=stride, notes=notes, source=str(run.path), seed=seed)
+                        stride=stride, notes=notes, source=str(run.path), seed=seed,
+                        draws_from=draws_source(run))
     writer = None
     if run_dir is not None:
         writer = _writer(run, run_dir, values, data, where, draws, seed)
@@ -498,7 +538,8 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
             report(FitWarning(n))
         report(FitNote(f"predicting {_names(pred.observed + pred.recorded)} at "
                        f"{result.rows} rows of {where} from {C} x {N} draws of {run.path}"
-                       + (f" (every {stride}th of {total})" if stride > 1 else "")))
+                       + (f" (every {stride}th of {total})" if stride > 1 else "")
+                       + _from_text(run, result.draws_from)))
         out: dict = {}
         for c, d in enumerate(per_chain):
             got = pred.many({k: v for k, v in d.items() if k != "__draw__"}) if \
@@ -516,7 +557,7 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
         result.summary = summary(stacked, columns=COLUMNS)
         elapsed = time.perf_counter() - t0
         stats = {"num_chains": C, "num_samples": N, "rows": result.rows,
-                 "stride": stride, "elapsed": elapsed}
+                 "stride": stride, "draws_from": result.draws_from, "elapsed": elapsed}
         if writer is not None:
             _save(writer, result, stacked, stats)
         report(FitFinished(summary=stats, elapsed=elapsed))
@@ -530,6 +571,14 @@ def _predict(run, data, draws, seed, run_dir, program, data_path, on_event) -> P
         if writer is not None:
             writer.close()
     return result
+
+
+def _from_text(run, draws_from: str) -> str:
+    """What an SVI run's draws are, for the prediction's note ('' for other methods)."""
+    if run.method != "svi":
+        return ""
+    return ": its draws resampled by --resample psis (samples.npz)" \
+        if draws_from == "samples" else ": fresh draws of its fitted guide"
 
 
 def _unbound(pred: Predictive, n: int) -> dict:
