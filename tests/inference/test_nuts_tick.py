@@ -60,21 +60,25 @@ def test_folded_tick_stops_the_same_chains_as_the_python_checks(momentum, dense)
         z=z0, p=p, lp=f(C), g=torch.nan_to_num(g0), sum_acc=f(C),
         n_leaves=torch.zeros(C, dtype=torch.long), diverged=torch.zeros(C, dtype=torch.bool),
         sub_w=f(C) - math.inf, sz=z0, sg=g0, slp=f(C), sh=f(C), psum=f(C, D), ck_a=None,
-        ck_v=None, running=torch.ones(C, dtype=torch.bool), eps=0.3 * direction, inv=inv,
-        h0=f(C) + 5.0, direction=direction)
-    a = start._replace(**dict(zip(("ck_a", "ck_v"), T.InductorTick.checkpoints(K, z0))))
-    b = start._replace(**dict(zip(("ck_a", "ck_v"), T.LeafTick.checkpoints(K, z0))))
+        ck_v=None, ck_x=None, running=torch.ones(C, dtype=torch.bool), eps=0.3 * direction,
+        inv=inv, h0=f(C) + 5.0, direction=direction)
+    ck = ("ck_a", "ck_v", "ck_x")
+    a = start._replace(**dict(zip(ck, T.InductorTick.checkpoints(K, z0))))
+    b = start._replace(**dict(zip(ck, T.LeafTick.checkpoints(K, z0))))
     stopped_at = {}
     for n in range(16):
         u = torch.rand(C, generator=gen)
         store, check = T.checkpoint_masks(n, K)
         a, b = folded(a, u, store, check), listed(b, u, n)
         for name in T.TickState._fields:
-            if name not in ("ck_a", "ck_v"):
+            if name not in ck:
                 assert torch.equal(getattr(a, name), getattr(b, name)), name
         for k in range(K):  # the stored checkpoints agree too
             if b.ck_a[k] is not None:
                 assert torch.equal(a.ck_a[k], b.ck_a[k]) and torch.equal(a.ck_v[k], b.ck_v[k])
+        for k in range(3 * K):
+            if momentum and b.ck_x[k] is not None:
+                assert torch.equal(a.ck_x[k], b.ck_x[k])
         for c in range(C):
             if not bool(a.running[c]) and c not in stopped_at:
                 stopped_at[c] = n
@@ -99,7 +103,8 @@ def test_the_positional_boundary_round_trips_the_record():
         assert torch.allclose(x, y, atol=1e-6, rtol=1e-6), name
     assert torch.allclose(v0, v1) and torch.equal(div0, div1)
     # the fields a leaf does not write are the caller's own tensors
-    for name in ("psum", "ck_a", "ck_v", "running", "eps", "inv", "h0", "direction"):
+    for name in ("psum", "ck_a", "ck_v", "ck_x", "running", "eps", "inv", "h0",
+                 "direction"):
         assert getattr(got, name) is getattr(s, name)
 
 

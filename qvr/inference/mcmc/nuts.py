@@ -21,7 +21,13 @@ Two choices, each with the spec's rule available:
   `W_sub / (W_current + W_sub)`.
 * ``uturn`` — the termination criterion.  ``"momentum"`` (default; Betancourt's
   generalised criterion, as Stan and Pyro): a (sub)tree whose momenta sum to `rho` turns
-  when `v- . rho <= 0` or `v+ . rho <= 0` (`v = M^-1 p` at its two ends).
+  when `v- . rho <= 0` or `v+ . rho <= 0` (`v = M^-1 p` at its two ends); and, as Stan
+  since 2.23 and nutpie, at every merge of two halves (inside subtrees and of a subtree
+  into the trajectory) the left half with the right half's first leaf and the left
+  half's last leaf with the right half must not turn either (`ops.turning_across`).
+  Without these (NumPyro's iterative checks, ours until 2026-12) a trajectory can run
+  past its U-turn: an iid Normal in 10 dimensions at step 0.88 took 10.7 leapfrogs per
+  draw against 4.8 with them (nutpie 4.76), and under adaptation 67.
   ``"position"`` (spec 6.6.5 verbatim): `(z+ - z-) . v- < 0` or `(z+ - z-) . v+ < 0`.
 
 Decision (recorded here and in the closing note of issue 4): the spec keeps the legacy
@@ -460,13 +466,13 @@ class NUTSKernel(HMCBase):
         # what the ticks carry from one subtree to the next (the acceptance statistics,
         # leaf counts and divergence flags of the whole iteration; checkpoint slots are
         # written before they are read within a subtree)
-        ck_a, ck_v = tick.checkpoints(K, z0)
+        ck_a, ck_v, ck_x = tick.checkpoints(K, z0)
         s = ticks.TickState(
             z=z0, p=p0, lp=logp0, g=grad0, sum_acc=torch.zeros(C, dtype=dtype, device=device),
             n_leaves=torch.zeros(C, dtype=torch.long, device=device),
             diverged=torch.zeros(C, dtype=torch.bool, device=device), sub_w=neg_inf,
             sz=zp, sg=gp, slp=lpp, sh=hp, psum=torch.zeros_like(z0), ck_a=ck_a, ck_v=ck_v,
-            running=active, eps=eps.unsqueeze(-1), inv=inv, h0=h0,
+            ck_x=ck_x, running=active, eps=eps.unsqueeze(-1), inv=inv, h0=h0,
             direction=torch.ones(C, 1, dtype=dtype, device=device))
 
         for j in range(self.max_tree_depth):
@@ -482,7 +488,7 @@ class NUTSKernel(HMCBase):
             s = ticks.TickState(
                 torch.where(fwd_col, zr, zl), torch.where(fwd_col, pr, pl), s.lp,
                 torch.where(fwd_col, gr, gl), s.sum_acc, s.n_leaves, s.diverged, neg_inf,
-                zp, gp, lpp, hp, torch.zeros_like(z0), s.ck_a, s.ck_v, active.clone(),
+                zp, gp, lpp, hp, torch.zeros_like(z0), s.ck_a, s.ck_v, s.ck_x, active.clone(),
                 step.unsqueeze(-1), s.inv, s.h0, direction.unsqueeze(-1))
             for n in range(2 ** j):
                 u = torch.rand(C, dtype=dtype, device=device)
@@ -506,6 +512,9 @@ class NUTSKernel(HMCBase):
             lpp = torch.where(take, s.slp, lpp)
             hp = torch.where(take, s.sh, hp)
             log_w = torch.where(completed, new_log_w, log_w)
+            if momentum:  # the old trajectory's end beside the subtree, and its other end
+                p_near = torch.where(fwd_col, pr, pl)
+                p_far = torch.where(fwd_col, pl, pr)
             right = (completed & fwd).unsqueeze(-1)
             left = (completed & ~fwd).unsqueeze(-1)
             z, p, g = s.z, s.p, s.g
@@ -515,8 +524,17 @@ class NUTSKernel(HMCBase):
                 torch.where(left, g, gl)
             depth = torch.where(active, torch.full_like(depth, j + 1), depth)
             if momentum:
+                # the whole trajectory, then Stan's checks across the merge: the old
+                # trajectory with the subtree's first leaf (checkpoint slot 0), and the old
+                # trajectory's end beside it with the subtree
+                p_first = s.ck_x[0]
+                uturn = fused.turning_rho(mass.velocity(pr), rho + s.psum,
+                                          mass.velocity(pl)) \
+                    | fused.turning_rho(mass.velocity(p_first), rho + p_first,
+                                        mass.velocity(p_far)) \
+                    | fused.turning_rho(mass.velocity(s.p), s.psum + p_near,
+                                        mass.velocity(p_near))
                 rho = torch.where(completed.unsqueeze(-1), rho + s.psum, rho)
-                uturn = fused.turning_rho(mass.velocity(pr), rho, mass.velocity(pl))
             else:
                 dz = zr - zl
                 uturn = ((dz * mass.velocity(pl)).sum(-1) < 0) | \

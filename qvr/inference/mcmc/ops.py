@@ -92,32 +92,64 @@ def turning_rho(v: Tensor, rho: Tensor, ck_v: Tensor) -> Tensor:
     return ((ck_v * rho).sum(-1) <= 0) | ((v * rho).sum(-1) <= 0)
 
 
+def turning_across(v: Tensor, psum: Tensor, a_k: Tensor, v_k: Tensor, a_n: Tensor,
+                   v_n: Tensor, p_n: Tensor, p_l: Tensor, v_l: Tensor) -> Tensor:
+    """Stan's checks across the two halves of a sub-subtree of 4 leaves or more (Stan
+    2.23's `base_nuts`, also in nuts-rs): the left half with the right half's first leaf,
+    and the left half's last leaf with the right half, must not turn either.  The
+    sub-subtree starts at checkpoint `k` (momentum sum before it `a_k`, velocity `v_k`),
+    its right half at checkpoint `k + 1` (`a_n`, `v_n`, momentum `p_n`); `p_l`, `v_l` are
+    the momentum and velocity of the left half's last leaf, `v` and `psum` the current
+    leaf's velocity and the momentum sum through it."""
+    left = a_n - a_k + p_n
+    right = psum - a_n + p_l
+    return (((v_k * left).sum(-1) <= 0) | ((v_n * left).sum(-1) <= 0)
+            | ((v_l * right).sum(-1) <= 0) | ((v * right).sum(-1) <= 0))
+
+
 def uturn_update(z: Tensor, p: Tensor, v: Tensor, div: Tensor, running: Tensor,
-                 psum: Tensor, ck_a: Tensor, ck_v: Tensor, store: Tensor, check: Tensor,
-                 direction: Tensor, momentum: bool):
+                 psum: Tensor, ck_a: Tensor, ck_v: Tensor, ck_x: Tensor, store: Tensor,
+                 check: Tensor, direction: Tensor, momentum: bool):
     """Store this leaf's checkpoint and stop the chains whose leaf diverged (`div`) or
     one of whose sub-subtrees ending here turns (see `tick.py`).  Traced into the
-    Inductor tick; the same tests as `turning_rho` and `turning`, on every slot.
+    Inductor tick; the same tests as `turning_rho`, `turning_across` and `turning`, on
+    every slot.
 
     `ck_a`, `ck_v` are `(K, C, D)` checkpoint stacks; `store` `(K, 1, 1)` marks the slot
     this leaf goes to, `check` `(K, 1)` the slots to test.  With `momentum` (generalised
     criterion) `ck_a` holds the momentum sum *before* the checkpoint leaf, so the
     sub-subtree from slot `k` to this leaf sums to `psum - ck_a[k]`; otherwise it holds
-    positions (`turning`).  Returns `(psum, ck_a, ck_v, running)`.
+    positions (`turning`).  `ck_x` `(3K, C, D)` (momentum criterion only; passed through
+    otherwise): per slot the checkpoint leaf's momentum, then the momentum and velocity of
+    the last leaf at which the slot's sub-subtree was checked, which is the left half's
+    last leaf when the sub-subtree twice that size is checked (`turning_across`; the
+    right half starts at slot `k + 1`).  Returns `(psum, ck_a, ck_v, ck_x, running)`.
     """
     if momentum:
+        K = ck_a.shape[0]
         ck_a = torch.where(store, psum, ck_a)
         ck_v = torch.where(store, v, ck_v)
+        p_ck = torch.where(store, p, ck_x[:K])
+        p_last, v_last = ck_x[K:2 * K], ck_x[2 * K:]
         psum = psum + p
         rho = psum - ck_a
         turns = ((ck_v * rho).sum(-1) <= 0) | ((v * rho).sum(-1) <= 0)
+        # slot k + 1 beside slot k (the last row wraps round and is masked out)
+        a_n = torch.cat([ck_a[1:], ck_a[:1]], 0)
+        v_n = torch.cat([ck_v[1:], ck_v[:1]], 0)
+        p_n = torch.cat([p_ck[1:], p_ck[:1]], 0)
+        across = turning_across(v, psum, ck_a, ck_v, a_n, v_n, p_n, p_last, v_last)
+        halves = check & torch.cat([check[1:], torch.zeros_like(check[:1])], 0)
+        turns = (turns & check) | (across & halves)
+        chk = check.unsqueeze(-1)
+        ck_x = torch.cat([p_ck, torch.where(chk, p, p_last), torch.where(chk, v, v_last)], 0)
     else:
         ck_a = torch.where(store, z, ck_a)
         ck_v = torch.where(store, v, ck_v)
         dz = (z - ck_a) * direction
-        turns = ((dz * ck_v).sum(-1) < 0) | ((dz * v).sum(-1) < 0)
-    stop = div | (turns & check).any(0)
-    return psum, ck_a, ck_v, running & ~stop
+        turns = (((dz * ck_v).sum(-1) < 0) | ((dz * v).sum(-1) < 0)) & check
+    stop = div | turns.any(0)
+    return psum, ck_a, ck_v, ck_x, running & ~stop
 
 
 def _script(fn):
@@ -132,7 +164,8 @@ def _script(fn):
 class _Lazy:
     """Scripts every function on first use (keeps `import` cheap)."""
 
-    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho")
+    _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho",
+              "turning_across")
 
     def __init__(self):
         self._done = False

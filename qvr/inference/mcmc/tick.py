@@ -125,8 +125,9 @@ class TickState(NamedTuple):
     """Everything a tick reads and writes, for `C` chains, as one named record.
 
     The first `NUM_CARRIED` fields change at every tick; the last four are fixed through a
-    subtree.  `ck_a` / `ck_v` are in the tick's container (`tick.checkpoints`: a list of
-    `K` tensors `(C, D)` for `LeafTick`, `(K, C, D)` stacks for `InductorTick`).
+    subtree.  `ck_a` / `ck_v` / `ck_x` are in the tick's container (`tick.checkpoints`: a
+    list of `K` (`3K` for `ck_x`) tensors `(C, D)` for `LeafTick`, `(K, C, D)` (`(3K, C,
+    D)`) stacks for `InductorTick`; `ck_x` as `ops.uturn_update` says).
     """
 
     z: Tensor  # (C, D) position of the last leaf
@@ -144,6 +145,7 @@ class TickState(NamedTuple):
     psum: Tensor  # (C, D) momenta summed over the subtree's leaves
     ck_a: object  # checkpoints: momentum sums (or positions) ...
     ck_v: object  # ... and velocities
+    ck_x: object  # checkpoint momenta, last-leaf momenta and velocities (`uturn_update`)
     running: Tensor  # (C,) bool: the chain's subtree is still being built
     eps: Tensor  # (C, 1) signed step size of the subtree
     inv: Tensor  # (C, D) or (C, D, D) inverse mass matrix
@@ -152,7 +154,7 @@ class TickState(NamedTuple):
 
 
 #: the fields every tick updates (the first ones of `TickState`)
-NUM_CARRIED = 16
+NUM_CARRIED = 17
 #: the fields a leaf writes: the first ones of `TickState`
 _NUM_LEAF_WRITES = 12
 
@@ -201,10 +203,10 @@ def folded_function(leaf: Callable, momentum: bool) -> Callable:
 
     def tick(s: TickState, u, store, check) -> TickState:
         s, v, div = leaf(s, u)
-        psum, ck_a, ck_v, running = ops.uturn_update(s.z, s.p, v, div, s.running, s.psum,
-                                                     s.ck_a, s.ck_v, store, check,
-                                                     s.direction, momentum)
-        return s._replace(psum=psum, ck_a=ck_a, ck_v=ck_v, running=running)
+        psum, ck_a, ck_v, ck_x, running = ops.uturn_update(
+            s.z, s.p, v, div, s.running, s.psum, s.ck_a, s.ck_v, s.ck_x, store, check,
+            s.direction, momentum)
+        return s._replace(psum=psum, ck_a=ck_a, ck_v=ck_v, ck_x=ck_x, running=running)
 
     return tick
 
@@ -275,7 +277,7 @@ class LeafTick:
 
     @staticmethod
     def checkpoints(K: int, z0: torch.Tensor) -> tuple:
-        return [None] * K, [None] * K
+        return [None] * K, [None] * K, [None] * (3 * K)
 
     def __call__(self, s: TickState, u, n: int) -> TickState:
         if self._writes is not None:
@@ -287,15 +289,23 @@ class LeafTick:
             head, z, p = leaf_s[:_NUM_LEAF_WRITES], leaf_s.z, leaf_s.p
         lo, hi = checkpoint_range(n)
         stop = div
-        psum, ck_a, ck_v = s.psum, s.ck_a, s.ck_v
+        psum, ck_a, ck_v, x = s.psum, s.ck_a, s.ck_v, s.ck_x
         if self.momentum:
             # ck_a holds the momentum sum *before* the checkpoint leaf, so the
-            # sub-subtree from checkpoint k to leaf n sums to psum - ck_a[k]
+            # sub-subtree from checkpoint k to leaf n sums to psum - ck_a[k]; x: the
+            # checkpoint's momentum, and the momentum and velocity of the last leaf the
+            # slot's sub-subtree was checked at (`ops.uturn_update`)
+            K = len(ck_a)
             if n % 2 == 0:
-                ck_a[hi], ck_v[hi] = psum, v
+                ck_a[hi], ck_v[hi], x[hi] = psum, v, p
             psum = psum + p
             for k in range(lo, hi + 1):
                 stop = stop | ops.fused.turning_rho(v, psum - ck_a[k], ck_v[k])
+                if k < hi:  # 4 leaves or more: the checks across its halves
+                    stop = stop | ops.fused.turning_across(
+                        v, psum, ck_a[k], ck_v[k], ck_a[k + 1], ck_v[k + 1], x[k + 1],
+                        x[K + k], x[2 * K + k])
+                x[K + k], x[2 * K + k] = p, v
         else:
             if n % 2 == 0:
                 ck_a[hi], ck_v[hi] = z, v
@@ -303,7 +313,7 @@ class LeafTick:
                 stop = stop | ops.fused.turning(z, v, ck_a[k], ck_v[k], s.direction)
         # the leaf's writes, then the U-turn fields (`running` and what follows the
         # carried fields are not written by the leaf): one record per tick, spelled out
-        return TickState(*head, psum, ck_a, ck_v, s.running & ~stop, *s[NUM_CARRIED:])
+        return TickState(*head, psum, ck_a, ck_v, x, s.running & ~stop, *s[NUM_CARRIED:])
 
 
 class InductorTick:
@@ -329,7 +339,7 @@ class InductorTick:
     @staticmethod
     def checkpoints(K: int, z0: torch.Tensor) -> tuple:
         C, D = z0.shape
-        return z0.new_zeros(K, C, D), z0.new_zeros(K, C, D)
+        return z0.new_zeros(K, C, D), z0.new_zeros(K, C, D), z0.new_zeros(3 * K, C, D)
 
     def masks(self, n: int) -> tuple:
         m = self._masks.get(n)
@@ -366,7 +376,8 @@ class InductorTick:
 def _listed(s: TickState) -> TickState:
     """`s` with checkpoint stacks as the lists `LeafTick` keeps (the same tensors)."""
     if isinstance(s.ck_a, torch.Tensor):
-        s = s._replace(ck_a=list(s.ck_a.unbind(0)), ck_v=list(s.ck_v.unbind(0)))
+        s = s._replace(ck_a=list(s.ck_a.unbind(0)), ck_v=list(s.ck_v.unbind(0)),
+                       ck_x=list(s.ck_x.unbind(0)))
     return s
 
 
@@ -386,13 +397,14 @@ def example_state(z0: torch.Tensor, g0: torch.Tensor, dense: bool, K: int) -> tu
     b = torch.zeros(C, dtype=torch.bool, device=device)
     u = torch.rand(C, generator=gen, dtype=dtype, device=device)
     p = rnd(C, D)
-    psum, ck_a, ck_v = rnd(C, D), rnd(K, C, D), rnd(K, C, D)
+    psum, ck_a, ck_v, ck_x = rnd(C, D), rnd(K, C, D), rnd(K, C, D), rnd(3 * K, C, D)
     # no two inputs share storage: Inductor would specialise the kernel to the aliasing
     z0, g0 = z0.detach(), g0.detach()
     s = TickState(z=z0.clone(), p=p, lp=f(C), g=g0.clone(), sum_acc=f(C),
                   n_leaves=torch.zeros(C, dtype=torch.long, device=device),
                   diverged=b.clone(), sub_w=f(C) - math.inf, sz=z0.clone(), sg=g0.clone(),
-                  slp=f(C), sh=f(C), psum=psum, ck_a=ck_a, ck_v=ck_v, running=b | True,
+                  slp=f(C), sh=f(C), psum=psum, ck_a=ck_a, ck_v=ck_v, ck_x=ck_x,
+                  running=b | True,
                   eps=f(C, 1) + 0.05, inv=inv, h0=f(C) + 1.0, direction=f(C, 1) + 1)
     return s, u
 

@@ -157,6 +157,7 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             sub_w=neg_inf, sz=z0, sg=g0, slp=lp0, sh=h0,  # the subtree's weight, proposal
             psum=torch.zeros_like(z0),
             ck_a=z0.new_zeros(K, C, D), ck_v=z0.new_zeros(K, C, D),  # checkpoints
+            ck_x=z0.new_zeros(3 * K, C, D),
             direction=direction,  # (C, 1)
             passes=izeros)
         layout = _Layout(C, D, K)
@@ -169,7 +170,7 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
 
         def body(j, n, done, zl, pl, gl, zr, pr, gr, zp, gp, lpp, hp, log_w, rho, depth,
                  z, p, g, lp, sum_acc, n_leaves, diverged, sub_w, sz, sg, slp, sh, psum,
-                 ck_a, ck_v, direction, passes):
+                 ck_a, ck_v, ck_x, direction, passes):
             # one pass: a leaf for every chain still building (named tensors in and out)
             live = ~done
             lcol = live.unsqueeze(-1)
@@ -192,9 +193,9 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             row = n.clamp(max=last_row)
             store = (store_tab[row] & lcol).t().unsqueeze(-1)  # (K, C, 1)
             check = check_tab[row].t()  # (K, C)
-            psum, ck_a, ck_v, still = ops.uturn_update(z, p, v, div, live, psum, ck_a,
-                                                       ck_v, store, check, direction,
-                                                       momentum)
+            psum, ck_a, ck_v, ck_x, still = ops.uturn_update(
+                z, p, v, div, live, psum, ck_a, ck_v, ck_x, store, check, direction,
+                momentum)
             n = n + live.to(n.dtype)
             # ---- a subtree that ended is merged into its chain's trajectory
             ended = live & ((n >= torch.ones_like(j) << j) | ~still)
@@ -211,6 +212,9 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             hp = torch.where(take, sh, hp)
             log_w = torch.where(completed, new_log_w, log_w)
             fwd = direction.squeeze(-1) > 0
+            # the old trajectory's end beside the subtree, and its other end
+            p_near = torch.where(direction > 0, pr, pl)
+            p_far = torch.where(direction > 0, pl, pr)
             right = (completed & fwd).unsqueeze(-1)
             left = (completed & ~fwd).unsqueeze(-1)
             zr, pr, gr = torch.where(right, z, zr), torch.where(right, p, pr), \
@@ -220,9 +224,20 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             j = j + ended.to(j.dtype)
             depth = torch.where(ended, j, depth)
             if momentum:
-                rho = torch.where(completed.unsqueeze(-1), rho + psum, rho)
-                uturn = ((velocity(inv, pl) * rho).sum(-1) <= 0) | \
-                    ((velocity(inv, pr) * rho).sum(-1) <= 0)
+                # the whole trajectory, then Stan's checks across the merge (as
+                # `NUTSKernel._build`): the old trajectory with the subtree's first leaf
+                # (checkpoint slot 0), its end beside the subtree with the subtree
+                p_first = ck_x[0]
+                rho_new = rho + psum
+                across_old = rho + p_first
+                across_new = psum + p_near
+                uturn = ((velocity(inv, pl) * rho_new).sum(-1) <= 0) | \
+                    ((velocity(inv, pr) * rho_new).sum(-1) <= 0) | \
+                    ((velocity(inv, p_far) * across_old).sum(-1) <= 0) | \
+                    ((velocity(inv, p_first) * across_old).sum(-1) <= 0) | \
+                    ((velocity(inv, p_near) * across_new).sum(-1) <= 0) | \
+                    ((velocity(inv, p) * across_new).sum(-1) <= 0)
+                rho = torch.where(completed.unsqueeze(-1), rho_new, rho)
             else:
                 dz = zr - zl
                 uturn = ((dz * velocity(inv, pl)).sum(-1) < 0) | \
@@ -246,7 +261,7 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
                         gp=gp, lpp=lpp, hp=hp, log_w=log_w, rho=rho, depth=depth, z=z, p=p,
                         g=g, lp=lp, sum_acc=sum_acc, n_leaves=n_leaves, diverged=diverged,
                         sub_w=sub_w, sz=sz, sg=sg, slp=slp, sh=sh, psum=psum, ck_a=ck_a,
-                        ck_v=ck_v, direction=direction, passes=passes + 1)
+                        ck_v=ck_v, ck_x=ck_x, direction=direction, passes=passes + 1)
 
         out = layout.unpack(*loop(cond, packed_body, layout.pack(state)))
         zp, gp, lpp, hp, depth = out["zp"], out["gp"], out["lpp"], out["hp"], out["depth"]
@@ -269,7 +284,8 @@ _BOOLS = ("done", "diverged")
 
 class _Layout:
     """Packs the named state into `F` (C, 15 D + 9) floats (the `direction` column
-    last), `I` (C, 7) longs and `CK` (2K, C, D) checkpoints, and unpacks it (views)."""
+    last), `I` (C, 7) longs and `CK` (5K, C, D) checkpoints (`ck_a`, `ck_v`, `ck_x`), and
+    unpacks it (views)."""
 
     def __init__(self, C: int, D: int, K: int):
         self.C, self.D, self.K = C, D, K
@@ -280,7 +296,7 @@ class _Layout:
         I = torch.stack([s[k].to(torch.long) if k in _BOOLS else s[k] for k in _INTS], -1)
         if I.shape[0] != self.C:  # pragma: no cover - shapes are fixed by construction
             raise ValueError("bad state")
-        CK = torch.cat([s["ck_a"], s["ck_v"]], 0)
+        CK = torch.cat([s["ck_a"], s["ck_v"], s["ck_x"]], 0)
         return F, I, CK
 
     def unpack(self, F, I, CK) -> dict:
@@ -291,7 +307,7 @@ class _Layout:
         out["direction"] = F[:, base + len(_SCALARS):base + len(_SCALARS) + 1]
         out.update({k: (I[:, i] != 0) if k in _BOOLS else I[:, i]
                     for i, k in enumerate(_INTS)})
-        out["ck_a"], out["ck_v"] = CK[:K], CK[K:]
+        out["ck_a"], out["ck_v"], out["ck_x"] = CK[:K], CK[K:2 * K], CK[2 * K:]
         return out
 
 
@@ -341,8 +357,8 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
     pass for every chain still building) for each, writes its row of the record, and
     adapts, per chain (the run's iteration `sched[0] + t`): dual averaging (Hoffman &
     Gelman's Algorithm 5, as `adaptation.DualAveraging`; `da` `(C, 6)`: log step, log
-    averaged step, h-bar, mu, updates, updates in the average; `hyper`: target, gamma, t0, kappa) while the
-    iteration is below `sched[1]`, the next transition then using `exp(log step)`; the
+    averaged step, h-bar, mu, updates, updates in the average; `hyper`: target, gamma,
+    t0, kappa) while the iteration is below `sched[1]`, the next transition then using `exp(log step)`; the
     Welford mean and M2 of the positions (as `adaptation.Welford`) while it is within
     `[sched[2], sched[3]]`.  What happens at a window's end (a new metric, a step-size
     search) is the caller's: a block never runs past one.
