@@ -87,6 +87,25 @@ def _digest(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
     return h.hexdigest()[:32]
 
 
+def _load_package(path: Path):
+    """`aoti_load_package` of a package from the disk cache, without Inductor's probe of
+    the CPU's vector instructions: loading only compares them with the package's, for a
+    logged warning, and the probe compiles and loads six test libraries in subprocesses
+    (1.47 s of eight schools' 3.1 s second run, 4 x (1000 + 1000)).  The package was
+    built, probe and all, by a compile on this machine's cache; the probe's answer is
+    read from the CPU's flags instead (`cpp.vec_isa_ok`), and forgotten after the load
+    (its cache cleared) so that a compile later in this process still probes.  No public
+    API loads a package without it; these are Inductor's own config and cache."""
+    from torch._inductor import aoti_load_package, config, cpu_vec_isa
+    if cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:  # probed already: free
+        return aoti_load_package(str(path))
+    try:
+        with config.patch({"cpp.vec_isa_ok": True}):
+            return aoti_load_package(str(path))
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+
+
 def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
               biased: bool, T: int, directory: Path = None) -> bool:
     """Whether `compile_transition` will find its package on disk."""
@@ -295,7 +314,7 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
                     build()
                 elif not _build_unless_stopped(build, should_stop):
                     return None, STOPPED
-            runner = aoti_load_package(str(path))
+            runner = _load_package(path) if cached else aoti_load_package(str(path))
             seconds = time.perf_counter() - t0
             # a few transitions: over many, float rounding (an ulp of a step size from dual
             # averaging) grows into different trajectories, as any two builds' would.  A
