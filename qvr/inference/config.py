@@ -479,12 +479,13 @@ class FitConfig:
         None, methods=MCMC, parse=parse_optional(str),
         choices=("identity", "diagonal", "dense"),
         check=_choice("identity", "diagonal", "dense", optional=True),
-        help="HMC/NUTS: mass matrix (default identity for HMC, diagonal for NUTS)")
+        help="HMC/NUTS: mass matrix (default identity for HMC, diagonal for NUTS; dense "
+             "undoes correlations: D x D per leapfrog)")
     adapt: str = _opt("fisher", methods=MCMC, choices=("fisher", "stan"),
                       check=_choice("fisher", "stan"),
-                      help="HMC/NUTS: warmup adaptation of a diagonal metric: fisher "
-                           "(nutpie's: draws and gradients, early short windows) or stan "
-                           "(Stan's windows: draws only)")
+                      help="HMC/NUTS: warmup adaptation of the metric: fisher "
+                           "(nutpie's: draws and gradients, early short windows; also "
+                           "dense) or stan (Stan's windows: draws only)")
     init_strategy: str = _opt("prior", methods=MCMC, flag="--init",
                               choices=("prior", "zero", "optimize", "pathfinder"),
                               check=_choice("prior", "zero", "optimize", "pathfinder"),

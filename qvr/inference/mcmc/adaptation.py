@@ -333,3 +333,103 @@ class FisherDiag:
         new = torch.sqrt(ratio).clamp(1e-10, 1e10)
         ok = torch.isfinite(ratio) & (ratio > 0) & (x.n >= 3).unsqueeze(-1)
         return torch.where(ok, new.to(inv.dtype), inv)
+
+
+class DenseMoments(Moments):
+    """`Moments` with the whole matrix of summed outer products of deviations: `m2` is
+    `(C, D, D)` (the same pairwise merge, block by block).
+
+      >>> m = DenseMoments(1, 2, torch.float64, None)
+      >>> m.add(torch.randn(5, 1, 2, dtype=torch.float64), torch.ones(5, 1, dtype=torch.bool))
+      >>> tuple(m.m2.shape)
+      (1, 2, 2)
+    """
+
+    def __init__(self, C: int, D: int, dtype, device):
+        super().__init__(C, D, dtype, device)
+        self.m2 = torch.zeros(C, D, D, dtype=dtype, device=device)
+
+    def add(self, X: torch.Tensor, keep: torch.Tensor) -> None:
+        keep = keep & torch.isfinite(X).all(-1)
+        w = keep.to(self.mean.dtype).unsqueeze(-1)
+        X = torch.where(keep.unsqueeze(-1), X.to(self.mean.dtype), torch.zeros_like(w))
+        nb = w.sum(0).squeeze(-1)
+        mb = X.sum(0) / nb.clamp_min(1.0).unsqueeze(-1)
+        dev = w * (X - mb)
+        m2b = torch.einsum("kci,kcj->cij", dev, X - mb)
+        n = self.n + nb
+        delta = mb - self.mean
+        scale = (self.n * nb / n.clamp_min(1.0)).reshape(-1, 1, 1)
+        self.mean = self.mean + delta * (nb / n.clamp_min(1.0)).unsqueeze(-1)
+        self.m2 = self.m2 + m2b + delta.unsqueeze(-1) * delta.unsqueeze(-2) * scale
+        self.n = n
+
+
+def _sqrtm(S: torch.Tensor) -> tuple:
+    """`(S^1/2, S^-1/2)` of symmetric positive definite `S` `(C, D, D)` (eigenvalues
+    clamped at 1e-300 of the largest)."""
+    w, V = torch.linalg.eigh(0.5 * (S + S.transpose(-1, -2)))
+    w = w.clamp_min(w[..., -1:].abs() * 1e-300 + 1e-300)
+    r = torch.sqrt(w)
+    Vt = V.transpose(-1, -2)
+    return (V * r.unsqueeze(-2)) @ Vt, (V / r.unsqueeze(-2)) @ Vt
+
+
+def geometric_mean(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """The matrix geometric mean `A # B = A^1/2 (A^-1/2 B A^-1/2)^1/2 A^1/2` of symmetric
+    positive definite `(C, D, D)` matrices: the `M` with `M A^-1 M = B`."""
+    a, ai = _sqrtm(A)
+    mid, _ = _sqrtm(ai @ B @ ai)
+    out = a @ mid @ a
+    return 0.5 * (out + out.transpose(-1, -2))
+
+
+class FisherDense(FisherDiag):
+    """nutpie's Fisher-divergence metric without the diagonal restriction, on the same
+    windows as `FisherDiag`: the inverse metric that minimises the sample Fisher divergence
+    over all affine maps is `cov(x) # cov(g)^-1` (the matrix geometric mean; Seyboldt,
+    Carlson & Carpenter's full-rank case, which nuts-rs does not ship), exact for a
+    Gaussian from any `D + 1` draws in general position (`cov(g) = P cov(x) P` there, and
+    `A # (S A^-1 S) = S`).  With `D` or fewer draws in the foreground both covariances are
+    singular and the diagonal estimate is used, as a diagonal matrix; a result that is not
+    finite or not positive definite keeps the previous metric.  `after` takes and returns
+    `(C, D, D)` inverse metrics (`--mass-matrix dense --adapt fisher`, the default
+    adaptation: until 2026-12 a dense metric was adapted on Stan's windows only)."""
+
+    def _fresh(self) -> tuple:
+        return (DenseMoments(self.C, self.D, self.dtype, self.device),
+                DenseMoments(self.C, self.D, self.dtype, self.device))
+
+    def after(self, i: int, inv: torch.Tensor) -> torch.Tensor:
+        if i in self._switch_set:
+            self.fore, self.back = self.back, self._fresh()
+        if i not in self.update_points:
+            return inv
+        x, g = self.fore
+        n = x.n
+        dx = torch.diagonal(x.m2, dim1=-2, dim2=-1)
+        dg = torch.diagonal(g.m2, dim1=-2, dim2=-1)
+        diag = torch.diag_embed(torch.sqrt(dx / dg).clamp(1e-10, 1e10))
+        denom = (n - 1).clamp_min(1.0).reshape(-1, 1, 1)
+        full = n > self.D
+        new = diag
+        if bool(full.any()):
+            # in float64: a float32 posterior's scales can span 1e4 (kid_scores), which
+            # leaves float32 eigendecompositions without convergence
+            Sx, Sg = (x.m2 / denom).double(), (g.m2 / denom).double()
+            eye = torch.eye(self.D, dtype=Sg.dtype, device=Sg.device)
+            L, info = torch.linalg.cholesky_ex(torch.where(full.reshape(-1, 1, 1), Sg, eye))
+            use = full & (info == 0)  # else: a covariance not positive definite
+            if bool(use.any()):
+                B = torch.cholesky_inverse(torch.where(use.reshape(-1, 1, 1), L, eye))
+                Sx = torch.where(use.reshape(-1, 1, 1), Sx, eye)
+                try:
+                    mean = geometric_mean(Sx, B).to(diag.dtype)
+                    new = torch.where(use.reshape(-1, 1, 1), mean, diag)
+                except RuntimeError:  # no eigendecomposition: the diagonal estimate
+                    new = diag
+        new = new.to(inv.dtype)
+        ok = torch.isfinite(new).all(-1).all(-1) & (n >= 3)
+        _, info = torch.linalg.cholesky_ex(torch.where(ok.reshape(-1, 1, 1), new, inv))
+        ok = ok & (info == 0)
+        return torch.where(ok.reshape(-1, 1, 1), new, inv)

@@ -43,8 +43,9 @@ driver never reads it.
   fixed for the last 15 % of warmup; `adaptation.FisherDiag`), ``"windowed"`` (Stan's
   schedule: slow windows end with a mass-matrix update, a fresh step-size search and a
   restart of dual averaging) or ``"end"`` (the spec's legacy rule: one update from every
-  warmup position at the end of warmup, step size not re-tuned).  A dense metric is
-  adapted on Stan's windows under ``"fisher"`` (`HMCBase.schedule`);
+  warmup position at the end of warmup, step size not re-tuned).  A dense metric under
+  ``"fisher"`` is `adaptation.FisherDense` (the geometric mean of the draws' and the
+  inverse of the gradients' covariances) on the same windows;
 * after warmup the averaged step size `eps-bar`; with `num_warmup = 0` the initial one;
 * with `find_step_size` (and at least 20 warmup iterations), a heuristic search for a
   step size whose one-step acceptance is about 0.8 (Hoffman & Gelman's Algorithm 4) at
@@ -71,8 +72,8 @@ from typing import Optional
 
 import torch
 
-from qvr.inference.mcmc.adaptation import (DualAveraging, DualAveragingState, FisherDiag,
-                                           Welford, initial_inverse_metric,
+from qvr.inference.mcmc.adaptation import (DualAveraging, DualAveragingState, FisherDense,
+                                           FisherDiag, Welford, initial_inverse_metric,
                                            mass_update_points, warmup_schedule)
 from qvr.inference.mcmc.integrator import MassMatrix, leapfrog
 
@@ -253,10 +254,8 @@ class HMCBase(MCMCKernel):
 
     @property
     def schedule(self) -> str:
-        """The warmup schedule that runs: ``"fisher"`` adapts a diagonal metric only; a
-        dense one is adapted on Stan's windows (``"windowed"``)."""
-        if self.warmup_schedule == "fisher" and self.mass_matrix == "dense":
-            return "windowed"
+        """The warmup schedule that runs (the one asked for: ``"fisher"`` adapts a
+        diagonal metric with `FisherDiag`, a dense one with `FisherDense`)."""
         return self.warmup_schedule
 
     #: what restarts for the Fisher schedule's fixed-metric window: ``"full"`` (dual
@@ -295,9 +294,16 @@ class HMCBase(MCMCKernel):
         fisher = (self.schedule == "fisher" and self._adapts_mass and num_warmup >= 20
                   and D > 0)
         if fisher:  # the metric from the first gradient, before the step-size search
-            state.mass = mass if given is not None and self.mass_matrix == "diagonal" \
-                else MassMatrix("diagonal", initial_inverse_metric(grad))
-            state.fisher = FisherDiag(C, D, num_warmup, z0.dtype, z0.device)
+            dense = self.mass_matrix == "dense"
+            if dense:
+                first = initial_inverse_metric(grad)
+                state.mass = MassMatrix("dense", torch.diag_embed(first),
+                                        torch.diag_embed(torch.sqrt(first)))
+            else:
+                state.mass = mass if given is not None \
+                    else MassMatrix("diagonal", initial_inverse_metric(grad))
+            state.fisher = (FisherDense if dense else FisherDiag)(C, D, num_warmup,
+                                                                  z0.dtype, z0.device)
             state.fisher.add(z0.unsqueeze(0), grad.unsqueeze(0),
                              torch.isfinite(logp).unsqueeze(0))
             state.mass_updates = state.fisher.update_points
@@ -363,7 +369,8 @@ class HMCBase(MCMCKernel):
             # after the first (dual averaging restarted there only)
             inv = state.fisher.after(i, state.mass.inv)
             if inv is not state.mass.inv:
-                state.mass = MassMatrix("diagonal", inv)
+                state.mass = MassMatrix("dense", inv, torch.linalg.cholesky(inv)) \
+                    if state.mass.dense else MassMatrix("diagonal", inv)
             if i == state.fisher.first_update and state.da is not None:
                 if self.find_step_size:
                     state.step_size = self._reasonable_step_size(state, target)
