@@ -162,7 +162,9 @@ async def main():
                                  "qvr.inference.criticism.diagnostics",
                                  # numpy only: the k-hat line and warning (issue 39)
                                  "qvr.inference.criticism.khat",
-                                 "qvr.inference.criticism.khat_text"))
+                                 "qvr.inference.criticism.khat_text",
+                                 # numpy only: the dense-metric note of a NUTS record
+                                 "qvr.inference.criticism.correlation"))
     print("HEAVY", heavy)
 asyncio.run(main())
 """

@@ -199,6 +199,9 @@ class Results:
     # hold it): its line, and above 0.7 the run's warning (`khat_text`); else ""
     khat: str = ""
     khat_warning: str = ""
+    # HMC/NUTS on a diagonal metric with a strongly correlated pair of coordinates: the
+    # note that a dense metric would sample it faster (`criticism.correlation`); else ""
+    metric_note: str = ""
 
     @property
     def has_checks(self) -> bool:

@@ -101,6 +101,8 @@ def load_results(run) -> Results:
     res.khat = khat_line(res.stats) or ""  # how good the approximation is, any method
     res.khat_warning = recorded_khat_warning(res.stats, res.method,
                                              (run.config or {}).get("guide"), events) or ""
+    from qvr.inference.criticism.correlation import recorded_note
+    res.metric_note = recorded_note(res.stats)  # HMC/NUTS: a dense metric would do better
     from qvr_tui.circuits_model import load_circuits
     res.circuits = load_circuits(run, res.program_path)
     from qvr_tui.predictive_model import load_predictive

@@ -89,6 +89,7 @@ def run(ctx: FitContext) -> FitResult:
                      should_stop=ctx.stop, target=target, initial=initial)
     out = FitResult(config.method, status="cancelled" if res.cancelled else "finished",
                     mcmc=res, elapsed=res.total_time, step=config.num_warmup + res.num_samples)
+    correlated = _dense_metric_hint(ctx, kernel, target, res)
     out.samples = {k: v.detach().cpu().numpy() for k, v in res.samples.items()}
     out.params = {f"model.{n}": p.detach().cpu().numpy()
                   for n, p in ctx.model.named_parameters()}
@@ -117,7 +118,28 @@ def run(ctx: FitContext) -> FitResult:
                  "compiler_notes": list(getattr(res, "compiler_notes", []) or []),
                  "compile_fallback": compile_fallback(res),
                  **out.summary.worst()}
+    if correlated is not None:
+        out.stats["correlated"] = list(correlated)
     return out
+
+
+def _dense_metric_hint(ctx: FitContext, kernel, target, res):
+    """On a diagonal metric, the strongest correlated pair of unconstrained coordinates
+    (`qvr.inference.criticism.correlation`), said in a `FitNote`; or None."""
+    if res.cancelled or kernel.mass_matrix != "diagonal" or res.unconstrained is None \
+            or target.registry is None:
+        return None
+    from qvr.events import FitNote
+    from qvr.inference.criticism.correlation import (coordinate_labels, dense_metric_note,
+                                                     strongest_pair)
+    try:
+        pair = strongest_pair(res.unconstrained.detach().cpu().numpy(),
+                              coordinate_labels(target.registry))
+    except Exception:  # advice never fails the fit
+        return None
+    if pair is not None:
+        ctx.report(FitNote(dense_metric_note(pair)))
+    return pair
 
 
 def pathfinder_init(ctx: FitContext, target) -> tuple:

@@ -396,6 +396,8 @@ class ResultsPane(Vertical):
             lines.append(f"ⓘ {res.khat}")
         if res.khat_warning:
             lines.append(f"⚠ {res.khat_warning}")
+        if res.metric_note:
+            lines.append(f"ⓘ {res.metric_note}")
         notes.update("\n".join(lines))
         notes.set_class(not lines, "-empty")
         keys = "  e: export draws to ArviZ" if res.is_mcmc and res.num_chains else ""
