@@ -1,5 +1,5 @@
 """Prediction from a ``--resample psis`` run (`qvr.inference.front.predict`,
-`qvr.inference.methods.guide_resample.was_resampled`): a run whose draws were resampled
+`qvr.inference.criticism.khat.was_resampled`): a run whose draws were resampled
 predicts from those saved draws (``samples.npz``), as an MCMC run does; a run that was
 not resampled predicts from fresh draws of its fitted guide.
 

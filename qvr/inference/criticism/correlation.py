@@ -19,17 +19,6 @@ STRONG = 0.9
 MAX_DIM = 500
 
 
-def coordinate_labels(registry) -> list:
-    """``site`` for a site of one coordinate, ``site[i]`` (flat index) otherwise, in the
-    target's unconstrained order."""
-    out = []
-    for site in registry:
-        n = int(site.size)
-        out.extend([site.name] if n == 1
-                   else [f"{site.name}[{i}]" for i in range(n)])
-    return out
-
-
 def strongest_pair(draws, labels: list) -> Optional[tuple]:
     """``(label_i, label_j, r)`` for the most correlated pair of the pooled draws
     `(chains, draws, D)` if ``|r| >= STRONG``, else None (also for fewer than 2 or more

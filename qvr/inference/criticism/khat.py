@@ -214,6 +214,16 @@ def khat_record(log_ratios) -> dict:
             "khat_draws": int(r.size)}
 
 
+def was_resampled(method: str, stats) -> bool:
+    """Whether a run of `method` with `stats` (``summary.json``'s, or ``result.stats``) holds
+    draws resampled by ``--resample psis``: an SVI run (``--guide laplace`` included)
+    whose ``resampled`` is true.  Its draws are then posterior draws, saved in
+    ``samples.npz``, and prediction (`qvr.inference.front.predict`) binds them instead of
+    drawing from the guide.  Pathfinder's own ``resampled`` (its multi-path PSIS) is not
+    this option's."""
+    return method == "svi" and bool((stats or {}).get("resampled") is True)
+
+
 def record_guide_khat(ctx, result, guide, *, method: str = "svi",
                       guide_name: Optional[str] = None, keep: int = 0):
     """Score `KHAT_DRAWS` draws of a fitted guide against the program and record k-hat in

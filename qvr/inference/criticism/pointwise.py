@@ -337,7 +337,8 @@ def record(ctx, result, writer, kind: Optional[str] = None) -> Optional[str]:
     method = ctx.config.method
     # `--resample psis` (methods/guide_resample.py): the run's draws are the guide's
     # draws resampled towards the posterior, read as posterior draws (as Pathfinder's)
-    resampled = method == "svi" and bool((result.stats or {}).get("resampled"))
+    from qvr.inference.criticism.khat import was_resampled
+    resampled = was_resampled(method, result.stats)
     kind = kind or ("posterior" if resampled else
                     {"svi": "guide", "prior": "prior"}.get(method, "posterior"))
     importance = None

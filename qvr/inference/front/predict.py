@@ -23,7 +23,7 @@ the run's.
 
 A run fitted with ``--resample psis`` (SVI with any guide, ``--guide laplace``) whose
 draws were resampled (``summary.json``'s ``stats["resampled"]`` true,
-`qvr.inference.methods.guide_resample.was_resampled`) predicts from those draws
+`qvr.inference.criticism.khat.was_resampled`) predicts from those draws
 (``samples.npz``, one chain of 1,000), read as MCMC's and Pathfinder's are: its summary,
 checks and predictions then describe the same draws.  The guide is not drawn from at
 all, so a joint guide (fullrank, lowrank, flow) over row latents predicts new rows too.
@@ -262,7 +262,7 @@ def draws_source(run) -> str:
     """Where `run`'s latents to bind come from: ``"guide"`` (fresh draws of an SVI run's
     fitted guide) or ``"samples"`` (its saved draws: every other method, and an SVI or
     Laplace run whose draws ``--resample psis`` resampled)."""
-    from qvr.inference.methods.guide_resample import was_resampled
+    from qvr.inference.criticism.khat import was_resampled
     if run.method != "svi" or was_resampled(run.method, (run.summary or {}).get("stats")):
         return "samples"
     return "guide"

@@ -21,6 +21,7 @@ import json
 
 import numpy as np
 
+from qvr.inference.criticism.khat import was_resampled
 from qvr.runs import layout
 from qvr.runs.writer import json_default
 
@@ -77,7 +78,7 @@ def save_results(writer, result, status: str, message: str) -> None:
         writer.save_arrays(layout.SAMPLES, {
             **result.samples,
             **{k: v.detach().cpu().numpy() for k, v in stats_arrays.items() if v is not None}})
-    elif (result.method in ("prior", "pathfinder") or stats.get("resampled")) \
+    elif (result.method in ("prior", "pathfinder") or was_resampled(result.method, stats)) \
             and result.samples:
         # the prior draws (methods/prior.py), Pathfinder's resampled draws (one chain),
         # SVI's draws resampled by --resample psis (methods/guide_resample.py)

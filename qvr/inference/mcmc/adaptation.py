@@ -328,6 +328,10 @@ class FisherDiag:
             self.fore, self.back = self.back, self._fresh()
         if i not in self.update_points:
             return inv
+        return self._estimate(inv)
+
+    def _estimate(self, inv: torch.Tensor) -> torch.Tensor:
+        """The metric from the foreground's moments, `inv` where it cannot be formed."""
         x, g = self.fore
         ratio = x.m2 / g.m2
         new = torch.sqrt(ratio).clamp(1e-10, 1e10)
@@ -392,19 +396,16 @@ class FisherDense(FisherDiag):
     Gaussian from any `D + 1` draws in general position (`cov(g) = P cov(x) P` there, and
     `A # (S A^-1 S) = S`).  With `D` or fewer draws in the foreground both covariances are
     singular and the diagonal estimate is used, as a diagonal matrix; a result that is not
-    finite or not positive definite keeps the previous metric.  `after` takes and returns
-    `(C, D, D)` inverse metrics (`--mass-matrix dense --adapt fisher`, the default
-    adaptation: until 2026-12 a dense metric was adapted on Stan's windows only)."""
+    finite or not positive definite keeps the previous metric. `after` takes and returns
+    `(C, D, D)` inverse metrics; the windows and update points are `FisherDiag`'s
+    (`--mass-matrix dense --adapt fisher`, the default adaptation: until 2026-12 a dense
+    metric was adapted on Stan's windows only)."""
 
     def _fresh(self) -> tuple:
         return (DenseMoments(self.C, self.D, self.dtype, self.device),
                 DenseMoments(self.C, self.D, self.dtype, self.device))
 
-    def after(self, i: int, inv: torch.Tensor) -> torch.Tensor:
-        if i in self._switch_set:
-            self.fore, self.back = self.back, self._fresh()
-        if i not in self.update_points:
-            return inv
+    def _estimate(self, inv: torch.Tensor) -> torch.Tensor:
         x, g = self.fore
         n = x.n
         dx = torch.diagonal(x.m2, dim1=-2, dim2=-1)

@@ -229,14 +229,10 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
                 # (checkpoint slot 0), its end beside the subtree with the subtree
                 p_first = ck_x[0]
                 rho_new = rho + psum
-                across_old = rho + p_first
-                across_new = psum + p_near
-                uturn = ((velocity(inv, pl) * rho_new).sum(-1) <= 0) | \
-                    ((velocity(inv, pr) * rho_new).sum(-1) <= 0) | \
-                    ((velocity(inv, p_far) * across_old).sum(-1) <= 0) | \
-                    ((velocity(inv, p_first) * across_old).sum(-1) <= 0) | \
-                    ((velocity(inv, p_near) * across_new).sum(-1) <= 0) | \
-                    ((velocity(inv, p) * across_new).sum(-1) <= 0)
+                uturn = ops.turning_rho(velocity(inv, pr), rho_new, velocity(inv, pl)) \
+                    | ops.turning_rho(velocity(inv, p_first), rho + p_first,
+                                      velocity(inv, p_far)) \
+                    | ops.turning_rho(velocity(inv, p), psum + p_near, velocity(inv, p_near))
                 rho = torch.where(completed.unsqueeze(-1), rho_new, rho)
             else:
                 dz = zr - zl
@@ -358,10 +354,10 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
     adapts, per chain (the run's iteration `sched[0] + t`): dual averaging (Hoffman &
     Gelman's Algorithm 5, as `adaptation.DualAveraging`; `da` `(C, 6)`: log step, log
     averaged step, h-bar, mu, updates, updates in the average; `hyper`: target, gamma,
-    t0, kappa) while the iteration is below `sched[1]`, the next transition then using `exp(log step)`; the
-    Welford mean and M2 of the positions (as `adaptation.Welford`) while it is within
-    `[sched[2], sched[3]]`.  What happens at a window's end (a new metric, a step-size
-    search) is the caller's: a block never runs past one.
+    t0, kappa) while the iteration is below `sched[1]`, the next transition then using
+    `exp(log step)`; the Welford mean and M2 of the positions (as `adaptation.Welford`)
+    while it is within `[sched[2], sched[3]]`. What happens at a window's end (a new
+    metric, a step-size search) is the caller's: a block never runs past one.
     """
     loop = loop or eager_loop
     one = transition_function(density, dense, thr, momentum, K, biased, loop)

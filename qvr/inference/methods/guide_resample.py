@@ -13,8 +13,8 @@ the pointwise terms, LOO and predictive checks are all made of those draws, as p
 draws (`qvr.inference.criticism.pointwise` reads them as it reads Pathfinder's; no
 ``log_q`` correction on top), and so are predictions at new data (`qvr predict`,
 `qvr.inference.front.predict`, which binds the saved draws as it binds MCMC's:
-`was_resampled`).  At 0.7 or above, or when k-hat could not be computed
-(across ranks, a failure while scoring, no tail to fit), the draws stay the guide's own
+`qvr.inference.criticism.khat.was_resampled`).  At 0.7 or above, or when k-hat could not
+be computed (across ranks, a failure while scoring, no tail to fit), the draws stay the guide's own
 and a `FitWarning` says so.
 
 `result.stats`: ``resampled`` (true/false), ``resample_ess`` (the importance-sampling
@@ -46,17 +46,7 @@ from qvr.inference.methods.guide_results import SUMMARY_DRAWS, draws_summary, gu
 #: the run's draws are `SUMMARY_DRAWS` of them
 RESAMPLE_DRAWS = 4 * SUMMARY_DRAWS
 
-__all__ = ["RESAMPLE_DRAWS", "resampled_summary", "resample_indices", "was_resampled"]
-
-
-def was_resampled(method: str, stats) -> bool:
-    """Whether a run of `method` with `stats` (``summary.json``'s, or ``result.stats``) holds
-    draws resampled by ``--resample psis``: an SVI run (``--guide laplace`` included)
-    whose ``resampled`` is true.  Its draws are then posterior draws, saved in
-    ``samples.npz``, and prediction (`qvr.inference.front.predict`) binds them instead of
-    drawing from the guide.  Pathfinder's own ``resampled`` (its multi-path PSIS) is not
-    this option's."""
-    return method == "svi" and bool((stats or {}).get("resampled") is True)
+__all__ = ["RESAMPLE_DRAWS", "resampled_summary", "resample_indices"]
 
 
 def resampled_summary(ctx, result, guide, *, method: str = "svi",

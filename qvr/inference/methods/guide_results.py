@@ -1,6 +1,7 @@
 """What a fitted guide leaves in its run: its parameters (`guide_params`) and draws with
-their summary (`guide_summary`; `draws_summary` of given draws, e.g. resampled ones), shared by SVI (`methods/svi.py`, every `--guide` family)
-and the mode-based guides (`methods/laplace.py`: map, laplace)."""
+their summary (`guide_summary`; `draws_summary` of given draws, e.g. resampled ones),
+shared by SVI (`methods/svi.py`, every `--guide` family) and the mode-based guides
+(`methods/laplace.py`: map, laplace)."""
 from __future__ import annotations
 
 import torch

@@ -91,7 +91,7 @@ def run(ctx: FitContext) -> FitResult:
                 f"values) are optimised jointly with the latents"
                 + ("" if kind == "map" else
                    ", then held at the mode: the Hessian is over the latents only")))
-        names = lg.coordinate_names(reg)
+        names = reg.coordinate_names()
         z0 = _start_point(ctx, reg, x, obs)
         seed = config.seed
         tries = 2 if kind == "laplace" else 1  # a saddle is found by chance, a ridge is not

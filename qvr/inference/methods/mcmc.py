@@ -130,11 +130,10 @@ def _dense_metric_hint(ctx: FitContext, kernel, target, res):
             or target.registry is None:
         return None
     from qvr.events import FitNote
-    from qvr.inference.criticism.correlation import (coordinate_labels, dense_metric_note,
-                                                     strongest_pair)
+    from qvr.inference.criticism.correlation import dense_metric_note, strongest_pair
     try:
         pair = strongest_pair(res.unconstrained.detach().cpu().numpy(),
-                              coordinate_labels(target.registry))
+                              target.registry.coordinate_names())
     except Exception:  # advice never fails the fit
         return None
     if pair is not None:

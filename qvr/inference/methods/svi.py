@@ -4,7 +4,8 @@ guide's parameters (a `start_from` run initialises them: an SVI run's guide, an 
 run's posterior means, or with ``start_at="draws"`` the moments of its draws,
 `qvr.inference.front.start`).  After the fit: the summary of `SUMMARY_DRAWS` guide draws
 and the guide's PSIS k-hat; with ``FitConfig.resample == "psis"`` the draws resampled by
-their importance weights when k-hat < 0.7 (`qvr.inference.methods.guide_resample`).  With `FitConfig.batch_size` (or several ranks of a launch) each
+their importance weights when k-hat < 0.7 (`qvr.inference.methods.guide_resample`).
+With `FitConfig.batch_size` (or several ranks of a launch) each
 step scores a minibatch of rows (`qvr.inference.data.minibatch`; progress says the epoch), and
 across ranks gradients are summed (`qvr.inference.distributed.world`).  Every step's loss is kept; progress (``loss``, and ``loss_mean`` over
 the steps since the previous report) is throttled; a non-finite loss stops the fit with

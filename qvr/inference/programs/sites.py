@@ -184,6 +184,14 @@ class Registry:
     def names(self) -> list[str]:
         return [s.name for s in self.sites]
 
+    def coordinate_names(self) -> list[str]:
+        """`name` or `name[i]` (flat index within the site) for every coordinate of the
+        flat unconstrained vector, in its order."""
+        out = []
+        for s in self.sites:
+            out.extend([s.name] if s.size == 1 else [f"{s.name}[{i}]" for i in range(s.size)])
+        return out
+
     def split(self, z: torch.Tensor) -> dict:
         """Flat `(..., D)` -> `{name: (..., *unconstrained_shape)}`."""
         lead = z.shape[:-1]

@@ -74,14 +74,6 @@ def is_stochastic(fn: Callable, z: torch.Tensor) -> bool:
     return not bool(torch.equal(out[0], out[1])) and bool(torch.isfinite(out[0]))
 
 
-def coordinate_names(registry) -> list:
-    """`name` or `name[i]` (flat index within the site) for every coordinate of `z`."""
-    out = []
-    for s in registry.sites:
-        out.extend([s.name] if s.size == 1 else [f"{s.name}[{i}]" for i in range(s.size)])
-    return out
-
-
 # ---------------------------------------------------------------- the guides
 
 class LaplaceGuide(nn.Module):
@@ -335,5 +327,5 @@ def rebuild(kind: str, model, observed_names, params: dict, x, observations) -> 
     return LaplaceGuide(model, observed_names, sites, mode, torch.as_tensor(S, dtype=dtype))
 
 
-__all__ = ["LaplaceGuide", "MapGuide", "density", "is_stochastic", "coordinate_names",
+__all__ = ["LaplaceGuide", "MapGuide", "density", "is_stochastic",
            "rebuild"]
