@@ -42,9 +42,9 @@ def _fake_inductor(monkeypatch, fails_at):
     `fails_at(call_index, check_mask)` is true.  Returns the list of call records."""
     calls = []
 
-    def fake(density, z0, dense, thr, momentum, K):
+    def fake(density, z0, dense, thr, uturn, K):
         fn = T.positional_tick(T.folded_function(T.leaf_function(density, True, dense, thr),
-                                                 momentum))
+                                                 uturn))
 
         def compiled(args):
             calls.append(torch.is_grad_enabled())

@@ -38,9 +38,9 @@ def test_checkpoint_masks_follow_checkpoint_range():
     assert T.checkpoint_masks(7, K)[1].view(-1).tolist() == [True, True, True, False, False]
 
 
-@pytest.mark.parametrize("momentum", [True, False])
+@pytest.mark.parametrize("uturn", ["displacement", "momentum", "position"])
 @pytest.mark.parametrize("dense", [False, True])
-def test_folded_tick_stops_the_same_chains_as_the_python_checks(momentum, dense):
+def test_folded_tick_stops_the_same_chains_as_the_python_checks(uturn, dense):
     """Run a 16-leaf subtree both ways from the same state: the masked checks on stacks
     and the list-based checks give the same leaves, weights and running chains."""
     t = _target()
@@ -49,8 +49,8 @@ def test_folded_tick_stops_the_same_chains_as_the_python_checks(momentum, dense)
     z0 = 2.0 * torch.randn(C, D, generator=gen)
     density = t.compiled_for(z0)
     leaf = T.leaf_function(density, True, dense, 1000.0)
-    folded = T.folded_function(leaf, momentum)
-    listed = T.LeafTick(leaf, momentum, "eager")
+    folded = T.folded_function(leaf, uturn)
+    listed = T.LeafTick(leaf, uturn, "eager")
     g0, _ = density(z0)
     inv = (torch.eye(D).expand(C, D, D).clone() * 0.8 if dense else torch.full((C, D), 0.8))
     p = torch.randn(C, D, generator=gen)
@@ -77,7 +77,7 @@ def test_folded_tick_stops_the_same_chains_as_the_python_checks(momentum, dense)
             if b.ck_a[k] is not None:
                 assert torch.equal(a.ck_a[k], b.ck_a[k]) and torch.equal(a.ck_v[k], b.ck_v[k])
         for k in range(3 * K):
-            if momentum and b.ck_x[k] is not None:
+            if uturn != "position" and b.ck_x[k] is not None:
                 assert torch.equal(a.ck_x[k], b.ck_x[k])
         for c in range(C):
             if not bool(a.running[c]) and c not in stopped_at:
@@ -160,14 +160,15 @@ needs_cc = pytest.mark.skipif(not HAVE_CC, reason="Inductor needs a C++ compiler
 
 
 @needs_cc
-@pytest.mark.parametrize("dense,momentum", [(False, True), (True, False)])
-def test_inductor_tick_agrees_with_pytorch(dense, momentum):
+@pytest.mark.parametrize("dense,uturn", [(False, "displacement"), (True, "momentum"),
+                                         (True, "position")])
+def test_inductor_tick_agrees_with_pytorch(dense, uturn):
     t = _target()
     z0 = 0.5 * torch.randn(4, t.dim, generator=torch.Generator().manual_seed(0))
     density = t.compiled_for(z0)
-    tick, note = T.inductor_tick(density, z0, dense, 1000.0, momentum, 6)
+    tick, note = T.inductor_tick(density, z0, dense, 1000.0, uturn, 6)
     assert tick is not None, note
-    fn = T.folded_function(T.leaf_function(density, True, dense, 1000.0), momentum)
+    fn = T.folded_function(T.leaf_function(density, True, dense, 1000.0), uturn)
     s, u = T.example_state(z0, torch.nan_to_num(density(z0)[0]), dense, 6)
     for n in (0, 1, 3, 6, 7):
         store, check = T.checkpoint_masks(n, 6)

@@ -272,6 +272,8 @@ def test_generalised_uturn_fires_after_half_a_period():
 def test_nuts_defaults_are_stan_style_and_spec_variant_available():
     k = NUTSKernel()
     assert (k.transition, k.uturn) == ("biased", "momentum")
+    nutpie_like = NUTSKernel(uturn="displacement")
+    assert nutpie_like.config()["uturn"] == "displacement"
     spec = NUTSKernel(transition="uniform", uturn="position")
     assert spec.config()["transition"] == "uniform" and spec.config()["uturn"] == "position"
     with pytest.raises(ValueError, match="uturn"):

@@ -81,12 +81,12 @@ class _Ticks:
         return self.tick(s, self.u[:, int(s.n_leaves[0])].clone(), n)
 
 
-def _tree_builder(z0, p0, eps, u, K, momentum, biased, monkeypatch):
+def _tree_builder(z0, p0, eps, u, K, uturn, biased, monkeypatch):
     """`NUTSKernel._build` for one chain, its draws taken from the table `u`."""
     from qvr.inference.mcmc import nuts as N
     from qvr.inference.mcmc.integrator import MassMatrix
 
-    kernel = NUTSKernel(max_tree_depth=K, uturn="momentum" if momentum else "position",
+    kernel = NUTSKernel(max_tree_depth=K, uturn=uturn,
                         transition="biased" if biased else "uniform")
     target = FunctionTarget(lambda z: density(z)[1], z0.shape[1])
     rand, leaf_called = _table_rand(u, K)
@@ -95,22 +95,23 @@ def _tree_builder(z0, p0, eps, u, K, momentum, biased, monkeypatch):
     state = kernel.init(target, z0, 0, 1)
     state.step_size = eps.clone()
     tick = _Ticks(T.LeafTick(T.leaf_function(target.log_density_and_grad, False, False,
-                                             1000.0), momentum, "eager"), u, leaf_called)
+                                             1000.0), uturn, "eager"), u, leaf_called)
     g0, lp0 = density(z0)
     h0 = -lp0 + mass.kinetic(p0)
     with torch.no_grad():
         t = kernel._build(state, target, tick, K, z0, lp0, g0, p0, h0,
-                          mass.as_tensor(z0), momentum)
+                          mass.as_tensor(z0), uturn)
     monkeypatch.undo()
     return t
 
 
-@pytest.mark.parametrize("momentum,biased", [(True, True), (False, False), (True, False)])
-def test_one_chain_matches_the_tree_builder_on_the_same_numbers(momentum, biased,
+@pytest.mark.parametrize("uturn,biased", [("displacement", True), ("momentum", True),
+                                          ("position", False), ("displacement", False)])
+def test_one_chain_matches_the_tree_builder_on_the_same_numbers(uturn, biased,
                                                                 monkeypatch):
     K = 6
     gen = torch.Generator().manual_seed(11)
-    f = TR.transition_function(density, False, 1000.0, momentum, K, biased)
+    f = TR.transition_function(density, False, 1000.0, uturn, K, biased)
     store, check = TR.mask_tables(K)
     depths = set()
     for trial in range(25):
@@ -120,7 +121,7 @@ def test_one_chain_matches_the_tree_builder_on_the_same_numbers(momentum, biased
         u = torch.rand(1, TR.table_width(K), generator=gen)
         g0, lp0 = density(z0)
         out = TR.TransitionOut(*f(z0, lp0, g0, p0, torch.ones(1, 3), eps, u, store, check))
-        want = _tree_builder(z0, p0, eps, u, K, momentum, biased, monkeypatch)
+        want = _tree_builder(z0, p0, eps, u, K, uturn, biased, monkeypatch)
         assert torch.allclose(out.z, want.z, atol=1e-5), trial
         assert torch.allclose(out.log_density, want.log_density, atol=1e-4)
         assert torch.allclose(out.accept_prob, want.accept_prob, atol=1e-5)
@@ -142,7 +143,7 @@ def test_chains_advance_independently():
     eps = torch.tensor([0.05, 0.1, 0.3, 0.6, 1.2])
     u = torch.rand(C, TR.table_width(K), generator=gen)
     store, check = TR.mask_tables(K)
-    f = TR.transition_function(density, False, 1000.0, True, K, True)
+    f = TR.transition_function(density, False, 1000.0, "momentum", K, True)
     g0, lp0 = density(z0)
     out = TR.TransitionOut(*f(z0, lp0, g0, p0, torch.ones(C, 3), eps, u, store, check))
     for c in range(C):
@@ -160,7 +161,7 @@ def test_a_diverging_start_is_done_at_once():
     z0 = torch.tensor([[float("nan"), 0.0, 0.0], [0.1, 0.2, 0.3]])
     g0, lp0 = density(z0)
     store, check = TR.mask_tables(K)
-    f = TR.transition_function(density, False, 1000.0, True, K, True)
+    f = TR.transition_function(density, False, 1000.0, "momentum", K, True)
     out = TR.TransitionOut(*f(z0, lp0, g0, torch.ones(2, 3), torch.ones(2, 3),
                               torch.tensor([0.2, 0.2]), torch.rand(2, TR.table_width(K)),
                               store, check))
@@ -197,10 +198,10 @@ def test_a_block_is_its_transitions_one_after_another_with_adaptation():
     eps0 = torch.tensor([0.1, 0.5, 1.5])
     dual = DualAveraging(0.8)
     s = dual.init(eps0)
-    block = TR.block_function(density, False, 1000.0, True, K, True)
+    block = TR.block_function(density, False, 1000.0, "momentum", K, True)
     out = TR.BlockOut(*block(z0, lp0, g0, torch.ones(C, D), eps0, P, U, torch.tensor(T),
                              store, check, *_adaptation(C, D, s, 2, T - 1, T)))
-    one = TR.transition_function(density, False, 1000.0, True, K, True)
+    one = TR.transition_function(density, False, 1000.0, "momentum", K, True)
     w = Welford(C, D)
     z, lp, g, eps = z0, lp0, g0, eps0
     for t in range(T):
@@ -238,7 +239,7 @@ def test_a_block_stops_at_its_limit_and_adapts_only_inside_its_windows():
     eps0 = torch.tensor([0.3, 0.6])
     from qvr.inference.mcmc.adaptation import DualAveraging
     s = DualAveraging(0.8).init(eps0)
-    block = TR.block_function(density, False, 1000.0, True, K, True)
+    block = TR.block_function(density, False, 1000.0, "momentum", K, True)
     # 4 of 6 transitions; dual averaging for the first 2 (warmup ends), Welford for 1..2
     out = TR.BlockOut(*block(z0, lp0, g0, torch.ones(C, D), eps0, P, U, torch.tensor(4),
                              store, check, *_adaptation(C, D, s, 1, 2, 2)))
@@ -256,7 +257,7 @@ def test_blocks_agree_up_to_rounding_but_not_on_leaves_or_values():
     z0 = torch.randn(C, D, generator=gen)
     g0, lp0 = density(z0)
     store, check = TR.mask_tables(K)
-    out = TR.BlockOut(*TR.block_function(density, False, 1000.0, True, K, True)(
+    out = TR.BlockOut(*TR.block_function(density, False, 1000.0, "momentum", K, True)(
         z0, lp0, g0, torch.ones(C, D), torch.tensor([0.2, 0.4]),
         torch.randn(T, C, D, generator=gen), torch.rand(T, C, TR.table_width(K), generator=gen),
         torch.tensor(T), store, check, *TR.idle_adaptation(C, D, False, torch.float32, "cpu")))
@@ -289,7 +290,7 @@ def test_the_cache_key_digests_a_held_tensors_shape_not_its_value():
             return -self.c * z, -0.5 * self.c * (z * z).sum(-1)
 
     z0 = torch.zeros(2, 3)
-    keys = [TC.cache_key(torch.fx.symbolic_trace(Scaled(c)), z0, False, 1000.0, True, 10,
+    keys = [TC.cache_key(torch.fx.symbolic_trace(Scaled(c)), z0, False, 1000.0, "momentum", 10,
                          True, 8) for c in (2.0, 3.0, [2.0, 2.0, 2.0], 2)]
     assert keys[0] == keys[1] and len(set(keys[1:])) == 3
     lifted, consts = TG.lift_constants(torch.fx.symbolic_trace(Scaled(3.0)))
@@ -310,13 +311,13 @@ def test_the_cache_key_is_digested_once_per_graph_and_settings(monkeypatch):
     monkeypatch.setattr(TC, "_digest", lambda *a: calls.append(a) or digest(*a))
     graph = torch.fx.symbolic_trace(lambda z: (-z, -0.5 * (z * z).sum(-1)))
     z0 = torch.zeros(2, 3)
-    first = TC.cache_key(graph, z0, False, 1000.0, True, 10, True, 8)
-    assert TC.is_cached(graph, z0, False, 1000.0, True, 10, True, 8) is False
-    assert TC.cache_key(graph, z0, False, 1000.0, True, 10, True, 8) == first
+    first = TC.cache_key(graph, z0, False, 1000.0, "momentum", 10, True, 8)
+    assert TC.is_cached(graph, z0, False, 1000.0, "momentum", 10, True, 8) is False
+    assert TC.cache_key(graph, z0, False, 1000.0, "momentum", 10, True, 8) == first
     assert len(calls) == 1
-    assert TC.cache_key(graph, z0, False, 1000.0, True, 10, True, 16) != first
+    assert TC.cache_key(graph, z0, False, 1000.0, "momentum", 10, True, 16) != first
     other = torch.fx.symbolic_trace(lambda z: (-z, -0.5 * (z * z).sum(-1)))
-    assert TC.cache_key(other, z0, False, 1000.0, True, 10, True, 8) == first
+    assert TC.cache_key(other, z0, False, 1000.0, "momentum", 10, True, 8) == first
     assert len(calls) == 3
 
 
@@ -348,7 +349,7 @@ def test_constant_folded_values_are_inputs_not_part_of_the_key():
     for dotted in (False, True):
         graphs = [folded(c, dotted) for c in (2.0, 2.0, 3.0)]
         assert graphs[0].code == graphs[2].code  # only the listed value differs
-        keys = [TC.cache_key(g, z0, False, 1000.0, True, 10, True, 8) for g in graphs]
+        keys = [TC.cache_key(g, z0, False, 1000.0, "momentum", 10, True, 8) for g in graphs]
         assert keys[0] == keys[1] == keys[2]
         lifted, consts = TG.lift_constants(graphs[2])
         assert len(consts) == 1 and consts[0].stride() == (0,)
@@ -369,7 +370,8 @@ def test_constant_folded_values_are_inputs_not_part_of_the_key():
         g.output((grad, g.call_function(torch.sum, (grad, -1))))
         return torch.fx.GraphModule(root, g)
 
-    keys = [TC.cache_key(whole(c), z0, False, 1000.0, True, 10, True, 8) for c in (2.0, 3.0)]
+    keys = [TC.cache_key(whole(c), z0, False, 1000.0, "momentum", 10, True, 8)
+            for c in (2.0, 3.0)]
     assert keys[0] != keys[1]
 
 
@@ -377,14 +379,14 @@ class _EagerBlock(TR.CompiledTransition):
     """The block run by PyTorch (the reference) in place of a compiled package: the
     kernel's block path without a C++ compile."""
 
-    def __init__(self, density, dense, thr, momentum, K, biased, T):
-        super().__init__(TR.block_function(density, dense, thr, momentum, K, biased), K, T,
+    def __init__(self, density, dense, thr, uturn, K, biased, T):
+        super().__init__(TR.block_function(density, dense, thr, uturn, K, biased), K, T,
                          None, 0.0, False)
 
 
 def _eager_blocks(monkeypatch, calls=None):
-    def compile_transition(graph, z0, dense, thr, momentum, K, biased, T, *a, **k):
-        return _EagerBlock(graph, dense, thr, momentum, K, biased, T), "eager block"
+    def compile_transition(graph, z0, dense, thr, uturn, K, biased, T, *a, **k):
+        return _EagerBlock(graph, dense, thr, uturn, K, biased, T), "eager block"
 
     monkeypatch.setattr(TC, "compile_transition", compile_transition)
     monkeypatch.setattr(TC, "is_cached", lambda *a, **k: True)
@@ -439,10 +441,12 @@ def test_the_kernel_runs_blocks_cut_at_the_windows_and_samples_the_posterior(mon
                num_chains=4).run(None, target=make_target(model, x, obs))
     # adapted step sizes vary from run to run (and the depths with them): alike in mean
     assert abs(float(r.step_sizes.mean()) / float(ref.step_sizes.mean()) - 1) < 0.3
-    _same_trees_at_a_fixed_step_size("transition", make_target(model, x, obs), draws=500)
+    # posterior sd 0.33: at step 0.2 trees of depth 1-3 (at 1.0 every leaf diverges)
+    _same_trees_at_a_fixed_step_size("transition", make_target(model, x, obs),
+                                     step_size=0.2, draws=500)
 
 
-def _same_trees_at_a_fixed_step_size(compiler, target, step_size=1.0, draws=1000):
+def _same_trees_at_a_fixed_step_size(compiler, target, step_size, draws=1000):
     """At a fixed step size and metric (no adaptation: the depths of adapted runs vary
     with each run's step sizes), the tree depths and acceptance statistics of `compiler`'s
     kernel and the TorchScript ticks: each depth's share within 5 binomial SE, the mean
@@ -524,12 +528,13 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
     graph = t.density_graph(z0)
     assert graph is not None
     T = TR.block_size(4, t.dim, 10)
-    ct, note = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T, cache_dir)
+    ct, note = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T,
+                                     cache_dir)
     assert ct is not None, note
     assert note.startswith("the whole NUTS transition compiled by AOTInductor (a C++ loop "
                            f"of up to {T} transitions a call")
     assert len(list(cache_dir.glob("*.pt2"))) == 1
-    again, note2 = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
+    again, note2 = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T,
                                          cache_dir)
     assert again.cached and note2.startswith("the whole NUTS transition loaded from the "
                                              "disk cache")
@@ -546,7 +551,7 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(TR, "eager_loop", counted)
-        loaded, _ = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T,
+        loaded, _ = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T,
                                           cache_dir)
     assert loaded is not None and loaded.cached and eager == []
     elsewhere = cache_dir.parent / "altered"
@@ -557,7 +562,8 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
     data = torch.load(check)
     data["want"][0] = data["want"][0] + 1.0  # the positions it "gave"
     torch.save(data, check)
-    bad, why = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T, elsewhere)
+    bad, why = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T,
+                                     elsewhere)
     assert bad is None and why == ("the compiled transition disagrees with what it gave "
                                    "when it was built")
     assert list(elsewhere.iterdir()) == []  # the package and its check deleted
@@ -567,14 +573,14 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
     later = make_target(model, x, obs)
     assert later.compiled_for(z0) is not None
     assert later.graph_cache_notes == {4: "loaded from the disk cache"}
-    third, _ = TC.compile_transition(later.density_graph(z0), z0, False, 1000.0, True, 10,
+    third, _ = TC.compile_transition(later.density_graph(z0), z0, False, 1000.0, "momentum", 10,
                                      True, T, cache_dir)
     assert third is not None and third.cached
     # the compiled loop and the Python loop on fresh inputs, a few transitions with dual
     # averaging and the Welford window (over many, float rounding grows into different
     # trajectories)
     args = TR.example_inputs(graph, z0 - 0.7, False, 10, T, seed=21, limit=3)
-    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, True, 10, True)(*args))
+    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, "momentum", 10, True)(*args))
     got = again(*(args[:8] + args[10:]))
     assert TR.blocks_agree(want, got)
     assert int(got.passes) > 3 and float(got.rec[2].abs().sum()) > 0
@@ -589,19 +595,19 @@ def test_other_data_of_the_same_shapes_reuse_the_package(cache_dir, normal_targe
     t, _ = normal_target
     z0 = torch.zeros(4, t.dim) + 0.3
     T_ = TR.block_size(4, t.dim, 10)
-    first, _ = TC.compile_transition(t.density_graph(z0), z0, False, 1000.0, True, 10, True,
-                                     T_, cache_dir)
+    first, _ = TC.compile_transition(t.density_graph(z0), z0, False, 1000.0, "momentum",
+                                     10, True, T_, cache_dir)
     assert first is not None
     model, x, obs, _ = normal_normal_case(seed=11)  # other y, same 20 rows
     other = make_target(model, x, obs)
     graph = other.density_graph(z0)
-    again, note = TC.compile_transition(graph, z0, False, 1000.0, True, 10, True, T_,
+    again, note = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T_,
                                         cache_dir)
     assert again is not None and again.cached, note
     args = TR.example_inputs(graph, z0 - 0.7, False, 10, T_, seed=21, limit=3)
-    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, True, 10, True)(*args))
+    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, "momentum", 10, True)(*args))
     assert TR.blocks_agree(want, again(*(args[:8] + args[10:])))
-    old = TR.BlockOut(*TR.block_function(t.density_graph(z0), False, 1000.0, True, 10,
+    old = TR.BlockOut(*TR.block_function(t.density_graph(z0), False, 1000.0, "momentum", 10,
                                          True)(*args))
     assert not torch.allclose(old.log_density, want.log_density)  # the data matter
 
@@ -619,7 +625,7 @@ def test_fit_with_the_whole_transition(cache_root, normal_target, monkeypatch):
     assert r.compiler_notes[-1].startswith("the whole NUTS transition")
     rhats = check_moments(r.samples, exact)
     assert max(rhats.values()) < 1.01
-    _same_trees_at_a_fixed_step_size("transition", t)
+    _same_trees_at_a_fixed_step_size("transition", t, step_size=0.2)
     # the same seed gives the same draws again (the decision and the table are seeded)
     torch.manual_seed(1)
     again = MCMC(NUTSKernel(compiler="transition"), num_warmup=300, num_samples=1000,
@@ -669,8 +675,8 @@ class _FakeBackground:
 
     after, result_note, made = 3, "the whole NUTS transition compiled by AOTInductor", []
 
-    def __init__(self, graph, z0, dense, thr, momentum, K, biased, T, directory=None):
-        self.block = _EagerBlock(graph, dense, thr, momentum, K, biased, T)
+    def __init__(self, graph, z0, dense, thr, uturn, K, biased, T, directory=None):
+        self.block = _EagerBlock(graph, dense, thr, uturn, K, biased, T)
         self.polls = 0
         _FakeBackground.made.append(self)
 
@@ -824,9 +830,9 @@ def test_the_background_worker_builds_the_package_a_run_then_loads(tmp_path, nor
     z0 = torch.zeros(4, t.dim) + 0.3
     graph = t.density_graph(z0)
     T_ = TR.block_size(4, t.dim, 10)
-    job = TC.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
+    job = TC.BackgroundCompile(graph, z0, False, 1000.0, "momentum", 10, True, T_, tmp_path)
     assert job.proc is not None and job.lock.read_text() == str(job.proc.pid)
-    other = TC.BackgroundCompile(graph, z0, False, 1000.0, True, 10, True, T_, tmp_path)
+    other = TC.BackgroundCompile(graph, z0, False, 1000.0, "momentum", 10, True, T_, tmp_path)
     assert other.proc is None and not other.done()  # the first worker is alive
     try:
         job.proc.wait(timeout=900)  # an event (the worker's exit), not a duration
@@ -837,7 +843,7 @@ def test_the_background_worker_builds_the_package_a_run_then_loads(tmp_path, nor
     assert compiled is not None and compiled.cached, note
     assert not job.lock.exists() and job.package.is_file()
     args = TR.example_inputs(graph, z0 - 0.7, False, 10, T_, seed=21, limit=3)
-    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, True, 10, True)(*args))
+    want = TR.BlockOut(*TR.block_function(graph, False, 1000.0, "momentum", 10, True)(*args))
     assert TR.blocks_agree(want, compiled(*(args[:8] + args[10:])))
     # a worker that left no package: why, in one line
     job.package.unlink()

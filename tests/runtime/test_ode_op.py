@@ -74,7 +74,7 @@ def test_the_ticks_around_an_ode_density_say_why_inductor_is_not_tried(lv_compil
     from qvr.inference.mcmc.tick import TickCache
     t, _, _ = lv_compiled
     cache = TickCache()
-    tick = cache.get(t, Z.log(), False, 1000.0, False, 10, want_inductor=True)
+    tick = cache.get(t, Z.log(), False, 1000.0, "position", 10, want_inductor=True)
     assert tick.backend == "torchscript"
     assert cache.notes == ["not compiled by Inductor: an `ode` solve is one Python "
                            "operation in the compiled density"]

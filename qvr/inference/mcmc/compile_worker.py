@@ -28,10 +28,10 @@ def main(argv=None) -> int:
     job_path.unlink(missing_ok=True)
     directory = Path(job["directory"])
     z0 = job["z0"].to(job["device"])
-    dense, thr, momentum, K, biased, T = job["settings"]
+    dense, thr, uturn, K, biased, T = job["settings"]
     graph = job["graph"]
-    key = transitions.cache_key(graph, z0, dense, thr, momentum, K, biased, T)
-    compiled, note = transitions.compile_transition(graph, z0, dense, thr, momentum, K,
+    key = transitions.cache_key(graph, z0, dense, thr, uturn, K, biased, T)
+    compiled, note = transitions.compile_transition(graph, z0, dense, thr, uturn, K,
                                                     biased, T, directory=directory)
     transitions.write_aside(directory / f"{key}.compile-note",
                             lambda tmp: Path(tmp).write_text(note))

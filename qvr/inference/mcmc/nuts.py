@@ -28,7 +28,30 @@ Two choices, each with the spec's rule available:
   Without these (NumPyro's iterative checks, ours until 2026-12) a trajectory can run
   past its U-turn: an iid Normal in 10 dimensions at step 0.88 took 10.7 leapfrogs per
   draw against 4.8 with them (nutpie 4.76), and under adaptation 67.
+  ``"displacement"`` (nutpie's trees): a span turns when `(z+ - z-) . p- <= 0` or
+  `(z+ - z-) . p+ <= 0` (Hoffman and Gelman's test in the metric's own coordinates:
+  momenta, not velocities, so any metric gives the test a standard Normal gets;
+  `ops.turning_dz`), with the same checks across merges.  `z+ - z-` sums the half-step
+  velocities, so against `rho` it carries a term in the end gradients that sees a stiff
+  direction's oscillation: trees are shorter where the posterior has one.
   ``"position"`` (spec 6.6.5 verbatim): `(z+ - z-) . v- < 0` or `(z+ - z-) . v+ < 0`.
+
+Decision (2026-12, issue 37; recorded here and in that stop's closing note): the default
+stays ``"momentum"``.  nutpie's trees are shorter than Stan's at the same step and metric
+(a 2-D Gaussian with correlation 0.95 at nutpie's adapted step: 5.69 leapfrogs per draw
+against 7.0 for a reference recursive Stan NUTS and for ours); the displacement test
+reproduces nutpie's distribution of tree sizes (5.64; share of 1-leapfrog trees 0.146
+against nutpie's 0.147, of 15-leapfrog trees 0.061 against 0.049).  With it our warmup
+leapfrogs fall to nutpie's (4 x (1000 + 1000): kid_scores 60.6-61.2k against 71.4-72.4k,
+nutpie 59.3-59.9k; arK 81.9-84.0k against 89.0-93.2k, nutpie 81.1-82.0k; garch 28.7-29.1k
+against 32.9-34.1k, nutpie 29.4-29.5k; hmm 25.6-26.3k against 28.8-29.2k, nutpie
+25.7-25.8k; eight schools unchanged at 28.6-29.0k, nutpie 27.6-28.0k).  But on
+gp_pois_regr, whose step is set by a narrow neck, the minimum bulk ESS fell from 801,
+713, 837, 624 (seeds 1-4) to 716, 265, 484, 173 (nutpie, seeds 1-6: 371-873, mean 611),
+and using it for warmup only still gave 839, 351, 714, 265: the shorter warmup trees
+adapt worse there.  Over the other five, leapfrogs per effective draw moved by -4 % to
++13 % (seed noise of the same order).  A criterion that loses a third of the hardest
+posterior's effective draws to save a tenth of the easy ones' warmup is not a default.
 
 Decision (recorded here and in the closing note of issue 4): the spec keeps the legacy
 uniform merge and position criterion "as in the legacy runtime", not because they are
@@ -68,6 +91,7 @@ from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc import transition as transitions
 from qvr.inference.mcmc import transition_cache
 from qvr.inference.mcmc.adaptation import DualAveragingState, Welford
+from qvr.inference.mcmc import ops
 from qvr.inference.mcmc.ops import fused
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Steps, Transition
 
@@ -101,8 +125,9 @@ class NUTSKernel(HMCBase):
         multinomial merge, probability `W_sub / (W_current + W_sub)`).  Both leave the
         posterior invariant.
       uturn: termination criterion: ``"momentum"`` (default: the generalised criterion
-        on summed momenta, as Stan and Pyro) or ``"position"`` (the spec's
-        `(z+ - z-) . M^-1 p` test).  See the module docstring for the decision.
+        on summed momenta, as Stan and Pyro), ``"displacement"`` (`(z+ - z-) . p`,
+        nutpie's shorter trees) or ``"position"`` (the spec's `(z+ - z-) . M^-1 p`
+        test).  See the module docstring for the decisions.
       compiler: how a leaf is run when the model's density compiles (`tick.py`):
         ``"auto"`` (default: TorchScript, switching to an Inductor C++ kernel at
         iteration 50, 100, 200, 400, ... once the rest of the run is long enough for the
@@ -141,8 +166,8 @@ class NUTSKernel(HMCBase):
             raise ValueError(f"max_tree_depth must be an integer >= 1, got {max_tree_depth}")
         if transition not in ("uniform", "biased"):
             raise ValueError(f"transition must be 'uniform' or 'biased', got {transition!r}")
-        if uturn not in ("momentum", "position"):
-            raise ValueError(f"uturn must be 'momentum' or 'position', got {uturn!r}")
+        if uturn not in ops.UTURNS:
+            raise ValueError(f"uturn must be one of {ops.UTURNS}, got {uturn!r}")
         if compiler not in ticks.COMPILERS:
             raise ValueError(f"compiler must be one of {ticks.COMPILERS}, got {compiler!r}")
         self.max_tree_depth = max_tree_depth
@@ -195,11 +220,11 @@ class NUTSKernel(HMCBase):
 
     def _tick(self, state: HMCState, target, z0: torch.Tensor, dense: bool, K: int):
         """The tick (`tick.py`) for this iteration."""
-        momentum = self.uturn == "momentum"
+        uturn = self.uturn
         thr = self.divergence_threshold
         setting = ticks.resolve_compiler(self.compiler)
         cache = self.tick_cache(target)
-        tick = cache.get(target, z0, dense, thr, momentum, K)
+        tick = cache.get(target, z0, dense, thr, uturn, K)
         want = setting == "inductor"
         if setting == "auto" and not cache.pending:  # (no leaf compile beside the loop's)
             # reconsidered at fixed iterations from the ticks taken since the last
@@ -215,7 +240,7 @@ class NUTSKernel(HMCBase):
                 if not want and ticks.worth_compiling(tick.num_ops, 3 * left):
                     ticks.prewarm_if_idle()  # a head start for a compile that may come
         if want and tick.backend == "torchscript":
-            tick = cache.get(target, z0, dense, thr, momentum, K, want_inductor=True)
+            tick = cache.get(target, z0, dense, thr, uturn, K, want_inductor=True)
         return tick
 
     def prepare(self, state: HMCState, target, note=None, should_stop=None) -> None:
@@ -242,7 +267,7 @@ class NUTSKernel(HMCBase):
         cache = self.tick_cache(target)
         T = transitions.block_size(*z0.shape, K)
         key = ("transition", *cache.key(z0, dense, self.divergence_threshold,
-                                        self.uturn == "momentum", K), self.transition, T)
+                                        self.uturn, K), self.transition, T)
         job = cache.pending.get(key)
         if job is not None:
             if not job[0].done():
@@ -272,7 +297,7 @@ class NUTSKernel(HMCBase):
             else:
                 cached = transition_cache.is_cached(
                     graph, z0, dense, self.divergence_threshold,
-                    self.uturn == "momentum", K, self.transition == "biased", T)
+                    self.uturn, K, self.transition == "biased", T)
                 job = None
                 if not cached and setting == "auto" and self.background_compile:
                     # issue 37.4: no wait for the compiler; the steps run leaf by leaf
@@ -282,7 +307,7 @@ class NUTSKernel(HMCBase):
                     try:
                         job = transition_cache.BackgroundCompile(
                             graph, z0, dense, self.divergence_threshold,
-                            self.uturn == "momentum", K, self.transition == "biased", T)
+                            self.uturn, K, self.transition == "biased", T)
                     except Exception as exc:  # no worker (the graph does not pickle, ...)
                         cache.notes.append(f"no background compile ({type(exc).__name__}: "
                                            f"{str(exc)[:200]}); compiling before the "
@@ -297,7 +322,7 @@ class NUTSKernel(HMCBase):
                 if note is not None and not cached:
                     note("compiling NUTS to C++ (once per model: tens of seconds)")
                 compiled, said = transition_cache.compile_transition(
-                    graph, z0, dense, self.divergence_threshold, self.uturn == "momentum",
+                    graph, z0, dense, self.divergence_threshold, self.uturn,
                     K, self.transition == "biased", T, should_stop=should_stop)
                 if said == transition_cache.STOPPED:  # cancelled: a later run compiles again
                     cache.notes.append(said)
@@ -427,7 +452,6 @@ class NUTSKernel(HMCBase):
         z0, logp0, grad0 = (t.contiguous() for t in (state.z, state.log_density, state.grad))
         p0 = mass.sample_momentum(z0)
         K = self.max_tree_depth
-        momentum = self.uturn == "momentum"
         inv, dense = mass.as_tensor(z0).contiguous(), mass.dense
         h0 = -logp0 + mass.kinetic(p0)
         tick = self._tick(state, target, z0, dense, K)
@@ -436,7 +460,7 @@ class NUTSKernel(HMCBase):
         # refuse to run under autograd)
         if tick.backend == "eager":  # the target's own evaluation: autograd as it likes
             return self._build(state, target, tick, K, z0, logp0, grad0, p0, h0, inv,
-                               momentum)
+                               self.uturn)
         # the public function form of `set_grad_enabled` (0.6 us a call here; the
         # `torch.no_grad()` context 1.2 us; the private `torch._C` setter 0.25 us: once per
         # iteration, the difference is below a thousandth of the smallest bench model's)
@@ -444,11 +468,11 @@ class NUTSKernel(HMCBase):
         torch.set_grad_enabled(False)
         try:
             return self._build(state, target, tick, K, z0, logp0, grad0, p0, h0, inv,
-                               momentum)
+                               self.uturn)
         finally:
             torch.set_grad_enabled(grad_mode)
 
-    def _build(self, state, target, tick, K, z0, logp0, grad0, p0, h0, inv, momentum):
+    def _build(self, state, target, tick, K, z0, logp0, grad0, p0, h0, inv, uturn):
         mass = state.mass
         C = z0.shape[0]
         dtype, device = z0.dtype, z0.device
@@ -512,9 +536,11 @@ class NUTSKernel(HMCBase):
             lpp = torch.where(take, s.slp, lpp)
             hp = torch.where(take, s.sh, hp)
             log_w = torch.where(completed, new_log_w, log_w)
-            if momentum:  # the old trajectory's end beside the subtree, and its other end
-                p_near = torch.where(fwd_col, pr, pl)
+            if uturn != "position":  # the old trajectory's end beside the subtree, and
+                p_near = torch.where(fwd_col, pr, pl)  # its other end
                 p_far = torch.where(fwd_col, pl, pr)
+                z_near = torch.where(fwd_col, zr, zl)
+                z_far = torch.where(fwd_col, zl, zr)
             right = (completed & fwd).unsqueeze(-1)
             left = (completed & ~fwd).unsqueeze(-1)
             z, p, g = s.z, s.p, s.g
@@ -523,13 +549,18 @@ class NUTSKernel(HMCBase):
             zl, pl, gl = torch.where(left, z, zl), torch.where(left, p, pl), \
                 torch.where(left, g, gl)
             depth = torch.where(active, torch.full_like(depth, j + 1), depth)
-            if momentum:
+            if uturn == "displacement":
                 # the whole trajectory, then Stan's checks across the merge: the old
                 # trajectory with the subtree's first leaf (checkpoint slot 0), and the old
                 # trajectory's end beside it with the subtree
+                d = direction.unsqueeze(-1)
+                turned = fused.turning_dz(zr - zl, pl, pr) \
+                    | fused.turning_dz((s.ck_a[0] - z_far) * d, p_far, s.ck_v[0]) \
+                    | fused.turning_dz((s.z - z_near) * d, p_near, s.p)
+            elif uturn == "momentum":  # as above, on summed momenta
                 p_first = s.ck_x[0]
-                uturn = fused.turning_rho(mass.velocity(pr), rho + s.psum,
-                                          mass.velocity(pl)) \
+                turned = fused.turning_rho(mass.velocity(pr), rho + s.psum,
+                                           mass.velocity(pl)) \
                     | fused.turning_rho(mass.velocity(p_first), rho + p_first,
                                         mass.velocity(p_far)) \
                     | fused.turning_rho(mass.velocity(s.p), s.psum + p_near,
@@ -537,9 +568,9 @@ class NUTSKernel(HMCBase):
                 rho = torch.where(completed.unsqueeze(-1), rho + s.psum, rho)
             else:
                 dz = zr - zl
-                uturn = ((dz * mass.velocity(pl)).sum(-1) < 0) | \
+                turned = ((dz * mass.velocity(pl)).sum(-1) < 0) | \
                     ((dz * mass.velocity(pr)).sum(-1) < 0)
-            active = completed & ~uturn
+            active = completed & ~turned
 
         n_leaves = s.n_leaves
         accept_prob = s.sum_acc / n_leaves.clamp(min=1).to(dtype)

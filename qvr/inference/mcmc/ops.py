@@ -92,6 +92,26 @@ def turning_rho(v: Tensor, rho: Tensor, ck_v: Tensor) -> Tensor:
     return ((ck_v * rho).sum(-1) <= 0) | ((v * rho).sum(-1) <= 0)
 
 
+def turning_dz(dz: Tensor, p_a: Tensor, p_b: Tensor) -> Tensor:
+    """Hoffman and Gelman's U-turn in the metric's own coordinates: a (sub)tree from leaf
+    `a` to leaf `b` (trajectory order; `dz = z_b - z_a`, momenta in the forward
+    orientation) turns when `dz . p_a <= 0` or `dz . p_b <= 0`.  The momenta, not the
+    velocities: with `M^-1 = L L^T`, `y = L^-1 z` and `q = L^T p`, `dy . q = dz . p`, so the
+    test is the one NUTS makes on a standard Normal, whatever the metric."""
+    return ((dz * p_a).sum(-1) <= 0) | ((dz * p_b).sum(-1) <= 0)
+
+
+def turning_dz_across(z: Tensor, p: Tensor, z_k: Tensor, p_k: Tensor, z_n: Tensor,
+                      p_n: Tensor, z_l: Tensor, p_l: Tensor, direction: Tensor) -> Tensor:
+    """`turning_across` for the displacement criterion (`turning_dz`): the sub-subtree
+    starts at checkpoint `k` (position `z_k`, momentum `p_k`), its right half at
+    checkpoint `k + 1` (`z_n`, `p_n`); `z_l`, `p_l` are the left half's last leaf, `z`,
+    `p` the current leaf; `direction` `(C, 1)` orients the differences as the trajectory
+    runs."""
+    return turning_dz((z_n - z_k) * direction, p_k, p_n) \
+        | turning_dz((z - z_l) * direction, p_l, p)
+
+
 def turning_across(v: Tensor, psum: Tensor, a_k: Tensor, v_k: Tensor, a_n: Tensor,
                    v_n: Tensor, p_n: Tensor, p_l: Tensor, v_l: Tensor) -> Tensor:
     """Stan's checks across the two halves of a sub-subtree of 4 leaves or more (Stan
@@ -107,26 +127,52 @@ def turning_across(v: Tensor, psum: Tensor, a_k: Tensor, v_k: Tensor, a_n: Tenso
             | ((v_l * right).sum(-1) <= 0) | ((v * right).sum(-1) <= 0))
 
 
+#: NUTS termination criteria (`NUTSKernel(uturn=...)`): `turning_dz` with Stan's checks
+#: across merges, `turning_rho` with them, the spec's `turning` without
+UTURNS = ("displacement", "momentum", "position")
+
+
 def uturn_update(z: Tensor, p: Tensor, v: Tensor, div: Tensor, running: Tensor,
                  psum: Tensor, ck_a: Tensor, ck_v: Tensor, ck_x: Tensor, store: Tensor,
-                 check: Tensor, direction: Tensor, momentum: bool):
+                 check: Tensor, direction: Tensor, uturn: str):
     """Store this leaf's checkpoint and stop the chains whose leaf diverged (`div`) or
     one of whose sub-subtrees ending here turns (see `tick.py`).  Traced into the
-    Inductor tick; the same tests as `turning_rho`, `turning_across` and `turning`, on
-    every slot.
+    Inductor tick; the same tests as the `turning*` functions, on every slot.
 
     `ck_a`, `ck_v` are `(K, C, D)` checkpoint stacks; `store` `(K, 1, 1)` marks the slot
-    this leaf goes to, `check` `(K, 1)` the slots to test.  With `momentum` (generalised
-    criterion) `ck_a` holds the momentum sum *before* the checkpoint leaf, so the
-    sub-subtree from slot `k` to this leaf sums to `psum - ck_a[k]`; otherwise it holds
-    positions (`turning`).  `ck_x` `(3K, C, D)` (momentum criterion only; passed through
-    otherwise): per slot the checkpoint leaf's momentum, then the momentum and velocity of
-    the last leaf at which the slot's sub-subtree was checked, which is the left half's
-    last leaf when the sub-subtree twice that size is checked (`turning_across`; the
-    right half starts at slot `k + 1`).  Returns `(psum, ck_a, ck_v, ck_x, running)`.
+    this leaf goes to, `check` `(K, 1)` the slots to test.  `ck_x` is `(3K, C, D)`: per
+    slot a first row, then two rows about the last leaf at which the slot's sub-subtree
+    was checked, which is the left half's last leaf when the sub-subtree twice that size
+    is checked (the checks across its halves; the right half starts at slot `k + 1`).
+    By criterion (`UTURNS`):
+
+    * ``"displacement"``: `ck_a` positions, `ck_v` momenta; `ck_x`'s last-leaf rows its
+      position and momentum (`turning_dz`, `turning_dz_across`);
+    * ``"momentum"``: `ck_a` the momentum sum *before* the checkpoint leaf (so the
+      sub-subtree from slot `k` to this leaf sums to `psum - ck_a[k]`), `ck_v`
+      velocities; `ck_x` the checkpoint leaf's momentum, then the last leaf's momentum
+      and velocity (`turning_rho`, `turning_across`);
+    * ``"position"``: `ck_a` positions, `ck_v` velocities, no checks across halves
+      (`turning`); `ck_x` passed through.
+
+    Returns `(psum, ck_a, ck_v, ck_x, running)`.
     """
-    if momentum:
-        K = ck_a.shape[0]
+    K = ck_a.shape[0]
+    # slot k + 1 beside slot k (the last row wraps round and is masked out by `halves`)
+    halves = check & torch.cat([check[1:], torch.zeros_like(check[:1])], 0)
+    chk = check.unsqueeze(-1)
+    if uturn == "displacement":
+        ck_a = torch.where(store, z, ck_a)
+        ck_v = torch.where(store, p, ck_v)
+        z_last, p_last = ck_x[K:2 * K], ck_x[2 * K:]
+        turns = turning_dz((z - ck_a) * direction, ck_v, p)
+        z_n = torch.cat([ck_a[1:], ck_a[:1]], 0)
+        p_n = torch.cat([ck_v[1:], ck_v[:1]], 0)
+        across = turning_dz_across(z, p, ck_a, ck_v, z_n, p_n, z_last, p_last, direction)
+        turns = (turns & check) | (across & halves)
+        ck_x = torch.cat([ck_x[:K], torch.where(chk, z, z_last), torch.where(chk, p, p_last)],
+                         0)
+    elif uturn == "momentum":
         ck_a = torch.where(store, psum, ck_a)
         ck_v = torch.where(store, v, ck_v)
         p_ck = torch.where(store, p, ck_x[:K])
@@ -134,14 +180,11 @@ def uturn_update(z: Tensor, p: Tensor, v: Tensor, div: Tensor, running: Tensor,
         psum = psum + p
         rho = psum - ck_a
         turns = ((ck_v * rho).sum(-1) <= 0) | ((v * rho).sum(-1) <= 0)
-        # slot k + 1 beside slot k (the last row wraps round and is masked out)
         a_n = torch.cat([ck_a[1:], ck_a[:1]], 0)
         v_n = torch.cat([ck_v[1:], ck_v[:1]], 0)
         p_n = torch.cat([p_ck[1:], p_ck[:1]], 0)
         across = turning_across(v, psum, ck_a, ck_v, a_n, v_n, p_n, p_last, v_last)
-        halves = check & torch.cat([check[1:], torch.zeros_like(check[:1])], 0)
         turns = (turns & check) | (across & halves)
-        chk = check.unsqueeze(-1)
         ck_x = torch.cat([p_ck, torch.where(chk, p, p_last), torch.where(chk, v, v_last)], 0)
     else:
         ck_a = torch.where(store, z, ck_a)
@@ -165,7 +208,7 @@ class _Lazy:
     """Scripts every function on first use (keeps `import` cheap)."""
 
     _names = ("velocity", "kick_drift", "kick", "nuts_leaf", "turning", "turning_rho",
-              "turning_across")
+              "turning_across", "turning_dz", "turning_dz_across")
 
     def __init__(self):
         self._done = False

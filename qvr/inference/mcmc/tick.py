@@ -12,9 +12,9 @@ the sub-subtrees that end at this leaf.  Every tick object is called alike:
 momenta, the subtree's proposal and weight, the checkpoints, the running mask, ...);
 `u` is the leaf's uniform draw `(C,)` (drawn by the caller, so every way of running a
 tick consumes the random stream identically) and `n` the leaf's index in its subtree.
-The checkpoints `ck_a` / `ck_v` (momentum sums before the checkpoint leaf, or positions,
-and velocities) live in the tick's own container (`tick.checkpoints(K, z0)`).  The record
-is flattened to positional tensors in one place only, where TorchScript and Inductor need
+The checkpoints `ck_a` / `ck_v` / `ck_x` (what each holds depends on the U-turn
+criterion: `ops.uturn_update`) live in the tick's own container
+(`tick.checkpoints(K, z0)`).  The record is flattened to positional tensors in one place only, where TorchScript and Inductor need
 it (*the positional boundary* below: `CompiledLeaf`, `positional_tick`, `InductorTick`).
 
 Three ways of running it, chosen per target and settings (`TickCache`):
@@ -143,9 +143,9 @@ class TickState(NamedTuple):
     slp: Tensor  # (C,) log density
     sh: Tensor  # (C,) and energy
     psum: Tensor  # (C, D) momenta summed over the subtree's leaves
-    ck_a: object  # checkpoints: momentum sums (or positions) ...
-    ck_v: object  # ... and velocities
-    ck_x: object  # checkpoint momenta, last-leaf momenta and velocities (`uturn_update`)
+    ck_a: object  # checkpoints: positions (or momentum sums) ...
+    ck_v: object  # ... and momenta (or velocities)
+    ck_x: object  # rows about the checkpoints' last checked leaves (`ops.uturn_update`)
     running: Tensor  # (C,) bool: the chain's subtree is still being built
     eps: Tensor  # (C, 1) signed step size of the subtree
     inv: Tensor  # (C, D) or (C, D, D) inverse mass matrix
@@ -196,7 +196,7 @@ def leaf_function(density: Callable, raw: bool, dense: bool, thr: float) -> Call
     return leaf
 
 
-def folded_function(leaf: Callable, momentum: bool) -> Callable:
+def folded_function(leaf: Callable, uturn: str) -> Callable:
     """The whole tick as one function of the record, the checks done on checkpoint
     stacks under masks: `tick(s, u, store, check) -> s'` (`leaf`, then
     `ops.uturn_update`; `store`, `check` from `checkpoint_masks`)."""
@@ -205,7 +205,7 @@ def folded_function(leaf: Callable, momentum: bool) -> Callable:
         s, v, div = leaf(s, u)
         psum, ck_a, ck_v, ck_x, running = ops.uturn_update(
             s.z, s.p, v, div, s.running, s.psum, s.ck_a, s.ck_v, s.ck_x, store, check,
-            s.direction, momentum)
+            s.direction, uturn)
         return s._replace(psum=psum, ck_a=ck_a, ck_v=ck_v, ck_x=ck_x, running=running)
 
     return tick
@@ -265,9 +265,9 @@ class LeafTick:
     `checkpoint_range(n)` slots are tested, which in TorchScript or eager PyTorch is
     cheaper than testing every slot under a mask."""
 
-    def __init__(self, leaf: Callable, momentum: bool, backend: str, num_ops: int = 0):
+    def __init__(self, leaf: Callable, uturn: str, backend: str, num_ops: int = 0):
         self.leaf = leaf  # leaf(s, u) -> (s', v, div)
-        self.momentum = momentum
+        self.uturn = uturn  # `ops.UTURNS`
         self.backend = backend  # "torchscript" or "eager"
         self.num_ops = num_ops  # operations in the leaf's graph (0 if unknown)
         #: the eager leaf counts its density evaluations through the target
@@ -290,7 +290,21 @@ class LeafTick:
         lo, hi = checkpoint_range(n)
         stop = div
         psum, ck_a, ck_v, x = s.psum, s.ck_a, s.ck_v, s.ck_x
-        if self.momentum:
+        if self.uturn == "displacement":
+            # ck_a, ck_v: the checkpoint leaf's position and momentum; x: the position
+            # and momentum of the last leaf the slot's sub-subtree was checked at
+            K = len(ck_a)
+            if n % 2 == 0:
+                ck_a[hi], ck_v[hi] = z, p
+            d = s.direction
+            for k in range(lo, hi + 1):
+                stop = stop | ops.fused.turning_dz((z - ck_a[k]) * d, ck_v[k], p)
+                if k < hi:  # 4 leaves or more: the checks across its halves
+                    stop = stop | ops.fused.turning_dz_across(
+                        z, p, ck_a[k], ck_v[k], ck_a[k + 1], ck_v[k + 1], x[K + k],
+                        x[2 * K + k], d)
+                x[K + k], x[2 * K + k] = z, p
+        elif self.uturn == "momentum":
             # ck_a holds the momentum sum *before* the checkpoint leaf, so the
             # sub-subtree from checkpoint k to leaf n sums to psum - ck_a[k]; x: the
             # checkpoint's momentum, and the momentum and velocity of the last leaf the
@@ -436,7 +450,7 @@ def traced_leaf(density, z0: torch.Tensor, dense: bool, thr: float):
         torch.set_rng_state(state)
 
 
-def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, momentum: bool,
+def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, uturn: str,
                   K: int) -> tuple:
     """`(InductorTick, note)`: the folded tick around the compiled `density` compiled by
     Inductor, or `(None, why not)`.  The kernel is checked against the same function
@@ -452,7 +466,7 @@ def inductor_tick(density, z0: torch.Tensor, dense: bool, thr: float, momentum: 
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
     except Exception as exc:  # a PyTorch without Inductor
         return None, f"Inductor is not available ({type(exc).__name__})"
-    fn = positional_tick(folded_function(leaf_function(density, True, dense, thr), momentum))
+    fn = positional_tick(folded_function(leaf_function(density, True, dense, thr), uturn))
     state = torch.get_rng_state()
     try:
         with warnings.catch_warnings(), torch.no_grad():
@@ -621,20 +635,20 @@ class TickCache:
         self.last = ""
 
     @staticmethod
-    def key(z0, dense, thr, momentum, K) -> tuple:
-        return (z0.shape[0], z0.dtype, z0.device, dense, thr, momentum, K)
+    def key(z0, dense, thr, uturn, K) -> tuple:
+        return (z0.shape[0], z0.dtype, z0.device, dense, thr, uturn, K)
 
-    def get(self, target, z0, dense, thr, momentum, K, want_inductor=False):
+    def get(self, target, z0, dense, thr, uturn, K, want_inductor=False):
         """The tick for these settings: TorchScript when the target's density compiles,
         eager otherwise; Inductor once asked for (`want_inductor`) and it compiles."""
-        key = self.key(z0, dense, thr, momentum, K)
+        key = self.key(z0, dense, thr, uturn, K)
         tick = self.ticks.get(key)
         if tick is None:
             compiled_for = getattr(target, "compiled_for", None)
             density = compiled_for(z0) if compiled_for is not None else None
             leaf = traced_leaf(density, z0, dense, thr) if density is not None else None
             if leaf is not None:
-                tick = LeafTick(leaf, momentum, "torchscript", graph_ops(leaf.fn))
+                tick = LeafTick(leaf, uturn, "torchscript", graph_ops(leaf.fn))
             else:
                 if density is not None:
                     self.notes.append("eager: the leaf around the compiled density did "
@@ -645,7 +659,7 @@ class TickCache:
                                       "eager: the density is not compiled")
                 density = None
                 tick = LeafTick(leaf_function(target.log_density_and_grad, False, dense,
-                                              thr), momentum, "eager")
+                                              thr), uturn, "eager")
             self.ticks[key], self.densities[key] = tick, density
         if want_inductor and tick.backend == "torchscript" and key not in self.tried:
             self.tried.add(key)
@@ -654,7 +668,7 @@ class TickCache:
                 self.notes.append(f"not compiled by Inductor: {opaque}")
                 self.last = tick.backend
                 return tick
-            compiled, note = inductor_tick(self.densities[key], z0, dense, thr, momentum, K)
+            compiled, note = inductor_tick(self.densities[key], z0, dense, thr, uturn, K)
             self.notes.append(note)
             if compiled is not None:
                 compiled.fallback, compiled.on_failure = tick, self._dropped

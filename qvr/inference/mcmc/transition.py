@@ -14,8 +14,9 @@ lockstep.  A block of up to `T` transitions (`block_function`) is an outer
 64 iterations from one call.
 
 The algorithm is `nuts.py`'s exactly (multinomial, iterative, NumPyro's checkpoint
-scheme; `transition="biased"` or ``"uniform"`` merges, ``"momentum"`` or
-``"position"`` U-turns), written with masks (`torch.where`) instead of branches:
+scheme; `transition="biased"` or ``"uniform"`` merges, ``"displacement"``,
+``"momentum"`` or ``"position"`` U-turns), written with masks (`torch.where`) instead of
+branches:
 
 * per chain, the carried state is the subtree's depth `j` and leaf index `n`, a `done`
   flag, the trajectory's two ends, its proposal and log weight, the summed momenta
@@ -116,7 +117,7 @@ def table_width(K: int) -> int:
     return 2 ** K + 2 * K
 
 
-def transition_function(density: Callable, dense: bool, thr: float, momentum: bool,
+def transition_function(density: Callable, dense: bool, thr: float, uturn: str,
                         K: int, biased: bool, loop: Callable = None) -> Callable:
     """The NUTS transition as a function of tensors only:
 
@@ -195,7 +196,7 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             check = check_tab[row].t()  # (K, C)
             psum, ck_a, ck_v, ck_x, still = ops.uturn_update(
                 z, p, v, div, live, psum, ck_a, ck_v, ck_x, store, check, direction,
-                momentum)
+                uturn)
             n = n + live.to(n.dtype)
             # ---- a subtree that ended is merged into its chain's trajectory
             ended = live & ((n >= torch.ones_like(j) << j) | ~still)
@@ -215,6 +216,8 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
             # the old trajectory's end beside the subtree, and its other end
             p_near = torch.where(direction > 0, pr, pl)
             p_far = torch.where(direction > 0, pl, pr)
+            z_near = torch.where(direction > 0, zr, zl)
+            z_far = torch.where(direction > 0, zl, zr)
             right = (completed & fwd).unsqueeze(-1)
             left = (completed & ~fwd).unsqueeze(-1)
             zr, pr, gr = torch.where(right, z, zr), torch.where(right, p, pr), \
@@ -223,22 +226,26 @@ def transition_function(density: Callable, dense: bool, thr: float, momentum: bo
                 torch.where(left, g, gl)
             j = j + ended.to(j.dtype)
             depth = torch.where(ended, j, depth)
-            if momentum:
+            if uturn == "displacement":
                 # the whole trajectory, then Stan's checks across the merge (as
                 # `NUTSKernel._build`): the old trajectory with the subtree's first leaf
                 # (checkpoint slot 0), its end beside the subtree with the subtree
+                turned = ops.turning_dz(zr - zl, pl, pr) \
+                    | ops.turning_dz((ck_a[0] - z_far) * direction, p_far, ck_v[0]) \
+                    | ops.turning_dz((z - z_near) * direction, p_near, p)
+            elif uturn == "momentum":  # as above, on summed momenta
                 p_first = ck_x[0]
                 rho_new = rho + psum
-                uturn = ops.turning_rho(velocity(inv, pr), rho_new, velocity(inv, pl)) \
+                turned = ops.turning_rho(velocity(inv, pr), rho_new, velocity(inv, pl)) \
                     | ops.turning_rho(velocity(inv, p_first), rho + p_first,
                                       velocity(inv, p_far)) \
                     | ops.turning_rho(velocity(inv, p), psum + p_near, velocity(inv, p_near))
                 rho = torch.where(completed.unsqueeze(-1), rho_new, rho)
             else:
                 dz = zr - zl
-                uturn = ((dz * velocity(inv, pl)).sum(-1) < 0) | \
+                turned = ((dz * velocity(inv, pl)).sum(-1) < 0) | \
                     ((dz * velocity(inv, pr)).sum(-1) < 0)
-            done = done | (ended & (~completed | uturn | (j >= K)))
+            done = done | (ended & (~completed | turned | (j >= K)))
             # ---- the next subtree of a chain whose subtree ended and that goes on
             start = ended & ~done
             scol = start.unsqueeze(-1)
@@ -340,7 +347,7 @@ def idle_adaptation(C: int, D: int, dense: bool, dtype, device) -> list:
             torch.tensor([0.8, 0.05, 10.0, 0.75], dtype=dtype, device=device)]
 
 
-def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K: int,
+def block_function(density: Callable, dense: bool, thr: float, uturn: str, K: int,
                    biased: bool, loop: Callable = None) -> Callable:
     """Up to `T` NUTS transitions as one loop (many transitions per call):
 
@@ -360,7 +367,7 @@ def block_function(density: Callable, dense: bool, thr: float, momentum: bool, K
     metric, a step-size search) is the caller's: a block never runs past one.
     """
     loop = loop or eager_loop
-    one = transition_function(density, dense, thr, momentum, K, biased, loop)
+    one = transition_function(density, dense, thr, uturn, K, biased, loop)
 
     def f(z0, lp0, g0, inv, eps0, P, U, limit, store_tab, check_tab, da, wf, wn, sched,
           hyper):

@@ -44,7 +44,7 @@ def cache_dir() -> Path:
 _KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+def cache_key(graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int,
               biased: bool, T: int) -> str:
     """A digest of everything the compiled transition depends on: the density's graph
     (its code and every tensor it holds), the shapes, dtype and device, the settings,
@@ -52,17 +52,17 @@ def cache_key(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int
     version (computed once per graph and
     settings)."""
     settings = (tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
-                momentum, K, biased, T)
+                uturn, K, biased, T)
     try:
         known = _KEYS.setdefault(graph, {})
     except TypeError:  # not weakly referable: digested every time
         known = {}
     if settings not in known:
-        known[settings] = _digest(graph, z0, dense, thr, momentum, K, biased, T)
+        known[settings] = _digest(graph, z0, dense, thr, uturn, K, biased, T)
     return known[settings]
 
 
-def _digest(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+def _digest(graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int,
             biased: bool, T: int) -> str:
     h = hashlib.sha256()
     h.update(graph.code.encode())
@@ -80,7 +80,7 @@ def _digest(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
                     h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
                     h.update(tensor_bytes(t))
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
-                   momentum, K, biased, T, torch.__version__)).encode())
+                   uturn, K, biased, T, torch.__version__)).encode())
     for module in (__file__, loop_module.__file__, transition_graph.__file__,
                    ops.__file__):
         h.update(Path(module).read_bytes())
@@ -106,12 +106,12 @@ def _load_package(path: Path):
         cpu_vec_isa.valid_vec_isa_list.cache_clear()
 
 
-def is_cached(graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+def is_cached(graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int,
               biased: bool, T: int, directory: Path = None) -> bool:
     """Whether `compile_transition` will find its package on disk."""
     directory = Path(directory) if directory is not None else cache_dir()
     try:
-        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
+        key = cache_key(graph, z0, dense, thr, uturn, K, biased, T)
     except Exception:
         return False
     return (directory / f"{key}.pt2").is_file()
@@ -181,13 +181,13 @@ class BackgroundCompile:
     A second run of the same model meanwhile waits for that worker's package instead of
     starting another (`KEY.compiling` holds its pid)."""
 
-    def __init__(self, graph, z0: Tensor, dense: bool, thr: float, momentum: bool, K: int,
+    def __init__(self, graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int,
                  biased: bool, T: int, directory: Path = None):
         import subprocess
         import sys
-        self.args = (graph, z0, dense, thr, momentum, K, biased, T)
+        self.args = (graph, z0, dense, thr, uturn, K, biased, T)
         self.directory = Path(directory) if directory is not None else cache_dir()
-        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
+        key = cache_key(graph, z0, dense, thr, uturn, K, biased, T)
         self.package = self.directory / f"{key}.pt2"
         self.lock = self.directory / f"{key}.compiling"
         self.out = self.directory / f"{key}.compile-note"
@@ -197,7 +197,7 @@ class BackgroundCompile:
             return  # another run's worker compiles this very package: wait for it
         job = self.directory / f"{key}.job.{os.getpid()}.pt"
         torch.save({"graph": graph, "z0": z0.detach().cpu(), "device": str(z0.device),
-                    "settings": (dense, thr, momentum, K, biased, T),
+                    "settings": (dense, thr, uturn, K, biased, T),
                     "directory": str(self.directory)}, job)
         self.out.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
@@ -226,8 +226,8 @@ class BackgroundCompile:
                        + (f": {lines[-1][:200]}" if lines else ""))
         if not self.package.is_file():
             return None, why or "the transition did not compile (its worker left no package)"
-        graph, z0, dense, thr, momentum, K, biased, T = self.args
-        return compile_transition(graph, z0, dense, thr, momentum, K, biased, T,
+        graph, z0, dense, thr, uturn, K, biased, T = self.args
+        return compile_transition(graph, z0, dense, thr, uturn, K, biased, T,
                                   directory=self.directory)
 
     def stop(self) -> None:
@@ -247,13 +247,13 @@ def _alive(lock: Path) -> bool:
     return process_alive(pid)
 
 
-def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: bool,
+def compile_transition(graph, z0: Tensor, dense: bool, thr: float, uturn: str,
                        K: int, biased: bool, T: int, directory: Path = None,
                        should_stop: Callable[[], bool] = None) -> tuple:
     """`(CompiledTransition, note)` or `(None, why not)`.
 
-    The block of `T` transitions (`block_function`) around the density's FX `graph` (`ProgramTarget.density_graph`) is
-    exported (`torch.export`) and compiled by AOTInductor into a package of C++ (the loop
+    The block of `T` transitions (`block_function`) around the density's FX `graph`
+    (`ProgramTarget.density_graph`) is exported (`torch.export`) and compiled by AOTInductor into a package of C++ (the loop
     runs in C++), kept in `directory` (default `cache_dir()`) under `cache_key`: a later
     process with the same model loads it in milliseconds.  A package it builds is
     checked against the same function run by PyTorch (`eager_loop`) on two short
@@ -269,12 +269,12 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
     abandoned build finishes or dies with the process, its package written aside, never
     half)."""
     directory = Path(directory) if directory is not None else cache_dir()
-    reference = block_function(graph, dense, thr, momentum, K, biased)
+    reference = block_function(graph, dense, thr, uturn, K, biased)
     t0 = time.perf_counter()
     state = torch.get_rng_state()
     path = None
     try:
-        key = cache_key(graph, z0, dense, thr, momentum, K, biased, T)
+        key = cache_key(graph, z0, dense, thr, uturn, K, biased, T)
         path = directory / f"{key}.pt2"
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
@@ -294,7 +294,7 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, momentum: boo
                     def forward(self, *args):
                         data = args[n_args:]
                         fn = block_function(lambda z: self.density(z, *data), dense, thr,
-                                            momentum, K, biased, torch.while_loop)
+                                            uturn, K, biased, torch.while_loop)
                         return fn(*args[:n_args])
 
                 def build():
