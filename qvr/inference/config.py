@@ -351,7 +351,7 @@ class FitConfig:
     `qvr.inference.methods.guide_resample`; an SVI option only: Pathfinder resamples its
     own draws always, so ``--resample`` with ``--method pathfinder`` is refused as an
     option of another method).  HMC/NUTS: ``num_warmup``, ``num_samples``,
-    ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` (NUTS),
+    ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` and ``uturn`` (NUTS),
     ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``, ``chain_method``.  Every
     method: ``threads`` (`qvr.inference.threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
@@ -472,6 +472,12 @@ class FitConfig:
     max_tree_depth: int = _opt(10, methods=frozenset({"nuts"}), parse=parse_int,
                                check=_int_at_least(1), metavar="D",
                                help="NUTS: maximum tree depth")
+    uturn: str = _opt("momentum", methods=frozenset({"nuts"}),
+                      choices=("momentum", "displacement"),
+                      check=_choice("momentum", "displacement"),
+                      help="NUTS: U-turn test: momentum (Stan's) or displacement "
+                           "(nutpie's: shorter trees, fewer leapfrogs; fewer effective "
+                           "draws on some hard posteriors)")
     target_accept: Optional[float] = _opt(
         None, methods=MCMC, parse=parse_optional(parse_float), check=_probability_or_none,
         metavar="P", help="HMC/NUTS: step-size adaptation target (default 0.65 HMC, 0.8 NUTS)")

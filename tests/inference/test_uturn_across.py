@@ -197,3 +197,23 @@ def test_displacement_trees_are_nutpies_and_sample_the_posterior():
         assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1]) - 0.95) < 0.02
     assert 5.2 < steps["displacement"] < 6.3, steps
     assert 6.6 < steps["momentum"] < 7.6, steps
+
+
+def test_the_fit_config_and_the_record_carry_the_criterion(tmp_path):
+    from qvr.inference import fit
+    from qvr.inference.config import ConfigError, FitConfig
+    from qvr.inference.methods.mcmc import kernel_of
+    from qvr.runs import open_run
+    assert kernel_of(FitConfig(method="nuts")).uturn == "momentum"
+    assert kernel_of(FitConfig(method="nuts", uturn="displacement")).uturn == "displacement"
+    try:
+        FitConfig(method="nuts", uturn="position").validate()
+    except ConfigError as exc:
+        assert str(exc) == "uturn: must be one of momentum, displacement; got 'position'"
+    else:
+        raise AssertionError("the spec's criterion is a kernel option only")
+    res = fit(loads(CORR), config={"method": "nuts", "uturn": "displacement", "seed": 1,
+                                   "num_warmup": 100, "num_samples": 100, "num_chains": 2,
+                                   "pointwise": False}, run_dir=str(tmp_path / "run"))
+    assert res.status == "finished", res.message
+    assert open_run(res.run_dir).config["uturn"] == "displacement"

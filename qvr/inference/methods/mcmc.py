@@ -21,7 +21,7 @@ def kernel_of(config):
         kw["mass_matrix"] = config.mass_matrix
     if config.method == "hmc":
         return HMCKernel(num_steps=config.num_steps, **kw)
-    return NUTSKernel(max_tree_depth=config.max_tree_depth, **kw)
+    return NUTSKernel(max_tree_depth=config.max_tree_depth, uturn=config.uturn, **kw)
 
 
 #: the intra-op threads HMC/NUTS sample with when neither `FitConfig.threads` nor
