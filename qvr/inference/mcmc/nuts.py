@@ -49,8 +49,11 @@ against 32.9-34.1k, nutpie 29.4-29.5k; hmm 25.6-26.3k against 28.8-29.2k, nutpie
 gp_pois_regr, whose step is set by a narrow neck, the minimum bulk ESS fell from 801,
 713, 837, 624 (seeds 1-4) to 716, 265, 484, 173 (nutpie, seeds 1-6: 371-873, mean 611),
 and using it for warmup only still gave 839, 351, 714, 265: the shorter warmup trees
-adapt worse there.  Over the other five, leapfrogs per effective draw moved by -4 % to
-+13 % (seed noise of the same order).  A criterion that loses a third of the hardest
+adapt worse there.  Its divergences are nutpie's, though (gp_pois_regr seed 1: 48 while
+sampling against 156 with momentum, nutpie 37-46 over seeds 1-3, at the same metric to
+two digits and like step sizes): the longer momentum trees spend more leapfrogs in the
+neck, where the divergences are, and find more effective draws there.  Over the other
+five, leapfrogs per effective draw moved by -4 % to +13 % (seed noise of the same order).  A criterion that loses a third of the hardest
 posterior's effective draws to save a tenth of the easy ones' warmup is not a default.
 
 Decision (recorded here and in the closing note of issue 4): the spec keeps the legacy
