@@ -37,24 +37,25 @@ Two choices, each with the spec's rule available:
   ``"position"`` (spec 6.6.5 verbatim): `(z+ - z-) . v- < 0` or `(z+ - z-) . v+ < 0`.
 
 Decision (2026-12, issue 37; recorded here and in that stop's closing note): the default
-stays ``"momentum"``.  nutpie's trees are shorter than Stan's at the same step and metric
+stays ``"momentum"``. nutpie's trees are shorter than Stan's at the same step and metric
 (a 2-D Gaussian with correlation 0.95 at nutpie's adapted step: 5.69 leapfrogs per draw
 against 7.0 for a reference recursive Stan NUTS and for ours); the displacement test
 reproduces nutpie's distribution of tree sizes (5.64; share of 1-leapfrog trees 0.146
-against nutpie's 0.147, of 15-leapfrog trees 0.061 against 0.049).  With it our warmup
+against nutpie's 0.147, of 15-leapfrog trees 0.061 against 0.049). With it our warmup
 leapfrogs fall to nutpie's (4 x (1000 + 1000): kid_scores 60.6-61.2k against 71.4-72.4k,
-nutpie 59.3-59.9k; arK 81.9-84.0k against 89.0-93.2k, nutpie 81.1-82.0k; garch 28.7-29.1k
-against 32.9-34.1k, nutpie 29.4-29.5k; hmm 25.6-26.3k against 28.8-29.2k, nutpie
-25.7-25.8k; eight schools unchanged at 28.6-29.0k, nutpie 27.6-28.0k).  But on
+nutpie 59.3-59.9k; arK 81.9-84.0k against 89.0-93.2k, nutpie 81.1-82.0k; garch
+28.7-29.1k against 32.9-34.1k, nutpie 29.4-29.5k; hmm 25.6-26.3k against 28.8-29.2k,
+nutpie 25.7-25.8k; eight schools unchanged at 28.6-29.0k, nutpie 27.6-28.0k). But on
 gp_pois_regr, whose step is set by a narrow neck, the minimum bulk ESS fell from 801,
 713, 837, 624 (seeds 1-4) to 716, 265, 484, 173 (nutpie, seeds 1-6: 371-873, mean 611),
 and using it for warmup only still gave 839, 351, 714, 265: the shorter warmup trees
-adapt worse there.  Its divergences are nutpie's, though (gp_pois_regr seed 1: 48 while
+adapt worse there. Its divergences are nutpie's, though (gp_pois_regr seed 1: 48 while
 sampling against 156 with momentum, nutpie 37-46 over seeds 1-3, at the same metric to
 two digits and like step sizes): the longer momentum trees spend more leapfrogs in the
-neck, where the divergences are, and find more effective draws there.  Over the other
-five, leapfrogs per effective draw moved by -4 % to +13 % (seed noise of the same order).  A criterion that loses a third of the hardest
-posterior's effective draws to save a tenth of the easy ones' warmup is not a default.
+neck, where the divergences are, and find more effective draws there. Over the other
+five, leapfrogs per effective draw moved by -4 % to +13 % (seed noise of the same
+order). A criterion that loses a third of the hardest posterior's effective draws to
+save a tenth of the easy ones' warmup is not a default.
 
 Decision (recorded here and in the closing note of issue 4): the spec keeps the legacy
 uniform merge and position criterion "as in the legacy runtime", not because they are
