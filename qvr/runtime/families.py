@@ -156,8 +156,16 @@ class ClampedBernoulli(D.Bernoulli):
 
 
 def draw(dist: D.Distribution, sample_shape=torch.Size()) -> torch.Tensor:
-    """Reparameterised draw where torch supports it; discrete draws as int64."""
-    if dist.has_rsample:
+    """Reparameterised draw where torch supports it and a gradient may be asked for;
+    discrete draws as int64.
+
+    Without autograd (`torch.no_grad`: predictive replicates, prior draws) the law's
+    `sample`: the same law, and for the common families an out-of-place sampler
+    (`Normal.sample` is `torch.normal(loc, scale)`, where `rsample` fills an unbatched
+    `empty(shape).normal_()`), which `torch.func.vmap(..., randomness="different")` can
+    batch: a run's 4,000 posterior-predictive replicates are then one vmapped pass of the
+    program instead of 4,000 (eight schools: 0.9 s -> 0.05 s)."""
+    if dist.has_rsample and torch.is_grad_enabled():
         out = dist.rsample(sample_shape)
     else:
         out = dist.sample(sample_shape)

@@ -110,6 +110,30 @@ def test_poisson_terms_match_scipy():
     assert np.all(rep == np.round(rep)) and not np.array_equal(rep[0], k)
 
 
+def test_normal_replicates_are_one_vmapped_pass_with_a_draw_each(monkeypatch):
+    """`Normal`'s reparameterised sampler fills an unbatched tensor in place, which vmap
+    refuses with different randomness; without autograd the runtime draws with
+    `Normal.sample` (out of place), so the replicates of 2,000 draws are one vmapped
+    pass, not 2,000 runs of the program — and each draw gets its own noise."""
+    model = qvr.loads(NORMAL).morphism
+    y = torch.tensor(_normal_data(), dtype=torch.float32)
+    pw = Pointwise(model, torch.zeros(40, 1), {"y": y}, ["mu"])
+    calls = []
+    one = Pointwise.one
+    monkeypatch.setattr(Pointwise, "one", lambda self, v: calls.append(1) or one(self, v))
+    mu = torch.linspace(-1.0, 1.0, 2000)
+    torch.manual_seed(0)
+    out = pw.many({"mu": mu})
+    assert not pw.rep_vmap_failed and len(calls) < 100, len(calls)
+    noise = (out["y_rep.y"] - mu[:, None]).double()  # (2000, 40): N(0, 1) noise
+    assert noise.shape == (2000, 40)
+    # 80,000 iid N(0, 1): mean within 4 / sqrt(80,000) = 0.014, sd within 0.01
+    assert abs(float(noise.mean())) < 0.014 and abs(float(noise.std()) - 1) < 0.01
+    # not the same noise at every draw (vmap's "same" randomness would give that)
+    assert float((noise[0] - noise[1]).abs().max()) > 0.1
+    assert abs(float(torch.corrcoef(noise[:, :2].T)[0, 1])) < 0.1
+
+
 def test_enumerated_rows_are_the_row_marginals():
     model = qvr.loads(MIXTURE).morphism
     y = np.random.default_rng(3).normal(0.5, 2.0, 30)
