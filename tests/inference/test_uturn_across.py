@@ -68,16 +68,11 @@ def _drifting_momenta(gen, C, L, D=3):
     return (p + 0.6 * torch.randn(C, L, D, generator=gen, dtype=torch.float64)).transpose(0, 1)
 
 
-def test_displacement_checks_stop_where_the_recursive_definition_does():
-    """Forward and backward subtrees: positions are drifted by the velocities (a
-    diagonal metric), and a backward subtree's leaves run against the trajectory's
-    order, its momenta kept in the forward orientation."""
-    gen = torch.Generator().manual_seed(1)
-    C, D, K, L = 400, 3, 5, 16
-    p = _drifting_momenta(gen, C, L)
-    inv = torch.rand(C, D, generator=gen, dtype=torch.float64) + 0.5
-    direction = torch.where(torch.rand(C, 1, generator=gen) < 0.5, -1.0, 1.0).double()
-    z = torch.cumsum(0.3 * direction * inv * p, 0)  # leaf n's position as built
+def _masked_stops(z, p, inv, direction, uturn: str) -> list:
+    """Per chain, the leaf at which `ops.uturn_update`'s masked checks stop a 16-leaf
+    subtree (leaves `z[n]`, `p[n]`), or -1."""
+    L, C, D = p.shape
+    K = 5
     psum = torch.zeros(C, D, dtype=torch.float64)
     ck_a = torch.zeros(K, C, D, dtype=torch.float64)
     ck_v = torch.zeros_like(ck_a)
@@ -89,9 +84,23 @@ def test_displacement_checks_stop_where_the_recursive_definition_does():
         store, check = T.checkpoint_masks(n, K)
         psum, ck_a, ck_v, ck_x, still = ops.uturn_update(
             z[n], p[n], p[n] * inv, no_div, running, psum, ck_a, ck_v, ck_x, store, check,
-            direction, "displacement")
+            direction, uturn)
         stop = torch.where(running & ~still, torch.full_like(stop, n), stop)
         running = still
+    return stop.tolist()
+
+
+def test_displacement_checks_stop_where_the_recursive_definition_does():
+    """Forward and backward subtrees: positions are drifted by the velocities (a
+    diagonal metric), and a backward subtree's leaves run against the trajectory's
+    order, its momenta kept in the forward orientation."""
+    gen = torch.Generator().manual_seed(1)
+    C, D, L = 400, 3, 16
+    p = _drifting_momenta(gen, C, L)
+    inv = torch.rand(C, D, generator=gen, dtype=torch.float64) + 0.5
+    direction = torch.where(torch.rand(C, 1, generator=gen) < 0.5, -1.0, 1.0).double()
+    z = torch.cumsum(0.3 * direction * inv * p, 0)  # leaf n's position as built
+    stop = _masked_stops(z, p, inv, direction, "displacement")
     want, plain = [], []
     for c in range(C):
         # in trajectory order a backward subtree's leaves are reversed; Stan's recursion
@@ -101,36 +110,19 @@ def test_displacement_checks_stop_where_the_recursive_definition_does():
             zc = -zc  # (z_b - z_a) * direction: the build order's differences, oriented
         want.append(_reference_stop_dz(zc, pc, True))
         plain.append(_reference_stop_dz(zc, pc, False))
-    assert stop.tolist() == want
+    assert stop == want
     assert sum(a != b for a, b in zip(want, plain)) >= 20
     assert len({s for s in want if s >= 0}) >= 4  # subtrees of several sizes turned
 
 
 def test_masked_checks_stop_where_the_recursive_definition_does():
     gen = torch.Generator().manual_seed(0)
-    C, D, K, L = 400, 3, 5, 16
-    # momenta that drift round slowly (so subtrees of 4-16 leaves turn) plus noise
-    angle = torch.rand(C, 1, generator=gen) * 0.8 + 0.1
-    t = torch.arange(L, dtype=torch.float64).unsqueeze(0) * angle
-    p = torch.stack([torch.cos(t), torch.sin(t), 0.3 * torch.ones_like(t)], -1)
-    p = (p + 0.6 * torch.randn(C, L, D, generator=gen, dtype=torch.float64)).transpose(0, 1)
+    C, D, L = 400, 3, 16
+    p = _drifting_momenta(gen, C, L)
     inv = torch.rand(C, D, generator=gen, dtype=torch.float64) + 0.5
-    psum = torch.zeros(C, D, dtype=torch.float64)
-    ck_a = torch.zeros(K, C, D, dtype=torch.float64)
-    ck_v = torch.zeros_like(ck_a)
-    ck_x = torch.zeros(3 * K, C, D, dtype=torch.float64)
-    running = torch.ones(C, dtype=torch.bool)
-    stop = torch.full((C,), -1)
-    no_div = torch.zeros(C, dtype=torch.bool)
-    for n in range(L):
-        store, check = T.checkpoint_masks(n, K)
-        psum, ck_a, ck_v, ck_x, still = ops.uturn_update(
-            p[n], p[n], p[n] * inv, no_div, running, psum, ck_a, ck_v, ck_x, store, check,
-            torch.ones(C, 1, dtype=torch.float64), "momentum")
-        stop = torch.where(running & ~still, torch.full_like(stop, n), stop)
-        running = still
+    stop = _masked_stops(p, p, inv, torch.ones(C, 1, dtype=torch.float64), "momentum")
     want = [_reference_stop(p[:, c], inv[c], True) for c in range(C)]
-    assert stop.tolist() == want
+    assert stop == want
     # the checks across the halves decided some of these chains
     plain = [_reference_stop(p[:, c], inv[c], False) for c in range(C)]
     differ = sum(a != b for a, b in zip(want, plain))
