@@ -821,6 +821,20 @@ def test_a_run_that_ends_before_the_background_compile_says_so(monkeypatch):
     assert len(calls) == 1
 
 
+def test_a_worker_releases_only_its_own_lock(tmp_path):
+    """A run that ends before its compile leaves `KEY.compiling` behind; the worker
+    removes it when it names the worker's pid, and leaves another worker's alone."""
+    import os
+    from qvr.inference.mcmc.compile_worker import _release
+    mine, theirs = tmp_path / "a.compiling", tmp_path / "b.compiling"
+    mine.write_text(str(os.getpid()))
+    theirs.write_text(str(os.getpid() + 1))
+    _release(mine)
+    _release(theirs)
+    _release(tmp_path / "absent.compiling")
+    assert not mine.exists() and theirs.read_text() == str(os.getpid() + 1)
+
+
 @needs_cc
 def test_the_background_worker_builds_the_package_a_run_then_loads(tmp_path, normal_target):
     """The worker process (`compile_worker`) compiles into the cache directory; the run's
@@ -838,6 +852,7 @@ def test_the_background_worker_builds_the_package_a_run_then_loads(tmp_path, nor
         job.proc.wait(timeout=900)  # an event (the worker's exit), not a duration
     finally:
         job.stop()
+    assert not job.lock.exists()  # the worker released it: no run needs to be there
     assert job.done() and other.done()
     compiled, note = job.result()
     assert compiled is not None and compiled.cached, note

@@ -5,7 +5,8 @@ JOB is a file written by `torch.save` holding the density's FX graph, an initial
 and the transition's settings; the worker runs `transition_cache.compile_transition` on them
 (one thread, at a lower priority than the run beside it), writes the package where the
 run will look for it, and its note (what it did, or why it could not) to
-``KEY.compile-note`` beside it; it deletes JOB.  Exit status 0 when a package was built.
+``KEY.compile-note`` beside it; it deletes JOB, and the run's ``KEY.compiling`` when that
+names it.  Exit status 0 when a package was built.
 """
 from __future__ import annotations
 
@@ -35,7 +36,19 @@ def main(argv=None) -> int:
                                                     biased, T, directory=directory)
     transitions.write_aside(directory / f"{key}.compile-note",
                             lambda tmp: Path(tmp).write_text(note))
+    _release(directory / f"{key}.compiling")
     return 0 if compiled is not None else 1
+
+
+def _release(lock: Path) -> None:
+    """Remove the run's `KEY.compiling` when it names this worker: a run that ended before
+    the compile leaves it behind, and its pid, once reused by another process, would
+    make every later run of the model wait for a compile that is not running."""
+    try:
+        if int(lock.read_text().strip()) == os.getpid():
+            lock.unlink(missing_ok=True)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":
