@@ -91,11 +91,11 @@ from dataclasses import replace
 import torch
 
 from qvr.events import STEPS_COMPILED, STEPS_LEAF_BY_LEAF
+from qvr.inference.mcmc import ops
 from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc import transition as transitions
 from qvr.inference.mcmc import transition_cache
 from qvr.inference.mcmc.adaptation import DualAveragingState, Welford
-from qvr.inference.mcmc import ops
 from qvr.inference.mcmc.ops import fused
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Steps, Transition
 

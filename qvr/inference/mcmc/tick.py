@@ -14,8 +14,9 @@ momenta, the subtree's proposal and weight, the checkpoints, the running mask, .
 tick consumes the random stream identically) and `n` the leaf's index in its subtree.
 The checkpoints `ck_a` / `ck_v` / `ck_x` (what each holds depends on the U-turn
 criterion: `ops.uturn_update`) live in the tick's own container
-(`tick.checkpoints(K, z0)`).  The record is flattened to positional tensors in one place only, where TorchScript and Inductor need
-it (*the positional boundary* below: `CompiledLeaf`, `positional_tick`, `InductorTick`).
+(`tick.checkpoints(K, z0)`).  The record is flattened to positional tensors in one place
+only, where TorchScript and Inductor need it (*the positional boundary* below:
+`CompiledLeaf`, `positional_tick`, `InductorTick`).
 
 Three ways of running it, chosen per target and settings (`TickCache`):
 

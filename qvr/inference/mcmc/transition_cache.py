@@ -253,15 +253,15 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, uturn: str,
     """`(CompiledTransition, note)` or `(None, why not)`.
 
     The block of `T` transitions (`block_function`) around the density's FX `graph`
-    (`ProgramTarget.density_graph`) is exported (`torch.export`) and compiled by AOTInductor into a package of C++ (the loop
-    runs in C++), kept in `directory` (default `cache_dir()`) under `cache_key`: a later
-    process with the same model loads it in milliseconds.  A package it builds is
-    checked against the same function run by PyTorch (`eager_loop`) on two short
-    blocks, and the last check's inputs and outputs are kept beside it
-    (``KEY.check.pt``); one loaded from the cache is run on those inputs and must give
-    those outputs (without them: checked against PyTorch on one transition).  Any
-    disagreement beyond float rounding rejects it (and a cached package that disagrees
-    or fails to load is deleted, with its check).
+    (`ProgramTarget.density_graph`) is exported (`torch.export`) and compiled by
+    AOTInductor into a package of C++ (the loop runs in C++), kept in `directory`
+    (default `cache_dir()`) under `cache_key`: a later process with the same model loads
+    it in milliseconds. A package it builds is checked against the same function run by
+    PyTorch (`eager_loop`) on two short blocks, and the last check's inputs and outputs
+    are kept beside it (``KEY.check.pt``); one loaded from the cache is run on those
+    inputs and must give those outputs (without them: checked against PyTorch on one
+    transition). Any disagreement beyond float rounding rejects it (and a cached package
+    that disagrees or fails to load is deleted, with its check).
 
     With `should_stop`, a build runs in a thread of its own, and the call returns
     `(None, STOPPED)` within a tenth of a second of `should_stop()` turning true (a
