@@ -134,6 +134,35 @@ def test_normal_replicates_are_one_vmapped_pass_with_a_draw_each(monkeypatch):
     assert abs(float(torch.corrcoef(noise[:, :2].T)[0, 1])) < 0.1
 
 
+def test_multivariate_normal_replicates_are_vmapped_too(monkeypatch):
+    """torch's multivariate Normals sample through `rsample` (in place); the runtime
+    draws them from `torch.randn` without autograd, so an `MultivariateNormal`
+    likelihood's replicates are one vmapped pass, with the law's covariance."""
+    program = textwrap.dedent("""\
+        object Obs : FinSet 60
+        object L : CorrCholesky 2
+        program corr : Obs -> Obs
+            sample l <- LKJCholesky(2.0) [over=L]
+            observe y : Obs <- MultivariateNormal(0.0, l)
+            return l
+        export corr
+        """)
+    model = qvr.loads(program).morphism
+    y = torch.tensor(np.random.default_rng(4).normal(size=(60, 2)), dtype=torch.float64)
+    pw = Pointwise(model, torch.zeros(60, 1, dtype=torch.float64), {"y": y}, ["l"])
+    rho = 0.6
+    chol = torch.tensor([[1.0, 0.0], [rho, math.sqrt(1 - rho ** 2)]], dtype=torch.float64)
+    torch.manual_seed(1)
+    out = pw.many({"l": chol.expand(2000, 2, 2).clone()})
+    assert not pw.rep_vmap_failed
+    rep = out["y_rep.y"].double()
+    assert rep.shape == (2000, 60, 2)
+    cov = torch.cov(rep.reshape(-1, 2).T)  # 120,000 pairs: entries within ~0.004 (1 sd)
+    want = torch.tensor([[1.0, rho], [rho, 1.0]], dtype=torch.float64)
+    assert float((cov - want).abs().max()) < 0.02, cov
+    assert float((rep[0] - rep[1]).abs().max()) > 0.1  # each draw its own noise
+
+
 def test_enumerated_rows_are_the_row_marginals():
     model = qvr.loads(MIXTURE).morphism
     y = np.random.default_rng(3).normal(0.5, 2.0, 30)
