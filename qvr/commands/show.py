@@ -2,7 +2,8 @@
 cancelled, failed, interrupted, or still running).  Torch-free: it reads the run record
 (`qvr.runs`) and renders it as `qvr run` does at the end of a fit, after a line naming
 the program, its export (with the arguments of a parametric program:
-``export shrink(spread=2)``) and when the run started.
+``export shrink(spread=2)``) and when the run started, and a line of the options the run
+set beyond its method's defaults (``options: seed 3, uturn displacement``).
 
 Exit status: 0, or 2 when a folder is not a readable run record.
 """
@@ -34,6 +35,9 @@ def run(args) -> int:
         if len(args.runs) > 1:
             print(("\n" if i else "") + f"== {rec.path} ({rec.status})")
         print(f"program {rec.program.get('path')}{_export_text(rec)}, started {rec.started}")
+        options = _options_text(rec)
+        if options:
+            print(options)
         print(render_run(rec, max_rows=max(1, args.rows)))
     return status
 
@@ -47,6 +51,27 @@ def _export_text(rec) -> str:
     if export:
         return f" (export {export}({called}))" if called else f" (export {export})"
     return f" (arguments {called})" if called else ""
+
+
+def _options_text(rec) -> str:
+    """``options: seed 1, uturn displacement``: what the run set beyond the defaults of its
+    method (the shipped ones included); "" when nothing.  A parametric program's
+    arguments are on the program line already."""
+    from qvr.inference.config import FitConfig
+    config = dict(rec.config or {})
+    shown = [f"{name} {_value(v)}" for name, v in FitConfig.set_options(config)
+             if name != "args"]
+    return "options: " + ", ".join(shown) if shown else ""
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, dict):
+        return ",".join(f"{k}={_value(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return ",".join(_value(x) for x in v)
+    return _number(v)
 
 
 def _number(v) -> str:

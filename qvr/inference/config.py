@@ -612,6 +612,18 @@ class FitConfig:
         return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
     @staticmethod
+    def set_options(config: dict) -> list:
+        """`[(name, value)]`: the options of a run's recorded `config` (a `to_dict`) that
+        differ from their defaults, among its method's (`options(method)`), in declaration
+        order, `method` left out: how the run was asked for beyond the defaults."""
+        out = []
+        for f, _ in FitConfig.options(config.get("method")):
+            if f.name != "method" and f.name in config and \
+                    config[f.name] != FitConfig.default(f.name):
+                out.append((f.name, config[f.name]))
+        return out
+
+    @staticmethod
     def help_of(name: str) -> str:
         """The option's help with its default (when the help does not say it)."""
         f = next(f for f in dataclasses.fields(FitConfig) if f.name == name)

@@ -59,7 +59,8 @@ def test_qvr_show_prints_the_same_lines(funnel_run, capsys):
     out, _, folder = funnel_run
     assert main(["show", str(folder)]) == 0
     shown = capsys.readouterr().out.splitlines()
-    assert shown[1:] == out.splitlines()
+    assert shown[1] == "options: seed 1, steps 1500, lr 0.02"
+    assert shown[2:] == out.splitlines()
 
 
 DROP = object()  # `_copy`: take the key out of the stats

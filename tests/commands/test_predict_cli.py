@@ -56,7 +56,8 @@ def test_predict_writes_a_record_that_show_prints(fitted, tmp_path, capsys):
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert shown[0].startswith(f"program {program.resolve()}, started ")
-    assert shown[1:] == lines[1:]
+    assert shown[1] == "options: seed 5, dtype float64, draws 100"
+    assert shown[2:] == lines[1:]
     assert main(["show", str(out), "--rows", "2"]) == 0
     short = capsys.readouterr().out.splitlines()
     assert short[-1] == (f"(6 more elements; every element (8) in {out / 'summary.txt'}, "

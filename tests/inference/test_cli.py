@@ -84,7 +84,9 @@ def test_show_prints_a_saved_run_of_any_status(program, qvr_run, tmp_path, capsy
     assert main(["show", str(folder)]) == 0
     shown = capsys.readouterr().out
     assert "svi: 5 steps, final loss" in shown and str(program.resolve()) in shown
-    assert shown.splitlines()[1] == out.stdout.splitlines()[0]
+    # what the run set beyond the method's defaults, then the run's own headline
+    assert shown.splitlines()[1] == "options: synthetic 5, steps 5"
+    assert shown.splitlines()[2] == out.stdout.splitlines()[0]
     assert main(["show", str(tmp_path)]) == 2
     assert "not a run record" in capsys.readouterr().err
 
