@@ -46,10 +46,14 @@ SCRIPT = textwrap.dedent('''
               "pointwise": False, **kw}}  # the record without its pointwise terms: faster
         return FitConfig(method="nuts", chain_method="distributed", **kw)
 
+    started = os.path.join(out_dir, "rank1-sampling")  # rank 1's first event came
+
     def run(name, cfg, run_dir=None, stop_at_chain=None):
         events = []
         def on_event(e):
             events.append((time.monotonic(), e))
+            if rank == 1 and name == "main" and not os.path.exists(started):
+                open(started, "w").close()
         def should_stop():  # once a draws chunk of `stop_at_chain` came
             return stop_at_chain is not None and any(
                 isinstance(e, DrawsChunk) and e.chain == stop_at_chain for _, e in events)
@@ -70,6 +74,19 @@ SCRIPT = textwrap.dedent('''
                       if isinstance(e, DrawsChunk)]}}
 
     if mode == "main":
+        if rank == 0:
+            # rank 0's chains start once rank 1's chains have sent an event (a file rank
+            # 1 writes; at most 120 s): whichever rank the launch started first, rank 0
+            # then still runs while rank 1's events come, so the check of live delivery
+            # below does not depend on the machine's load
+            from qvr.inference.mcmc.nuts import NUTSKernel
+            sample = NUTSKernel.sample
+            def after_rank_1(self, state, target):
+                give_up = time.monotonic() + 120
+                while not os.path.exists(started) and time.monotonic() < give_up:
+                    time.sleep(0.01)
+                return sample(self, state, target)
+            NUTSKernel.sample = after_rank_1
         run("main", config(), run_dir=os.path.join(out_dir, "record"))
     else:
         run("again", config())
@@ -162,7 +179,9 @@ def test_rank_1s_chains_reach_rank_0s_callback_live(main_launch):
     assert drawn == {c: 150 for c in range(4)}
     # rank 1's progress came while rank 0's own chains ran, not in one batch at the end:
     # told by the order of the events, not by their spacing in time (on a busy machine a
-    # live delivery can come in a burst shorter than any fixed interval)
+    # live delivery can come in a burst shorter than any fixed interval); rank 0's chains
+    # wait for rank 1's first event (the script), so which rank starts first does not
+    # decide it
     own = [t for t, c, _, _ in r0["progress"] if c in (0, 1)]
     theirs = [t for t, c, _, _ in r0["progress"] if c in (2, 3)]
     assert min(theirs) < max(own)
