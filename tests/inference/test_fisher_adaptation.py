@@ -136,9 +136,15 @@ def test_adapt_reaches_the_kernel_and_the_record(tmp_path):
     with pytest.raises(Exception) as err:
         FitConfig(method="nuts", adapt="nutpie").validate()
     assert "adapt" in str(err.value) and "fisher" in str(err.value)
-    # a dense metric is adapted on the same windows (`FisherDense`)
-    assert NUTSKernel(mass_matrix="dense").schedule == "fisher"
-    assert NUTSKernel().schedule == "fisher"
+    # a dense metric is adapted on the same windows (`FisherDense`), a diagonal one by
+    # `FisherDiag`, each starting from the first gradient's metric of its own form
+    from qvr.inference.mcmc.adaptation import FisherDense, FisherDiag
+    from qvr.inference.mcmc.potential import FunctionTarget
+    target = FunctionTarget(lambda z: -0.5 * (z ** 2).sum(-1), 3)
+    z0 = torch.full((2, 3), 0.5)
+    for mass, kind in (("dense", FisherDense), ("diagonal", FisherDiag)):
+        state = NUTSKernel(mass_matrix=mass).init(target, z0, 100, 10)
+        assert type(state.fisher) is kind and state.mass.dense == (mass == "dense")
 
 
 def test_dual_averaging_restarts_for_the_fixed_metric_window():

@@ -252,12 +252,6 @@ class HMCBase(MCMCKernel):
     def _adapts_mass(self) -> bool:
         return self.adapt_mass_matrix and self.mass_matrix != "identity"
 
-    @property
-    def schedule(self) -> str:
-        """The warmup schedule that runs (the one asked for: ``"fisher"`` adapts a
-        diagonal metric with `FisherDiag`, a dense one with `FisherDense`)."""
-        return self.warmup_schedule
-
     #: what restarts for the Fisher schedule's fixed-metric window: ``"full"`` (dual
     #: averaging from `mu = log(10 eps)`, as Stan after each window) or ``"average"``
     #: (only the average the step size after warmup is taken from:
@@ -291,7 +285,7 @@ class HMCBase(MCMCKernel):
         izeros = torch.zeros(C, dtype=torch.long, device=z0.device)
         state = HMCState(0, int(num_warmup), z0, logp, grad, step, mass, zeros, false, false,
                          izeros, izeros, -logp, num_samples=int(num_samples))
-        fisher = (self.schedule == "fisher" and self._adapts_mass and num_warmup >= 20
+        fisher = (self.warmup_schedule == "fisher" and self._adapts_mass and num_warmup >= 20
                   and D > 0)
         if fisher:  # the metric from the first gradient, before the step-size search
             dense = self.mass_matrix == "dense"
@@ -313,10 +307,10 @@ class HMCBase(MCMCKernel):
             if self.find_step_size and D > 0 and num_warmup >= 20:
                 state.step_size = self._reasonable_step_size(state, target)
             state.da = self.dual_averaging.init(state.step_size)
-        if num_warmup > 0 and self._adapts_mass and self.schedule != "fisher":
+        if num_warmup > 0 and self._adapts_mass and self.warmup_schedule != "fisher":
             state.welford = Welford(C, D, dense=self.mass_matrix == "dense", dtype=z0.dtype,
                                     device=z0.device)
-            if self.schedule == "windowed":
+            if self.warmup_schedule == "windowed":
                 state.mass_updates = frozenset(mass_update_points(num_warmup))
                 if state.mass_updates:
                     state.slow_range = (warmup_schedule(num_warmup)[1][0],
@@ -388,7 +382,7 @@ class HMCBase(MCMCKernel):
                 state.mass = self._mass_from(state.welford)
                 state.welford = Welford(*state.z.shape, dense=state.welford.dense,
                                         dtype=state.z.dtype, device=state.z.device)
-                if state.da is not None and self.schedule == "windowed":
+                if state.da is not None and self.warmup_schedule == "windowed":
                     if self.find_step_size:
                         state.step_size = self._reasonable_step_size(state, target)
                     state.da = self.dual_averaging.init(state.step_size)
