@@ -103,6 +103,14 @@ def _probability_or_none(v) -> Optional[str]:
     return None
 
 
+def _jitter_or_none(v) -> Optional[str]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+        return f"must be a number in [0, 1), got {v!r}"
+    return None
+
+
 def _choice(*choices, optional=False) -> Callable[[Any], Optional[str]]:
     def check(v):
         if (v is None and optional) or v in choices:
@@ -352,7 +360,8 @@ class FitConfig:
     own draws always, so ``--resample`` with ``--method pathfinder`` is refused as an
     option of another method).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` and ``uturn`` (NUTS),
-    ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``, ``chain_method``.  Every
+    ``step_jitter``, ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``,
+    ``chain_method``.  Every
     method: ``threads`` (`qvr.inference.threads`).  SVI, HMC and
     NUTS started from a run (``start_from``): ``start_at`` (`start_at_error`).
     SMC: ``particles``, ``expansion``, ``max_len``, ``eos``, ``bos``, ``forbid``,
@@ -478,6 +487,10 @@ class FitConfig:
                       help="NUTS: U-turn test: momentum (Stan's) or displacement "
                            "(nutpie's: shorter trees, fewer leapfrogs; fewer effective "
                            "draws on some hard posteriors)")
+    step_jitter: Optional[float] = _opt(
+        None, methods=MCMC, parse=parse_optional(parse_float), check=_jitter_or_none,
+        metavar="J", help="HMC/NUTS: each iteration steps by eps * (1 + J * U(-1, 1)) "
+                          "(default 0.1 NUTS, as nutpie; 0 HMC, as Stan)")
     target_accept: Optional[float] = _opt(
         None, methods=MCMC, parse=parse_optional(parse_float), check=_probability_or_none,
         metavar="P", help="HMC/NUTS: step-size adaptation target (default 0.65 HMC, 0.8 NUTS)")

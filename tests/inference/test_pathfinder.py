@@ -144,7 +144,9 @@ def test_kid_scores_matches_the_posteriordb_reference():
 def test_eight_schools_is_near_the_reference_and_warns_by_its_khat():
     """Non-centred eight schools: the joint mode (tau ~ 30) is far from the mass, the
     best ELBO is an early iterate's, and the draws are off by up to ~0.9 sd in mu
-    (seeds 1-3: 0.61, 0.77, 0.79); k-hat 0.8-1.1 says so, with a warning."""
+    (seeds 1-3: 0.61, 0.77, 0.79); k-hat 0.8-1.1 says so, with a warning.  Issue 39 asked
+    for 0.3 sd; that is beyond the method here: pymc-extras' Pathfinder 0.15.1 (its
+    defaults, `bench/vi.py`, same machine and day) is 0.93 sd off, k-hat 0.78."""
     path = ROOT / "examples" / "eight_schools.qvr"
     events = []
     res = fit(load(str(path)), config={"method": "pathfinder", "seed": 1, "dtype": "float64",

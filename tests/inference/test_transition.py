@@ -233,6 +233,73 @@ def test_a_block_is_its_transitions_one_after_another_with_adaptation():
     assert len(set(leaves[:, 0].tolist())) > 1
 
 
+def test_a_block_jitters_each_transitions_step_by_its_last_uniform():
+    """`hyper[4]` is the jitter: a transition steps by `eps * (1 + jitter * (2 u - 1))`
+    with `u` its row's last uniform (which nothing else reads), so a block with jitter
+    0.5 and `u` = 1 is the block without jitter at 1.5 times the step, and `u` = 0.5
+    leaves the step as it is; dual averaging (off here) never sees the jitter."""
+    K, T, C, D = 5, 4, 3, 3
+    z0, P, U, store, check, g0, lp0 = _block_inputs(K, T, C, D, seed=4)
+    eps = torch.tensor([0.2, 0.4, 0.9])
+    block = TR.block_function(density, False, 1000.0, "momentum", K, True)
+
+    def run(step, u_last, jitter):
+        V = U.clone()
+        V[..., -1] = u_last
+        args = TR.idle_adaptation(C, D, False, torch.float32, "cpu")
+        args[4][4] = jitter
+        return TR.BlockOut(*block(z0, lp0, g0, torch.ones(C, D), step, P, V,
+                                  torch.tensor(T), store, check, *args))
+
+    plain = run(eps * 1.5, 0.0, 0.0)
+    jittered = run(eps, 1.0, 0.5)
+    assert torch.equal(plain.rec, jittered.rec)
+    assert torch.equal(jittered.eps, eps)  # the state keeps the unjittered step
+    assert torch.equal(run(eps, 0.5, 0.5).rec, run(eps, 0.0, 0.0).rec)
+    assert not torch.equal(plain.rec, run(eps, 0.0, 0.0).rec)
+
+
+def test_nuts_jitters_its_step_by_default_and_checks_the_setting():
+    """nutpie's default (0.1): without it a fixed step leaves gp_pois_regr's chains stuck
+    in 2 of 8 seeds (nutpie's too, with its jitter off); the setting is in the kernel's
+    config and out-of-range values are refused."""
+    from qvr.inference.mcmc.nuts import NUTSKernel
+    assert NUTSKernel().step_size_jitter == 0.1
+    assert NUTSKernel(step_size_jitter=0.0).config()["step_size_jitter"] == 0.0
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="step_size_jitter must be in"):
+            NUTSKernel(step_size_jitter=bad)
+
+
+def test_the_ticks_step_by_the_jittered_step(monkeypatch):
+    """Leaf by leaf, an iteration's step is `eps * (1 + jitter * (2 u - 1))`, one `u`
+    per chain drawn after the momentum (the state's step is left as it is)."""
+    from qvr.inference.mcmc import nuts as N
+    seen = []
+    real = N.NUTSKernel._build
+
+    def spy(self, state, target, tick, K, z0, lp0, g0, p0, h0, inv, uturn, eps=None):
+        seen.append((state.step_size.clone(), eps.clone()))
+        return real(self, state, target, tick, K, z0, lp0, g0, p0, h0, inv, uturn, eps)
+
+    monkeypatch.setattr(N.NUTSKernel, "_build", spy)
+    target = FunctionTarget(lambda z: density(z)[1], 3)
+    for jitter in (0.0, 0.5):
+        kernel = NUTSKernel(max_tree_depth=3, step_size_jitter=jitter, compiler="torchscript")
+        state = kernel.init(target, torch.zeros(64, 3), 0, 1)
+        state.step_size = torch.full((64,), 0.3)
+        kernel.sample(state, target)
+        base, used = seen[-1]
+        assert torch.equal(base, torch.full((64,), 0.3))
+        if jitter == 0.0:
+            assert torch.equal(used, base)
+        else:
+            ratio = used / base
+            assert float(ratio.min()) >= 0.5 - 1e-6 and float(ratio.max()) <= 1.5 + 1e-6
+            assert len(set(ratio.tolist())) == 64  # one draw per chain
+            assert float(ratio.min()) < 0.8 and float(ratio.max()) > 1.2
+
+
 def test_a_block_stops_at_its_limit_and_adapts_only_inside_its_windows():
     K, T, C, D = 5, 6, 2, 3
     z0, P, U, store, check, g0, lp0 = _block_inputs(K, T, C, D, seed=8)

@@ -2,6 +2,7 @@
 top-level checks of `NUTSKernel._build` and of the compiled transition): against a
 recursive reference on random momentum sequences, and their effect where NumPyro's
 checks alone let trajectories run on (an iid Normal in 10 dimensions)."""
+import pytest
 import torch
 
 from qvr import loads
@@ -209,3 +210,25 @@ def test_the_fit_config_and_the_record_carry_the_criterion(tmp_path):
                                    "pointwise": False}, run_dir=str(tmp_path / "run"))
     assert res.status == "finished", res.message
     assert open_run(res.run_dir).config["uturn"] == "displacement"
+
+
+def test_the_fit_config_and_the_record_carry_the_step_jitter(tmp_path):
+    """`step_jitter` (``--step-jitter``): None is the kernel's default (NUTS 0.1 as
+    nutpie, HMC 0 as Stan); a value reaches the kernel and the run's record; out of
+    [0, 1) it is refused with the option's name."""
+    from qvr.inference import fit
+    from qvr.inference.config import ConfigError, FitConfig
+    from qvr.inference.methods.mcmc import kernel_of
+    from qvr.runs import open_run
+    assert kernel_of(FitConfig(method="nuts")).step_size_jitter == 0.1
+    assert kernel_of(FitConfig(method="hmc")).step_size_jitter == 0.0
+    assert kernel_of(FitConfig(method="nuts", step_jitter=0.0)).step_size_jitter == 0.0
+    assert kernel_of(FitConfig(method="hmc", step_jitter=0.3)).step_size_jitter == 0.3
+    with pytest.raises(ConfigError, match=r"step_jitter: must be a number in \[0, 1\), "
+                                          r"got 1\.0"):
+        FitConfig(method="nuts", step_jitter=1.0).validate()
+    res = fit(loads(CORR), config={"method": "nuts", "step_jitter": 0.0, "seed": 1,
+                                   "num_warmup": 100, "num_samples": 100, "num_chains": 2,
+                                   "pointwise": False}, run_dir=str(tmp_path / "run"))
+    assert res.status == "finished", res.message
+    assert open_run(res.run_dir).config["step_jitter"] == 0.0

@@ -113,8 +113,9 @@ def mask_tables(K: int, device=None) -> tuple:
 
 def table_width(K: int) -> int:
     """Uniforms per chain and transition: a leaf's `2^K - 1` at most, plus a direction
-    and a merge per subtree."""
-    return 2 ** K + 2 * K
+    and a merge per subtree (`transition_function`'s), plus the step size's jitter (the
+    last column, `block_function`'s)."""
+    return 2 ** K + 2 * K + 1
 
 
 def transition_function(density: Callable, dense: bool, thr: float, uturn: str,
@@ -344,7 +345,7 @@ def idle_adaptation(C: int, D: int, dense: bool, dtype, device) -> list:
             torch.zeros(C, D + M, dtype=dtype, device=device),
             torch.zeros(C, dtype=dtype, device=device),
             torch.tensor([0, 0, 0, -1], dtype=torch.long, device=device),
-            torch.tensor([0.8, 0.05, 10.0, 0.75], dtype=dtype, device=device)]
+            torch.tensor([0.8, 0.05, 10.0, 0.75, 0.0], dtype=dtype, device=device)]
 
 
 def block_function(density: Callable, dense: bool, thr: float, uturn: str, K: int,
@@ -361,10 +362,13 @@ def block_function(density: Callable, dense: bool, thr: float, uturn: str, K: in
     adapts, per chain (the run's iteration `sched[0] + t`): dual averaging (Hoffman &
     Gelman's Algorithm 5, as `adaptation.DualAveraging`; `da` `(C, 6)`: log step, log
     averaged step, h-bar, mu, updates, updates in the average; `hyper`: target, gamma,
-    t0, kappa) while the iteration is below `sched[1]`, the next transition then using
+    t0, kappa, and the step's jitter) while the iteration is below `sched[1]`, the next transition then using
     `exp(log step)`; the Welford mean and M2 of the positions (as `adaptation.Welford`)
     while it is within `[sched[2], sched[3]]`. What happens at a window's end (a new
-    metric, a step-size search) is the caller's: a block never runs past one.
+    metric, a step-size search) is the caller's: a block never runs past one.  Each
+    transition steps by `eps * (1 + jitter * (2 u - 1))` (`hyper[4]` the jitter, `u` the
+    last column of its row of `U`), as `NUTSKernel`'s ticks; dual averaging adapts the
+    unjittered step.
     """
     loop = loop or eager_loop
     one = transition_function(density, dense, thr, uturn, K, biased, loop)
@@ -390,16 +394,18 @@ def block_function(density: Callable, dense: bool, thr: float, uturn: str, K: in
             lp, eps = F[:, b], F[:, b + 1]
             log_step, log_avg, h_bar, mu, da_t, da_ta, n = (F[:, b + 2 + i] for i in range(7))
             row = t.reshape(1)
+            u_t = U.index_select(0, row).squeeze(0)
+            jitter = hyper[4]
             zp, lpp, gp, acc, div, leaves, depth, hp, passes = one(
-                z, lp, g, P.index_select(0, row).squeeze(0), inv, eps,
-                U.index_select(0, row).squeeze(0), store_tab, check_tab)
+                z, lp, g, P.index_select(0, row).squeeze(0), inv,
+                eps * (1.0 + jitter * (2.0 * u_t[:, -1] - 1.0)), u_t, store_tab, check_tab)
             line = torch.cat([zp, lpp.unsqueeze(-1), acc.unsqueeze(-1), hp.unsqueeze(-1),
                               div.to(dtype).unsqueeze(-1), leaves.to(dtype).unsqueeze(-1),
                               depth.to(dtype).unsqueeze(-1), gp], -1)
             rows = torch.arange(T, device=device).view(T, 1, 1)
             R = torch.where(rows == t, line.unsqueeze(0), R)
             i0, w_da, lo, hi = sched.unbind()
-            target, gamma, t0, kappa = hyper.unbind()
+            target, gamma, t0, kappa = hyper[0], hyper[1], hyper[2], hyper[3]
             it = i0 + t
             # dual averaging (adaptation.DualAveraging.update)
             on = it < w_da
@@ -531,6 +537,7 @@ def example_inputs(density, z0: Tensor, dense: bool, K: int, T: int, seed: int =
     U = torch.rand(T, C, table_width(K), generator=gen, dtype=dtype, device=device)
     store, check = mask_tables(K, device)
     da, wf, wn, _, hyper = idle_adaptation(C, D, dense, dtype, device)
+    hyper[4] = 0.1  # a jittered step, as NUTS's default
     da[:, 0] = math.log(0.1)
     da[:, 3] = math.log(1.0)
     limit = T if limit is None else limit

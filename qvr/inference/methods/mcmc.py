@@ -19,6 +19,8 @@ def kernel_of(config):
         kw["target_accept"] = config.target_accept
     if config.mass_matrix is not None:
         kw["mass_matrix"] = config.mass_matrix
+    if config.step_jitter is not None:
+        kw["step_size_jitter"] = config.step_jitter
     if config.method == "hmc":
         return HMCKernel(num_steps=config.num_steps, **kw)
     return NUTSKernel(max_tree_depth=config.max_tree_depth, uturn=config.uturn, **kw)
