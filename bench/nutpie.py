@@ -69,7 +69,7 @@ import json, sys, time
 sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'bench')!r})
 from warmup import run
 t0 = time.perf_counter()
-r = run({example!r}, "fisher", {args.warmup}, {args.samples}, {args.chains}, {args.seed})
+r = run({example!r}, {{}}, {args.warmup}, {args.samples}, {args.chains}, {args.seed})
 r.pop("draws", None)
 r["wall"] = time.perf_counter() - t0
 print("RESULT" + json.dumps(r))
