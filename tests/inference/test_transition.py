@@ -344,6 +344,37 @@ def test_blocks_agree_up_to_rounding_but_not_on_leaves_or_values():
     assert not TR.blocks_agree(out, out._replace(passes=out.passes + 1))
 
 
+def test_prune_deletes_the_least_recently_used_packages_beyond_the_limit(tmp_path,
+                                                                        monkeypatch):
+    """Oldest modification time first, each package with its check file, until the rest
+    fit; never the package just written, nor a build's temporary file or lock; the limit
+    from ``QVR_CACHE_MAX_MB`` (bad or non-positive values: the 1 GiB default)."""
+    def package(name, mtime, size=1000, check=True):
+        p = tmp_path / f"{name}.pt2"
+        p.write_bytes(b"x" * size)
+        if check:
+            (tmp_path / f"{name}.check.pt").write_bytes(b"c" * 100)
+        os.utime(p, (mtime, mtime))
+        return p
+
+    old, mid, new, fresh = (package("a", 100), package("b", 200), package("c", 300),
+                            package("d", 50))
+    (tmp_path / "e.123.9.tmp.pt2").write_bytes(b"t" * 5000)  # a build writing aside
+    (tmp_path / "e.compiling").write_text("123")
+    gone = TC.prune(tmp_path, keep=fresh, limit=2300)
+    # 4 x 1100 bytes: the two oldest but `fresh` go (a, then b), leaving 2200 <= 2300
+    assert gone == [old, mid]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "c.check.pt", "c.pt2", "d.check.pt", "d.pt2", "e.123.9.tmp.pt2", "e.compiling"]
+    assert TC.prune(tmp_path, keep=fresh, limit=10_000) == []
+    assert TC.prune(tmp_path, keep=fresh, limit=0) == [new]  # never the one kept
+    monkeypatch.setenv("QVR_CACHE_MAX_MB", "0.5")
+    assert TC.max_bytes() == 2 ** 19
+    for bad in ("lots", "-3", "0"):
+        monkeypatch.setenv("QVR_CACHE_MAX_MB", bad)
+        assert TC.max_bytes() == 2 ** 30
+
+
 def test_the_cache_key_digests_a_held_tensors_shape_not_its_value():
     """A density graph holding a tensor (a 0-d one: kid_scores' did) has a cache key; the
     tensor is an input of the package (`lift_constants`, issue 37.4), so its value is not
@@ -589,17 +620,23 @@ def normal_target():
 
 
 @needs_cc
-def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
+def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target, monkeypatch):
     t, _ = normal_target
     z0 = torch.zeros(4, t.dim) + 0.3
     graph = t.density_graph(z0)
     assert graph is not None
     T = TR.block_size(4, t.dim, 10)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    stale = cache_dir / ("0" * 32 + ".pt2")  # another model's package, long unused
+    stale.write_bytes(b"x" * 4096)
+    os.utime(stale, (1e9, 1e9))
+    monkeypatch.setenv("QVR_CACHE_MAX_MB", "0.001")  # a new package prunes it
     ct, note = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T,
                                      cache_dir)
     assert ct is not None, note
     assert note.startswith("the whole NUTS transition compiled by AOTInductor (a C++ loop "
                            f"of up to {T} transitions a call")
+    assert not stale.exists()
     assert len(list(cache_dir.glob("*.pt2"))) == 1
     again, note2 = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T,
                                          cache_dir)
@@ -616,11 +653,14 @@ def test_compiled_transition_agrees_and_is_cached(cache_dir, normal_target):
         eager.append(1)
         return real_loop(*a)
 
+    package = next(cache_dir.glob("*.pt2"))
+    os.utime(package, (1e9, 1e9))  # long unused
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(TR, "eager_loop", counted)
         loaded, _ = TC.compile_transition(graph, z0, False, 1000.0, "momentum", 10, True, T,
                                           cache_dir)
     assert loaded is not None and loaded.cached and eager == []
+    assert package.stat().st_mtime > 1e9 + 1  # loading marks it used (`prune` keeps it)
     elsewhere = cache_dir.parent / "altered"
     elsewhere.mkdir()
     for p in [*cache_dir.glob("*.pt2"), *kept]:

@@ -26,8 +26,9 @@ disk under a *fingerprint* of the function:
 The cache is an optimisation only: the caller checks a loaded function against the eager
 one at the run's point (a freshly traced one is checked at two points, catching
 value-dependent control flow), a stale file is traced afresh and replaced, and any
-failure here means tracing as before.  Files are never evicted: delete the directory to
-reclaim the space.
+failure here means tracing as before.  Files here are never evicted (a density is
+kilobytes; the compiled transitions beside them, 1-2 MiB each, are bounded by
+`transition_cache.prune`): delete the directory to reclaim the space.
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ under a second instead of compiling for ~30-50 s), checks it against the same fu
 by PyTorch on two short blocks (a package from the cache: against the outputs it gave
 then, kept beside it), and returns a `CompiledTransition` or the reason it could not.
 `BackgroundCompile` does the same in a worker process (`compile_worker`) while a run goes
-on leaf by leaf (issue 37.4).
+on leaf by leaf (issue 37.4).  The directory is bounded (`prune`): each new package
+deletes the least recently used ones beyond `max_bytes()` (1 GiB by default,
+``QVR_CACHE_MAX_MB``); loading a package marks it used.
 """
 from __future__ import annotations
 
@@ -167,6 +169,63 @@ def _discard(*paths: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+#: the environment variable that bounds the transitions cache, in MiB (`max_bytes`)
+MAX_MB_ENV = "QVR_CACHE_MAX_MB"
+DEFAULT_MAX_MB = 1024
+
+
+def max_bytes() -> int:
+    """The most the transitions directory keeps: ``$QVR_CACHE_MAX_MB`` MiB (a positive
+    number), else 1 GiB (a package is 1-2 MiB: hundreds of models, or of edits of one,
+    each version of qvr or PyTorch keying its own)."""
+    try:
+        mb = float(os.environ.get(MAX_MB_ENV, DEFAULT_MAX_MB))
+    except ValueError:
+        mb = DEFAULT_MAX_MB
+    return int((mb if mb > 0 else DEFAULT_MAX_MB) * 2 ** 20)
+
+
+def _mark_used(path: Path) -> None:
+    """A package's modification time is when it was last used (`prune` keeps the most
+    recent); never raises (a read-only cache is still usable)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def prune(directory: Path, keep: Path = None, limit: int = None) -> list:
+    """Delete the least recently used packages of `directory` (oldest modification time
+    first), each with its check file, until the packages and checks left total at most
+    `limit` bytes (default `max_bytes()`); never `keep` (the package just written) nor a
+    file a live build is writing (``*.tmp.pt2``, locks, jobs).  Returns the packages
+    deleted.  A process that was about to load one compiles it again (or, if that
+    fails, runs leaf by leaf): only the least recently used go."""
+    limit = max_bytes() if limit is None else int(limit)
+    entries = []
+    for pkg in Path(directory).glob("*.pt2"):
+        if pkg.name.endswith(".tmp.pt2"):
+            continue
+        check = pkg.with_name(f"{pkg.stem}.check.pt")
+        try:
+            st = pkg.stat()
+            size = st.st_size + (check.stat().st_size if check.is_file() else 0)
+        except OSError:  # deleted meanwhile by another process
+            continue
+        entries.append((st.st_mtime, pkg, check, size))
+    total = sum(e[3] for e in entries)
+    gone = []
+    for _, pkg, check, size in sorted(entries, key=lambda e: e[0]):
+        if total <= limit:
+            break
+        if keep is not None and pkg == Path(keep):
+            continue
+        _discard(pkg, check)
+        total -= size
+        gone.append(pkg)
+    return gone
+
+
 class BackgroundCompile:
     """The transition compiled by a worker process while the run goes on leaf by leaf
     (issue 37.4; `compile_worker`): `done()` says whether the worker has ended,
@@ -309,12 +368,18 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, uturn: str,
                         tmp = directory / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.pt2"
                         aoti_compile_and_package(exported, package_path=str(tmp))
                         os.replace(tmp, path)
+                    try:  # bounded: the least recently used packages beyond max_bytes()
+                        prune(directory, keep=path)
+                    except OSError:
+                        pass
 
                 if should_stop is None:
                     build()
                 elif not _build_unless_stopped(build, should_stop):
                     return None, STOPPED
             runner = _load_package(path) if cached else aoti_load_package(str(path))
+            if cached:
+                _mark_used(path)
             seconds = time.perf_counter() - t0
             # a few transitions: over many, float rounding (an ulp of a step size from dual
             # averaging) grows into different trajectories, as any two builds' would.  A
