@@ -164,9 +164,11 @@ class NUTSKernel(HMCBase):
         gp_pois_regr, 4 x (1000 + 1000): without it a chain sometimes stays for hundreds
         of draws at large `alpha` and `rho`, diverging (R-hat 1.14-2.0, min bulk ESS
         17-30, 363-581 divergences, in 4 of 14 runs over seeds 1-8 and both compilers;
-        nutpie with its jitter off: R-hat 1.09, ESS 32-37 in 2 of 8 seeds); with it, none
-        in 14 runs (seeds 1-10 compiled, 1, 4, 5, 7 leaf by leaf: R-hat <= 1.011, min
-        ESS 358-921; nutpie 371-873).
+        nutpie with its jitter off: R-hat 1.09, ESS 32-37 in 2 of 8 seeds); with it, 1
+        in 18 (seeds 1-10 compiled: R-hat <= 1.009, min ESS 358-921; seeds 1-8 leaf by
+        leaf: seed 5 R-hat 1.34, ESS 31, the others <= 1.011 and 464-881; nutpie with
+        its jitter, seeds 1-8: none, 371-873).  Short warmups stay fragile there, as
+        nutpie's: 4 x (250 + 250) left a chain unadapted in 2 of 10 seeds (nutpie 2 of 8).
 
     Example:
       >>> kernel = NUTSKernel(step_size=0.1, max_tree_depth=3, target_accept=0.8)

@@ -362,8 +362,8 @@ def block_function(density: Callable, dense: bool, thr: float, uturn: str, K: in
     adapts, per chain (the run's iteration `sched[0] + t`): dual averaging (Hoffman &
     Gelman's Algorithm 5, as `adaptation.DualAveraging`; `da` `(C, 6)`: log step, log
     averaged step, h-bar, mu, updates, updates in the average; `hyper`: target, gamma,
-    t0, kappa, and the step's jitter) while the iteration is below `sched[1]`, the next transition then using
-    `exp(log step)`; the Welford mean and M2 of the positions (as `adaptation.Welford`)
+    t0, kappa, and the step's jitter) while the iteration is below `sched[1]`, the next
+    transition then using `exp(log step)`; the Welford mean and M2 of the positions (as `adaptation.Welford`)
     while it is within `[sched[2], sched[3]]`. What happens at a window's end (a new
     metric, a step-size search) is the caller's: a block never runs past one.  Each
     transition steps by `eps * (1 + jitter * (2 u - 1))` (`hyper[4]` the jitter, `u` the
