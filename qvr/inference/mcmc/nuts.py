@@ -65,7 +65,12 @@ gp_pois_regr, compiled, seeds 1-10: displacement min bulk ESS 447-874 but 65 (R-
 120-182 divergences.  `bench/warmup.py --compare uturn`, seeds 1 and 2: momentum's
 warmup leapfrogs 1.00-1.23x displacement's (kid_scores 1.19-1.23x), its effective draws
 per leapfrog (warmup included) 0.79-1.11x on the five easy posteriors and 1.26-2.00x on
-gp_pois_regr.  The default stays ``"momentum"``.
+gp_pois_regr.  The default stays ``"momentum"``.  Displacement for warmup only, then
+momentum (leaf by leaf, seed 1; gp_pois_regr seeds 1-4, kid_scores 1-2): warmup leapfrogs
+0.97-1.05x nutpie's on all six, but the min bulk ESS moved both ways against momentum
+throughout on the same seeds (hmm 1772 vs 1284, kid_scores 688 and 838 vs 620 and 780;
+eight schools 1208 vs 1991, gp_pois_regr 739, 887, 763, 266 vs 683, 881, 861, 733):
+not adopted on one seed's evidence, and the compiled loop would need both criteria.
 
 Decision (recorded here and in the closing note of issue 4): the spec keeps the legacy
 uniform merge and position criterion "as in the legacy runtime", not because they are
