@@ -66,11 +66,13 @@ gp_pois_regr, compiled, seeds 1-10: displacement min bulk ESS 447-874 but 65 (R-
 warmup leapfrogs 1.00-1.23x displacement's (kid_scores 1.19-1.23x), its effective draws
 per leapfrog (warmup included) 0.79-1.11x on the five easy posteriors and 1.26-2.00x on
 gp_pois_regr.  The default stays ``"momentum"``.  Displacement for warmup only, then
-momentum (leaf by leaf, seed 1; gp_pois_regr seeds 1-4, kid_scores 1-2): warmup leapfrogs
-0.97-1.05x nutpie's on all six, but the min bulk ESS moved both ways against momentum
-throughout on the same seeds (hmm 1772 vs 1284, kid_scores 688 and 838 vs 620 and 780;
-eight schools 1208 vs 1991, gp_pois_regr 739, 887, 763, 266 vs 683, 881, 861, 733):
-not adopted on one seed's evidence, and the compiled loop would need both criteria.
+momentum (leaf by leaf; seeds 1-4 gp_pois_regr, 1-5 eight schools, 1-3 hmm, 1-2
+kid_scores, 1 the others): warmup leapfrogs 0.97-1.05x nutpie's on all six; min bulk
+ESS against momentum on the same seeds about even, with one outlier each way
+(gp_pois_regr 739, 887, 763, 266 vs 683, 881, 861, 733; eight schools 1208, 2239, 1897,
+2172, 2176 vs 1991, 2394, 2201, 2031, 2104; hmm 1772, 1380, 1404 vs 1284, 1459, 1303;
+kid_scores 688, 838 vs 620, 780).  Not adopted yet: the compiled loop would need both
+criteria (one package carrying both, or two keyed apart), and more seeds.
 
 Decision (recorded here and in the closing note of issue 4): the spec keeps the legacy
 uniform merge and position criterion "as in the legacy runtime", not because they are
