@@ -95,20 +95,21 @@ def _threads_or_none(v) -> Optional[str]:
     return None if v is None else _int_at_least(1)(v)
 
 
-def _probability_or_none(v) -> Optional[str]:
-    if v is None:
+def _unit_interval_or_none(zero: bool) -> Callable[[Any], Optional[str]]:
+    """None, or a number in (0, 1) — [0, 1) when `zero` is allowed."""
+    low, ok = ("[", (lambda v: 0 <= v < 1)) if zero else ("(", (lambda v: 0 < v < 1))
+
+    def check(v):
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v):
+            return f"must be a number in {low}0, 1), got {v!r}"
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-        return f"must be a number in (0, 1), got {v!r}"
-    return None
+    return check
 
 
-def _jitter_or_none(v) -> Optional[str]:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-        return f"must be a number in [0, 1), got {v!r}"
-    return None
+_probability_or_none = _unit_interval_or_none(zero=False)
+_jitter_or_none = _unit_interval_or_none(zero=True)
 
 
 def _choice(*choices, optional=False) -> Callable[[Any], Optional[str]]:

@@ -221,14 +221,19 @@ def _cauchy_sample(dist, sample_shape: torch.Size) -> torch.Tensor:
     return dist.loc + dist.scale * torch.tan(math.pi * (_uniform(dist, sample_shape) - 0.5))
 
 
+def _unit_exponential(dist, sample_shape: torch.Size) -> torch.Tensor:
+    """Exponential(1) draws `-log(1 - u)`, u in [0, 1): finite."""
+    return -torch.log1p(-_uniform(dist, sample_shape))
+
+
 def _exponential_sample(dist, sample_shape: torch.Size) -> torch.Tensor:
-    """`-log(1 - u) / rate`, u in [0, 1): finite."""
-    return -torch.log1p(-_uniform(dist, sample_shape)) / dist.rate
+    """`e / rate`, e ~ Exponential(1)."""
+    return _unit_exponential(dist, sample_shape) / dist.rate
 
 
 def _laplace_sample(dist, sample_shape: torch.Size) -> torch.Tensor:
     """`loc +- scale e`, e ~ Exponential(1), the sign a fair coin."""
-    e = -torch.log1p(-_uniform(dist, sample_shape))
+    e = _unit_exponential(dist, sample_shape)
     sign = torch.where(_uniform(dist, sample_shape) < 0.5, -1.0, 1.0).to(e.dtype)
     return dist.loc + dist.scale * sign * e
 

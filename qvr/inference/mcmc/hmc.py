@@ -44,26 +44,21 @@ class HMCKernel(HMCBase):
                  adapt_mass_matrix: bool = True, warmup_schedule: str = "fisher",
                  find_step_size: bool = True, step_size_jitter: float = 0.0):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
-                         adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size)
+                         adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size,
+                         step_size_jitter)
         if not (isinstance(num_steps, int) and num_steps >= 1):
             raise ValueError(f"num_steps must be an integer >= 1, got {num_steps}")
-        if not 0 <= step_size_jitter < 1:
-            raise ValueError(f"step_size_jitter must be in [0, 1), got {step_size_jitter}")
         self.num_steps = num_steps
-        self.step_size_jitter = float(step_size_jitter)
 
     def config(self) -> dict:
-        return {**super().config(), "num_steps": self.num_steps,
-                "step_size_jitter": self.step_size_jitter}
+        return {**super().config(), "num_steps": self.num_steps}
 
     def _transition(self, state: HMCState, target) -> Transition:
         z0, logp0, grad0, mass = state.z, state.log_density, state.grad, state.mass
         p0 = mass.sample_momentum(z0)
         h0 = -logp0 + mass.kinetic(p0)
         z, p, logp, grad = z0, p0, logp0, grad0
-        eps = state.step_size
-        if self.step_size_jitter > 0:
-            eps = eps * (1 + self.step_size_jitter * (2 * torch.rand_like(eps) - 1))
+        eps = self._jittered(state.step_size)
         for _ in range(self.num_steps):
             z, p, logp, grad = leapfrog(z, p, grad, eps, mass,
                                         target.log_density_and_grad)

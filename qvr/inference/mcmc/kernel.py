@@ -219,7 +219,8 @@ class HMCBase(MCMCKernel):
 
     def __init__(self, step_size: float, mass_matrix: str, target_accept: float,
                  divergence_threshold: float, adapt_step_size: bool, adapt_mass_matrix: bool,
-                 warmup_schedule: str = "fisher", find_step_size: bool = True):
+                 warmup_schedule: str = "fisher", find_step_size: bool = True,
+                 step_size_jitter: float = 0.0):
         if not (isinstance(step_size, (int, float)) and step_size > 0):
             raise ValueError(f"step_size must be positive, got {step_size}")
         if not 0 < target_accept < 1:
@@ -229,6 +230,8 @@ class HMCBase(MCMCKernel):
         if warmup_schedule not in _SCHEDULES:
             raise ValueError(f"warmup_schedule must be one of {_SCHEDULES}, "
                              f"got {warmup_schedule!r}")
+        if not 0 <= step_size_jitter < 1:
+            raise ValueError(f"step_size_jitter must be in [0, 1), got {step_size_jitter}")
         self.step_size = float(step_size)
         self.mass_matrix = mass_matrix
         self.target_accept = float(target_accept)
@@ -237,6 +240,7 @@ class HMCBase(MCMCKernel):
         self.adapt_mass_matrix = bool(adapt_mass_matrix)
         self.warmup_schedule = warmup_schedule
         self.find_step_size = bool(find_step_size)
+        self.step_size_jitter = float(step_size_jitter)
         self.dual_averaging = DualAveraging(self.target_accept)
 
     # ------------------------------------------------------------------ config
@@ -246,7 +250,15 @@ class HMCBase(MCMCKernel):
                 "divergence_threshold": self.divergence_threshold,
                 "adapt_step_size": self.adapt_step_size,
                 "adapt_mass_matrix": self.adapt_mass_matrix,
-                "warmup_schedule": self.warmup_schedule}
+                "warmup_schedule": self.warmup_schedule,
+                "step_size_jitter": self.step_size_jitter}
+
+    def _jittered(self, eps):
+        """This iteration's step sizes: `eps * (1 + jitter * U(-1, 1))`, one draw per
+        chain (`eps` itself without jitter; dual averaging adapts the unjittered step)."""
+        if self.step_size_jitter > 0:
+            return eps * (1 + self.step_size_jitter * (2 * torch.rand_like(eps) - 1))
+        return eps
 
     @property
     def _adapts_mass(self) -> bool:

@@ -193,7 +193,8 @@ class NUTSKernel(HMCBase):
                  uturn: str = "momentum", compiler: str = "auto",
                  background_compile: bool = True, step_size_jitter: float = 0.1):
         super().__init__(step_size, mass_matrix, target_accept, divergence_threshold,
-                         adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size)
+                         adapt_step_size, adapt_mass_matrix, warmup_schedule, find_step_size,
+                         step_size_jitter)
         if not (isinstance(max_tree_depth, int) and max_tree_depth >= 1):
             raise ValueError(f"max_tree_depth must be an integer >= 1, got {max_tree_depth}")
         if transition not in ("uniform", "biased"):
@@ -202,9 +203,6 @@ class NUTSKernel(HMCBase):
             raise ValueError(f"uturn must be one of {ops.UTURNS}, got {uturn!r}")
         if compiler not in ticks.COMPILERS:
             raise ValueError(f"compiler must be one of {ticks.COMPILERS}, got {compiler!r}")
-        if not 0 <= step_size_jitter < 1:
-            raise ValueError(f"step_size_jitter must be in [0, 1), got {step_size_jitter}")
-        self.step_size_jitter = float(step_size_jitter)
         self.max_tree_depth = max_tree_depth
         self.transition = transition
         self.uturn = uturn
@@ -214,8 +212,7 @@ class NUTSKernel(HMCBase):
 
     def config(self) -> dict:
         return {**super().config(), "max_tree_depth": self.max_tree_depth,
-                "transition": self.transition, "uturn": self.uturn, "compiler": self.compiler,
-                "step_size_jitter": self.step_size_jitter}
+                "transition": self.transition, "uturn": self.uturn, "compiler": self.compiler}
 
     # ------------------------------------------------------------------ ticks
     def tick_cache(self, target) -> ticks.TickCache:
@@ -487,9 +484,7 @@ class NUTSKernel(HMCBase):
         # contiguous, as a compiled tick assumes (a no-op for the tensors NUTS makes)
         z0, logp0, grad0 = (t.contiguous() for t in (state.z, state.log_density, state.grad))
         p0 = mass.sample_momentum(z0)
-        eps = state.step_size
-        if self.step_size_jitter > 0:  # this iteration's step: eps * (1 + jitter U(-1, 1))
-            eps = eps * (1 + self.step_size_jitter * (2 * torch.rand_like(eps) - 1))
+        eps = self._jittered(state.step_size)
         K = self.max_tree_depth
         inv, dense = mass.as_tensor(z0).contiguous(), mass.dense
         h0 = -logp0 + mass.kinetic(p0)
