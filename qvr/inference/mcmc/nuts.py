@@ -71,8 +71,17 @@ kid_scores, 1 the others): warmup leapfrogs 0.97-1.05x nutpie's on all six; min 
 ESS against momentum on the same seeds about even, with one outlier each way
 (gp_pois_regr 739, 887, 763, 266 vs 683, 881, 861, 733; eight schools 1208, 2239, 1897,
 2172, 2176 vs 1991, 2394, 2201, 2031, 2104; hmm 1772, 1380, 1404 vs 1284, 1459, 1303;
-kid_scores 688, 838 vs 620, 780).  Not adopted yet: the compiled loop would need both
-criteria (one package carrying both, or two keyed apart), and more seeds.
+kid_scores 688, 838 vs 620, 780).  Built and measured on the compiled loop 2026-12-07
+(a `warmup_uturn` option with one package per criterion, the second compiled in the
+background; seeds 1-6 on all six, 4 x (1000 + 1000)), then removed: momentum's warmup
+leapfrogs were 1.01-1.03x (eight schools), 1.16-1.20x (kid_scores), 1.08-1.11x (arK),
+1.09-1.15x (garch), 1.13-1.16x (hmm) and 1.05-1.09x (gp_pois_regr) those of warmup-only
+displacement, and its effective draws per leapfrog (warmup included) 0.84-1.26x on the
+five easy posteriors (median about 0.92); but gp_pois_regr's min bulk ESS fell to 898,
+233, 660, 821, 731, 650 against momentum's 612, 879, 575, 772, 975, 852, and to 537,
+751, 471, 102, 424, 725 with displacement only while the metric adapts (momentum for the
+final step-size window).  Where it gains it gains what ``uturn="displacement"`` gains,
+and it loses on the hard posterior as that does: no niche for a third setting.
 
 Decision (recorded here and in the closing note of issue 4): the spec keeps the legacy
 uniform merge and position criterion "as in the legacy runtime", not because they are
