@@ -473,6 +473,21 @@ def test_constant_folded_values_are_inputs_not_part_of_the_key():
     assert keys[0] != keys[1]
 
 
+def test_the_cache_key_names_the_kind_of_cpu(monkeypatch):
+    """A package is keyed by the CPU's architecture and vector-instruction flags
+    (`_machine`): a cache directory shared by two kinds of CPU holds one package each,
+    instead of handing one the other's machine code."""
+    assert TC._machine().split(":")[0] == __import__("platform").machine()
+    flags = TC._machine().split(":")[1]
+    assert set(flags.split(",")) - {""} <= set(TC._ISA_FLAGS)
+    g = torch.fx.symbolic_trace(lambda z: (2 * z, (z * z).sum(-1)))
+    z0 = torch.zeros(2, 3)
+    here = TC._digest(g, z0, False, 1000.0, "momentum", 10, True, 8)
+    assert TC._digest(g, z0, False, 1000.0, "momentum", 10, True, 8) == here
+    monkeypatch.setattr(TC, "_machine", lambda: "another-arch:")  # no real machine
+    assert TC._digest(g, z0, False, 1000.0, "momentum", 10, True, 8) != here
+
+
 class _EagerBlock(TR.CompiledTransition):
     """The block run by PyTorch (the reference) in place of a compiled package: the
     kernel's block path without a C++ compile."""

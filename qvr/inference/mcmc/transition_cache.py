@@ -12,6 +12,7 @@ deletes the least recently used ones beyond `max_bytes()` (1 GiB by default,
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -82,11 +83,40 @@ def _digest(graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int,
                     h.update(f"{node.target}{tuple(t.shape)}{t.dtype}".encode())
                     h.update(tensor_bytes(t))
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
-                   uturn, K, biased, T, torch.__version__)).encode())
+                   uturn, K, biased, T, torch.__version__, _machine())).encode())
     for module in (__file__, loop_module.__file__, transition_graph.__file__,
                    ops.__file__):
         h.update(Path(module).read_bytes())
     return h.hexdigest()[:32]
+
+
+#: the CPU flags that decide which vector instructions a package's C++ uses (Inductor
+#: picks AVX-512 or AVX2 from them when it compiles)
+_ISA_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512dq", "avx512vl", "avx512bw",
+              "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+              "amx_int8", "asimd", "sve")
+
+
+@functools.lru_cache(maxsize=None)
+def _machine() -> str:
+    """The processor a package is built for, in its cache key: the architecture and
+    which of `_ISA_FLAGS` the CPU has (from ``/proc/cpuinfo``, where there is one).  A
+    cache directory shared by machines with different CPUs (a home directory on a
+    network disk) then holds one package per kind of CPU, instead of handing one
+    machine code built for instructions it lacks (PyTorch's loader only logs the
+    difference; the package's first call would then stop the process on an illegal
+    instruction)."""
+    import platform
+    flags = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()}:{','.join(f for f in _ISA_FLAGS if f in flags)}"
 
 
 def _load_package(path: Path):
