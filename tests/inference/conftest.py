@@ -13,11 +13,15 @@ def _seed():
 @pytest.fixture(autouse=True)
 def _compile_whatever_the_machine_speed(monkeypatch):
     """`ProgramTarget` leaves a density eager when one evaluation costs more than 50 ms of
-    CPU time; on a busy machine a small test model can cross it.  Tests assert how steps
-    ran, so they compile regardless: no test depends on machine speed."""
+    CPU time, or when a short run's evaluations cost less than tracing; on a busy (or a
+    fast) machine a small test model can cross either line.  Tests assert how steps ran,
+    so they compile regardless: no test depends on machine speed."""
     from qvr.inference.mcmc.potential import ProgramTarget
     monkeypatch.setattr(ProgramTarget, "compile_below_s", float("inf"))
     monkeypatch.setattr(ProgramTarget, "compile_enumerated_below_s", float("inf"))
+    # nor whether a short run's eager evaluations cost less than tracing (a measured
+    # evaluation against a per-operation cost): a test that does not care opts back in
+    monkeypatch.setattr(ProgramTarget, "trace_s_per_op", 0.0)
 
 
 class RunOutput(NamedTuple):

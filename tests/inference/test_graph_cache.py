@@ -172,3 +172,38 @@ def test_a_function_on_disk_is_used_whatever_one_evaluation_costs(cache, monkeyp
     fresh.log_density_and_grad(Z)
     assert fresh.compiled_for(Z) is None and fresh.graph_cache_notes == {}
     assert fresh.compile_notes[3].startswith("evaluated eagerly")
+
+
+def test_a_short_run_is_not_traced_unless_its_graph_is_on_disk(cache, monkeypatch):
+    """`expected_evaluations` (the driver sets it from the kernel): a run whose eager
+    evaluations cost less than tracing (`trace_s_per_op` per operation; forced here both
+    ways) evaluates eagerly and says why; a graph on disk is used whatever the run's
+    length; unknown (None), the other rules decide."""
+    from qvr.inference import HMCKernel, MCMC, NUTSKernel
+    assert HMCKernel(num_steps=3).expected_evaluations(10, 20) == 30 * 3 + 30
+    assert NUTSKernel(max_tree_depth=10).expected_evaluations(10, 20) == 30 * 31 + 30
+    assert NUTSKernel(max_tree_depth=3).expected_evaluations(10, 20) == 30 * 7 + 30
+    monkeypatch.delenv("QVR_MCMC_COMPILER", raising=False)
+    assert NUTSKernel(compiler="transition").expected_evaluations(10, 20) is None
+    assert NUTSKernel(compiler="inductor").expected_evaluations(10, 20) is None
+    monkeypatch.setattr(ProgramTarget, "trace_s_per_op", 1e9)  # tracing never pays
+    short = _target(Y)
+    MCMC(HMCKernel(num_steps=2), num_warmup=3, num_samples=3, num_chains=3).run(
+        None, target=short)
+    assert short.expected_evaluations == 6 * 2 + 30
+    assert short.compiled_for(Z) is None and _stored(cache) == []
+    assert short.compile_notes[3].startswith(
+        "evaluated eagerly: a short run (about 42 evaluations of ")
+    assert short.compile_notes[3].endswith(" ms) costs less than tracing the density")
+    unknown = _target(Y)  # no run: nothing expected, traced as before
+    assert unknown.compiled_for(Z) is not None and len(_stored(cache)) == 2
+    again = _target(Y)
+    MCMC(HMCKernel(num_steps=2), num_warmup=3, num_samples=3, num_chains=3).run(
+        None, target=again)
+    assert again.graph_cache_notes == {3: "loaded from the disk cache"}
+    monkeypatch.setattr(ProgramTarget, "trace_s_per_op", 0.0)  # tracing always pays
+    other = make_target(loads(mu_sigma(4)).morphism, torch.zeros(4, 1),
+                        {"y": torch.tensor(Y[:4])})
+    MCMC(HMCKernel(num_steps=2), num_warmup=3, num_samples=3, num_chains=3).run(
+        None, target=other)
+    assert other.graph_cache_notes == {3: "traced and stored in the disk cache"}

@@ -38,8 +38,12 @@ def test_svi_fit_snippet_loss_falls():
     assert sum(losses[-3:]) < sum(losses[:3])
 
 
-def test_hmc_posterior_snippet_reports_acceptance_and_divergences(capsys):
+def test_hmc_posterior_snippet_reports_acceptance_and_divergences(capsys, monkeypatch):
     from qvr import load
+    from qvr.inference.mcmc.potential import ProgramTarget
+    # six evaluations of a large density: eager, as a user's run (nothing here asserts
+    # how the steps ran; tracing it took 9.6 s of the test's 17)
+    monkeypatch.setattr(ProgramTarget, "trace_s_per_op", 1e-3)
     from qvr.inference import MCMC, HMCKernel, bayesian_lift_parameters
 
     torch.manual_seed(0)

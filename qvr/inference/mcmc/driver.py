@@ -249,6 +249,9 @@ class MCMC:
         stop = should_stop or self.should_stop or never
         if target is None:
             target = make_target(model, x, observations)
+        if hasattr(target, "expected_evaluations"):  # trace the density only if it pays
+            expect = getattr(self.kernel, "expected_evaluations", lambda w, s: None)
+            target.expected_evaluations = expect(self.num_warmup, self.num_samples)
         self.init_note = None
         if self.init_strategy == "optimize" and initial is None:  # seconds before warmup
             from qvr.inference.mcmc.init_search import ROUNDS, STEPS

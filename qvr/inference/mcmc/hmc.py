@@ -53,6 +53,9 @@ class HMCKernel(HMCBase):
     def config(self) -> dict:
         return {**super().config(), "num_steps": self.num_steps}
 
+    def expected_evaluations(self, num_warmup: int, num_samples: int) -> int:
+        return (num_warmup + num_samples) * self.num_steps + self.EXTRA_EVALUATIONS
+
     def _transition(self, state: HMCState, target) -> Transition:
         z0, logp0, grad0, mass = state.z, state.log_density, state.grad, state.mass
         p0 = mass.sample_momentum(z0)

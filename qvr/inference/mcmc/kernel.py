@@ -244,6 +244,16 @@ class HMCBase(MCMCKernel):
         self.dual_averaging = DualAveraging(self.target_accept)
 
     # ------------------------------------------------------------------ config
+    #: density evaluations of a run besides its iterations' (the step-size search,
+    #: the starting point's)
+    EXTRA_EVALUATIONS = 30
+
+    def expected_evaluations(self, num_warmup: int, num_samples: int):
+        """About how many density evaluations a run of this kernel makes (the target
+        traces its density only when that pays: `ProgramTarget.expected_evaluations`),
+        or None when the kernel needs the compiled density whatever the run's length."""
+        return None
+
     def config(self) -> dict:
         return {"step_size": self.step_size, "mass_matrix": self.mass_matrix,
                 "target_accept": self.target_accept,

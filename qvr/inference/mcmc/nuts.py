@@ -223,6 +223,19 @@ class NUTSKernel(HMCBase):
         return {**super().config(), "max_tree_depth": self.max_tree_depth,
                 "transition": self.transition, "uturn": self.uturn, "compiler": self.compiler}
 
+    #: leapfrogs per iteration a run is reckoned at when it decides whether to trace the
+    #: density: the tree of depth 5, a typical adapted one (eight schools ~7, kid_scores
+    #: ~31), not `max_tree_depth`'s bound
+    TYPICAL_LEAPFROGS = 31
+
+    def expected_evaluations(self, num_warmup: int, num_samples: int):
+        """`HMCBase.expected_evaluations`: None when the leaves or the transition are to
+        be compiled (``"inductor"``, ``"transition"``: they need the traced density)."""
+        if ticks.resolve_compiler(self.compiler) in ("inductor", "transition"):
+            return None
+        per = min(self.TYPICAL_LEAPFROGS, 2 ** self.max_tree_depth - 1)
+        return (num_warmup + num_samples) * per + self.EXTRA_EVALUATIONS
+
     # ------------------------------------------------------------------ ticks
     def tick_cache(self, target) -> ticks.TickCache:
         """This kernel's ticks for `target` (`tick.TickCache`), made on first use and

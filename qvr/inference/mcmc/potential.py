@@ -238,6 +238,16 @@ class ProgramTarget(Target):
     #: keep compiled graphs on disk (`graph_cache`): a second run of the same model at the
     #: same chain count skips tracing (eight schools 0.3 s, a 200-step GARCH 9 s)
     cache_graphs = True
+    #: about how many times the run will evaluate the density (`MCMC.run` sets it from
+    #: its iterations and the kernel's `expected_evaluations`; None: not known).  A run
+    #: whose eager evaluations cost less than tracing them would (`trace_s_per_op` per
+    #: operation) is not traced: the seed transformer's HMC snippet (3 + 3 iterations of
+    #: one leapfrog) spent 9.6 s tracing ~3,000 operations for 6 evaluations of a few
+    #: tens of milliseconds each.  A graph on disk is used whatever the run's length.
+    expected_evaluations: Optional[int] = None
+    #: tracing's CPU cost per operation: about a millisecond (eight schools' ~300 in
+    #: 0.3 s; 3 ms for the seed transformer's, whose operations are larger)
+    trace_s_per_op = 1e-3
 
     def compiled_for(self, z: torch.Tensor):
         """The compiled `z -> (grad, log_density)` for `z`'s chain count, or None (the
@@ -296,11 +306,22 @@ class ProgramTarget(Target):
                 self._compiled[C] = None
                 self.compile_notes[C] = f"eager evaluation failed: {type(exc).__name__}"
                 return None
-            if time.process_time() - t0 > self.compile_below_s and \
-                    _operations(self._vmapped_fn(), z) > self.compile_max_ops:
+            eager_s = time.process_time() - t0
+            ops = None
+            if eager_s > self.compile_below_s:
+                ops = _operations(self._vmapped_fn(), z)
+                if ops > self.compile_max_ops:
+                    self._compiled[C] = None
+                    self.compile_notes[C] = "evaluated eagerly: one evaluation is slow " \
+                        "enough that the interpreter's overhead does not matter"
+                    return None
+            n = self.expected_evaluations
+            if n is not None and n * eager_s < self.trace_s_per_op * (
+                    ops if ops is not None else _operations(self._vmapped_fn(), z)):
                 self._compiled[C] = None
-                self.compile_notes[C] = "evaluated eagerly: one evaluation is slow enough " \
-                    "that the interpreter's overhead does not matter"
+                self.compile_notes[C] = (
+                    f"evaluated eagerly: a short run (about {n} evaluations of "
+                    f"{1000 * eager_s:.1f} ms) costs less than tracing the density")
                 return None
             try:
                 self._compiled[C], self._graphs[C] = _compile(self._vmapped_fn(), z)
