@@ -17,8 +17,10 @@ with the gradient by autograd.  A `Target` evaluates it for `C` chains at once,
   with no Python in between.  The compiled function is used only if it reproduces the
   eager values and gradients at two points, and never for a program whose density draws
   random numbers (Monte-Carlo composites): those, and anything that fails to trace, run
-  eagerly.  A call that vmap cannot run falls back to a per-chain autograd loop (for good,
-  if the loop works where vmap failed);
+  eagerly, as do a slow density of many operations (`compile_below_s`, `compile_max_ops`)
+  and a run too short for tracing to pay (`expected_evaluations`).  A call that vmap
+  cannot run falls back to a per-chain autograd loop (for good, if the loop works where
+  vmap failed);
 * `FunctionTarget` wraps a plain log-density of `z`, already batched or not.
 
 Failures follow the spec: an evaluation that raises `ValueError`/`RuntimeError`, or a
