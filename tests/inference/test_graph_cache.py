@@ -195,6 +195,10 @@ def test_a_short_run_is_not_traced_unless_its_graph_is_on_disk(cache, monkeypatc
     assert short.compile_notes[3].startswith(
         "evaluated eagerly: a short run (about 42 evaluations of ")
     assert short.compile_notes[3].endswith(" ms) costs less than tracing the density")
+    short.expected_evaluations = None  # a later run of unknown length decides again
+    assert short.compiled_for(Z) is not None and 3 not in short.compile_notes
+    assert short.graph_cache_notes == {3: "traced and stored in the disk cache"}
+    shutil.rmtree(cache)
     unknown = _target(Y)  # no run: nothing expected, traced as before
     assert unknown.compiled_for(Z) is not None and len(_stored(cache)) == 2
     again = _target(Y)

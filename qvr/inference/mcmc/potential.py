@@ -176,6 +176,7 @@ class ProgramTarget(Target):
         self._graphs = {}  # chain count -> the FX graph the compiled function was traced from
         self.compile_notes = {}  # chain count -> why it was not compiled
         self.graph_cache_notes = {}  # chain count -> whether the graph came from disk
+        self._short_runs = {}  # chain count -> the run length it was left eager for
         self.vmap_failed = False
         self.notes = []  # what was said about how the density runs (`_say`)
 
@@ -289,6 +290,13 @@ class ProgramTarget(Target):
 
     def _compiled_for(self, z: torch.Tensor):
         C = z.shape[0]
+        short = self._short_runs.get(C)
+        if short is not None and (self.expected_evaluations is None
+                                  or self.expected_evaluations > short):
+            # left eager for a short run; a longer one (or one of unknown length) decides
+            # again
+            del self._short_runs[C], self._compiled[C]
+            self.compile_notes.pop(C, None)
         if C not in self._compiled:
             key = None
             try:
@@ -318,9 +326,11 @@ class ProgramTarget(Target):
                         "enough that the interpreter's overhead does not matter"
                     return None
             n = self.expected_evaluations
-            if n is not None and n * eager_s < self.trace_s_per_op * (
-                    ops if ops is not None else _operations(self._vmapped_fn(), z)):
+            if n is not None and self.trace_s_per_op > 0 and n * eager_s < \
+                    self.trace_s_per_op * (ops if ops is not None
+                                           else _operations(self._vmapped_fn(), z)):
                 self._compiled[C] = None
+                self._short_runs[C] = n
                 self.compile_notes[C] = (
                     f"evaluated eagerly: a short run (about {n} evaluations of "
                     f"{1000 * eager_s:.1f} ms) costs less than tracing the density")
