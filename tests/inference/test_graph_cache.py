@@ -186,6 +186,9 @@ def test_a_short_run_is_not_traced_unless_its_graph_is_on_disk(cache, monkeypatc
     monkeypatch.delenv("QVR_MCMC_COMPILER", raising=False)
     assert NUTSKernel(compiler="transition").expected_evaluations(10, 20) is None
     assert NUTSKernel(compiler="inductor").expected_evaluations(10, 20) is None
+    from qvr.inference.mcmc.transition import AUTO_MIN_ITERATIONS
+    assert NUTSKernel().expected_evaluations(AUTO_MIN_ITERATIONS, 0) is None  # the loop's
+    assert NUTSKernel().expected_evaluations(AUTO_MIN_ITERATIONS - 1, 0) is not None
     monkeypatch.setattr(ProgramTarget, "trace_s_per_op", 1e9)  # tracing never pays
     short = _target(Y)
     MCMC(HMCKernel(num_steps=2), num_warmup=3, num_samples=3, num_chains=3).run(

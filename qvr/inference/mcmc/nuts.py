@@ -229,9 +229,14 @@ class NUTSKernel(HMCBase):
     TYPICAL_LEAPFROGS = 31
 
     def expected_evaluations(self, num_warmup: int, num_samples: int):
-        """`HMCBase.expected_evaluations`: None when the leaves or the transition are to
-        be compiled (``"inductor"``, ``"transition"``: they need the traced density)."""
-        if ticks.resolve_compiler(self.compiler) in ("inductor", "transition"):
+        """`HMCBase.expected_evaluations`: None when the leaves or the whole transition
+        are to be compiled, which needs the traced density (``"inductor"``,
+        ``"transition"``, and ``"auto"`` on a run long enough for the transition:
+        `_whole_transition`'s rule)."""
+        setting = ticks.resolve_compiler(self.compiler)
+        if setting in ("inductor", "transition") or (
+                setting == "auto" and num_warmup + num_samples >=
+                transitions.AUTO_MIN_ITERATIONS):
             return None
         per = min(self.TYPICAL_LEAPFROGS, 2 ** self.max_tree_depth - 1)
         return (num_warmup + num_samples) * per + self.EXTRA_EVALUATIONS
