@@ -19,7 +19,8 @@ For each posterior of ``../shared/posteriordb-sample`` (the example programs of
   once more with ``FitConfig.resample="psis"`` (`qvr.inference.methods.guide_resample`),
   a row ``qvr GUIDE +psis`` below the plain one: its figures are of the resampled draws
   (or the guide's own where k-hat >= 0.7; the note says which, with the importance ESS);
-  its time includes scoring the 4,000 guide draws;
+  its time includes scoring the 4,000 guide draws; and laplace and pathfinder once more
+  with ``resample="amis"`` (`qvr.inference.methods.guide_amis`), a row ``+amis``;
 * the side (unless ``--no-side``), in a virtualenv on Python 3.12 that this script makes
   the first time (``DIR/bin/pip install numpyro "jax[cpu]" pymc pymc-extras``; default
   DIR ``~/.cache/qvr/bench-vi``): NumPyro's AutoNormal, AutoMultivariateNormal,
@@ -149,6 +150,8 @@ def run_qvr_vi(example: str, guide: str, args, resample: str = "none") -> dict:
         base["dtype"] = _shipped(path)["dtype"]
     if guide == "pathfinder":
         config = {**base, "method": "pathfinder"}
+        if resample != "none":
+            config["resample"] = resample
     else:
         config = {**base, "method": "svi", "guide": guide, "steps": args.steps, "lr": args.lr}
         if resample != "none":
@@ -182,15 +185,16 @@ def run_qvr_vi(example: str, guide: str, args, resample: str = "none") -> dict:
     if "gradient_evaluations" in stats:
         grads = stats["gradient_evaluations"]
     note = stats.get("khat_note", "")
+    done = stats.get("amis_resampled") if resample == "amis" else stats.get("resampled")
     if resample != "none":
         ess = stats.get("resample_ess")
         note = "; ".join(n for n in (note, (
-            f"resampled, ESS {ess:.0f}" if stats.get("resampled") else
+            f"resampled, ESS {ess:.0f}" if done else
             f"not resampled: {stats.get('resample_note')}"
             + (f", ESS {ess:.0f}" if ess is not None else ""))) if n)
     return {"time": wall, "opt": stats.get("elapsed"), "steps": steps, "grads": grads,
             "khat": stats.get("khat"), "draws": _posteriors().flat_draws(result.samples),
-            "note": note, "resampled": stats.get("resampled"),
+            "note": note, "resampled": done if resample != "none" else stats.get("resampled"),
             "ess": stats.get("resample_ess")}
 
 
@@ -389,7 +393,8 @@ def main(argv=None) -> int:
                     help="qvr guides (meanfield fullrank lowrank[:K] flow map laplace) and "
                          "pathfinder (method)")
     ap.add_argument("--resample", action="store_true",
-                    help="each guide but map also with --resample psis (a row beside it)")
+                    help="each guide but map also with --resample psis, and laplace and "
+                         "pathfinder with --resample amis (rows beside them)")
     ap.add_argument("--side-methods", nargs="*", default=list(SIDE_METHODS))
     ap.add_argument("--no-side", action="store_true", help="qvr only")
     ap.add_argument("--no-nuts", action="store_true")
@@ -432,6 +437,11 @@ def main(argv=None) -> int:
                 label = f"qvr {guide} +psis"
                 rows[label] = figures(label, lambda g=guide: run_qvr_vi(example, g, args,
                                                                         "psis"), reference)
+                print_row(label, rows[label])
+            if args.resample and guide in ("laplace", "pathfinder"):
+                label = f"qvr {guide} +amis"
+                rows[label] = figures(label, lambda g=guide: run_qvr_vi(example, g, args,
+                                                                        "amis"), reference)
                 print_row(label, rows[label])
         for method in args.side_methods if not args.no_side else ():
             lib, kind = method.split(":", 1)

@@ -236,9 +236,10 @@ def parse_size(text: str) -> list:
 
 
 #: what becomes of a fitted guide's draws (`--resample`, `FitConfig.resample`): kept
-#: (``none``), or resampled by Pareto-smoothed importance weights (``psis``,
-#: `qvr.inference.methods.guide_resample`)
-RESAMPLES = ("none", "psis")
+#: (``none``), resampled by Pareto-smoothed importance weights (``psis``,
+#: `qvr.inference.methods.guide_resample`), or by adaptive importance sampling from the
+#: Laplace or Pathfinder approximation (``amis``, `qvr.inference.methods.guide_amis`)
+RESAMPLES = ("none", "psis", "amis")
 
 #: the SVI guide families (`--guide`); ``lowrank`` takes its rank as ``lowrank:K``
 GUIDES = ("meanfield", "fullrank", "lowrank", "flow", "map", "laplace")
@@ -357,9 +358,10 @@ class FitConfig:
     composite's density).  SVI: ``steps``, ``lr``, ``elbo_particles``, ``batch_size``
     (`qvr.inference.data.minibatch`), ``resample`` (``psis``: the run's draws resampled from
     guide draws by their Pareto-smoothed importance weights when k-hat < 0.7,
-    `qvr.inference.methods.guide_resample`; an SVI option only: Pathfinder resamples its
-    own draws always, so ``--resample`` with ``--method pathfinder`` is refused as an
-    option of another method).  HMC/NUTS: ``num_warmup``, ``num_samples``,
+    `qvr.inference.methods.guide_resample`; ``amis``: by adaptive importance sampling from
+    the Laplace approximation (``--guide laplace``) or Pathfinder's,
+    `qvr.inference.methods.guide_amis`; Pathfinder resamples its own draws by PSIS
+    always, so it takes ``amis`` only).  HMC/NUTS: ``num_warmup``, ``num_samples``,
     ``num_chains``, ``step_size``, ``num_steps`` (HMC), ``max_tree_depth`` and ``uturn`` (NUTS),
     ``step_jitter``, ``target_accept``, ``mass_matrix``, ``adapt``, ``init_strategy``,
     ``chain_method``.  Every
@@ -435,12 +437,14 @@ class FitConfig:
                       help="SVI: the guide: meanfield, fullrank, lowrank:K (diagonal plus "
                            "rank K), flow (a normalizing flow), map (the mode) or laplace "
                            "(a Normal at the mode)")
-    resample: str = _opt("none", methods=frozenset({"svi"}), choices=RESAMPLES,
-                         check=_choice(*RESAMPLES),
+    resample: str = _opt("none", methods=frozenset({"svi", "pathfinder"}),
+                         choices=RESAMPLES, check=_choice(*RESAMPLES),
                          help="SVI (every guide but map): psis resamples the run's draws "
                               "from guide draws by Pareto-smoothed importance weights "
                               "when the guide's k-hat is below 0.7 (none: the guide's own "
-                              "draws)")
+                              "draws); laplace and Pathfinder: amis, rounds of adaptive "
+                              "importance sampling from the approximation, resampled "
+                              "when their k-hat is below 0.7")
     batch_size: Optional[int] = _opt(
         None, methods=frozenset({"svi"}), parse=parse_optional(parse_int),
         check=_int_or_none_at_least(1), metavar="B",
@@ -675,6 +679,14 @@ class FitConfig:
                 and split_guide(self.guide)[0] == "map":
             out["resample"] = ("psis needs draws with a density, and --guide map is one "
                                "point (the mode): use --guide laplace")
+        if self.method == "svi" and self.resample == "amis" and "guide" not in out \
+                and split_guide(self.guide)[0] != "laplace":
+            out["resample"] = ("amis starts from a Normal over every latent: use --guide "
+                               "laplace or --method pathfinder (with "
+                               f"--guide {split_guide(self.guide)[0]}: --resample psis)")
+        if self.method == "pathfinder" and self.resample == "psis":
+            out["resample"] = ("Pathfinder resamples its draws by PSIS always: drop it, or "
+                               "use --resample amis")
         if isinstance(self.template, str) and self.template and not self.template.split():
             out["template"] = "must hold at least one word or _"
         return out

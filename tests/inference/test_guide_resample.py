@@ -125,7 +125,7 @@ def test_the_funnel_is_not_resampled_and_says_why(tmp_path):
 def test_the_option_and_its_refusals():
     assert FitConfig().resample == "none"
     assert FitConfig(method="svi", resample="bootstrap").errors() == {
-        "resample": "must be one of none, psis; got 'bootstrap'"}
+        "resample": "must be one of none, psis, amis; got 'bootstrap'"}
     assert FitConfig(method="svi", guide="map", resample="psis").errors() == {
         "resample": "psis needs draws with a density, and --guide map is one point (the "
                     "mode): use --guide laplace"}

@@ -89,7 +89,13 @@ def test_qvr_show_prints_the_same_lines(resampled_run, capsys):
      "qvr run: --resample: psis needs draws with a density, and --guide map is one point "
      "(the mode): use --guide laplace"),
     (["--method", "pathfinder", "--resample", "psis"],
-     "qvr run: --resample is an option of --method svi, not of --method pathfinder"),
+     "qvr run: --resample: Pathfinder resamples its draws by PSIS always: drop it, or use "
+     "--resample amis"),
+    (["--method", "svi", "--guide", "fullrank", "--resample", "amis"],
+     "qvr run: --resample: amis starts from a Normal over every latent: use --guide laplace "
+     "or --method pathfinder (with --guide fullrank: --resample psis)"),
+    (["--method", "nuts", "--resample", "amis"],
+     "qvr run: --resample is an option of --method svi|pathfinder, not of --method nuts"),
 ])
 def test_refusals_are_one_line_usage_errors(files, extra, message):
     rc, out, err = _main(["run", str(files / "ms.qvr"), *extra, "--data",
@@ -103,5 +109,31 @@ def test_an_unknown_value_is_a_usage_error(files):
     rc, _, err = _main(["run", str(files / "ms.qvr"), "--method", "svi", "--resample",
                         "bootstrap", "--runs-dir", str(files / "refused")])
     assert rc == 2
-    assert "argument --resample: invalid choice: 'bootstrap' (choose from 'none', 'psis')" \
-        in err
+    assert "argument --resample: invalid choice: 'bootstrap' (choose from 'none', 'psis', " \
+        "'amis')" in err
+
+
+@pytest.mark.parametrize("method", [["--method", "svi", "--guide", "laplace"],
+                                    ["--method", "pathfinder"]])
+def test_amis_resamples_laplace_and_pathfinder(files, method):
+    """``--resample amis``: the k-hat line names it, the record keeps its draws, LOO runs
+    on them, and `qvr show` prints the same lines."""
+    runs = files / f"amis-{method[1]}"
+    rc, out, err = _main(["run", str(files / "ms.qvr"), *method, "--seed", "0",
+                          "--resample", "amis", "--data", str(files / "ms.json"),
+                          "--runs-dir", str(runs)])
+    assert rc == 0, err
+    (folder,) = runs.iterdir()
+    st = json.loads((folder / "summary.json").read_text())["stats"]
+    assert st["resample_method"] == "amis" and st["amis_resampled"] is True
+    k, ess, n = st["khat"], st["resample_ess"], st["resample_draws"]
+    assert k < 0.5 and n == 114000 and st["khat_draws"] == n
+    assert (f"Pareto k-hat {k:.2f} ({n} draws): good (below 0.5); draws resampled by "
+            f"adaptive importance sampling (8 rounds, {n:,} draws, ESS {ess:.0f})") \
+        in out.splitlines()
+    assert any(line.startswith("LOO: elpd_loo ") for line in out.splitlines())
+    run = open_run(folder)
+    mu = np.asarray(run.samples()["mu"], dtype=np.float64).reshape(-1)
+    assert mu.shape == (1000,) and len(np.unique(mu)) < 1000
+    assert run.summary["parameters"]["mu"]["mean"] == pytest.approx(mu.mean(), rel=1e-5)
+    assert main(["show", str(folder)]) == 0

@@ -1,6 +1,7 @@
 """``--resample`` in the dashboard's Setup (`FitConfig.resample`): a Select in SVI's
 options below the guide, its value into the config, ``psis`` with ``--guide map`` an error
-in place (as `FitConfig.errors` words it), no row for other methods."""
+in place (as `FitConfig.errors` words it), ``amis`` with laplace and Pathfinder (whose
+``psis`` is refused in place), no row for other methods."""
 import pytest
 from textual.widgets import Input, Select
 
@@ -32,6 +33,22 @@ async def test_the_resample_row_of_svi(tmp_path):
         await pilot.pause()
         cfg, errors = setup.build_config()
         assert errors == {} and (cfg.guide, cfg.resample) == ("laplace", "psis")
+        select.value = "amis"
+        await pilot.pause()
+        cfg, errors = setup.build_config()
+        assert errors == {} and (cfg.guide, cfg.resample) == ("laplace", "amis")
         setup.preset("pathfinder")
         await pilot.pause()
-        assert not row.display  # SVI only: Pathfinder resamples its own draws
+        row = setup.query_one("#row-resample")
+        select = setup.query_one("#opt-resample", Select)
+        assert row.display  # Pathfinder takes amis (its own draws are PSIS-resampled)
+        cfg, errors = setup.build_config()
+        assert errors == {} and (cfg.method, cfg.resample) == ("pathfinder", "amis")
+        select.value = "psis"
+        await pilot.pause()
+        cfg, errors = setup.build_config()
+        assert errors == {"resample": "Pathfinder resamples its draws by PSIS always: drop "
+                                      "it, or use --resample amis"}
+        setup.preset("nuts")
+        await pilot.pause()
+        assert not setup.query_one("#row-resample").display  # SVI's and Pathfinder's only

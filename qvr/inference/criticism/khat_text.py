@@ -70,7 +70,7 @@ def _khat_only(stats: Mapping[str, Any]) -> Optional[str]:
 
 
 def resample_text(stats: Optional[Mapping[str, Any]]) -> Optional[str]:
-    """What ``--resample psis`` did with a run's draws
+    """What ``--resample psis`` (or ``amis``) did with a run's draws
     (`qvr.inference.methods.guide_resample`): ``draws resampled by PSIS (ESS 412)``, or
     ``draws not resampled (k-hat 0.93 >= 0.7): the guide's own``; None for a run without
     the option (its stats hold neither ``resample_ess`` nor ``resample_note``:
@@ -78,6 +78,18 @@ def resample_text(stats: Optional[Mapping[str, Any]]) -> Optional[str]:
     stats = stats or {}
     if "resample_ess" not in stats and "resample_note" not in stats:
         return None
+    if stats.get("resample_method") == "amis":  # `qvr.inference.methods.guide_amis`
+        ess = _number(stats.get("resample_ess"))
+        n = _number(stats.get("resample_draws"))
+        rounds = stats.get("amis_rounds")
+        how = (f"{rounds} rounds" if rounds else "") + \
+            (f", {n:,.0f} draws" if n is not None else "") + \
+            (f", ESS {ess:.0f}" if ess is not None else "")
+        if stats.get("amis_resampled") is True:
+            return f"draws resampled by adaptive importance sampling ({how.strip(', ')})"
+        why = stats.get("resample_note") or "no reason recorded"
+        return (f"draws not resampled by adaptive importance sampling ({why}): the "
+                f"approximation's own")
     if stats.get("resampled") is True:
         ess = _number(stats.get("resample_ess"))
         return "draws resampled by PSIS" + (f" (ESS {ess:.0f})" if ess is not None else "")

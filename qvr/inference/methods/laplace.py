@@ -11,7 +11,9 @@ fit records the PSIS k-hat of its draws (`qvr.inference.criticism.khat`); a MAP 
 point estimate: its summary holds the mode (sd NaN), and it has no k-hat, no LOO and no
 predictive checks.  ``--resample psis`` (Laplace only; refused with map by
 `FitConfig.errors`): the Laplace draws resampled by their PSIS weights when k-hat < 0.7
-(`qvr.inference.methods.guide_resample`).
+(`qvr.inference.methods.guide_resample`); ``--resample amis``: adaptive importance
+sampling from the Laplace approximation, its draws resampled when their k-hat < 0.7
+(`qvr.inference.methods.guide_amis`).
 
 Failures end the fit with status ``"failed"`` and one line (``stats["error_type"]``):
 no finite start (``NonFiniteDensity``), a search running off to infinity or still rising
@@ -185,9 +187,13 @@ def run(ctx: FitContext) -> FitResult:
             from qvr.inference.methods.guide_resample import resampled_summary
             result.samples, result.summary = resampled_summary(ctx, result, guide,
                                                                method="laplace")
+        elif kind == "laplace" and config.resample == "amis" and guide.dim:
+            from qvr.inference.methods.guide_amis import laplace_amis
+            result.samples, result.summary = laplace_amis(ctx, result, guide)
         else:
             result.samples, result.summary = _summary(guide, x, obs, report=ctx.report)
-        if kind == "laplace" and config.resample != "psis":
+        if kind == "laplace" and (config.resample == "none" or
+                                  (config.resample == "amis" and not guide.dim)):
             from qvr.inference.criticism.khat import record_guide_khat
             record_guide_khat(ctx, result, guide, method="laplace")
         from qvr.inference.methods.circuits import record_circuits

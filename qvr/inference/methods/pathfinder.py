@@ -11,10 +11,13 @@ PSIS k-hat of the pooled draws' log ratios (`qvr.inference.criticism.khat`; a wa
 above 0.7).  Progress: one row per path (``chain`` = the path), phase ``optimization``:
 the loss ``-log p~`` while L-BFGS climbs, then the ELBO of each iterate's normal.
 
-``--resample psis`` (`FitConfig.resample`, `qvr.inference.methods.guide_resample`) is an
-SVI option only: Pathfinder resamples its pooled draws by their PSIS weights always (with
-several paths), so the option would change nothing here, and ``--method pathfinder
---resample psis`` is refused as an option of another method (one line, exit 2).
+``--resample psis`` (`FitConfig.resample`, `qvr.inference.methods.guide_resample`) is
+refused here (one line, exit 2): Pathfinder resamples its pooled draws by their PSIS
+weights always (with several paths), so it would change nothing.  ``--resample amis``
+(`qvr.inference.methods.guide_amis`) starts adaptive importance sampling from the Normal
+with the mean and covariance of those weighted pooled draws, and when its k-hat is below
+0.7 the run's ``psis_draws`` draws are drawn from its draws instead (``khat`` is then its
+k-hat; ``pathfinder_khat`` Pathfinder's own).
 """
 from __future__ import annotations
 
@@ -66,8 +69,12 @@ def run(ctx: FitContext) -> FitResult:
         _report(ctx, path, l, settings, metrics, t0)
     if ctx.stop():
         result.status = "cancelled"
+    draws, amis_stats = res.draws, None
+    if config.resample == "amis" and not ctx.stop():
+        draws, amis_stats = _amis(ctx, target, res, settings, time.perf_counter() - t0,
+                                  dtype)
     with torch.no_grad():
-        values = target.constrain(res.draws.to(dtype=dtype, device=device))
+        values = target.constrain(draws.to(dtype=dtype, device=device))
     result.samples = {k: v.detach().cpu().numpy()[None] for k, v in values.items()}
     result.summary = summary(result.samples, columns=("mean", "sd", "q5", "q50", "q95"))
     result.elapsed = time.perf_counter() - t0
@@ -89,6 +96,12 @@ def run(ctx: FitContext) -> FitResult:
         "elapsed": result.elapsed,
         **khat_record(res.log_ratios),
     }
+    if amis_stats is not None:  # `khat`: the weights' behind the run's draws
+        result.stats["pathfinder_khat"] = result.stats["khat"]
+        result.stats.update(amis_stats)
+        if not amis_stats.get("amis_resampled"):
+            result.stats["khat"] = result.stats["pathfinder_khat"]
+            result.stats["khat_draws"] = int(len(res.log_ratios))
     if res.failed:
         ctx.report(FitWarning(f"{res.failed} of {len(paths)} Pathfinder paths failed and were "
                               f"dropped: " + "; ".join(
@@ -123,3 +136,34 @@ def _nothing_to_approximate(ctx: FitContext, target) -> FitResult:
     out.stats = {"log_marginal_likelihood": float(lp.reshape(-1)[0]), "num_chains": 0,
                  "num_samples": 0, "note": "no continuous latent site: nothing to approximate"}
     return out
+
+
+def _amis(ctx, target, res, settings, elapsed: float, dtype) -> tuple:
+    """``--resample amis`` after the paths: ``(the run's draws (R, D), stats)``, the draws
+    drawn from the rounds' when their k-hat is below 0.7, else Pathfinder's own."""
+    import numpy as np
+
+    from qvr.inference.methods.guide_amis import rows_density, weigh
+    from qvr.inference.methods.guide_resample import resample_indices
+    from qvr.inference.vi.amis import cholesky_or_none, weighted_moments
+    if res.psis_log_weights is not None:
+        loc, cov, _ = weighted_moments(res.pooled, np.asarray(res.log_ratios))
+    else:  # one path: its own draws, equally weighted
+        loc, cov, _ = weighted_moments(res.draws, np.zeros(res.draws.shape[0]))
+    L = cholesky_or_none(cov)
+    if L is None:
+        ctx.report(FitWarning("--resample amis: the covariance of Pathfinder's draws is not "
+                              "positive definite; the draws are Pathfinder's own"))
+        return res.draws, {"resample_method": "amis", "amis_resampled": False,
+                           "resample_note": "Pathfinder's draws have a singular covariance"}
+    scratch = FitResult("pathfinder")
+    scratch.elapsed, scratch.stats = elapsed, {}
+    fn = getattr(target, "single", None)
+    log_density = rows_density(fn, dtype) if fn is not None else \
+        (lambda z: target.log_density(z.to(dtype)).to(torch.float64))
+    picked = weigh(ctx, scratch, log_density, loc, L, method="pathfinder")
+    stats = dict(scratch.stats)
+    if picked is None:
+        return res.draws, stats
+    z, w = picked
+    return z[torch.as_tensor(resample_indices(w, settings.psis_draws))], stats
