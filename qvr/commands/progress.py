@@ -11,6 +11,7 @@ long headless fit is seen to progress; the run record has every event.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Optional
 
@@ -84,6 +85,7 @@ class Progress:
         self.warmup_total = self.sample_total = 0
         self.warnings: list[str] = []
         self.note = ""  # the last `FitNote` (shown until the chains move)
+        self.importance: Optional[tuple] = None  # ``--resample amis``: (round, rounds, ESS)
         self._live = None
         self._last = 0.0
         self._next_plain = PLAIN_EVERY_S  # fit time of the next plain line (no terminal)
@@ -113,6 +115,14 @@ class Progress:
             self.sample_total = int(cfg.get("num_samples", 0) or 0)
             for c in range(event.num_chains):
                 self.chains[c] = _Chain()
+        elif isinstance(event, FitProgress) and event.phase == "importance":
+            # ``--resample amis`` after the fit: a line of its own (the fit's rows stay)
+            self.importance = (event.step, event.total, event.metrics.get("ess", math.nan))
+            if not self.live_ok:  # its first and last rounds, a line each
+                if event.step in (1, event.total):
+                    self.stream.write(f"{PLAIN_PREFIX}{importance_line(self.importance)}\n")
+                    self.stream.flush()
+                return
         elif isinstance(event, FitProgress):
             self.chains.setdefault(event.chain, _Chain()).update(
                 event, self.warmup_total, self.sample_total)
@@ -227,12 +237,21 @@ class Progress:
         return self._with_warnings(t)
 
     def _with_warnings(self, body):
-        """The fit's warnings below `body`, still shown when the live display ends."""
-        if not self.warnings:
+        """The fit's warnings below `body` (and ``--resample amis``'s round), still shown
+        when the live display ends."""
+        if not self.warnings and self.importance is None:
             return body
         from rich.console import Group
         from rich.text import Text
-        return Group(body, *(Text(f"warning: {w}", style="yellow") for w in self.warnings))
+        lines = [Text(importance_line(self.importance))] if self.importance else []
+        return Group(body, *lines,
+                     *(Text(f"warning: {w}", style="yellow") for w in self.warnings))
+
+
+def importance_line(importance: tuple) -> str:
+    """``--resample amis``'s rounds: ``importance sampling: round 3 of 8, ESS 1,234``."""
+    r, total, ess = importance
+    return f"importance sampling: round {r} of {total}, ESS {ess:,.0f}"
 
 
 def pathfinder_text(cid: int, ch) -> str:

@@ -145,3 +145,26 @@ def test_a_plain_line_before_every_chain_reported_follows_those_that_did():
                          {"accept_prob": 0.75, "step_size": 0.3, "divergences": 1}, 36.0))
     assert out.getvalue() == (f"{PLAIN_PREFIX}nuts warmup 64/100, - draws/s (chain 0), "
                               f"accept 0.75, divergences 1, ETA --:--\n")
+
+
+def test_importance_rounds_after_the_fit():
+    """``--resample amis`` reports its rounds (phase ``importance``): a line below the
+    fit's row on a terminal (the row stays as the fit left it), its first and last rounds
+    as plain lines otherwise."""
+    p = Progress(io.StringIO(), force=False)
+    p.update(FitStarted("svi", 100, 1, {"steps": 100}))
+    p.update(FitProgress("svi", "optimization", 100, 100, 0, {"loss": 12.5}, 1.0))
+    for r in range(1, 9):
+        p.update(FitProgress("svi", "importance", r, 8, 0, {"ess": 100.0 * r}, 1.0 + r))
+    lines = text_of(p).splitlines()
+    assert rows("\n".join(lines[:2]))["svi"][1:3] == ["100/100", "-"]
+    assert lines[2].strip() == "importance sampling: round 8 of 8, ESS 800"
+    plain = io.StringIO()
+    q = Progress(plain, force=False)
+    q.update(FitStarted("pathfinder", 100, 4, {}))
+    for r in range(1, 9):
+        q.update(FitProgress("pathfinder", "importance", r, 8, 0, {"ess": 1234.4 * r}, 1.0))
+    assert plain.getvalue().splitlines() == [
+        "qvr run: progress: importance sampling: round 1 of 8, ESS 1,234",
+        "qvr run: progress: importance sampling: round 8 of 8, ESS 9,875"]
+    assert all(ch.step == 0 for ch in q.chains.values())  # no path moved by the rounds

@@ -104,6 +104,28 @@ def test_the_time_budget_sets_the_draws_per_round():
     assert out.draws.shape[0] == 2000 and len(out.ess) == 1
 
 
+def test_many_coordinates_mean_fewer_draws_per_round(monkeypatch):
+    """The draws of all rounds together hold at most `MAX_NUMBERS` numbers (here 8,000:
+    1,000 two-coordinate draws in each of 4 rounds)."""
+    from qvr.inference.vi import amis as module
+    monkeypatch.setattr(module, "MAX_NUMBERS", 8000)
+    out = amis(lambda z: -0.5 * (z ** 2).sum(-1), torch.zeros(2, dtype=torch.float64),
+               torch.eye(2, dtype=torch.float64), rounds=4, budget_s=1e9,
+               generator=torch.Generator().manual_seed(0))
+    assert out.per_round == 1000 and out.draws.shape == (4000, 2)
+
+
+def test_a_generator_makes_it_reproducible():
+    def run(seed):
+        return amis(lambda z: -0.5 * (z ** 2).sum(-1) - z[:, 0] ** 4,
+                    torch.zeros(3, dtype=torch.float64), torch.eye(3, dtype=torch.float64),
+                    rounds=3, per_round=1000, budget_s=1e9,
+                    generator=torch.Generator().manual_seed(seed))
+    a, b, c = run(5), run(5), run(6)
+    assert torch.equal(a.draws, b.draws) and np.array_equal(a.log_ratios, b.log_ratios)
+    assert not torch.equal(a.draws, c.draws)
+
+
 def test_laplace_with_amis_gives_the_exact_beta_posterior(tmp_path):
     """Beta(2, 3) prior, 4 successes in 30: the posterior is Beta(6, 29); Laplace on logit
     p is skewed the wrong way (its mean 0.18 against 0.171)."""

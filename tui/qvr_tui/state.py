@@ -106,6 +106,8 @@ class RunState:
         self.method: Optional[str] = None
         self.requested: Optional[str] = None  # the method asked for (before FitStarted)
         self.paths: dict = {}  # Pathfinder: path index -> (iteration, metrics) last reported
+        # ``--resample amis`` after the fit (Laplace, Pathfinder): (round, rounds, ESS)
+        self.importance: Optional[tuple] = None
         self.no_record = False  # the worker ended before writing a record (`start_failed`)
         self.folder_contents: list[str] = []  # what its run folder holds then
         self.config: dict = {}
@@ -200,7 +202,10 @@ class RunState:
     def _fold(self, ev: FitEvent) -> None:
         if isinstance(ev, FitProgress):
             self.elapsed = max(self.elapsed, ev.elapsed)
-            if ev.phase == "optimization" and self.method == "pathfinder":
+            if ev.phase == "importance":  # adaptive importance sampling's rounds
+                self.importance = (int(ev.step), int(ev.total),
+                                   float(ev.metrics.get("ess", float("nan"))))
+            elif ev.phase == "optimization" and self.method == "pathfinder":
                 self.paths[ev.chain] = (ev.step, dict(ev.metrics))  # path -> last report
             elif ev.phase == "optimization":
                 self._svi(ev)

@@ -57,8 +57,11 @@ PER_ROUND = 16000
 MIN_PER_ROUND = 250
 #: each proposal's covariance is the weighted one times this
 INFLATE = 1.5
-#: the proposals' degrees of freedom (Student-t: 0 for Normal proposals)
-DF = 4.0
+#: the proposals' degrees of freedom (Student-t, a whole number: 0 for Normal proposals)
+DF = 4
+#: at most this many numbers in all the draws together (``N x D``: 160 MB of float64);
+#: fewer draws per round for a large D
+MAX_NUMBERS = 20_000_000
 
 
 @dataclass
@@ -116,7 +119,7 @@ def weighted_moments(z: torch.Tensor, log_ratios: np.ndarray) -> tuple:
 
 def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,
          scale_tril: torch.Tensor, *, rounds: int = ROUNDS, per_round: int = PER_ROUND,
-         inflate: float = INFLATE, df: float = DF, budget_s: float = 10.0,
+         inflate: float = INFLATE, df: int = DF, budget_s: float = 10.0,
          chunk: int = 2000,
          generator: Optional[torch.Generator] = None,
          should_stop: Optional[Callable[[], bool]] = None,
@@ -150,14 +153,15 @@ def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,
     Z, LP = [], []          # draws and log p~ per round
     LQ: list = []           # LQ[j]: log q_j at every draw so far, (N,)
     ess: list = []
+    per_round = max(MIN_PER_ROUND, min(per_round, MAX_NUMBERS // max(rounds * D, 1)))
     n = min(per_round, max(MIN_PER_ROUND, chunk))
     stopped = ""
     ratios = np.zeros(0)
     for t in range(rounds):
         eps = torch.randn(n, D, dtype=torch.float64, generator=generator)
-        if df:
-            chi2 = 2.0 * torch.distributions.Gamma(
-                torch.full((n,), df / 2, dtype=torch.float64), 1.0).sample()
+        if df:  # a chi-square of `df` degrees of freedom per draw, from the generator
+            chi2 = (torch.randn(n, int(df), dtype=torch.float64, generator=generator) ** 2
+                    ).sum(-1)
             eps = eps / torch.sqrt(chi2 / df)[:, None]
         z = m + eps @ L.T
         t_round = time.perf_counter()

@@ -156,6 +156,8 @@ class LivePane(Vertical):
         elif s.method == "smc":
             parts.append(f"finished {s.num_finished}, dead {s.num_dead}, "
                          f"resampled at {len(s.resampled_steps)} steps")
+        if s.importance is not None:
+            parts.append(importance_text(s.importance))
         if s.warnings:
             parts.append(f"warning: {s.warnings[-1]}")
         if s.no_record and s.run_dir:
@@ -201,6 +203,13 @@ class LivePane(Vertical):
     def action_next_trace(self) -> None:
         self.trace_index = (self.trace_index + 1) % len(TRACES)
         self.show(self.state, force=True)
+
+
+def importance_text(importance: tuple) -> str:
+    """``--resample amis``'s rounds after the fit: ``importance sampling: round 3 of 8,
+    ESS 1,234``."""
+    r, total, ess = importance
+    return f"importance sampling: round {r} of {total}, ESS {ess:,.0f}"
 
 
 def pathfinder_text(state) -> str:
