@@ -7,16 +7,16 @@ corrects it only where its k-hat is already below 0.7.  `amis` moves the proposa
 posterior, round after round (Cornuet, Marin, Mira & Robert 2012, "Adaptive multiple
 importance sampling"; the weights Pareto-smoothed, Vehtari et al. 2024):
 
-1. round ``t`` draws `per_round` points from ``q_t = N(m_t, C_t)`` (``q_0`` the given
-   approximation, its covariance times `inflate`) and evaluates the target's log density
-   at them, `chunk` at a time;
+1. round ``t`` draws `per_round` points from ``q_t``, a Student-t of `DF` (4) degrees of
+   freedom with covariance ``s² C_t`` (``C_0`` the given approximation's; ``s²`` the
+   inflation, `inflation`: 3 up to 13 coordinates, less above) and evaluates the
+   target's log density at them, `chunk` at a time;
 2. every draw so far, of every round, is weighted against the *mixture* of all proposals
    so far, each in proportion to its draws (the deterministic-mixture weight
    ``p~(z) / Σ_j (n_j / N) q_j(z)``, which keeps a proposal that missed a region from
    giving its few draws there huge weights);
 3. ``m_{t+1}``, ``C_{t+1}`` are the Pareto-smoothed weighted mean and covariance of all the
-   draws (`psis_log_weights`), the covariance times `inflate` (a proposal wider than its
-   target is safe, a narrower one is not).
+   draws (`psis_log_weights`).
 
 The result is every draw with its log ratio ``log p~ - log q_mix``: the caller computes
 k-hat of those ratios and resamples the run's draws by their smoothed weights (as
@@ -24,14 +24,24 @@ k-hat of those ratios and resamples the run's draws by their smoothed weights (a
 keeps the previous proposal.  A draw where the density is not finite has ratio -inf (a
 zero weight).
 
-Measured (Laplace start, 8 rounds of 16,000 draws, float64, seeds 1-4, against
-posteriordb's reference draws): gp_pois_regr, whose Laplace draws have k-hat 0.69-1.11 and
-are too far off to be reweighted, comes within 0.02-0.08 reference sds of every mean with
-sds 0.84-0.91 of the reference's (k-hat 0.49-0.65), in 0.6-3 s on top of the mode search;
-eight schools, kid_scores and arK come within 0.01-0.05 sds, sds 0.96-1.02.  Rounds of
-4,000 draws left gp's sds at 0.76-0.80: the curved ridge between the GP's amplitude and its
-latent values is reached only by many draws, which are cheap here (one batched density
-evaluation per chunk), hence 16,000 per round where the time allows.
+Decisions, measured (seeds as given; "sd" means the reference posterior's sd):
+
+* *Student-t, not Normal, proposals.*  A Normal proposal's tails are lighter than a
+  posterior with exponential tails (a variance's, a banana's arm), so the weights there
+  are unbounded; k-hat does not always see it.  On the banana ``a ~ N(0, 1), b ~ N(a²,
+  1)`` (8 rounds of 8,000, seeds 0-7), Normal proposals put b's mean at 0.89-1.22 and its
+  sd at 0.87-1.14 of the exact ones with k-hat 0.51-2.31; Student-t (4 degrees) at
+  0.99-1.04 and 0.99-1.03 with k-hat 0.19-0.36.
+* *Inflation 3 where the dimension allows it* (`inflation`).  On gp_pois_regr (D = 13,
+  Laplace start, seeds 1-12), inflation 1.5 left k-hat at 0.56-0.74 (some seeds above
+  0.7: not resampled) and sds at 0.79-0.85 of the reference's; 3 gave k-hat 0.51-0.69,
+  every mean within 0.15 sds and sds 0.82-1.07.
+* *Draws per round.*  Rounds of 4,000 left gp's sds lower (0.76-0.80, Normal
+  proposals); 48,000 made k-hat's estimate cross 0.7 more often, not less.  16,000 it
+  is, where the time allows.
+* *Weights by each proposal's share of the draws.*  The first round has fewer draws
+  than the others (its cost sets their number); weighting the proposals equally biased
+  a correlated Normal's mean by five standard errors (the test catches it).
 
 The work is bounded by time (`budget_s`): the first chunk's cost sets the draws per round
 (at least `MIN_PER_ROUND`), and rounds stop when the budget is spent; each round after the
@@ -55,8 +65,11 @@ ROUNDS = 8
 PER_ROUND = 16000
 #: draws per round however slow the density (fewer rounds instead)
 MIN_PER_ROUND = 250
-#: each proposal's covariance is the weighted one times this
-INFLATE = 1.5
+#: each proposal's covariance is the weighted one times an inflation (`inflation`): at
+#: most this, and no more than leaves `MIN_EFFICIENCY` of the draws effective were the
+#: posterior the Normal of that covariance
+MAX_INFLATE = 3.0
+MIN_EFFICIENCY = 0.02
 #: the proposals' degrees of freedom (Student-t, a whole number: 0 for Normal proposals)
 DF = 4
 #: at most this many numbers in all the draws together (``N x D``: 160 MB of float64);
@@ -105,6 +118,26 @@ def cholesky_or_none(C: torch.Tensor) -> Optional[torch.Tensor]:
     return None
 
 
+def inflation(D: int) -> float:
+    """The widest inflation ``s² <= MAX_INFLATE`` of a proposal's covariance whose
+    importance efficiency on a Normal posterior of dimension `D` with the uninflated
+    covariance, ``1 / E_q[w²] = (s^D (2 - 1/s²)^(-D/2))^-1``, is at least
+    `MIN_EFFICIENCY`: 3 up to 13 coordinates, 1.5 at 60, 1.06 at 2,000.  A wider
+    proposal covers a skewed or curved posterior's tails (gp_pois_regr, D = 13: at 1.5 its
+    k-hat hovered about 0.7 and its sds came out 0.79-0.85 of the reference's; at 3 k-hat
+    0.51-0.69 and sds 0.82-0.91, seeds 1-12), but costs its efficiency to the power D."""
+    def log_cost(s2: float) -> float:
+        return D * (0.5 * math.log(s2) - 0.5 * math.log(2.0 - 1.0 / s2))
+    limit = math.log(1.0 / MIN_EFFICIENCY)
+    if D <= 0 or log_cost(MAX_INFLATE) <= limit:
+        return MAX_INFLATE
+    lo, hi = 1.0, MAX_INFLATE
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if log_cost(mid) <= limit else (lo, mid)
+    return lo
+
+
 def weighted_moments(z: torch.Tensor, log_ratios: np.ndarray) -> tuple:
     """``(mean, covariance, ess)`` of rows `z` under the Pareto-smoothed weights of
     `log_ratios`."""
@@ -119,17 +152,19 @@ def weighted_moments(z: torch.Tensor, log_ratios: np.ndarray) -> tuple:
 
 def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,
          scale_tril: torch.Tensor, *, rounds: int = ROUNDS, per_round: int = PER_ROUND,
-         inflate: float = INFLATE, df: int = DF, budget_s: float = 10.0,
+         inflate: Optional[float] = None, df: int = DF, budget_s: float = 10.0,
          chunk: int = 2000,
          generator: Optional[torch.Generator] = None,
          should_stop: Optional[Callable[[], bool]] = None,
          on_round: Optional[Callable[[int, int, float], None]] = None) -> AmisResult:
     """Adaptive multiple importance sampling (module docstring) from ``N(loc, scale_tril
     scale_trilᵀ)`` on the target `log_density` (rows ``(n, D)`` float64 -> ``(n,)``; it may
-    raise on a chunk: those draws get -inf).  `on_round(round, rounds, ess)` after each
-    round (1-based)."""
+    raise on a chunk: those draws get -inf).  `inflate` None: `inflation(D)`.
+    `on_round(round, rounds, ess)` after each round (1-based)."""
     m = loc.detach().to(torch.float64).reshape(-1)
     D = m.shape[0]
+    if inflate is None:
+        inflate = inflation(D)
     # a Student-t's scale matrix for the covariance asked (df / (df - 2) times it)
     tscale = math.sqrt((df - 2) / df) if df > 2 else 1.0
     L = scale_tril.detach().to(torch.float64) * math.sqrt(inflate) * tscale
