@@ -221,3 +221,34 @@ def test_the_option_and_its_refusals():
     assert FitConfig(method="pathfinder", resample="psis").errors() == {
         "resample": "Pathfinder resamples its draws by PSIS always: drop it, or use "
                     "--resample amis"}
+
+
+def test_laplace_with_amis_meets_the_gp_reference():
+    """posteriordb's gp_pois_regr, where Laplace's own draws are 1.6 reference sds off
+    with sds up to 5x the reference's (k-hat 0.96: not resampleable): ``--resample amis``
+    brings every mean (rho, alpha and the 11 recorded f) within 0.2 sds and every sd within
+    0.8-1.25 of the reference's (issue 39's bar; measured on seeds 1-12: within 0.15, sds
+    0.82-1.07, k-hat 0.51-0.69)."""
+    import json
+    from pathlib import Path
+
+    from qvr import load
+    from test_posteriordb import stan_names
+    root = Path(__file__).resolve().parents[2]
+    path = root / "examples" / "gp_counts.qvr"
+    res = fit(load(str(path)), config={"method": "svi", "guide": "laplace", "seed": 1,
+                                       "dtype": "float64", "pointwise": False,
+                                       "resample": "amis"}, program_path=str(path))
+    assert res.status == "finished", res.message
+    st = res.stats
+    assert st["resampled"] is True and st["khat"] < 0.7
+    reference = json.loads((Path(__file__).parent / "posteriordb" /
+                            "gp_pois_regr-gp_pois_regr.json").read_text())["params"]
+    draws = stan_names(res.samples)
+    assert set(reference) <= set(draws)
+    errors = {n: abs(float(draws[n].mean()) - r["mean"]) / r["sd"]
+              for n, r in reference.items()}
+    ratios = {n: float(draws[n].std()) / r["sd"] for n, r in reference.items()}
+    assert max(errors.values()) <= 0.2, errors
+    assert all(0.8 <= v <= 1.25 for v in ratios.values()), ratios
+

@@ -145,8 +145,9 @@ def test_eight_schools_is_near_the_reference_and_warns_by_its_khat():
     """Non-centred eight schools: the joint mode (tau ~ 30) is far from the mass, the
     best ELBO is an early iterate's, and the draws are off by up to ~0.9 sd in mu
     (seeds 1-3: 0.61, 0.77, 0.79); k-hat 0.8-1.1 says so, with a warning.  Issue 39 asked
-    for 0.3 sd; that is beyond the method here: pymc-extras' Pathfinder 0.15.1 (its
-    defaults, `bench/vi.py`, same machine and day) is 0.93 sd off, k-hat 0.78."""
+    for 0.3 sd; that is beyond Pathfinder's own draws here (pymc-extras' Pathfinder 0.15.1,
+    its defaults, `bench/vi.py`, same machine and day, is 0.93 sd off, k-hat 0.78), and
+    met by ``--resample amis`` from them (below)."""
     path = ROOT / "examples" / "eight_schools.qvr"
     events = []
     res = fit(load(str(path)), config={"method": "pathfinder", "seed": 1, "dtype": "float64",
@@ -165,6 +166,35 @@ def test_eight_schools_is_near_the_reference_and_warns_by_its_khat():
     assert all(e.method == "pathfinder" for e in progress)
     assert any("loss" in e.metrics for e in progress) and \
         any("elbo" in e.metrics for e in progress)
+
+
+def _sd_ratios(result, reference) -> dict:
+    from test_posteriordb import stan_names
+    draws = stan_names(result.samples)
+    return {n: float(draws[n].std()) / r["sd"] for n, r in reference.items()}
+
+
+@pytest.mark.parametrize("example, posterior", [
+    ("eight_schools", "eight_schools-eight_schools_noncentered"),
+    ("kid_scores", "kidiq-kidscore_momhsiq")])
+def test_pathfinder_with_amis_meets_the_reference(example, posterior):
+    """Issue 39's bar for Pathfinder, 0.3 reference sds of every posteriordb mean, which
+    Pathfinder's own draws miss on eight schools (above): ``--resample amis`` from them
+    meets it (measured, seeds 1-3: eight schools within 0.05-0.06 sds, sds 0.95-1.09;
+    kid_scores within 0.02-0.06), with every mean's error also below the sampling error
+    of its 1000 draws' worth."""
+    path = ROOT / "examples" / f"{example}.qvr"
+    res = fit(load(str(path)), config={"method": "pathfinder", "seed": 1, "dtype": "float64",
+                                       "pointwise": False, "resample": "amis"},
+              program_path=str(path))
+    assert res.status == "finished", res.message
+    st = res.stats
+    assert st["amis_resampled"] is True and st["khat"] < 0.7
+    reference = _reference(posterior)
+    errors = _errors(res, reference)
+    assert max(abs(e) for e in errors.values()) < 0.3, errors
+    ratios = _sd_ratios(res, reference)
+    assert all(0.8 <= r <= 1.25 for r in ratios.values()), ratios
 
 
 def test_the_cli_run_writes_summary_and_loo(tmp_path, capsys):
