@@ -96,8 +96,18 @@ def test_the_warning_and_the_lines():
         f"its draws to be trusted; {advice}")
     assert khat_warning(1.2, "laplace") == (
         "Pareto k-hat 1.20 > 0.7: the Laplace approximation is too far from the posterior "
+        "for its draws to be trusted; its means and sds are unreliable: try --resample "
+        "amis (adaptive importance sampling from it) or NUTS (--method nuts)")
+    # tried already (its k-hat stayed above 0.7): NUTS only
+    assert khat_warning(1.2, "pathfinder", amis_tried=True) == (
+        "Pareto k-hat 1.20 > 0.7: Pathfinder's approximation is too far from the posterior "
         "for its draws to be trusted; its means and sds are unreliable: try NUTS "
         "(--method nuts)")
+    assert khat_warning(0.93, "svi", "laplace") == (
+        "Pareto k-hat 0.93 > 0.7: the Laplace guide is too far from the posterior for its "
+        "draws to be trusted; try --resample amis (adaptive importance sampling from it), "
+        "a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder (--method "
+        "pathfinder), or NUTS")
     assert [khat_verdict(k) for k in (-0.3, 0.49, 0.5, 0.7, 0.71, math.inf)] == \
         ["good", "good", "usable", "usable", "unreliable", "unreliable"]
     assert khat_line({"khat": 0.31, "khat_draws": 1000}) == \

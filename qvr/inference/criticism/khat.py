@@ -112,11 +112,13 @@ _GUIDE_WORDS = {"meanfield": "mean-field", "fullrank": "full-rank", "laplace": "
 
 
 def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None,
-                 local_only: bool = False) -> Optional[str]:
+                 local_only: bool = False, amis_tried: bool = False) -> Optional[str]:
     """The warning for a k-hat above `KHAT_WARN` (None otherwise), with the usual advice.
     `local_only`: every latent of the program is local (one per row), and every guide
     covers those with its mean-field pairs: a richer guide would change nothing, so the
-    advice is a longer fit or NUTS (the seed transformer's hidden states)."""
+    advice is a longer fit or NUTS (the seed transformer's hidden states).  Laplace and
+    Pathfinder are advised ``--resample amis`` (`qvr.inference.methods.guide_amis`)
+    unless the run has tried it (`amis_tried`)."""
     if khat is None or not (isinstance(khat, float) or isinstance(khat, int)):
         return None
     if math.isnan(khat) or khat <= KHAT_WARN:
@@ -131,6 +133,12 @@ def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None,
     elif method == "svi":
         advice = ("try a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder "
                   "(--method pathfinder), or NUTS")
+        if guide == "laplace" and not amis_tried:
+            advice = ("try --resample amis (adaptive importance sampling from it), "
+                      + advice[4:])
+    elif method in ("laplace", "pathfinder") and not amis_tried:
+        advice = ("its means and sds are unreliable: try --resample amis (adaptive "
+                  "importance sampling from it) or NUTS (--method nuts)")
     else:
         advice = "its means and sds are unreliable: try NUTS (--method nuts)"
     return (f"Pareto k-hat {khat:.2f} > {KHAT_WARN}: {what} is too far from the posterior "
@@ -225,7 +233,8 @@ def was_resampled(method: str, stats) -> bool:
 
 
 def record_guide_khat(ctx, result, guide, *, method: str = "svi",
-                      guide_name: Optional[str] = None, keep: int = 0):
+                      guide_name: Optional[str] = None, keep: int = 0,
+                      amis_tried: bool = False):
     """Score `KHAT_DRAWS` draws of a fitted guide against the program and record k-hat in
     `result.stats` (``khat``, ``khat_draws``; ``khat_note`` when it could not be computed),
     warning (`FitWarning`) above `KHAT_WARN`.  The draws cost one joint evaluation each:
@@ -265,7 +274,8 @@ def record_guide_khat(ctx, result, guide, *, method: str = "svi",
     result.stats.update(khat_record(ratios))
     specs = getattr(guide, "specs", None) or ()
     local_only = bool(specs) and all(getattr(s, "kind", "") == "local" for s in specs)
-    message = khat_warning(result.stats["khat"], method, guide_name, local_only=local_only)
+    message = khat_warning(result.stats["khat"], method, guide_name, local_only=local_only,
+                           amis_tried=amis_tried)
     if message:
         ctx.report(FitWarning(message))
     return (draws, ratios) if keep else None

@@ -110,7 +110,7 @@ def laplace_amis(ctx, result, guide) -> tuple:
                    method="svi")
     result.stats["resampled"] = picked is not None  # posterior draws (`was_resampled`)
     if picked is None:
-        record_guide_khat(ctx, result, guide, method="laplace")
+        record_guide_khat(ctx, result, guide, method="laplace", amis_tried=True)
         return guide_summary(guide, x, obs, report=ctx.report)
     z, w = picked
     idx = torch.as_tensor(resample_indices(w, SUMMARY_DRAWS))

@@ -107,7 +107,8 @@ def run(ctx: FitContext) -> FitResult:
                               f"dropped: " + "; ".join(
                                   f"path {i + 1}: {p.message}" for i, p in enumerate(paths)
                                   if not p.ok)))
-    message = khat_warning(result.stats["khat"], "pathfinder")
+    message = khat_warning(result.stats["khat"], "pathfinder",
+                           amis_tried=amis_stats is not None)
     if message:
         ctx.report(FitWarning(message))
     return result
