@@ -64,7 +64,13 @@ def test_laplace_is_exact_on_a_gaussian_posterior(gauss_fit):
     assert gauss_fit.method == "svi" and gauss_fit.stats["converged"] is True
     # log p - log q is constant (the log evidence): no heavy tail at all
     assert gauss_fit.stats["khat"] < 0.5 and gauss_fit.stats["khat_draws"] == 1000
-    assert set(gauss_fit.params) == {"mode_a", "mode_b", "scale_tril"}
+    assert set(gauss_fit.params) == {"mode_a", "mode_b", "scale_tril", "loc_a", "loc_b",
+                                     "log_scale_a", "log_scale_b"}
+    # the per-site marginals (the dashboard's table, --from): the mode and sqrt diag cov
+    for i, name in enumerate("ab"):
+        assert gauss_fit.params[f"loc_{name}"].item() == pytest.approx(mean[i], abs=1e-9)
+        assert np.exp(gauss_fit.params[f"log_scale_{name}"]).item() == \
+            pytest.approx(math.sqrt(cov[i, i]), rel=1e-6)
 
 
 def test_laplace_density_is_the_normal_density(gauss_fit):
@@ -122,7 +128,7 @@ def test_map_is_a_point_with_no_density_and_no_khat():
     assert row["mean"] == pytest.approx((a - 1) / b, rel=1e-10) and math.isnan(row["sd"])
     assert r.summary.columns == ("mean", "sd")
     assert "khat" not in r.stats and r.guide.point_estimate
-    assert set(r.params) == {"mode_lam"}
+    assert set(r.params) == {"mode_lam", "loc_lam"}  # no scale: a point
     with pytest.raises(ValueError, match="a MAP fit is a point estimate: it has no density"):
         r.guide.log_prob(None, {"lam": torch.tensor(3.0)})
 

@@ -256,6 +256,24 @@ class LaplaceGuide(nn.Module):
                  - 0.5 * n * math.log(2 * math.pi))
         return log_q - logdet
 
+    def marginal_params(self) -> dict:
+        """``{loc_<s>, log_scale_<s>}`` (numpy, each site's unconstrained shape): the mode
+        and the marginal sds ``sqrt(diag (-H)^-1)`` of its coordinates (a MAP guide: the
+        mode only), saved beside ``mode_<s>`` and ``scale_tril`` so that the dashboard's
+        table and ``--from`` read a Laplace run as they read a mean-field one."""
+        out = {}
+        with torch.no_grad():
+            sd = None if self.point_estimate else torch.sqrt(
+                torch.diagonal(self.covariance()).clamp(min=1e-300))
+            for s in self.sites:
+                a, b = self._offsets[s.name]
+                mode = getattr(self, f"mode_{s.name}")
+                out[f"loc_{s.name}"] = mode.detach().cpu().numpy()
+                if sd is not None:
+                    out[f"log_scale_{s.name}"] = torch.log(sd[a:b]).reshape(
+                        mode.shape).detach().cpu().numpy()
+        return out
+
     def median(self) -> dict:
         """The constrained image of the mode per global and plate site."""
         out = {}
