@@ -43,10 +43,11 @@ def weigh(ctx, result, log_density: Callable, loc: torch.Tensor, scale_tril: tor
     facts in `result.stats`; returns ``(draws (n, D) float64, smoothed normalised weights
     (n,) numpy)`` when k-hat < 0.7 (the caller resamples), else None (a `FitWarning` has
     said why)."""
-    from qvr.events import FitProgress, FitWarning
+    from qvr.events import FitProgress
+    from qvr.inference.methods.guide_resample import not_resampled
     from qvr.inference.criticism.khat import KHAT_WARN, pareto_khat
     from qvr.inference.vi.amis import amis
-    from qvr.inference.vi.pathfinder import psis_log_weights
+    from qvr.inference.vi.pathfinder import psis_weights
     t0 = time.perf_counter()
     budget = max(AMIS_SECONDS, float(getattr(result, "elapsed", 0.0) or 0.0))
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, (1,))) + seed_from)
@@ -69,19 +70,13 @@ def weigh(ctx, result, log_density: Callable, loc: torch.Tensor, scale_tril: tor
     if np.isfinite(out.log_ratios).sum() < 10:
         why = "fewer than 10 draws with a finite density"
     else:
-        lw = psis_log_weights(out.log_ratios)
-        w = np.exp(lw - lw[np.isfinite(lw)].max())
-        w = w / w.sum()
-        stats["resample_ess"] = float(1.0 / np.sum(w ** 2))
+        w, stats["resample_ess"] = psis_weights(out.log_ratios)
         if math.isnan(k):
             why = "k-hat not computable (no tail to fit)"
         elif not k < KHAT_WARN:
             why = f"k-hat {k:.2f} >= {KHAT_WARN} after {out.rounds} rounds"
     if why is not None:
-        stats["amis_resampled"] = False
-        stats["resample_note"] = why
-        ctx.report(FitWarning(f"--resample amis: the draws were not resampled ({why}): the "
-                              f"summary and checks use the approximation's own draws"))
+        not_resampled(ctx, stats, why, option="amis", whose="the approximation's")
         return None
     stats["amis_resampled"] = True
     stats["khat"] = stats["amis_khat"]

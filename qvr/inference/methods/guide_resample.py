@@ -46,7 +46,7 @@ from qvr.inference.methods.guide_results import SUMMARY_DRAWS, draws_summary, gu
 #: the run's draws are `SUMMARY_DRAWS` of them
 RESAMPLE_DRAWS = 4 * SUMMARY_DRAWS
 
-__all__ = ["RESAMPLE_DRAWS", "resampled_summary", "resample_indices"]
+__all__ = ["RESAMPLE_DRAWS", "not_resampled", "resampled_summary", "resample_indices"]
 
 
 def resampled_summary(ctx, result, guide, *, method: str = "svi",
@@ -54,7 +54,6 @@ def resampled_summary(ctx, result, guide, *, method: str = "svi",
     """``(samples, summary)`` of the run: its k-hat recorded (`record_guide_khat`), and the
     draws resampled by their PSIS weights when k-hat < 0.7, else the guide's own
     (`guide_summary`); the facts in `result.stats` (module docstring)."""
-    from qvr.events import FitWarning
     from qvr.inference.criticism.khat import KHAT_WARN, record_guide_khat
     scored = record_guide_khat(ctx, result, guide, method=method, guide_name=guide_name,
                                keep=RESAMPLE_DRAWS)
@@ -67,24 +66,29 @@ def resampled_summary(ctx, result, guide, *, method: str = "svi",
         why = "k-hat not computable (no tail to fit)"
     if why is None:
         draws, ratios = scored
-        from qvr.inference.vi.pathfinder import psis_log_weights
+        from qvr.inference.vi.pathfinder import psis_weights
         if np.isfinite(ratios).sum() >= 10:  # else k-hat is inf: no weights to show
-            w = np.exp(psis_log_weights(ratios))
-            w = w / w.sum()
-            stats["resample_ess"] = float(1.0 / np.sum(w ** 2))
+            w, stats["resample_ess"] = psis_weights(ratios)
             stats["resample_draws"] = int(w.size)
         if not k < KHAT_WARN:
             why = f"k-hat {k:.2f} >= {KHAT_WARN}"
     if why is not None:
-        stats["resampled"] = False
-        stats["resample_note"] = why
-        ctx.report(FitWarning(f"--resample psis: the draws were not resampled ({why}): the "
-                              f"summary and checks use the guide's own draws"))
+        not_resampled(ctx, stats, why, option="psis", whose="the guide's")
         return guide_summary(guide, ctx.x, ctx.observations, report=ctx.report)
     idx = torch.as_tensor(resample_indices(w, SUMMARY_DRAWS))
     chosen = {name: v[idx.to(v.device)] for name, v in draws.items()}
     stats["resampled"] = True
     return draws_summary(guide, ctx.x, ctx.observations, chosen, report=ctx.report)
+
+
+def not_resampled(ctx, stats: dict, why: str, *, option: str, whose: str) -> None:
+    """Record and say why ``--resample OPTION`` left the draws as they were: ``resampled``
+    (psis) or ``amis_resampled`` (amis) false, ``resample_note``, a `FitWarning`."""
+    from qvr.events import FitWarning
+    stats["amis_resampled" if option == "amis" else "resampled"] = False
+    stats["resample_note"] = why
+    ctx.report(FitWarning(f"--resample {option}: the draws were not resampled ({why}): the "
+                          f"summary and checks use {whose} own draws"))
 
 
 def resample_indices(weights, n: int) -> np.ndarray:

@@ -16,7 +16,7 @@ importance sampling"; the weights Pareto-smoothed, Vehtari et al. 2024):
    ``p~(z) / Σ_j (n_j / N) q_j(z)``, which keeps a proposal that missed a region from
    giving its few draws there huge weights);
 3. ``m_{t+1}``, ``C_{t+1}`` are the Pareto-smoothed weighted mean and covariance of all the
-   draws (`psis_log_weights`).
+   draws (`psis_weights`).
 
 The result is every draw with its log ratio ``log p~ - log q_mix``: the caller computes
 k-hat of those ratios and resamples the run's draws by their smoothed weights (as
@@ -57,7 +57,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from qvr.inference.vi.pathfinder import psis_log_weights
+from qvr.inference.vi.pathfinder import psis_weights
 
 #: rounds of proposals (the first is the given approximation)
 ROUNDS = 8
@@ -141,13 +141,11 @@ def inflation(D: int) -> float:
 def weighted_moments(z: torch.Tensor, log_ratios: np.ndarray) -> tuple:
     """``(mean, covariance, ess)`` of rows `z` under the Pareto-smoothed weights of
     `log_ratios`."""
-    lw = psis_log_weights(log_ratios)
-    w = np.exp(lw - lw[np.isfinite(lw)].max())
-    w = w / w.sum()
+    w, ess = psis_weights(log_ratios)
     wt = torch.as_tensor(w, dtype=z.dtype, device=z.device)
     m = (wt[:, None] * z).sum(0)
     d = z - m
-    return m, (d * wt[:, None]).T @ d, float(1.0 / np.sum(w ** 2))
+    return m, (d * wt[:, None]).T @ d, ess
 
 
 def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,

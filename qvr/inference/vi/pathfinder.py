@@ -359,6 +359,15 @@ def psis_log_weights(log_ratios: np.ndarray) -> np.ndarray:
     return lw - np.logaddexp.reduce(lw[finite])
 
 
+def psis_weights(log_ratios: np.ndarray) -> tuple:
+    """``(w, ess)``: the Pareto-smoothed weights of `log_ratios`, normalised (numpy), and
+    their importance-sampling ESS ``1 / Σ w²``."""
+    lw = psis_log_weights(log_ratios)
+    w = np.exp(lw - lw[np.isfinite(lw)].max())
+    w = w / w.sum()
+    return w, float(1.0 / np.sum(w ** 2))
+
+
 def pathfinder(target, settings: Settings = Settings(), generator: Optional[torch.Generator]
                = None, *, inits: Optional[list] = None, dtype=None, device=None,
                on_iteration: Optional[Callable[[int, str, int, dict], None]] = None,
