@@ -169,7 +169,8 @@ def headline(run, summary: Optional[dict]) -> str:
         return (f"pathfinder: {stats['paths']} paths" + (f" ({failed} failed)" if failed else "")
                 + f", {stats.get('gradient_evaluations', '?')} gradient evaluations, "
                 f"{stats.get('draws', '?')} draws"
-                + (" resampled (PSIS)" if stats.get("resampled") else "")
+                + (" resampled (adaptive importance sampling)" if stats.get("amis_resampled")
+                   else " resampled (PSIS)" if stats.get("resampled") else "")
                 + (f", best ELBO {_f(max(elbo), '.6g')}" if elbo else "") + state)
     if method == "prior":
         return (f"prior: {stats.get('num_samples', '?')} draws from the prior predictive "

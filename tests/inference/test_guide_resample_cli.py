@@ -136,4 +136,7 @@ def test_amis_resamples_laplace_and_pathfinder(files, method):
     mu = np.asarray(run.samples()["mu"], dtype=np.float64).reshape(-1)
     assert mu.shape == (1000,) and len(np.unique(mu)) < 1000
     assert run.summary["parameters"]["mu"]["mean"] == pytest.approx(mu.mean(), rel=1e-5)
+    if method[1] == "pathfinder":  # its headline names where its draws came from
+        assert out.splitlines()[0].startswith("pathfinder: 4 paths, ")
+        assert "1000 draws resampled (adaptive importance sampling)" in out.splitlines()[0]
     assert main(["show", str(folder)]) == 0
