@@ -4,8 +4,8 @@ Pathfinder's (``--method pathfinder``: the moments of its pooled, PSIS-weighted 
 
 Where ``--resample psis`` reweights the approximation's own draws, and can only when their
 k-hat is already below 0.7, this moves the proposal towards the posterior first (rounds of
-Normal proposals at the weighted moments of all draws so far) and weights all the draws
-against the mixture of the proposals.  The run's k-hat is then that of these weights
+Student-t proposals at the weighted moments of all draws so far, widened) and weights all
+the draws against the mixture of the proposals.  The run's k-hat is then that of these weights
 (``khat``, ``khat_draws``: every draw of every round); when it is below 0.7, the run's
 `SUMMARY_DRAWS` draws are drawn from them with replacement by their smoothed weights, and
 are the run's posterior draws as ``--resample psis``'s are (summary, recorded quantities,
@@ -38,7 +38,7 @@ __all__ = ["AMIS_SECONDS", "laplace_amis", "rows_density", "weigh"]
 
 
 def weigh(ctx, result, log_density: Callable, loc: torch.Tensor, scale_tril: torch.Tensor,
-          *, method: str, seed_from: int = 0):
+          *, method: str):
     """Run `amis` from ``N(loc, scale_tril scale_trilᵀ)`` on `log_density` and record its
     facts in `result.stats`; returns ``(draws (n, D) float64, smoothed normalised weights
     (n,) numpy)`` when k-hat < 0.7 (the caller resamples), else None (a `FitWarning` has
@@ -50,7 +50,7 @@ def weigh(ctx, result, log_density: Callable, loc: torch.Tensor, scale_tril: tor
     from qvr.inference.vi.pathfinder import psis_weights
     t0 = time.perf_counter()
     budget = max(AMIS_SECONDS, float(getattr(result, "elapsed", 0.0) or 0.0))
-    gen = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, (1,))) + seed_from)
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, (1,))))  # the fit's seed
 
     def on_round(r: int, total: int, ess: float) -> None:
         ctx.report(FitProgress(method=method, phase="importance", step=r, total=total,
@@ -100,7 +100,7 @@ def laplace_amis(ctx, result, guide) -> tuple:
     prepare(model, x, obs)
     fn = lg.density(model, x, obs, reg, jacobian=True)
     dtype = guide.flat_mode().dtype
-    log_density = rows_density(fn, dtype)
+    log_density = rows_density(fn, dtype, guide.flat_mode().device)
     picked = weigh(ctx, result, log_density, guide.flat_mode(), guide.scale_tril,
                    method="svi")
     result.stats["resampled"] = picked is not None  # posterior draws (`was_resampled`)
@@ -114,24 +114,26 @@ def laplace_amis(ctx, result, guide) -> tuple:
     return draws_summary(guide, x, obs, chosen, report=ctx.report)
 
 
-def rows_density(fn: Callable, dtype) -> Callable:
-    """Rows ``(n, D)`` -> ``(n,)`` of a scalar density `fn`: vmapped, or row by row (each
-    row's failure a -inf) where the program does not vmap."""
+def rows_density(fn: Callable, dtype, device=None) -> Callable:
+    """Rows ``(n, D)`` (float64, on the CPU) -> ``(n,)`` (float64, on the CPU) of a scalar
+    density `fn` evaluated in `dtype` on `device`: vmapped, or row by row (each row's
+    failure a -inf) where the program does not vmap."""
     from torch.func import vmap
     state = {"vmap": True}
     vfn = vmap(fn)
 
     def rows(z: torch.Tensor) -> torch.Tensor:
-        z = z.to(dtype)
+        z = z.to(device=device, dtype=dtype)
         if state["vmap"]:
             try:
-                return vfn(z)
+                return vfn(z).to(device="cpu", dtype=torch.float64)
             except Exception:  # not vmappable, or one row fails inside: row by row
                 pass
         out, failed = [], 0
         for row in z:
             try:
-                out.append(torch.as_tensor(fn(row), dtype=torch.float64).reshape(()))
+                out.append(torch.as_tensor(fn(row)).to(device="cpu", dtype=torch.float64)
+                           .reshape(()))
             except (ValueError, RuntimeError):
                 out.append(torch.tensor(-math.inf, dtype=torch.float64))
                 failed += 1

@@ -72,7 +72,7 @@ def run(ctx: FitContext) -> FitResult:
     draws, amis_stats = res.draws, None
     if config.resample == "amis" and not ctx.stop():
         draws, amis_stats = _amis(ctx, target, res, settings, time.perf_counter() - t0,
-                                  dtype)
+                                  dtype, device)
     with torch.no_grad():
         values = target.constrain(draws.to(dtype=dtype, device=device))
     result.samples = {k: v.detach().cpu().numpy()[None] for k, v in values.items()}
@@ -139,7 +139,7 @@ def _nothing_to_approximate(ctx: FitContext, target) -> FitResult:
     return out
 
 
-def _amis(ctx, target, res, settings, elapsed: float, dtype) -> tuple:
+def _amis(ctx, target, res, settings, elapsed: float, dtype, device) -> tuple:
     """``--resample amis`` after the paths: ``(the run's draws (R, D), stats)``, the draws
     drawn from the rounds' when their k-hat is below 0.7, else Pathfinder's own."""
     import numpy as np
@@ -160,8 +160,9 @@ def _amis(ctx, target, res, settings, elapsed: float, dtype) -> tuple:
     scratch = FitResult("pathfinder")
     scratch.elapsed, scratch.stats = elapsed, {}
     fn = getattr(target, "single", None)
-    log_density = rows_density(fn, dtype) if fn is not None else \
-        (lambda z: target.log_density(z.to(dtype)).to(torch.float64))
+    log_density = rows_density(fn, dtype, device) if fn is not None else \
+        (lambda z: target.log_density(z.to(device=device, dtype=dtype))
+         .to(device="cpu", dtype=torch.float64))
     picked = weigh(ctx, scratch, log_density, loc, L, method="pathfinder")
     stats = dict(scratch.stats)
     if picked is None:
