@@ -126,6 +126,23 @@ def test_a_generator_makes_it_reproducible():
     assert not torch.equal(a.draws, c.draws)
 
 
+def test_nan_and_infinite_densities_weigh_nothing():
+    """A density that is NaN or +inf at some draws (a numerical blow-up) gives those draws
+    zero weight, and the rest still find the posterior."""
+    def bad(z):
+        lp = -0.5 * (z ** 2).sum(-1)
+        lp = torch.where(z[:, 0] > 2.5, torch.full_like(lp, math.nan), lp)
+        return torch.where(z[:, 0] < -2.5, torch.full_like(lp, math.inf), lp)
+    out = amis(bad, torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64),
+               rounds=3, per_round=4000, budget_s=1e9,
+               generator=torch.Generator().manual_seed(0))
+    cut = out.draws[:, 0].abs() > 2.5
+    assert cut.any() and np.all(out.log_ratios[cut.numpy()] == -np.inf)
+    assert np.isfinite(out.log_ratios[~cut.numpy()]).all()
+    m, c, ess = weighted_moments(out.draws, out.log_ratios)
+    assert abs(float(m[1])) < 4 / math.sqrt(ess)
+
+
 def test_laplace_with_amis_gives_the_exact_beta_posterior(tmp_path):
     """Beta(2, 3) prior, 4 successes in 30: the posterior is Beta(6, 29); Laplace on logit
     p is skewed the wrong way (its mean 0.18 against 0.171)."""

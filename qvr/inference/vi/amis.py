@@ -157,7 +157,7 @@ def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,
          on_round: Optional[Callable[[int, int, float], None]] = None) -> AmisResult:
     """Adaptive multiple importance sampling (module docstring) from ``N(loc, scale_tril
     scale_trilᵀ)`` on the target `log_density` (rows ``(n, D)`` float64 -> ``(n,)``; it may
-    raise on a chunk: those draws get -inf).  `inflate` None: `inflation(D)`.
+    raise on a chunk: those draws get -inf, as do NaN and +inf values).  `inflate` None: `inflation(D)`.
     `on_round(round, rounds, ess)` after each round (1-based)."""
     m = loc.detach().to(torch.float64).reshape(-1)
     D = m.shape[0]
@@ -176,10 +176,12 @@ def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,
             part = z[a:a + chunk]
             try:
                 with torch.no_grad():
-                    lp = log_density(part).detach().to(torch.float64).reshape(-1)
+                    lp = log_density(part).detach().to(device="cpu",
+                                                       dtype=torch.float64).reshape(-1)
             except (ValueError, RuntimeError):
                 lp = torch.full((part.shape[0],), -math.inf, dtype=torch.float64)
-            out.append(torch.where(torch.isnan(lp), torch.full_like(lp, -math.inf), lp))
+            # NaN or +inf: not a point of the posterior (a zero weight)
+            out.append(torch.where(torch.isfinite(lp), lp, torch.full_like(lp, -math.inf)))
         return torch.cat(out)
 
     props: list = []        # (m, L) of each round's proposal
