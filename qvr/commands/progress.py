@@ -16,6 +16,7 @@ import time
 from typing import Optional
 
 from qvr.events import PLAIN_PREFIX, FitEvent, FitNote, FitProgress, FitStarted, FitWarning
+from qvr.inference.criticism.khat_text import importance_text
 
 #: seconds of fit time (the events' `elapsed`) between two plain progress lines
 PLAIN_EVERY_S = 10.0
@@ -120,7 +121,7 @@ class Progress:
             self.importance = (event.step, event.total, event.metrics.get("ess", math.nan))
             if not self.live_ok:  # its first and last rounds, a line each
                 if event.step in (1, event.total):
-                    self.stream.write(f"{PLAIN_PREFIX}{importance_line(self.importance)}\n")
+                    self.stream.write(f"{PLAIN_PREFIX}{importance_text(self.importance)}\n")
                     self.stream.flush()
                 return
         elif isinstance(event, FitProgress):
@@ -243,15 +244,10 @@ class Progress:
             return body
         from rich.console import Group
         from rich.text import Text
-        lines = [Text(importance_line(self.importance))] if self.importance else []
+        lines = [Text(importance_text(self.importance))] if self.importance else []
         return Group(body, *lines,
                      *(Text(f"warning: {w}", style="yellow") for w in self.warnings))
 
-
-def importance_line(importance: tuple) -> str:
-    """``--resample amis``'s rounds: ``importance sampling: round 3 of 8, ESS 1,234``."""
-    r, total, ess = importance
-    return f"importance sampling: round {r} of {total}, ESS {ess:,.0f}"
 
 
 def pathfinder_text(cid: int, ch) -> str:

@@ -264,7 +264,7 @@ def test_the_status_line_says_how_the_steps_run_when_a_note_changes_it():
 def test_importance_rounds_are_their_own_line():
     """``--resample amis`` after an SVI fit: its rounds neither move the loss nor the
     step; the live note says where they are."""
-    from qvr_tui.screens.live import importance_text
+    from qvr.inference.criticism.khat_text import importance_text
     st = RunState.from_events(svi_events([5.0] * 10))
     st.apply([FitProgress("svi", "importance", r, 8, 0, {"ess": 250.0 * r}, 1.0 + r)
               for r in (1, 2, 3)])

@@ -22,7 +22,8 @@ from typing import Any, Mapping, Optional
 
 from qvr.inference.criticism.khat import KHAT_GOOD, KHAT_WARN, khat_warning
 
-__all__ = ["khat_verdict", "khat_line", "resample_text", "recorded_khat_warning"]
+__all__ = ["khat_verdict", "khat_line", "resample_text", "importance_text",
+           "recorded_khat_warning"]
 
 
 def _number(v) -> Optional[float]:
@@ -95,6 +96,14 @@ def resample_text(stats: Optional[Mapping[str, Any]]) -> Optional[str]:
         return "draws resampled by PSIS" + (f" (ESS {ess:.0f})" if ess is not None else "")
     why = stats.get("resample_note") or "no reason recorded"
     return f"draws not resampled ({why}): the guide's own"
+
+
+def importance_text(importance: tuple) -> str:
+    """``--resample amis``'s rounds while they run (``(round, rounds, ESS)``, from its
+    progress events, phase ``importance``): ``importance sampling: round 3 of 8, ESS
+    1,234`` (`qvr run`'s live table and the dashboard's live note)."""
+    r, total, ess = importance
+    return f"importance sampling: round {r} of {total}, ESS {ess:,.0f}"
 
 
 def recorded_khat_warning(stats: Optional[Mapping[str, Any]], method: str,

@@ -30,6 +30,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Static
 
+from qvr.inference.criticism.khat_text import importance_text
 from qvr_tui.state import NO_FIT_YET, RunState, format_seconds
 from qvr_tui.widgets.chain_table import ChainTable
 from qvr_tui.widgets.loss_plot import LossPlot
@@ -203,13 +204,6 @@ class LivePane(Vertical):
     def action_next_trace(self) -> None:
         self.trace_index = (self.trace_index + 1) % len(TRACES)
         self.show(self.state, force=True)
-
-
-def importance_text(importance: tuple) -> str:
-    """``--resample amis``'s rounds after the fit: ``importance sampling: round 3 of 8,
-    ESS 1,234``."""
-    r, total, ess = importance
-    return f"importance sampling: round {r} of {total}, ESS {ess:,.0f}"
 
 
 def pathfinder_text(state) -> str:
