@@ -179,6 +179,15 @@ def test_laplace_with_amis_gives_the_exact_beta_posterior(tmp_path):
                          f"114,000 draws, ESS {st['resample_ess']:.0f})")
 
 
+def test_a_seeded_fit_gives_the_same_draws():
+    def run(seed):
+        return fit(loads(BETA_BERNOULLI), {"flip": FLIPS},
+                   FitConfig(method="svi", guide="laplace", seed=seed, resample="amis",
+                             pointwise=False)).samples["p"]
+    a, b, c = run(3), run(3), run(4)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
 def test_pathfinder_with_amis_gives_the_exact_beta_posterior():
     res = fit(loads(BETA_BERNOULLI), {"flip": FLIPS},
               FitConfig(method="pathfinder", seed=0, resample="amis", pointwise=False))
