@@ -202,6 +202,19 @@ def test_pathfinder_with_amis_gives_the_exact_beta_posterior():
     assert abs(p.std() - BETA_SD) < 4 * BETA_SD / math.sqrt(2 * n), p.std()
 
 
+def test_one_path_starts_from_its_own_draws():
+    """``--paths 1``: no PSIS weights of its own; the start is its draws' plain moments."""
+    res = fit(loads(BETA_BERNOULLI), {"flip": FLIPS},
+              FitConfig(method="pathfinder", paths=1, seed=0, resample="amis",
+                        pointwise=False))
+    st = res.stats
+    assert st["paths"] == 1 and st["resampled"] is False  # Pathfinder's own: one path
+    assert st["amis_resampled"] is True and st["khat"] < 0.5
+    p = res.samples["p"].reshape(-1).astype(np.float64)
+    n = _worth(st["resample_ess"], p.size)
+    assert abs(p.mean() - BETA_MEAN) < 4 * BETA_SD / math.sqrt(n), p.mean()
+
+
 class _Ctx:
     def __init__(self):
         self.events = []

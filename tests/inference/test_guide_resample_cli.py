@@ -139,4 +139,6 @@ def test_amis_resamples_laplace_and_pathfinder(files, method):
     if method[1] == "pathfinder":  # its headline names where its draws came from
         assert out.splitlines()[0].startswith("pathfinder: 4 paths, ")
         assert "1000 draws resampled (adaptive importance sampling)" in out.splitlines()[0]
-    assert main(["show", str(folder)]) == 0
+    rc, shown, _ = _main(["show", str(folder)])
+    assert rc == 0
+    assert shown.splitlines()[2:] == out.splitlines()  # the same lines, after the options

@@ -131,11 +131,10 @@ def khat_warning(khat: float, method: str = "svi", guide: Optional[str] = None,
                   "mean-field pairs: try more steps or ELBO particles (--steps, "
                   "--elbo-particles), or NUTS")
     elif method == "svi":
-        advice = ("try a richer guide (--guide fullrank, lowrank:K or flow), Pathfinder "
-                  "(--method pathfinder), or NUTS")
-        if guide == "laplace" and not amis_tried:
-            advice = ("try --resample amis (adaptive importance sampling from it), "
-                      + advice[4:])
+        amis = ("--resample amis (adaptive importance sampling from it), "
+                if guide == "laplace" and not amis_tried else "")
+        advice = (f"try {amis}a richer guide (--guide fullrank, lowrank:K or flow), "
+                  f"Pathfinder (--method pathfinder), or NUTS")
     elif method in ("laplace", "pathfinder") and not amis_tried:
         advice = ("its means and sds are unreliable: try --resample amis (adaptive "
                   "importance sampling from it) or NUTS (--method nuts)")

@@ -16,6 +16,7 @@ the draws stay the approximation's own, with a `FitWarning`, and ``khat`` is the
 ``resampled``: `qvr.inference.criticism.khat.was_resampled`), ``resample_ess`` (``1 /
 Σ w²`` of the smoothed weights), ``resample_draws`` (all draws weighted),
 ``amis_rounds``, ``amis_khat`` (the weights' k-hat, whether or not resampled),
+``amis_seconds``, ``amis_stopped`` (why the rounds stopped early, where they did),
 ``resample_note`` (why not resampled).  Time: at most ``max(AMIS_SECONDS, the fit's own
 time)`` (`qvr.inference.vi.amis`'s budget); progress is reported per round (phase
 ``"importance"``).

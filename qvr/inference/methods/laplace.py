@@ -183,6 +183,7 @@ def run(ctx: FitContext) -> FitResult:
     result.params = _params(model, guide)
     if guide is not None:
         x, obs = ctx.x, ctx.observations
+        # the options weighting the draws record their k-hat themselves
         if kind == "laplace" and config.resample == "psis":  # weighted to the posterior
             from qvr.inference.methods.guide_resample import resampled_summary
             result.samples, result.summary = resampled_summary(ctx, result, guide,
@@ -192,10 +193,9 @@ def run(ctx: FitContext) -> FitResult:
             result.samples, result.summary = laplace_amis(ctx, result, guide)
         else:
             result.samples, result.summary = _summary(guide, x, obs, report=ctx.report)
-        if kind == "laplace" and (config.resample == "none" or
-                                  (config.resample == "amis" and not guide.dim)):
-            from qvr.inference.criticism.khat import record_guide_khat
-            record_guide_khat(ctx, result, guide, method="laplace")
+            if kind == "laplace":
+                from qvr.inference.criticism.khat import record_guide_khat
+                record_guide_khat(ctx, result, guide, method="laplace")
         from qvr.inference.methods.circuits import record_circuits
         result.circuits = record_circuits(model, x, vocab=ctx.vocab)
     result.stats = {**(result.stats or {}),

@@ -146,11 +146,12 @@ def _amis(ctx, target, res, settings, elapsed: float, dtype, device) -> tuple:
 
     from qvr.inference.methods.guide_amis import rows_density, weigh
     from qvr.inference.methods.guide_resample import resample_indices
-    from qvr.inference.vi.amis import cholesky_or_none, weighted_moments
-    if res.psis_log_weights is not None:
-        loc, cov, _ = weighted_moments(res.pooled, np.asarray(res.log_ratios))
+    from qvr.inference.vi.amis import cholesky_or_none, moments
+    if res.psis_log_weights is not None:  # the weights Pathfinder resampled by
+        loc, cov = moments(res.pooled, np.exp(res.psis_log_weights))
     else:  # one path: its own draws, equally weighted
-        loc, cov, _ = weighted_moments(res.draws, np.zeros(res.draws.shape[0]))
+        n = res.draws.shape[0]
+        loc, cov = moments(res.draws, np.full(n, 1.0 / n))
     L = cholesky_or_none(cov)
     if L is None:
         ctx.report(FitWarning("--resample amis: the covariance of Pathfinder's draws is not "

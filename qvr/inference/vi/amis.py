@@ -126,26 +126,27 @@ def inflation(D: int) -> float:
     proposal covers a skewed or curved posterior's tails (gp_pois_regr, D = 13: at 1.5 its
     k-hat hovered about 0.7 and its sds came out 0.79-0.85 of the reference's; at 3 k-hat
     0.51-0.69 and sds 0.82-0.91, seeds 1-12), but costs its efficiency to the power D."""
-    def log_cost(s2: float) -> float:
-        return D * (0.5 * math.log(s2) - 0.5 * math.log(2.0 - 1.0 / s2))
-    limit = math.log(1.0 / MIN_EFFICIENCY)
-    if D <= 0 or log_cost(MAX_INFLATE) <= limit:
+    if D <= 0:
         return MAX_INFLATE
-    lo, hi = 1.0, MAX_INFLATE
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if log_cost(mid) <= limit else (lo, mid)
-    return lo
+    # the cost is (D/2) log(s⁴ / (2s² - 1)); at the limit s⁴ - 2c s² + c = 0, with
+    # c = MIN_EFFICIENCY^(-2/D): the larger root
+    c = MIN_EFFICIENCY ** (-2.0 / D)
+    return min(MAX_INFLATE, c + math.sqrt(c * c - c))
 
 
 def weighted_moments(z: torch.Tensor, log_ratios: np.ndarray) -> tuple:
     """``(mean, covariance, ess)`` of rows `z` under the Pareto-smoothed weights of
     `log_ratios`."""
     w, ess = psis_weights(log_ratios)
+    return (*moments(z, w), ess)
+
+
+def moments(z: torch.Tensor, w: np.ndarray) -> tuple:
+    """``(mean, covariance)`` of rows `z` under normalised weights `w`."""
     wt = torch.as_tensor(w, dtype=z.dtype, device=z.device)
     m = (wt[:, None] * z).sum(0)
     d = z - m
-    return m, (d * wt[:, None]).T @ d, ess
+    return m, (d * wt[:, None]).T @ d
 
 
 def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,
@@ -205,8 +206,7 @@ def amis(log_density: Callable[[torch.Tensor], torch.Tensor], loc: torch.Tensor,
             cost = (time.perf_counter() - t_round) / n
             n_fit = int((budget_s - (time.perf_counter() - t0)) / max(rounds - 1, 1)
                         / max(cost, 1e-9))
-            n_next = max(MIN_PER_ROUND, min(per_round, n_fit))
-            n = n_next
+            n = max(MIN_PER_ROUND, min(per_round, n_fit))
         # the mixture: earlier proposals at the new draws, the new one at every draw
         LQ = [torch.cat([lq, _log_normal(z, pm, pL, df)]) for lq, (pm, pL) in zip(LQ, props)]
         props.append((m, L))

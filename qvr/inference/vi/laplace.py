@@ -263,8 +263,8 @@ class LaplaceGuide(nn.Module):
         table and ``--from`` read a Laplace run as they read a mean-field one."""
         out = {}
         with torch.no_grad():
-            sd = None if self.point_estimate else torch.sqrt(
-                torch.diagonal(self.covariance()).clamp(min=1e-300))
+            sd = None if self.point_estimate else torch.sqrt(  # diag(S Sᵀ), not S Sᵀ
+                (self.scale_tril ** 2).sum(1).clamp(min=1e-300))
             for s in self.sites:
                 a, b = self._offsets[s.name]
                 mode = getattr(self, f"mode_{s.name}")
