@@ -75,7 +75,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_cache, "inductor"
 #: started near the end leaves the other idle for its whole length
 HEAVY_FIRST = ("inference/test_posteriordb.py", "runtime/test_e9_recurrence.py",
                "inference/test_start_from.py", "inference/test_model_comparison.py",
-               "tui/test_tmux.py", "inference/test_transition.py")
+               "tui/test_tmux.py", "inference/test_transition.py",
+               "inference/test_transition_rows.py")
 
 
 def pytest_collection_modifyitems(config, items):

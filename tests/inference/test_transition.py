@@ -797,7 +797,7 @@ class _FakeBackground:
 
     after, result_note, made = 3, "the whole NUTS transition compiled by AOTInductor", []
 
-    def __init__(self, graph, z0, dense, thr, uturn, K, biased, T, directory=None):
+    def __init__(self, graph, z0, dense, thr, uturn, K, biased, T, directory=None, rows=None):
         self.block = _EagerBlock(graph, dense, thr, uturn, K, biased, T)
         self.polls = 0
         _FakeBackground.made.append(self)

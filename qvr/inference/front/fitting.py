@@ -513,7 +513,7 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
         if model is not None:
             start.apply_to_model(model)
     x, observations = None, {}
-    rows = batches = None
+    rows = batches = resize = None
     if model is not None and config.draws is not None:
         set_draws(model, config.draws)
     if model is not None:
@@ -533,7 +533,10 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
             x, observations, rows, batches = _minibatches(model, fd, config, device, world,
                                                           report, writer)
         else:
-            x, observations = split_data(model, _read_whole(fd, report), device)
+            whole = _read_whole(fd, report)
+            x, observations = split_data(model, whole, device)
+            if config.method == "nuts":  # probes for one compiled transition of any rows
+                resize = _resizer(program, whole, config, info, device)
         check_data(model, x, observations)
         if writer is not None:  # `qvr compare` refuses runs on different data
             from qvr.inference.criticism.pointwise import data_sha256, observed_sites
@@ -549,7 +552,20 @@ def _prepare(program, data, config, info, report, stop, writer, start_from, pote
     if vocab is None:  # the record's text (SMC) and pattern axes (attention) use it
         vocab = _shipped_vocab(info.get("path"))
     return FitContext(program, model, x, observations, config, report, stop, start, potential,
-                      vocab, world, rows, batches)
+                      vocab, world, rows, batches, resize)
+
+
+def _resizer(program, whole: dict, config, info, device):
+    """`resize(drop)` of `qvr.inference.front.resize` for this fit: the model and split
+    data built from the cut data as `_prepare` built them from the whole."""
+    from qvr.inference.front.resize import resizer
+
+    def make(bound, cut):
+        model = model_of(bound, config.args, info.get("export"))
+        model.to(device=device, dtype=torch.get_default_dtype())
+        return (model, *split_data(model, cut, device))
+
+    return resizer(program, typed_of(program), whole, make)
 
 
 def typed_of(program):

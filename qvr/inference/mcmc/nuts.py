@@ -120,7 +120,7 @@ from qvr.events import STEPS_COMPILED, STEPS_LEAF_BY_LEAF
 from qvr.inference.mcmc import ops
 from qvr.inference.mcmc import tick as ticks
 from qvr.inference.mcmc import transition as transitions
-from qvr.inference.mcmc import transition_cache
+from qvr.inference.mcmc import transition_cache, transition_rows
 from qvr.inference.mcmc.adaptation import DualAveragingState, Welford
 from qvr.inference.mcmc.ops import fused
 from qvr.inference.mcmc.kernel import HMCBase, HMCState, Steps, Transition
@@ -360,14 +360,32 @@ class NUTSKernel(HMCBase):
                     self.uturn, K, self.transition == "biased", T)
                 job = None
                 if not cached and setting == "auto" and self.background_compile:
+                    settings = (graph, z0, dense, self.divergence_threshold, self.uturn,
+                                K, self.transition == "biased", T)
+                    # issue 37.3: the package built for another row count of this program
+                    # runs this one from the first iteration (1.2x a package of its
+                    # own); that one is compiled in the background for later runs
+                    generic, said = transition_rows.load(*settings)
+                    if said is not None:
+                        cache.notes.append(said)
+                    if generic is not None:
+                        if note is not None:
+                            note(said, path=STEPS_COMPILED)
+                        try:
+                            transition_cache.BackgroundCompile(*settings)
+                        except Exception:  # later runs use the generic package as well
+                            pass
+                        cache.transitions[key] = generic
+                        cache.last = "transition"
+                        return generic
                     # issue 37.4: no wait for the compiler; the steps run leaf by leaf
                     # until the package is ready (a seeded run is reproducible only with
                     # an explicit compiler: where the compiled loop takes over depends
-                    # on how long the compile takes)
+                    # on how long the compile takes).  With probes at other row counts,
+                    # the worker then builds one package for every row count
                     try:
                         job = transition_cache.BackgroundCompile(
-                            graph, z0, dense, self.divergence_threshold,
-                            self.uturn, K, self.transition == "biased", T)
+                            *settings, rows=transition_rows.probes(target, graph, z0))
                     except Exception as exc:  # no worker (the graph does not pickle, ...)
                         cache.notes.append(f"no background compile ({type(exc).__name__}: "
                                            f"{str(exc)[:200]}); compiling before the "

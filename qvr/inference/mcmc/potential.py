@@ -371,6 +371,16 @@ class ProgramTarget(Target):
         self.graph_cache_notes[C] = "loaded from the disk cache"
         return True
 
+    #: the same program on its data with `drop` rows fewer, `resized(drop) -> (rows,
+    #: ProgramTarget)` or None (set by the fit for a program whose sizes are read from
+    #: the data): the probes of `transition_rows`, which compiles one transition for
+    #: every row count
+    resized: Optional[Callable] = None
+
+    def operation_count(self, z: torch.Tensor) -> int:
+        """The operations one batched evaluation at `z` dispatches (an eager evaluation)."""
+        return _operations(self._vmapped_fn(), z)
+
     def _vmapped_fn(self):
         if self._batched is None:
             from torch.func import grad_and_value, vmap

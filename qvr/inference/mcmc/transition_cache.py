@@ -268,10 +268,12 @@ class BackgroundCompile:
     at a lower priority with one thread; it writes the package aside and renames it, so
     it may outlive the run: a run that ends first leaves it to finish for the next one.
     A second run of the same model meanwhile waits for that worker's package instead of
-    starting another (`KEY.compiling` holds its pid)."""
+    starting another (`KEY.compiling` holds its pid).  With `rows` (`transition_rows.probes`:
+    the graphs at other row counts), the worker then starts another that builds the
+    package for every row count (`transition_rows.build`), after this one's is ready."""
 
     def __init__(self, graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int,
-                 biased: bool, T: int, directory: Path = None):
+                 biased: bool, T: int, directory: Path = None, rows: tuple = None):
         import subprocess
         import sys
         self.args = (graph, z0, dense, thr, uturn, K, biased, T)
@@ -287,7 +289,7 @@ class BackgroundCompile:
         job = self.directory / f"{key}.job.{os.getpid()}.pt"
         torch.save({"graph": graph, "z0": z0.detach().cpu(), "device": str(z0.device),
                     "settings": (dense, thr, uturn, K, biased, T),
-                    "directory": str(self.directory)}, job)
+                    "directory": str(self.directory), "rows": rows}, job)
         self.out.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "qvr.inference.mcmc.compile_worker", str(job)],
@@ -336,6 +338,44 @@ def _alive(lock: Path) -> bool:
     return process_alive(pid)
 
 
+def package(lifted, example: list, consts: list, settings: tuple, path: Path,
+            dynamic_shapes=None) -> None:
+    """Export `block_function` around the lifted density `lifted(z, *consts)` at the
+    inputs `example + consts` (`torch.export`, strict; `dynamic_shapes` per input, None:
+    every size fixed) and build it with AOTInductor into the package `path` (written
+    aside and renamed: a killed compile leaves no broken package), then `prune` the
+    directory.  `settings` is `(dense, thr, uturn, K, biased)`."""
+    from torch._inductor import aoti_compile_and_package
+    dense, thr, uturn, K, biased = settings
+    n_args = len(example)
+
+    class Transition(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.density = lifted  # a submodule: export inlines it
+
+        def forward(self, *args):
+            data = args[n_args:]
+            fn = block_function(lambda z: self.density(z, *data), dense, thr,
+                                uturn, K, biased, torch.while_loop)
+            return fn(*args[:n_args])
+
+    with torch.no_grad():  # (grad mode is per thread)
+        # strict (Dynamo) export: the non-strict one leaves the inner loop of the nested
+        # while_loop without the metadata the verifier asks for
+        exported = torch.export.export(
+            Transition(), tuple(example) + tuple(consts), strict=True,
+            dynamic_shapes=None if dynamic_shapes is None else (tuple(dynamic_shapes),))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.pt2")
+        aoti_compile_and_package(exported, package_path=str(tmp))
+        os.replace(tmp, path)
+    try:  # bounded: the least recently used packages beyond max_bytes()
+        prune(path.parent, keep=path)
+    except OSError:
+        pass
+
+
 def compile_transition(graph, z0: Tensor, dense: bool, thr: float, uturn: str,
                        K: int, biased: bool, T: int, directory: Path = None,
                        should_stop: Callable[[], bool] = None) -> tuple:
@@ -367,41 +407,15 @@ def compile_transition(graph, z0: Tensor, dense: bool, thr: float, uturn: str,
         path = directory / f"{key}.pt2"
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            from torch._inductor import aoti_compile_and_package, aoti_load_package
+            from torch._inductor import aoti_load_package
             cached = path.is_file()
             built = without_error_checks(graph)
             lifted, consts = lift_constants(built)
             if not cached:
                 example = example_inputs(built, torch.full_like(z0, 0.1), dense, K, T)
-                n_args = len(example)
-
-                class Transition(torch.nn.Module):
-                    def __init__(self):
-                        super().__init__()
-                        self.density = lifted  # a submodule: export inlines it
-
-                    def forward(self, *args):
-                        data = args[n_args:]
-                        fn = block_function(lambda z: self.density(z, *data), dense, thr,
-                                            uturn, K, biased, torch.while_loop)
-                        return fn(*args[:n_args])
 
                 def build():
-                    with torch.no_grad():  # (grad mode is per thread)
-                        # strict (Dynamo) export: the non-strict one leaves the inner loop
-                        # of the nested while_loop without the metadata the verifier asks for
-                        exported = torch.export.export(Transition(),
-                                                       tuple(example) + tuple(consts),
-                                                       strict=True)
-                        directory.mkdir(parents=True, exist_ok=True)
-                        # written aside and renamed: a killed compile leaves no broken package
-                        tmp = directory / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.pt2"
-                        aoti_compile_and_package(exported, package_path=str(tmp))
-                        os.replace(tmp, path)
-                    try:  # bounded: the least recently used packages beyond max_bytes()
-                        prune(directory, keep=path)
-                    except OSError:
-                        pass
+                    package(lifted, example, consts, (dense, thr, uturn, K, biased), path)
 
                 if should_stop is None:
                     build()

@@ -71,3 +71,6 @@ class FitContext:
     world: Any = None  # `qvr.inference.distributed.world.World` (None: one process)
     rows: Any = None  # `qvr.inference.data.minibatch.RowData`: the data as rows (minibatch SVI)
     batches: Any = None  # `qvr.inference.data.minibatch.Batches`, None for full-data steps
+    #: NUTS on a program with a row count read from the data: `resize(drop) -> (rows,
+    #: model, x, observations)` with `drop` rows fewer (`qvr.inference.front.resize`)
+    resize: Any = None

@@ -60,6 +60,20 @@ def sampling_threads(threads=None):
             torch.set_num_threads(before)
 
 
+def _probes(resize):
+    """`ProgramTarget.resized`: `resize(drop)`'s program and data as a target."""
+    from qvr.inference.mcmc.potential import make_target
+
+    def resized(drop: int):
+        got = resize(drop)
+        if got is None:
+            return None
+        n, model, x, observations = got
+        return n, make_target(model, x, observations)
+
+    return resized
+
+
 def run(ctx: FitContext) -> FitResult:
     from qvr.inference.mcmc.driver import MCMC
     from qvr.inference.mcmc.potential import make_target
@@ -67,6 +81,8 @@ def run(ctx: FitContext) -> FitResult:
     target = make_target(ctx.model, ctx.x, ctx.observations)
     if target.dim == 0:
         return _nothing_to_sample(ctx, target)
+    if ctx.resize is not None and hasattr(target, "operation_count"):
+        target.resized = _probes(ctx.resize)
     from qvr.inference.criticism.recorded import for_mcmc
     for_mcmc(ctx, target)  # `record v = e`: draws chunks and samples carry `recorded.v` too
     init, guide, initial = config.init_strategy, None, None
