@@ -109,6 +109,17 @@ def test_a_regression_probes_to_a_template(probed):
         assert (tmpl.matches(lifted, consts) == 30) is same
 
 
+def test_a_large_density_is_not_probed(probed, monkeypatch):
+    """The probes are traced before the run's first draw: past `PROBE_MAX_OPS` operations
+    a run keeps a package per row count instead of waiting for them."""
+    target, z0, graph, _ = probed
+    ops = target.operation_count(z0)
+    monkeypatch.setattr(RW, "PROBE_MAX_OPS", ops - 1)
+    assert RW.probes(target, graph, z0) is None
+    monkeypatch.setattr(RW, "PROBE_MAX_OPS", ops)
+    assert RW.probes(target, graph, z0)[1] == [40, 39, 38]
+
+
 def test_the_symbolic_graph_computes_at_every_row_count(probed):
     """The symbolic graph built at 40 rows gives, on the 38-row data, exactly what the
     38-row graph gives (sizes read from the data, not written in)."""

@@ -374,19 +374,28 @@ def load(graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int, biased:
             f"{seconds:.1f} s)")
 
 
+#: the largest density (operations per evaluation) whose probes are traced: they are
+#: traced on the run's first iteration, before it samples (kid_scores' 138 operations:
+#: 0.8 s for both, binding included; tracing costs ~1-3 ms an operation), so a larger
+#: graph keeps a package per row count rather than delay every first run by seconds
+PROBE_MAX_OPS = 600
+
+
 def probes(target, graph, z0: Tensor) -> Optional[tuple]:
     """`(graphs, sizes)`: `graph` (the density graph of `target` at `z0`'s chain count)
     and the graphs of the same program with one and two rows fewer (`target.resized`, set
     by the fit for a program whose sizes are read from the data), for `build`; None when
     the target has no probes or they cannot be generic: another position size (a latent
     per row), or another number of operations (a recurrence over the rows, found by one
-    eager evaluation each, before any tracing)."""
+    eager evaluation each, before any tracing), or more than `PROBE_MAX_OPS` of them."""
     resized = getattr(target, "resized", None)
     count = getattr(target, "operation_count", None)
     if resized is None or count is None:
         return None
     try:
         graphs, sizes, ops = [graph], [], count(z0)
+        if ops > PROBE_MAX_OPS:
+            return None
         for drop in (1, 2):
             got = resized(drop)
             if got is None:
