@@ -363,7 +363,7 @@ class NUTSKernel(HMCBase):
                     settings = (graph, z0, dense, self.divergence_threshold, self.uturn,
                                 K, self.transition == "biased", T)
                     # issue 37.3: the package built for another row count of this program
-                    # runs this one from the first iteration (1.2x a package of its
+                    # runs this one from the first iteration (~1.15x a package of its
                     # own); that one is compiled in the background for later runs
                     generic, said = transition_rows.load(*settings)
                     if said is not None:
