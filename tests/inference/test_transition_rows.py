@@ -206,6 +206,12 @@ def test_a_package_built_at_one_row_count_runs_another(probed, tmp_path, monkeyp
         None, "the compiled transition for any row count disagrees with what it gave when "
               "it was built")
     assert list(elsewhere.iterdir()) == []
+    # a damaged check file (a full disk, a killed writer): the package and it are deleted,
+    # so that the next first run builds them again
+    shutil.copy(path, elsewhere / path.name)
+    (elsewhere / f"{path.stem}.check.pt").write_bytes(b"not a check")
+    assert RW.load(g30, z0, *settings, directory=elsewhere) == (None, None)
+    assert list(elsewhere.iterdir()) == []
     # a run at 30 rows: the generic package from the first iteration, its own package
     # started in the background (recorded here, not run)
     started = []

@@ -278,7 +278,7 @@ def build(graphs: list, sizes: list, z0: Tensor, dense: bool, thr: float, uturn:
     lifted, consts = prepared(graphs[0])
     key = rows_key(lifted, consts, z0, dense, thr, uturn, K, biased, T)
     path = directory / f"{key}.pt2"
-    if path.is_file():
+    if path.is_file() and (directory / f"{key}.check.pt").is_file():
         return path, None
     settings = (dense, thr, uturn, K, biased)
     state = torch.get_rng_state()
@@ -343,7 +343,8 @@ def load(graph, z0: Tensor, dense: bool, thr: float, uturn: str, K: int, biased:
         tmpl = RowTemplate(**stored["template"])
         check_args = [a.to(z0.device) for a in stored["args"]]
         check_want = BlockOut(*(w.to(z0.device) for w in stored["want"]))
-    except Exception:
+    except Exception:  # a damaged check file: both go, and the next first run rebuilds
+        packages._discard(path, kept)
         return None, None
     n = tmpl.matches(lifted, consts)
     if n is None:
