@@ -249,7 +249,6 @@ class Progress:
                      *(Text(f"warning: {w}", style="yellow") for w in self.warnings))
 
 
-
 def pathfinder_text(cid: int, ch) -> str:
     """A Pathfinder path's plain progress: ``pathfinder path 2 iteration 17, loss 42.1``
     (the loss while L-BFGS climbs, then the best ELBO of its normals)."""

@@ -18,7 +18,6 @@ from qvr.events import FitWarning
 from qvr.inference import FitConfig, fit
 from qvr.inference.criticism.khat import pareto_khat
 from qvr.inference.criticism.khat_text import khat_line, resample_text
-from qvr.inference.methods.fit_result import FitResult
 from qvr.inference.methods.guide_amis import weigh
 from qvr.inference.methods.guide_results import SUMMARY_DRAWS
 from qvr.inference.vi.amis import amis, weighted_moments
@@ -227,13 +226,11 @@ class _Ctx:
 
 
 def test_no_finite_density_leaves_the_draws_and_says_why():
-    ctx, result = _Ctx(), FitResult("svi")
-    result.stats = {}
+    ctx, st = _Ctx(), {}
     never = lambda z: torch.full((z.shape[0],), -math.inf, dtype=torch.float64)  # noqa: E731
-    picked = weigh(ctx, result, never, torch.zeros(2, dtype=torch.float64),
+    picked = weigh(ctx, st, 0.0, never, torch.zeros(2, dtype=torch.float64),
                    torch.eye(2, dtype=torch.float64), method="svi")
     assert picked is None
-    st = result.stats
     assert st["amis_resampled"] is False and st["amis_rounds"] == 1
     assert st["resample_note"] == "fewer than 10 draws with a finite density"
     assert st["amis_stopped"] == "the density is not finite at the proposal's draws"

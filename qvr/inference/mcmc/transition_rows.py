@@ -39,6 +39,7 @@ for later runs (`nuts.py`), as a first run's is.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 import warnings
@@ -260,9 +261,14 @@ def rows_key(lifted, consts: list, z0: Tensor, dense: bool, thr: float, uturn: s
                     h.update(tensor_bytes(t))
     h.update(repr((tuple(z0.shape), str(z0.dtype), str(z0.device), dense, float(thr),
                    uturn, K, biased, T, torch.__version__, packages._machine())).encode())
-    h.update(Path(__file__).read_bytes())
-    h.update(Path(packages.__file__).read_bytes())
+    h.update(_sources())
     return "rows-" + h.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=None)
+def _sources() -> bytes:
+    """This module's and `transition_cache`'s source, which decide what a package holds."""
+    return Path(__file__).read_bytes() + Path(packages.__file__).read_bytes()
 
 
 def build(graphs: list, sizes: list, z0: Tensor, dense: bool, thr: float, uturn: str,
@@ -275,7 +281,8 @@ def build(graphs: list, sizes: list, z0: Tensor, dense: bool, thr: float, uturn:
     tmpl, why = template(graphs, sizes)
     if tmpl is None:
         return None, why
-    lifted, consts = prepared(graphs[0])
+    preps = [prepared(g) for g in graphs[:2]]  # the graph, and a probe to check on
+    lifted, consts = preps[0]
     key = rows_key(lifted, consts, z0, dense, thr, uturn, K, biased, T)
     path = directory / f"{key}.pt2"
     if path.is_file() and (directory / f"{key}.check.pt").is_file():
@@ -294,8 +301,9 @@ def build(graphs: list, sizes: list, z0: Tensor, dense: bool, thr: float, uturn:
                              dynamic_shapes=dynamic)
             from torch._inductor import aoti_load_package
             runner = aoti_load_package(str(path))
-            for graph in graphs[:2]:  # two row counts: the sizes are read, not built in
-                got = _agrees(runner, graph, z0, settings, T, seed=5, limit=min(T, 2))
+            # two row counts: the sizes are read from the data, not built in
+            for graph, (_, data) in zip(graphs, preps):
+                got = _agrees(runner, graph, data, z0, settings, T, seed=5, limit=min(T, 2))
                 if got is None:
                     packages._discard(path)
                     return None, "the generic transition disagrees with PyTorch on test inputs"
@@ -312,12 +320,11 @@ def build(graphs: list, sizes: list, z0: Tensor, dense: bool, thr: float, uturn:
     return path, None
 
 
-def _agrees(runner, graph, z0: Tensor, settings: tuple, T: int, seed: int,
+def _agrees(runner, graph, consts: list, z0: Tensor, settings: tuple, T: int, seed: int,
             limit: int) -> Optional[tuple]:
     """`(inputs, outputs)` when the package `runner` gives what PyTorch's loop gives on
-    `graph`'s data (test inputs from `seed`), else None."""
+    `graph`'s data (`consts`, its lifted data; test inputs from `seed`), else None."""
     dense, thr, uturn, K, biased = settings
-    _, consts = prepared(graph)
     args = list(example_inputs(graph, z0, dense, K, T, seed=seed, limit=limit))
     want = block_function(graph, dense, thr, uturn, K, biased)(*args)
     args += consts

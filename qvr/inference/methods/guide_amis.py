@@ -38,19 +38,19 @@ AMIS_SECONDS = 10.0
 __all__ = ["AMIS_SECONDS", "laplace_amis", "rows_density", "weigh"]
 
 
-def weigh(ctx, result, log_density: Callable, loc: torch.Tensor, scale_tril: torch.Tensor,
-          *, method: str):
-    """Run `amis` from ``N(loc, scale_tril scale_trilᵀ)`` on `log_density` and record its
-    facts in `result.stats`; returns ``(draws (n, D) float64, smoothed normalised weights
-    (n,) numpy)`` when k-hat < 0.7 (the caller resamples), else None (a `FitWarning` has
-    said why)."""
+def weigh(ctx, stats: dict, elapsed: float, log_density: Callable, loc: torch.Tensor,
+          scale_tril: torch.Tensor, *, method: str):
+    """Run `amis` from ``N(loc, scale_tril scale_trilᵀ)`` on `log_density` (for at most
+    ``max(AMIS_SECONDS, elapsed)``, the fit's own time) and record its facts in `stats`;
+    returns ``(draws (n, D) float64, smoothed normalised weights (n,) numpy)`` when k-hat
+    < 0.7 (the caller resamples), else None (a `FitWarning` has said why)."""
     from qvr.events import FitProgress
     from qvr.inference.methods.guide_resample import not_resampled
     from qvr.inference.criticism.khat import KHAT_WARN, pareto_khat
     from qvr.inference.vi.amis import amis
     from qvr.inference.vi.pathfinder import psis_weights
     t0 = time.perf_counter()
-    budget = max(AMIS_SECONDS, float(getattr(result, "elapsed", 0.0) or 0.0))
+    budget = max(AMIS_SECONDS, float(elapsed or 0.0))
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, (1,))))  # the fit's seed
 
     def on_round(r: int, total: int, ess: float) -> None:
@@ -58,7 +58,6 @@ def weigh(ctx, result, log_density: Callable, loc: torch.Tensor, scale_tril: tor
                                metrics={"ess": ess}, elapsed=time.perf_counter() - t0))
     out = amis(log_density, loc, scale_tril, budget_s=budget, generator=gen,
                should_stop=ctx.stop, on_round=on_round)
-    stats = result.stats
     k = pareto_khat(out.log_ratios)
     stats.update({"resample_method": "amis", "amis_rounds": out.rounds,
                   "amis_khat": None if math.isnan(k) else
@@ -100,9 +99,9 @@ def laplace_amis(ctx, result, guide) -> tuple:
     reg = build_registry(model, x, obs, observed_names=guide.observed_names | set(obs))
     prepare(model, x, obs)
     fn = lg.density(model, x, obs, reg, jacobian=True)
-    dtype = guide.flat_mode().dtype
-    log_density = rows_density(fn, dtype, guide.flat_mode().device)
-    picked = weigh(ctx, result, log_density, guide.flat_mode(), guide.scale_tril,
+    mode = guide.flat_mode()
+    log_density = rows_density(fn, mode.dtype, mode.device)
+    picked = weigh(ctx, result.stats, result.elapsed, log_density, mode, guide.scale_tril,
                    method="svi")
     result.stats["resampled"] = picked is not None  # posterior draws (`was_resampled`)
     if picked is None:
@@ -111,7 +110,7 @@ def laplace_amis(ctx, result, guide) -> tuple:
     z, w = picked
     idx = torch.as_tensor(resample_indices(w, SUMMARY_DRAWS))
     with torch.no_grad():
-        chosen = reg.constrain(z[idx].to(dtype=dtype, device=guide.flat_mode().device))
+        chosen = reg.constrain(z[idx].to(dtype=mode.dtype, device=mode.device))
     return draws_summary(guide, x, obs, chosen, report=ctx.report)
 
 

@@ -158,14 +158,12 @@ def _amis(ctx, target, res, settings, elapsed: float, dtype, device) -> tuple:
                               "positive definite; the draws are Pathfinder's own"))
         return res.draws, {"resample_method": "amis", "amis_resampled": False,
                            "resample_note": "Pathfinder's draws have a singular covariance"}
-    scratch = FitResult("pathfinder")
-    scratch.elapsed, scratch.stats = elapsed, {}
+    stats = {}
     fn = getattr(target, "single", None)
     log_density = rows_density(fn, dtype, device) if fn is not None else \
         (lambda z: target.log_density(z.to(device=device, dtype=dtype))
          .to(device="cpu", dtype=torch.float64))
-    picked = weigh(ctx, scratch, log_density, loc, L, method="pathfinder")
-    stats = dict(scratch.stats)
+    picked = weigh(ctx, stats, elapsed, log_density, loc, L, method="pathfinder")
     if picked is None:
         return res.draws, stats
     z, w = picked

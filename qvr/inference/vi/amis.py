@@ -123,9 +123,8 @@ def inflation(D: int) -> float:
     importance efficiency on a Normal posterior of dimension `D` with the uninflated
     covariance, ``1 / E_q[w²] = (s^D (2 - 1/s²)^(-D/2))^-1``, is at least
     `MIN_EFFICIENCY`: 3 up to 13 coordinates, 1.5 at 60, 1.06 at 2,000.  A wider
-    proposal covers a skewed or curved posterior's tails (gp_pois_regr, D = 13: at 1.5 its
-    k-hat hovered about 0.7 and its sds came out 0.79-0.85 of the reference's; at 3 k-hat
-    0.51-0.69 and sds 0.82-0.91, seeds 1-12), but costs its efficiency to the power D."""
+    proposal covers a skewed or curved posterior's tails (gp_pois_regr: the module
+    docstring's figures), but costs its efficiency to the power D."""
     if D <= 0:
         return MAX_INFLATE
     # the cost is (D/2) log(s⁴ / (2s² - 1)); at the limit s⁴ - 2c s² + c = 0, with
